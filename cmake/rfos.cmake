@@ -1,0 +1,53 @@
+# Small helpers so each src/ folder reads as a list of sources and dependencies.
+
+# rfos_library(NAME SOURCES a.cc b.cc DEPS x y [PRIVATE_DEPS z])
+# One static library per src/ folder; the repository root's src/ and include/ are on its include path.
+function(rfos_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+endfunction()
+
+# rfos_test(NAME SOURCES a_test.cc DEPS lib LABELS unit [TIMEOUT s] [ARGS ...])
+# A GoogleTest binary registered with ctest under the given labels (unit, model, crash, fuzz, integration, mount).
+function(rfos_test name)
+  if(NOT RFOS_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS;ARGS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  add_test(NAME ${name} COMMAND ${name} ${ARG_ARGS})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 120)
+  endif()
+  set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
+endfunction()
+
+# rfos_fuzzer(NAME SOURCES f.cc DEPS lib [SECONDS n])
+# With RFOS_FUZZ (clang): a libFuzzer binary run by ctest for a bounded time.
+# Without it: the same LLVMFuzzerTestOneInput driven by a seeded random-input loop (tests/fuzz_main.cc),
+# so every build still exercises the decoder.
+function(rfos_fuzzer name)
+  if(NOT RFOS_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "SECONDS" "SOURCES;DEPS" ${ARGN})
+  if(NOT ARG_SECONDS)
+    set(ARG_SECONDS 20)
+  endif()
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  if(RFOS_FUZZ)
+    target_compile_options(${name} PRIVATE -fsanitize=fuzzer)
+    target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+    add_test(NAME ${name} COMMAND ${name} -max_total_time=${ARG_SECONDS} -rss_limit_mb=2048)
+  else()
+    target_sources(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/fuzz_main.cc)
+    add_test(NAME ${name} COMMAND ${name} 200000)
+  endif()
+  set_tests_properties(${name} PROPERTIES LABELS "fuzz" TIMEOUT 300)
+endfunction()

@@ -1,0 +1,95 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "common/coding.h"
+#include "common/crc32c.h"
+#include "common/fault.h"
+#include "common/ids.h"
+#include "common/status.h"
+
+namespace rfos {
+namespace {
+
+TEST(Crc32c, MatchesStandardCheckValue) {
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(crc32c("", 0), 0u);
+}
+
+TEST(Crc32c, ExtendEqualsWhole) {
+  std::string a = "hello, ", b = "world";
+  EXPECT_EQ(crc32c_extend(crc32c(a.data(), a.size()), b.data(), b.size()), crc32c("hello, world", 12));
+}
+
+TEST(Crc32c, ChunkLayout) {
+  std::vector<uint8_t> data(10000, 7);
+  std::vector<uint32_t> crcs;
+  chunk_crcs(4000, data, 4096, &crcs);  // [4000, 14000): chunks 0..3
+  ASSERT_EQ(crcs.size(), 4u);
+  EXPECT_EQ(chunk_count(4000, 10000, 4096), 4u);
+  EXPECT_EQ(crcs[0], crc32c(data.data(), 96));
+  EXPECT_EQ(crcs[1], crc32c(data.data() + 96, 4096));
+  EXPECT_EQ(crcs[3], crc32c(data.data(), 14000 - 12288));
+  EXPECT_EQ(chunk_count(0, 0, 4096), 0u);
+  EXPECT_EQ(chunk_count(4096, 4096, 4096), 1u);
+}
+
+TEST(Status, CodesAndMessages) {
+  Status ok;
+  EXPECT_TRUE(ok.is_ok());
+  EXPECT_EQ(ok.to_string(), "OK");
+  Status s = error(StatusCode::kNoSpace, "block file full");
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_EQ(s.to_string(), "NoSpace: block file full");
+  EXPECT_EQ(s.to_errno(), ENOSPC);
+  EXPECT_EQ(status_code_name(StatusCode::kChecksumMismatch), "ChecksumMismatch");
+}
+
+Result<int> half(int v) {
+  if (v % 2) return error(StatusCode::kInvalidArgument, "odd");
+  return v / 2;
+}
+Status use_half(int v, int* out) {
+  RFOS_ASSIGN_OR_RETURN(*out, half(v));
+  return Status::ok();
+}
+
+TEST(Result, ValueOrStatus) {
+  int out = 0;
+  EXPECT_TRUE(use_half(8, &out).is_ok());
+  EXPECT_EQ(out, 4);
+  Status s = use_half(3, &out);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Uuid, RoundTrip) {
+  Uuid u = Uuid::random();
+  auto parsed = Uuid::parse(u.to_string());
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(*parsed, u);
+  EXPECT_FALSE(Uuid::parse("not-a-uuid").has_value());
+  EXPECT_FALSE(Uuid::parse("0123456789abcdef0123456789abcdef0123").has_value());
+}
+
+TEST(Coding, BigEndianOrdersNumerically) {
+  std::string a, b;
+  put_be64(&a, 255);
+  put_be64(&b, 256);
+  EXPECT_LT(a, b);
+  EXPECT_EQ(get_be64(b.data()), 256u);
+  ByteReader r(std::string_view("\x01\x00", 2));
+  uint32_t v;
+  EXPECT_FALSE(r.get_le(&v));
+}
+
+TEST(Fault, FiresOnNthHitOnce) {
+  fault::arm("test.point", 2);
+  EXPECT_FALSE(RFOS_FAULT("test.point"));
+  EXPECT_TRUE(RFOS_FAULT("test.point"));
+  EXPECT_FALSE(RFOS_FAULT("test.point"));
+  EXPECT_FALSE(RFOS_FAULT("other"));
+  fault::disarm_all();
+}
+
+}  // namespace
+}  // namespace rfos

@@ -1,0 +1,41 @@
+#include "common/crc32c.h"
+
+#include <isa-l/crc.h>
+
+#include <algorithm>
+#include <climits>
+
+namespace rfos {
+
+uint32_t crc32c_extend(uint32_t crc, const void* data, size_t len) {
+  // ISA-L's crc32_iscsi takes and returns the raw register; the standard CRC-32C inverts on entry and exit.
+  uint32_t reg = ~crc;
+  auto* p = static_cast<const unsigned char*>(data);
+  while (len > 0) {
+    int n = static_cast<int>(std::min<size_t>(len, INT_MAX & ~4095));
+    reg = crc32_iscsi(const_cast<unsigned char*>(p), n, reg);
+    p += n;
+    len -= n;
+  }
+  return ~reg;
+}
+
+uint32_t crc32c(const void* data, size_t len) { return crc32c_extend(0, data, len); }
+
+size_t chunk_count(uint64_t offset, uint64_t len, uint32_t chunk_bytes) {
+  if (len == 0) return 0;
+  return (offset + len - 1) / chunk_bytes - offset / chunk_bytes + 1;
+}
+
+void chunk_crcs(uint64_t offset, std::span<const uint8_t> data, uint32_t chunk_bytes, std::vector<uint32_t>* out) {
+  size_t pos = 0;
+  while (pos < data.size()) {
+    uint64_t at = offset + pos;
+    uint64_t chunk_end = (at / chunk_bytes + 1) * chunk_bytes;
+    size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_end - at, data.size() - pos));
+    out->push_back(crc32c(data.data() + pos, n));
+    pos += n;
+  }
+}
+
+}  // namespace rfos

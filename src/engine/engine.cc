@@ -1,0 +1,551 @@
+// Engine: opening and recovery, pools and containers, the commit queue, punches and snapshots.
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+#include <rocksdb/cache.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "common/coding.h"
+#include "common/fault.h"
+#include "engine/engine_impl.h"
+
+namespace rfos::engine {
+
+namespace fs = std::filesystem;
+using namespace index;
+
+namespace {
+constexpr uint32_t kFormatVersion = 1;
+constexpr char kSuperMagic[8] = {'R', 'F', 'O', 'S', 'B', 'L', 'K', '1'};
+}  // namespace
+
+Status from_rocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return Status::ok();
+  StatusCode code = StatusCode::kIoError;
+  if (s.IsNoSpace()) code = StatusCode::kNoSpace;
+  if (s.IsCorruption()) code = StatusCode::kCorruption;
+  if (s.IsNotFound()) code = StatusCode::kNotFound;
+  return error(code, what + ": " + s.ToString());
+}
+
+std::string akey_prefix(const KeyRef& key) {
+  std::string p = object_prefix(key.cont, key.oid);
+  append_dkey(&p, key.dkey);
+  append_akey(&p, key.akey);
+  return p;
+}
+
+Status validate_key(const KeyRef& key, bool need_akey) {
+  if (key.dkey.empty() || key.dkey.size() > kKeyMaxBytes)
+    return error(StatusCode::kInvalidArgument, "dkey must be 1.." + std::to_string(kKeyMaxBytes) + " bytes");
+  if (need_akey && (key.akey.empty() || key.akey.size() > kKeyMaxBytes))
+    return error(StatusCode::kInvalidArgument, "akey must be 1.." + std::to_string(kKeyMaxBytes) + " bytes");
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Open and recovery
+
+Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
+  fault::arm_from_env();
+  auto impl = std::make_unique<Impl>(options);
+  RFOS_RETURN_IF_ERROR(impl->open());
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+Engine::Impl::~Impl() {
+  if (db) db->Close().PermitUncheckedError();
+  db.reset();
+  dev.reset();
+  arena.reset();
+}
+
+Status Engine::Impl::open() {
+  if (opts.dir.empty()) return error(StatusCode::kInvalidArgument, "engine directory is empty");
+  if (opts.block_file.empty()) opts.block_file = opts.dir + "/blocks";
+  if (opts.arena_bytes < (2u << 20)) return error(StatusCode::kInvalidArgument, "arena must be at least 2 MiB");
+  std::error_code ec;
+  bool had_index = fs::exists(opts.dir + "/index/CURRENT", ec);
+  if (!had_index && !opts.create) return error(StatusCode::kNotFound, "no target at " + opts.dir);
+  fs::create_directories(opts.dir, ec);
+  if (ec) return error(StatusCode::kIoError, "create " + opts.dir + ": " + ec.message());
+
+  rocksdb::Options ro;
+  ro.create_if_missing = opts.create;
+  ro.max_background_jobs = 2;
+  ro.write_buffer_size = 64 << 20;
+  ro.keep_log_file_num = 4;
+  ro.info_log_level = rocksdb::WARN_LEVEL;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = rocksdb::NewLRUCache(64 << 20);
+  ro.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  rocksdb::DB* raw = nullptr;
+  RFOS_RETURN_IF_ERROR(from_rocks(rocksdb::DB::Open(ro, opts.dir + "/index", &raw), "open index"));
+  db.reset(raw);
+
+  RFOS_ASSIGN_OR_RETURN(arena, blockio::BufferArena::create(opts.arena_bytes));
+  max_io_bytes = arena->bytes() / 2;
+
+  std::string value;
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), meta_key("format"), &value);
+  if (!s.ok() && !s.IsNotFound()) return from_rocks(s, "read format record");
+  bool formatted = s.ok();
+  FormatRecord format;
+  if (formatted && !decode_format(value, &format))
+    return error(StatusCode::kCorruption, "format record of " + opts.dir + " is malformed");
+  if (formatted && format.version != kFormatVersion)
+    return error(StatusCode::kNotSupported, "target format version " + std::to_string(format.version));
+
+  blockio::BlockDeviceOptions bo;
+  bo.path = opts.block_file;
+  bo.bytes = align_down(opts.block_file_bytes, kBlockBytes);
+  bo.create = !formatted;  // a formatted target never silently recreates its block file
+  bo.direct_io = opts.direct_io;
+  bo.prezero = opts.prezero;
+  bo.queue_depth = opts.io_queue_depth;
+  RFOS_ASSIGN_OR_RETURN(dev, blockio::BlockDevice::open(bo, arena.get()));
+  block_count = dev->block_count();
+
+  // The superblock ties the block file to this index.
+  uint8_t* sb = arena->alloc(kBlockBytes);
+  if (sb == nullptr) return error(StatusCode::kInternal, "no buffer for the superblock");
+  Status st;
+  if (!formatted) {
+    format = {kFormatVersion, kBlockBytes, block_count, Uuid::random()};
+    std::memset(sb, 0, kBlockBytes);
+    std::memcpy(sb, kSuperMagic, 8);
+    std::memcpy(sb + 8, format.uuid.bytes.data(), 16);
+    std::memcpy(sb + 24, &block_count, 8);
+    blockio::IoRequest req{true, sb, 0, kBlockBytes};
+    st = dev->submit_and_wait({&req, 1});
+    if (st.is_ok()) st = dev->sync();
+    if (st.is_ok()) {
+      rocksdb::WriteBatch batch;
+      batch.Put(meta_key("format"), encode_format(format));
+      std::string nblocks;
+      put_le<uint64_t>(&nblocks, block_count - 1);
+      batch.Put(free_key(1), nblocks);
+      rocksdb::WriteOptions wo;
+      wo.sync = true;
+      st = from_rocks(db->Write(wo, &batch), "write format record");
+    }
+  } else {
+    blockio::IoRequest req{false, sb, 0, kBlockBytes};
+    st = dev->submit_and_wait({&req, 1});
+    if (st.is_ok() && (std::memcmp(sb, kSuperMagic, 8) != 0 || std::memcmp(sb + 8, format.uuid.bytes.data(), 16) != 0))
+      st = error(StatusCode::kCorruption, "block file " + opts.block_file + " does not belong to index " + opts.dir);
+    if (st.is_ok() && format.block_count != block_count)
+      st = error(StatusCode::kCorruption, "block file " + opts.block_file + " changed size");
+  }
+  arena->free(sb, kBlockBytes);
+  RFOS_RETURN_IF_ERROR(st);
+
+  // Load metadata and the durable free map.
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(std::string(1, kFreeTag)); it->Valid() && it->key()[0] == kFreeTag; it->Next()) {
+    uint64_t nblocks = 0;
+    if (it->key().size() != 9 || it->value().size() != 8)
+      return error(StatusCode::kCorruption, "malformed free-space record");
+    std::memcpy(&nblocks, it->value().data(), 8);
+    uint64_t block = get_be64(it->key().data() + 1);
+    if (block == 0 || nblocks == 0 || block + nblocks > block_count)
+      return error(StatusCode::kCorruption, "free-space record out of range");
+    alloc.load(block, nblocks);
+  }
+  for (it->Seek(std::string(1, kPoolTag)); it->Valid() && it->key()[0] == kPoolTag; it->Next()) {
+    if (it->key().size() != 17) return error(StatusCode::kCorruption, "malformed pool record");
+    Uuid u;
+    std::memcpy(u.bytes.data(), it->key().data() + 1, 16);
+    pools.insert(u);
+  }
+  for (it->Seek(std::string(1, kContTag)); it->Valid() && it->key()[0] == kContTag; it->Next()) {
+    ContState c;
+    if (it->key().size() != 33 || !decode_cont(it->value().ToStringView(), &c.rec))
+      return error(StatusCode::kCorruption, "malformed container record");
+    std::memcpy(c.pool.bytes.data(), it->key().data() + 1, 16);
+    std::memcpy(c.uuid.bytes.data(), it->key().data() + 17, 16);
+    cont_ids[{c.pool, c.uuid}] = c.rec.id;
+    next_cid = std::max(next_cid, c.rec.id + 1);
+    conts[c.rec.id] = c;
+  }
+  for (it->Seek(std::string(1, kSnapTag)); it->Valid() && it->key()[0] == kSnapTag; it->Next()) {
+    if (it->key().size() != 13) return error(StatusCode::kCorruption, "malformed snapshot record");
+    auto c = conts.find(get_be32(it->key().data() + 1));
+    if (c != conts.end()) c->second.snapshots.insert(get_be64(it->key().data() + 5));
+  }
+  for (const char* name : {"seq", "next_cid"}) {
+    s = db->Get(rocksdb::ReadOptions(), meta_key(name), &value);
+    if (s.ok() && value.size() == 8) {
+      uint64_t v;
+      std::memcpy(&v, value.data(), 8);
+      if (std::strcmp(name, "seq") == 0) seq = v;
+      else next_cid = std::max<uint64_t>(next_cid, v);
+    }
+  }
+  return from_rocks(it->status(), "load metadata");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Commit queue
+
+Status Engine::Impl::commit(Writer* w) {
+  std::unique_lock lock(commit_mu);
+  writers.push_back(w);
+  while (!w->done && w != writers.front()) commit_cv.wait(lock);
+  if (w->done) return w->status;
+
+  // This thread leads: take everything queued so far.
+  std::vector<Writer*> group(writers.begin(), writers.end());
+  Status sticky = failed;
+  lock.unlock();
+
+  rocksdb::WriteBatch batch;
+  bool sync_data = false;
+  std::vector<blockio::FreeOp> ops;
+  uint64_t seq_now = 0;
+  {
+    std::lock_guard meta(meta_mu);
+    seq_now = seq;
+    for (Writer* g : group) {
+      g->status = sticky.is_ok() ? (g->prepare ? g->prepare() : Status::ok()) : sticky;
+      if (!g->status.is_ok()) continue;
+      g->prepared = true;
+      ++seq_now;
+      for (Writer::Put& p : g->puts) {
+        if (p.versioned) {
+          char* tail = p.key.data() + p.key.size() - 8;
+          uint64_t inv = ~seq_now;
+          for (int i = 7; i >= 0; --i, inv >>= 8) tail[i] = static_cast<char>(inv & 0xff);
+        }
+        batch.Put(p.key, p.value);
+      }
+      for (const std::string& k : g->deletes) batch.Delete(k);
+      for (const auto& [b, e] : g->range_deletes) batch.DeleteRange(b, e);
+      ops.clear();
+      alloc.commit(g->commit_runs, &ops);
+      alloc.free(g->free_runs, &ops);
+      for (const blockio::FreeOp& op : ops) {
+        if (op.nblocks == 0) {
+          batch.Delete(free_key(op.block));
+        } else {
+          std::string v;
+          put_le<uint64_t>(&v, op.nblocks);
+          batch.Put(free_key(op.block), v);
+        }
+      }
+      sync_data |= g->wrote_data;
+    }
+    seq = seq_now;
+  }
+
+  Status st = sticky;
+  if (st.is_ok() && batch.Count() > 0) {
+    std::string seq_value;
+    put_le<uint64_t>(&seq_value, seq_now);
+    batch.Put(meta_key("seq"), seq_value);
+    if (RFOS_FAULT("engine.commit")) st = error(StatusCode::kIoError, "index write: injected fault");
+    if (st.is_ok() && sync_data && opts.sync) st = dev->sync();
+    if (st.is_ok()) {
+      rocksdb::WriteOptions wo;
+      wo.sync = opts.sync;
+      st = from_rocks(db->Write(wo, &batch), "index write");
+    }
+    if (!st.is_ok())
+      st = error(StatusCode::kEngineFailed, "commit failed, the target must be reopened: " + st.to_string());
+  }
+
+  lock.lock();
+  if (!st.is_ok() && failed.is_ok()) failed = st;
+  for (Writer* g : group) {
+    if (g->prepared && !st.is_ok()) g->status = st;
+    g->done = true;
+    writers.pop_front();
+  }
+  commit_cv.notify_all();
+  return w->status;
+}
+
+Result<ContState> Engine::Impl::container(uint32_t cid) const {
+  std::lock_guard lock(meta_mu);
+  auto it = conts.find(cid);
+  if (it == conts.end())
+    return error(StatusCode::kUnknownContainer, "container handle " + std::to_string(cid) + " is not on this target");
+  return it->second;
+}
+
+Status Engine::Impl::check_epoch_for_read(const ContState& c, Epoch epoch) const {
+  if (epoch == 0) return error(StatusCode::kInvalidArgument, "epoch 0 is not a valid read epoch");
+  if (epoch < c.rec.agg_epoch && c.snapshots.count(epoch) == 0)
+    return error(StatusCode::kEpochTooOld, "epoch " + std::to_string(epoch) + " is below the aggregation boundary " +
+                                               std::to_string(c.rec.agg_epoch) + " and is not a snapshot");
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Pools and containers
+
+Status Engine::pool_create(const Uuid& pool) {
+  Writer w;
+  w.puts.push_back({pool_key(pool), "", false});
+  w.prepare = [&] {
+    if (!impl_->pools.insert(pool).second)
+      return error(StatusCode::kAlreadyExists, "pool " + pool.to_string() + " already exists on this target");
+    return Status::ok();
+  };
+  return impl_->commit(&w);
+}
+
+Status Engine::pool_destroy(const Uuid& pool) {
+  {
+    std::lock_guard lock(impl_->meta_mu);
+    if (impl_->pools.count(pool) == 0)
+      return error(StatusCode::kUnknownPool, "pool " + pool.to_string() + " is not on this target");
+  }
+  RFOS_ASSIGN_OR_RETURN(auto conts, cont_list(pool));
+  for (const ContainerInfo& c : conts) RFOS_RETURN_IF_ERROR(cont_destroy(pool, c.uuid));
+  Writer w;
+  w.deletes.push_back(pool_key(pool));
+  w.prepare = [&] {
+    if (impl_->pools.erase(pool) == 0)
+      return error(StatusCode::kUnknownPool, "pool " + pool.to_string() + " is not on this target");
+    return Status::ok();
+  };
+  return impl_->commit(&w);
+}
+
+std::vector<Uuid> Engine::pool_list() const {
+  std::lock_guard lock(impl_->meta_mu);
+  return {impl_->pools.begin(), impl_->pools.end()};
+}
+
+Status Engine::cont_create(const Uuid& pool, const Uuid& cont, const ContainerProps& props) {
+  uint32_t c = props.csum_chunk_bytes;
+  if (c < 512 || c > (1u << 20) || (c & (c - 1)) != 0)
+    return error(StatusCode::kInvalidArgument, "checksum chunk must be a power of two from 512 B to 1 MiB");
+  Writer w;
+  w.puts.push_back({cont_key(pool, cont), "", false});
+  w.puts.push_back({meta_key("next_cid"), "", false});
+  w.prepare = [&] {
+    auto& im = *impl_;
+    if (im.pools.count(pool) == 0)
+      return error(StatusCode::kUnknownPool, "pool " + pool.to_string() + " is not on this target");
+    if (im.cont_ids.count({pool, cont}))
+      return error(StatusCode::kAlreadyExists, "container " + cont.to_string() + " already exists");
+    ContState st;
+    st.pool = pool;
+    st.uuid = cont;
+    st.rec = {im.next_cid++, props.csum_chunk_bytes, props.csum, 0};
+    w.puts[0].value = encode_cont(st.rec);
+    put_le<uint64_t>(&w.puts[1].value, im.next_cid);
+    im.cont_ids[{pool, cont}] = st.rec.id;
+    im.conts[st.rec.id] = st;
+    return Status::ok();
+  };
+  return impl_->commit(&w);
+}
+
+Result<ContainerInfo> Engine::cont_open(const Uuid& pool, const Uuid& cont) const {
+  std::lock_guard lock(impl_->meta_mu);
+  if (impl_->pools.count(pool) == 0)
+    return error(StatusCode::kUnknownPool, "pool " + pool.to_string() + " is not on this target");
+  auto it = impl_->cont_ids.find({pool, cont});
+  if (it == impl_->cont_ids.end())
+    return error(StatusCode::kUnknownContainer, "container " + cont.to_string() + " does not exist");
+  const ContState& c = impl_->conts.at(it->second);
+  ContainerInfo info;
+  info.pool = pool;
+  info.uuid = cont;
+  info.id = c.rec.id;
+  info.props = {c.rec.csum_chunk_bytes, c.rec.csum};
+  info.agg_epoch = c.rec.agg_epoch;
+  info.snapshots.assign(c.snapshots.begin(), c.snapshots.end());
+  return info;
+}
+
+Result<std::vector<ContainerInfo>> Engine::cont_list(const Uuid& pool) const {
+  std::vector<Uuid> uuids;
+  {
+    std::lock_guard lock(impl_->meta_mu);
+    if (impl_->pools.count(pool) == 0)
+      return error(StatusCode::kUnknownPool, "pool " + pool.to_string() + " is not on this target");
+    for (const auto& [key, id] : impl_->cont_ids)
+      if (key.first == pool) uuids.push_back(key.second);
+  }
+  std::vector<ContainerInfo> out;
+  for (const Uuid& u : uuids) {
+    auto info = cont_open(pool, u);
+    if (info.is_ok()) out.push_back(std::move(info).value());
+  }
+  return out;
+}
+
+Status Engine::cont_destroy(const Uuid& pool, const Uuid& cont) {
+  std::lock_guard admin(impl_->admin_mu);
+  RFOS_ASSIGN_OR_RETURN(ContainerInfo info, cont_open(pool, cont));
+  Writer w;
+  // Every block the container owns goes back to the free map in the same batch that drops its records.
+  std::string prefix = cont_objects_prefix(info.id);
+  std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(prefix); it->Valid() && starts_with(it->key(), prefix); it->Next()) {
+    ObjectKey k;
+    ExtentRecord r;
+    if (!parse_object_key(it->key().ToStringView(), &k) || k.kind != kExtentTag) continue;
+    if (!decode_extent(it->value().ToStringView(), &r))
+      return error(StatusCode::kCorruption, "malformed extent record in container " + cont.to_string());
+    w.free_runs.insert(w.free_runs.end(), r.runs.begin(), r.runs.end());
+  }
+  RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "scan container"));
+  w.range_deletes.push_back({prefix, prefix_successor(prefix)});
+  w.range_deletes.push_back({snap_prefix(info.id), prefix_successor(snap_prefix(info.id))});
+  w.deletes.push_back(cont_key(pool, cont));
+  w.prepare = [&] {
+    impl_->conts.erase(info.id);
+    impl_->cont_ids.erase({pool, cont});
+    return Status::ok();
+  };
+  RFOS_RETURN_IF_ERROR(impl_->commit(&w));
+  std::unique_lock reclaim(impl_->reclaim_mu);  // waits out readers that may still read those blocks
+  impl_->alloc.release(w.free_runs);
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Punch and snapshots
+
+Status check_write_epoch(const ContState& c, Epoch epoch) {
+  if (epoch == 0 || epoch == kEpochLatest)
+    return error(StatusCode::kInvalidArgument, "update epoch must be in 1..2^64-2");
+  if (epoch <= c.write_floor())
+    return error(StatusCode::kEpochTooOld, "epoch " + std::to_string(epoch) +
+                                               " is at or below the newest snapshot or aggregation boundary " +
+                                               std::to_string(c.write_floor()));
+  return Status::ok();
+}
+
+void make_versioned_writer(Engine::Impl* impl, Writer* w, uint32_t cid, Epoch epoch) {
+  w->prepare = [impl, cid, epoch] {
+    auto it = impl->conts.find(cid);
+    if (it == impl->conts.end())
+      return error(StatusCode::kUnknownContainer, "container handle " + std::to_string(cid) + " was destroyed");
+    return check_write_epoch(it->second, epoch);
+  };
+}
+
+// Punches the level under `prefix`: refused with kNotFound when nothing there is visible at `epoch`.
+static Status punch_level(Engine::Impl* impl, uint32_t cid, std::string prefix, Version inherited, Epoch epoch,
+                          const std::string& what) {
+  RFOS_ASSIGN_OR_RETURN(ContState c, impl->container(cid));
+  RFOS_RETURN_IF_ERROR(check_write_epoch(c, epoch));
+  {
+    std::unique_ptr<rocksdb::Iterator> it(impl->db->NewIterator(rocksdb::ReadOptions()));
+    if (!Engine::Impl::any_visible(it.get(), prefix, epoch, inherited))
+      return error(StatusCode::kNotFound, what + " has nothing visible at epoch " + std::to_string(epoch));
+  }
+  Writer w;
+  prefix.push_back(kPunchTag);
+  append_version(&prefix, epoch, 0);
+  w.puts.push_back({std::move(prefix), "", true});
+  make_versioned_writer(impl, &w, cid, epoch);
+  return impl->commit(&w);
+}
+
+Status Engine::punch_object(uint32_t cont, const ObjectId& oid, Epoch epoch) {
+  return punch_level(impl_.get(), cont, object_prefix(cont, oid), {}, epoch, "object " + oid.to_string());
+}
+
+Status Engine::punch_dkey(uint32_t cont, const ObjectId& oid, std::string_view dkey, Epoch epoch) {
+  RFOS_RETURN_IF_ERROR(validate_key({cont, oid, dkey, {}}, false));
+  std::string obj = object_prefix(cont, oid);
+  Version floor;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions()));
+    floor = Impl::punch_floor(it.get(), obj, epoch);
+  }
+  std::string prefix = obj;
+  append_dkey(&prefix, dkey);
+  return punch_level(impl_.get(), cont, prefix, floor, epoch, "dkey");
+}
+
+Status Engine::punch_akey(const KeyRef& key, Epoch epoch) {
+  RFOS_RETURN_IF_ERROR(validate_key(key, true));
+  std::string obj = object_prefix(key.cont, key.oid);
+  std::string dk = obj;
+  append_dkey(&dk, key.dkey);
+  Version floor;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions()));
+    floor = std::max(Impl::punch_floor(it.get(), obj, epoch), Impl::punch_floor(it.get(), dk, epoch));
+  }
+  return punch_level(impl_.get(), key.cont, akey_prefix(key), floor, epoch, "akey");
+}
+
+Status Engine::punch_extent(const KeyRef& key, Epoch epoch, uint64_t offset, uint64_t length) {
+  RFOS_RETURN_IF_ERROR(validate_key(key, true));
+  RFOS_ASSIGN_OR_RETURN(ContState c, impl_->container(key.cont));
+  RFOS_RETURN_IF_ERROR(check_write_epoch(c, epoch));
+  if (length == 0 || offset >= kArrayOffsetMax || length > kArrayOffsetMax - offset)
+    return error(StatusCode::kInvalidArgument, "extent must be non-empty and below 2^62");
+  // One hole record per grain: a punched range can be any size, it holds no data.
+  Writer w;
+  std::string prefix = akey_prefix(key);
+  for (uint64_t pos = offset; pos < offset + length;) {
+    uint64_t end = std::min(offset + length, align_down(pos, kGrainBytes) + kGrainBytes);
+    ExtentRecord r;
+    r.flags = ExtentRecord::kHole;
+    r.length = static_cast<uint32_t>(end - pos);
+    r.csum_chunk_bytes = c.rec.csum_chunk_bytes;
+    std::string k = prefix;
+    append_extent_start(&k, pos);
+    append_version(&k, epoch, 0);
+    w.puts.push_back({std::move(k), encode_extent(r), true});
+    pos = end;
+  }
+  make_versioned_writer(impl_.get(), &w, key.cont, epoch);
+  return impl_->commit(&w);
+}
+
+Status Engine::snapshot_create(uint32_t cont, Epoch epoch) {
+  if (epoch == 0 || epoch == kEpochLatest) return error(StatusCode::kInvalidArgument, "snapshot epoch out of range");
+  Writer w;
+  w.puts.push_back({snap_key(cont, epoch), "", false});
+  w.prepare = [&] {
+    auto it = impl_->conts.find(cont);
+    if (it == impl_->conts.end())
+      return error(StatusCode::kUnknownContainer, "container handle " + std::to_string(cont) + " is not on this target");
+    if (epoch < it->second.rec.agg_epoch)
+      return error(StatusCode::kEpochTooOld, "snapshot epoch is below the aggregation boundary");
+    if (!it->second.snapshots.insert(epoch).second)
+      return error(StatusCode::kAlreadyExists, "snapshot at epoch " + std::to_string(epoch) + " exists");
+    return Status::ok();
+  };
+  return impl_->commit(&w);
+}
+
+Status Engine::snapshot_destroy(uint32_t cont, Epoch epoch) {
+  Writer w;
+  w.deletes.push_back(snap_key(cont, epoch));
+  w.prepare = [&] {
+    auto it = impl_->conts.find(cont);
+    if (it == impl_->conts.end())
+      return error(StatusCode::kUnknownContainer, "container handle " + std::to_string(cont) + " is not on this target");
+    if (it->second.snapshots.erase(epoch) == 0)
+      return error(StatusCode::kNotFound, "no snapshot at epoch " + std::to_string(epoch));
+    return Status::ok();
+  };
+  return impl_->commit(&w);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+
+SpaceInfo Engine::space() const {
+  return {(impl_->block_count - 1) * kBlockBytes, impl_->alloc.available_blocks() * kBlockBytes};
+}
+
+bool Engine::direct_io() const { return impl_->dev->direct_io(); }
+
+}  // namespace rfos::engine

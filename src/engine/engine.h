@@ -1,0 +1,258 @@
+// The storage engine of one target: a versioned object store that owns its media.
+//
+// Object model (the shape of DAOS's VOS): pool shard -> container -> object (128-bit id) -> dkey -> akey ->
+// either a single value or a byte array addressed by extents. Every update and punch carries an epoch;
+// reads see the newest version at or below their epoch. Overlapping array extents resolve newest-wins
+// (by epoch, then by commit order within one epoch); holes read as zeros. Snapshots pin epochs, and
+// aggregation reclaims versions that no snapshot and no reader can see.
+//
+// Media: the index and small values live in RocksDB; array data of at least `inline_max_bytes` lives in a
+// preallocated block file driven by io_uring with O_DIRECT and registered buffers. See docs/engine-format.md.
+//
+// Zero copy: update_begin hands out engine-owned, aligned, registered buffers for the caller (later an RDMA
+// transport) to fill; update_end verifies the caller's checksums, writes, makes the update durable and
+// commits it (group commit), or abort drops it. fetch_begin reads and verifies into engine buffers that the
+// caller reads until fetch_end.
+//
+// Thread-safety: an Engine is safe to use from many threads at once. UpdateTx/FetchTx objects belong to
+// one thread at a time. All engine buffers stay valid until their Tx ends or is destroyed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/status.h"
+
+namespace rfos::engine {
+
+using Epoch = uint64_t;
+// Read at "latest": every committed version.
+inline constexpr Epoch kEpochLatest = UINT64_MAX;
+
+// Engine constants. Array extents are split at kGrainBytes boundaries of their logical offset; each piece is
+// one index record and one buffer.
+inline constexpr uint32_t kBlockBytes = 4096;
+inline constexpr uint32_t kGrainBytes = 1u << 20;
+inline constexpr uint32_t kKeyMaxBytes = 4096;
+inline constexpr uint32_t kSingleValueMaxBytes = 1u << 20;
+inline constexpr uint64_t kArrayOffsetMax = 1ull << 62;
+
+enum class ValueKind : uint8_t { kSingle = 1, kArray = 2 };
+
+struct EngineOptions {
+  std::string dir;                          // RocksDB index lives in dir/index
+  std::string block_file;                   // default: dir/blocks
+  uint64_t block_file_bytes = 1ull << 30;   // size when the file is created; fixed afterwards
+  uint64_t arena_bytes = 64ull << 20;       // registered buffer arena (multiple of 1 MiB)
+  uint32_t inline_max_bytes = 4095;         // array pieces up to this size stay in the index
+  bool direct_io = true;                    // O_DIRECT when the file system allows it
+  bool prezero = true;                      // write zeros over a new block file (no unwritten extents)
+  bool sync = true;                         // durability before acknowledgement (false: benchmarks only)
+  bool create = true;                       // create (format) a missing target
+  uint32_t io_queue_depth = 64;             // io_uring entries per ring
+};
+
+struct ContainerProps {
+  uint32_t csum_chunk_bytes = 4096;  // power of two in [512, 1 MiB]
+  bool csum = true;                  // false: caller sends no checksums; the engine makes its own
+};
+
+struct ContainerInfo {
+  Uuid pool;
+  Uuid uuid;
+  uint32_t id = 0;  // the target-local handle used by object calls
+  ContainerProps props;
+  Epoch agg_epoch = 0;  // highest epoch aggregated
+  std::vector<Epoch> snapshots;
+};
+
+// Where an object call points. Keys are opaque bytes, 1..kKeyMaxBytes long.
+struct KeyRef {
+  uint32_t cont = 0;
+  ObjectId oid;
+  std::string_view dkey;
+  std::string_view akey;
+};
+
+struct UpdateOp {
+  KeyRef key;
+  Epoch epoch = 0;  // 1 .. kEpochLatest-1; above the newest snapshot and the aggregation boundary
+  ValueKind kind = ValueKind::kArray;
+  uint64_t offset = 0;  // array only
+  uint64_t length = 0;  // bytes; > 0
+};
+
+struct FetchOp {
+  KeyRef key;
+  Epoch epoch = kEpochLatest;
+  ValueKind kind = ValueKind::kArray;
+  uint64_t offset = 0;  // array only
+  uint64_t length = 0;  // array: bytes (> 0); single value: ignored (the whole value)
+};
+
+// A piece of an engine buffer. `data` points into registered memory owned by the engine.
+struct IoBuf {
+  uint8_t* data = nullptr;
+  size_t len = 0;
+};
+
+struct Extent {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  auto operator<=>(const Extent&) const = default;
+};
+
+// Resumable enumeration position. Start with a default Anchor; pass it back until `done`.
+struct Anchor {
+  std::string position;
+  bool done = false;
+};
+
+struct SpaceInfo {
+  uint64_t total_bytes = 0;  // usable block file bytes
+  uint64_t free_bytes = 0;   // not allocated, committed or reserved
+};
+
+struct AggregateStats {
+  uint64_t records_removed = 0;
+  uint64_t bytes_reclaimed = 0;  // block file bytes given back
+};
+
+class Engine;
+struct UpdateState;
+struct FetchState;
+
+// An update between begin and end. Move-only; destroying one that was not ended aborts it.
+class UpdateTx {
+ public:
+  UpdateTx();
+  UpdateTx(UpdateTx&&) noexcept;
+  UpdateTx& operator=(UpdateTx&&) noexcept;
+  ~UpdateTx();
+
+  // The buffers to fill, in logical order; their concatenation is the payload (op.length bytes).
+  std::span<const IoBuf> buffers() const;
+  // How many checksums update_end expects (one per checksum chunk the extent touches; 1 for a single
+  // value; 0 when the container has checksums off).
+  size_t csum_count() const;
+  uint32_t csum_chunk_bytes() const;
+  bool active() const { return state_ != nullptr; }
+
+ private:
+  friend class Engine;
+  std::unique_ptr<UpdateState> state_;
+};
+
+// A fetch between begin and end. Move-only; destroying one ends it.
+class FetchTx {
+ public:
+  FetchTx();
+  FetchTx(FetchTx&&) noexcept;
+  FetchTx& operator=(FetchTx&&) noexcept;
+  ~FetchTx();
+
+  // The fetched bytes in logical order (holes as zeros); valid until the FetchTx ends.
+  std::span<const IoBuf> buffers() const;
+  // Checksums of the fetched bytes, laid out per checksum chunk (see common/crc32c.h); one for a single value.
+  std::span<const uint32_t> csums() const;
+  uint32_t csum_chunk_bytes() const;
+  uint64_t length() const;
+  // Copies the fetched bytes out (for tests and the copying API).
+  std::string to_string() const;
+
+ private:
+  friend class Engine;
+  std::unique_ptr<FetchState> state_;
+};
+
+class Engine {
+ public:
+  // Opens (and with options.create, formats) the target at options.dir. Errors: kInvalidArgument (bad
+  // options), kNotFound (missing and !create), kCorruption (block file and index disagree), kIoError.
+  static Result<std::unique_ptr<Engine>> open(const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // ---- pool shards and containers (durable on return) ----
+  Status pool_create(const Uuid& pool);                        // kAlreadyExists
+  Status pool_destroy(const Uuid& pool);                       // kUnknownPool; destroys its containers
+  std::vector<Uuid> pool_list() const;
+  Status cont_create(const Uuid& pool, const Uuid& cont, const ContainerProps& props);  // kUnknownPool, kAlreadyExists
+  Status cont_destroy(const Uuid& pool, const Uuid& cont);     // kUnknownContainer; frees its space
+  Result<ContainerInfo> cont_open(const Uuid& pool, const Uuid& cont) const;  // kUnknownPool, kUnknownContainer
+  Result<std::vector<ContainerInfo>> cont_list(const Uuid& pool) const;
+
+  // ---- updates: two-phase ----
+  // Reserves buffers and block file space. Errors: kUnknownContainer, kInvalidArgument (empty or oversized
+  // keys, zero length, offset overflow), kTooLarge (over the arena or kSingleValueMaxBytes), kEpochTooOld,
+  // kNoSpace, kBusy (arena exhausted: retry later).
+  Result<UpdateTx> update_begin(const UpdateOp& op);
+  // Verifies `csums` (layout of common/crc32c.h) against the buffers, writes, syncs and commits. On any error
+  // nothing is stored and the reservation is released. Errors: kChecksumMismatch, kEpochTooOld (a snapshot or
+  // aggregation overtook it), kIoError, kEngineFailed.
+  Status update_end(UpdateTx& tx, std::span<const uint32_t> csums);
+  void update_abort(UpdateTx& tx);
+  // Copying convenience: begin, copy `data`, end.
+  Status update(const UpdateOp& op, std::span<const uint8_t> data, std::span<const uint32_t> csums);
+
+  // ---- fetches: two-phase ----
+  // Errors: kUnknownContainer, kNotFound (no visible value at this epoch), kWrongValueKind,
+  // kInvalidArgument, kTooLarge, kEpochTooOld (below the aggregation boundary and not a snapshot),
+  // kChecksumMismatch (stored data is corrupt: never wrong bytes), kIoError, kBusy.
+  Result<FetchTx> fetch_begin(const FetchOp& op);
+  void fetch_end(FetchTx& tx);
+  Result<std::string> fetch(const FetchOp& op, std::vector<uint32_t>* csums = nullptr);
+
+  // ---- punch (durable on return) ----
+  Status punch_object(uint32_t cont, const ObjectId& oid, Epoch epoch);
+  Status punch_dkey(uint32_t cont, const ObjectId& oid, std::string_view dkey, Epoch epoch);
+  Status punch_akey(const KeyRef& key, Epoch epoch);
+  // Punches [offset, offset+length) of an array: it reads as a hole and no longer counts toward its size.
+  Status punch_extent(const KeyRef& key, Epoch epoch, uint64_t offset, uint64_t length);
+
+  // ---- enumeration, at an epoch, resumable ----
+  Result<std::vector<ObjectId>> list_objects(uint32_t cont, Epoch epoch, Anchor* anchor, size_t max);
+  Result<std::vector<std::string>> list_dkeys(uint32_t cont, const ObjectId& oid, Epoch epoch, Anchor* anchor,
+                                              size_t max);
+  Result<std::vector<std::string>> list_akeys(uint32_t cont, const ObjectId& oid, std::string_view dkey, Epoch epoch,
+                                              Anchor* anchor, size_t max);
+  // Visible data extents (after newest-wins, without holes), in offset order, coalesced.
+  Result<std::vector<Extent>> list_extents(const KeyRef& key, Epoch epoch, Anchor* anchor, size_t max);
+  // End of the highest visible data extent; kNotFound when the akey has no visible array.
+  Result<uint64_t> array_size(const KeyRef& key, Epoch epoch);
+
+  // ---- snapshots and aggregation ----
+  Status snapshot_create(uint32_t cont, Epoch epoch);   // updates at or below it are refused afterwards
+  Status snapshot_destroy(uint32_t cont, Epoch epoch);  // kNotFound
+  // Removes every version at or below `upto` that neither a snapshot nor a read at epoch >= upto can see,
+  // and returns its block space. Afterwards updates at or below `upto` are refused, and so are reads below it
+  // at epochs that are not snapshots.
+  Result<AggregateStats> aggregate(uint32_t cont, Epoch upto);
+
+  // ---- introspection ----
+  SpaceInfo space() const;
+  // Consistency check (fsck): every block is either free or owned by exactly one record, and the allocator's
+  // persistent state matches its in-memory state. OK or kCorruption with the first problem found.
+  Status check();
+  bool direct_io() const;
+  // Test hook: the block file byte ranges holding one array piece's data at `offset` (empty when inline).
+  Result<std::vector<Extent>> debug_locate(const KeyRef& key, uint64_t offset);
+
+  class Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Checksums for a payload the way update_end expects them (convenience for callers and tests).
+std::vector<uint32_t> make_csums(ValueKind kind, uint64_t offset, std::span<const uint8_t> data,
+                                 uint32_t csum_chunk_bytes);
+
+}  // namespace rfos::engine

@@ -1,0 +1,145 @@
+// Internals of the engine, shared by engine.cc (open, metadata, commit queue), engine_io.cc (update and
+// fetch) and engine_scan.cc (enumeration, aggregation, check). RocksDB types stay in this folder.
+//
+// Locks, in acquisition order: admin_mu (aggregation, destroys) -> reclaim_mu (readers shared, reclaim
+// exclusive) -> commit_mu (commit queue) -> meta_mu (pools, containers, snapshots). The allocator and the
+// arena have their own leaf mutexes.
+#pragma once
+
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+
+#include "engine/blockio/allocator.h"
+#include "engine/blockio/block_device.h"
+#include "engine/blockio/buffer_arena.h"
+#include "engine/engine.h"
+#include "engine/index/keys.h"
+
+namespace rfos::engine {
+
+using blockio::Run;
+
+// (epoch, seq): the total order of versions. {0, 0} is "before everything".
+struct Version {
+  uint64_t epoch = 0;
+  uint64_t seq = 0;
+  auto operator<=>(const Version&) const = default;
+};
+
+struct ContState {
+  Uuid pool;
+  Uuid uuid;
+  index::ContRecord rec;
+  std::set<Epoch> snapshots;
+
+  // Updates and punches must be above this epoch.
+  Epoch write_floor() const {
+    Epoch e = rec.agg_epoch;
+    if (!snapshots.empty() && *snapshots.rbegin() > e) e = *snapshots.rbegin();
+    return e;
+  }
+};
+
+// One entry of the commit queue: index records plus allocator changes that must become durable together.
+struct Writer {
+  // Runs first, under meta_mu, in commit order: validates against the current metadata (container still
+  // there, epoch still above the write floor) and applies in-memory metadata effects. Non-OK drops it.
+  std::function<Status()> prepare;
+  // Puts whose key ends in a version placeholder get the commit sequence number patched in.
+  struct Put {
+    std::string key;
+    std::string value;
+    bool versioned = false;
+  };
+  std::vector<Put> puts;
+  std::vector<std::string> deletes;
+  std::vector<std::pair<std::string, std::string>> range_deletes;
+  std::vector<Run> commit_runs;  // reserved runs the puts now own
+  std::vector<Run> free_runs;    // runs the deletes give back
+  bool wrote_data = false;       // block file data must be synced before the index commit
+
+  Status status;
+  bool done = false;
+  bool prepared = false;  // prepare() succeeded (the allocator changes were applied)
+};
+
+class Engine::Impl {
+ public:
+  explicit Impl(const EngineOptions& o) : opts(o) {}
+  ~Impl();
+
+  Status open();
+  // Queues `w` and returns once its batch is durable (or refused). Group commit: one thread leads a group,
+  // syncs the block file once and writes one RocksDB batch with one WAL sync for all of it.
+  Status commit(Writer* w);
+
+  // Metadata lookups under meta_mu.
+  Result<ContState> container(uint32_t cid) const;
+  Status check_epoch_for_read(const ContState& c, Epoch epoch) const;
+
+  // ---- reads (engine_scan.cc) ----
+  // The newest punch at or below `epoch` recorded at the level whose key prefix is `level_prefix`.
+  static Version punch_floor(rocksdb::Iterator* it, const std::string& level_prefix, Epoch epoch);
+  // The newest punch at or below `epoch` over the object, dkey and akey levels of `key`.
+  static Version akey_floor(rocksdb::Iterator* it, const KeyRef& key, Epoch epoch);
+  // Whether anything under `prefix` (an object, dkey or akey) has a version visible at `epoch`, given the
+  // punch floor inherited from the levels above the prefix.
+  static bool any_visible(rocksdb::Iterator* it, const std::string& prefix, Epoch epoch, Version floor);
+
+  struct ExtentRef {
+    uint64_t start = 0;
+    Version version;
+    index::ExtentRecord rec;
+    std::string value;  // owns the bytes rec.inline_data points into
+  };
+  // Visible extent records of an akey overlapping [begin, end), in ascending version order.
+  static Status visible_extents(rocksdb::Iterator* it, const std::string& akey_prefix, Version floor, Epoch epoch,
+                                uint64_t begin, uint64_t end, std::vector<ExtentRef>* out);
+
+  EngineOptions opts;
+  std::unique_ptr<rocksdb::DB> db;
+  std::unique_ptr<blockio::BufferArena> arena;
+  std::unique_ptr<blockio::BlockDevice> dev;
+  blockio::ExtentAllocator alloc;
+  uint64_t block_count = 0;
+  uint64_t max_io_bytes = 0;
+
+  std::mutex admin_mu;
+  std::shared_mutex reclaim_mu;
+
+  mutable std::mutex meta_mu;
+  std::set<Uuid> pools;
+  std::map<uint32_t, ContState> conts;
+  std::map<std::pair<Uuid, Uuid>, uint32_t> cont_ids;
+  uint32_t next_cid = 1;
+
+  std::mutex commit_mu;
+  std::condition_variable commit_cv;
+  std::deque<Writer*> writers;
+  uint64_t seq = 0;
+  Status failed;  // sticky: a failed commit leaves memory and disk unknown; reopen to recover
+};
+
+// Key prefix of an akey: object_prefix + dkey + akey.
+std::string akey_prefix(const KeyRef& key);
+Status validate_key(const KeyRef& key, bool need_akey);
+// Updates and punches: epoch in 1..2^64-2 and above the container's write floor.
+Status check_write_epoch(const ContState& c, Epoch epoch);
+// Sets w->prepare to re-check, in commit order, that the container exists and `epoch` is still writable.
+void make_versioned_writer(Engine::Impl* impl, Writer* w, uint32_t cid, Epoch epoch);
+inline uint64_t align_down(uint64_t v, uint64_t a) { return v / a * a; }
+inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+inline bool starts_with(const rocksdb::Slice& s, const std::string& prefix) {
+  return s.size() >= prefix.size() && std::memcmp(s.data(), prefix.data(), prefix.size()) == 0;
+}
+Status from_rocks(const rocksdb::Status& s, const std::string& what);
+
+}  // namespace rfos::engine

@@ -1,0 +1,524 @@
+// Engine: the two-phase update and fetch paths.
+#include <cstring>
+
+#include "common/crc32c.h"
+#include "engine/engine_impl.h"
+#include "engine/extent_map.h"
+
+namespace rfos::engine {
+
+using namespace index;
+
+// One grain-bounded piece of an update or fetch, with its engine buffer. The buffer covers the blocks of
+// [align_down(start), align_up(start+len)) so that data sits at the same offset within a block as on disk.
+struct Piece {
+  uint64_t start = 0;
+  uint32_t len = 0;
+  uint8_t* buf = nullptr;
+  size_t buf_bytes = 0;
+  uint8_t* data = nullptr;
+  std::vector<Run> runs;
+  bool inline_data = false;
+};
+
+struct UpdateState {
+  Engine::Impl* impl = nullptr;
+  UpdateOp op;
+  std::string dkey, akey;  // op.key views point here
+  index::ContRecord cont;
+  std::vector<Piece> pieces;
+  std::vector<IoBuf> iobufs;
+  size_t ncsum = 0;
+
+  ~UpdateState() { release(); }
+  void release() {
+    for (Piece& p : pieces) {
+      impl->arena->free(p.buf, p.buf_bytes);
+      if (!p.runs.empty()) impl->alloc.unreserve(p.runs);
+    }
+    pieces.clear();
+  }
+};
+
+struct FetchState {
+  Engine::Impl* impl = nullptr;
+  std::vector<Piece> pieces;
+  std::vector<IoBuf> iobufs;
+  std::vector<uint32_t> csums;
+  uint32_t chunk = 0;
+  uint64_t length = 0;
+
+  ~FetchState() {
+    for (Piece& p : pieces) impl->arena->free(p.buf, p.buf_bytes);
+  }
+};
+
+UpdateTx::UpdateTx() = default;
+UpdateTx::UpdateTx(UpdateTx&&) noexcept = default;
+UpdateTx& UpdateTx::operator=(UpdateTx&&) noexcept = default;
+UpdateTx::~UpdateTx() = default;
+std::span<const IoBuf> UpdateTx::buffers() const { return state_->iobufs; }
+size_t UpdateTx::csum_count() const { return state_->cont.csum ? state_->ncsum : 0; }
+uint32_t UpdateTx::csum_chunk_bytes() const { return state_->cont.csum_chunk_bytes; }
+
+FetchTx::FetchTx() = default;
+FetchTx::FetchTx(FetchTx&&) noexcept = default;
+FetchTx& FetchTx::operator=(FetchTx&&) noexcept = default;
+FetchTx::~FetchTx() = default;
+std::span<const IoBuf> FetchTx::buffers() const { return state_->iobufs; }
+std::span<const uint32_t> FetchTx::csums() const { return state_->csums; }
+uint32_t FetchTx::csum_chunk_bytes() const { return state_->chunk; }
+uint64_t FetchTx::length() const { return state_->length; }
+std::string FetchTx::to_string() const {
+  std::string out;
+  out.reserve(state_->length);
+  for (const IoBuf& b : state_->iobufs) out.append(reinterpret_cast<const char*>(b.data), b.len);
+  return out;
+}
+
+std::vector<uint32_t> make_csums(ValueKind kind, uint64_t offset, std::span<const uint8_t> data,
+                                 uint32_t csum_chunk_bytes) {
+  std::vector<uint32_t> out;
+  if (kind == ValueKind::kSingle)
+    out.push_back(crc32c(data.data(), data.size()));
+  else
+    chunk_crcs(offset, data, csum_chunk_bytes, &out);
+  return out;
+}
+
+namespace {
+
+// Splits [offset, offset+length) at grain boundaries.
+template <typename F>
+void for_each_grain(uint64_t offset, uint64_t length, F&& f) {
+  for (uint64_t pos = offset; pos < offset + length;) {
+    uint64_t end = std::min(offset + length, align_down(pos, kGrainBytes) + kGrainBytes);
+    f(pos, static_cast<uint32_t>(end - pos));
+    pos = end;
+  }
+}
+
+// Allocates the piece's block-aligned buffer. False when the arena is exhausted.
+bool alloc_piece_buffer(blockio::BufferArena* arena, Piece* p) {
+  uint64_t first = align_down(p->start, kBlockBytes);
+  p->buf_bytes = p->inline_data ? p->len : align_up(p->start + p->len, kBlockBytes) - first;
+  p->buf = arena->alloc(p->buf_bytes);
+  if (p->buf == nullptr) return false;
+  p->data = p->inline_data ? p->buf : p->buf + (p->start - first);
+  return true;
+}
+
+Status validate_io(const Engine::Impl& im, ValueKind kind, uint64_t offset, uint64_t length, bool update) {
+  if (kind != ValueKind::kSingle && kind != ValueKind::kArray)
+    return error(StatusCode::kInvalidArgument, "unknown value kind");
+  if (kind == ValueKind::kSingle) {
+    if (update && length == 0) return error(StatusCode::kInvalidArgument, "a single value must not be empty");
+    if (length > kSingleValueMaxBytes)
+      return error(StatusCode::kTooLarge, "single values are at most " + std::to_string(kSingleValueMaxBytes) + " bytes");
+    return Status::ok();
+  }
+  if (length == 0) return error(StatusCode::kInvalidArgument, "array I/O length must be positive");
+  if (offset >= kArrayOffsetMax || length > kArrayOffsetMax - offset)
+    return error(StatusCode::kInvalidArgument, "array extent must lie below 2^62");
+  if (length > im.max_io_bytes)
+    return error(StatusCode::kTooLarge, "one I/O is at most " + std::to_string(im.max_io_bytes) + " bytes");
+  return Status::ok();
+}
+
+// Where logical byte `x` of an extent record starting at `start` lives in the block file.
+// The record's runs, concatenated, hold the bytes from align_down(start) on.
+struct DiskMap {
+  const ExtentRecord& rec;
+  uint64_t start;
+  // Appends read requests for the blocks covering logical [x, y) into buf (block-aligned memory that
+  // corresponds to logical align_down(x)).
+  void reads(uint64_t x, uint64_t y, uint8_t* buf, std::vector<blockio::IoRequest>* out) const {
+    uint64_t base = align_down(start, kBlockBytes);
+    uint64_t vb = (align_down(x, kBlockBytes) - base) / kBlockBytes;  // first block, counted within the record
+    uint64_t ve = (align_up(y, kBlockBytes) - base) / kBlockBytes;
+    uint64_t skip = vb;
+    for (const Run& r : rec.runs) {
+      if (vb >= ve) break;
+      if (skip >= r.nblocks) {
+        skip -= r.nblocks;
+        continue;
+      }
+      uint64_t n = std::min<uint64_t>(r.nblocks - skip, ve - vb);
+      out->push_back({false, buf, (r.block + skip) * kBlockBytes, static_cast<uint32_t>(n * kBlockBytes)});
+      buf += n * kBlockBytes;
+      vb += n;
+      skip = 0;
+    }
+  }
+};
+
+// The record's checksum index of logical byte x.
+size_t csum_index(uint64_t start, uint64_t x, uint32_t chunk) { return x / chunk - start / chunk; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------
+// Update
+
+Result<UpdateTx> Engine::update_begin(const UpdateOp& op) {
+  Impl& im = *impl_;
+  RFOS_RETURN_IF_ERROR(validate_key(op.key, true));
+  RFOS_RETURN_IF_ERROR(validate_io(im, op.kind, op.offset, op.length, true));
+  RFOS_ASSIGN_OR_RETURN(ContState c, im.container(op.key.cont));
+  RFOS_RETURN_IF_ERROR(check_write_epoch(c, op.epoch));
+
+  UpdateTx tx;
+  tx.state_ = std::make_unique<UpdateState>();
+  UpdateState& st = *tx.state_;
+  st.impl = &im;
+  st.op = op;
+  st.dkey.assign(op.key.dkey);
+  st.akey.assign(op.key.akey);
+  st.op.key.dkey = st.dkey;
+  st.op.key.akey = st.akey;
+  st.cont = c.rec;
+  auto busy = [] { return error(StatusCode::kBusy, "engine buffers exhausted, retry later"); };
+
+  if (op.kind == ValueKind::kSingle) {
+    Piece p;
+    p.len = static_cast<uint32_t>(op.length);
+    p.inline_data = true;
+    if (!alloc_piece_buffer(im.arena.get(), &p)) return busy();
+    st.pieces.push_back(p);
+    st.ncsum = 1;
+  } else {
+    Status failed;
+    for_each_grain(op.offset, op.length, [&](uint64_t start, uint32_t len) {
+      if (!failed.is_ok()) return;
+      Piece p;
+      p.start = start;
+      p.len = len;
+      p.inline_data = len <= im.opts.inline_max_bytes;
+      if (!alloc_piece_buffer(im.arena.get(), &p)) {
+        failed = busy();
+        return;
+      }
+      if (!p.inline_data) {
+        auto runs = im.alloc.reserve(p.buf_bytes / kBlockBytes);
+        if (!runs.is_ok()) {
+          im.arena->free(p.buf, p.buf_bytes);
+          failed = runs.status();
+          return;
+        }
+        p.runs = std::move(runs).value();
+      }
+      st.pieces.push_back(std::move(p));
+    });
+    if (!failed.is_ok()) return failed;  // st's destructor gives everything back
+    st.ncsum = chunk_count(op.offset, op.length, c.rec.csum_chunk_bytes);
+  }
+  for (const Piece& p : st.pieces) st.iobufs.push_back({p.data, p.len});
+  return tx;
+}
+
+void Engine::update_abort(UpdateTx& tx) { tx.state_.reset(); }
+
+Status Engine::update_end(UpdateTx& tx, std::span<const uint32_t> csums) {
+  if (!tx.state_) return error(StatusCode::kInvalidArgument, "update already ended");
+  std::unique_ptr<UpdateState> st = std::move(tx.state_);  // any return below releases the reservation
+  Impl& im = *impl_;
+  const UpdateOp& op = st->op;
+  uint32_t chunk = st->cont.csum_chunk_bytes;
+
+  // Checksums of what the buffers hold now; they must match the caller's before anything is stored.
+  std::vector<uint32_t> computed;
+  computed.reserve(st->ncsum);
+  for (const Piece& p : st->pieces) {
+    if (op.kind == ValueKind::kSingle)
+      computed.push_back(crc32c(p.data, p.len));
+    else
+      chunk_crcs(p.start, {p.data, p.len}, chunk, &computed);
+  }
+  if (st->cont.csum) {
+    if (csums.size() != computed.size())
+      return error(StatusCode::kInvalidArgument, "expected " + std::to_string(computed.size()) + " checksums, got " +
+                                                     std::to_string(csums.size()));
+    for (size_t i = 0; i < computed.size(); ++i)
+      if (csums[i] != computed[i])
+        return error(StatusCode::kChecksumMismatch,
+                     "checksum mismatch in chunk " + std::to_string(i) + " of the update: data damaged in transit");
+  }
+
+  // Data first: the index must never name blocks whose data is not on disk.
+  std::vector<blockio::IoRequest> writes;
+  Writer w;
+  std::string prefix = akey_prefix(op.key);
+  size_t ci = 0;
+  for (Piece& p : st->pieces) {
+    std::string key = prefix;
+    if (op.kind == ValueKind::kSingle) {
+      key.push_back(kSingleTag);
+      append_version(&key, op.epoch, 0);
+      w.puts.push_back({std::move(key), encode_single(computed[0], {reinterpret_cast<char*>(p.data), p.len}), true});
+      continue;
+    }
+    ExtentRecord r;
+    r.length = p.len;
+    r.csum_chunk_bytes = chunk;
+    size_t n = chunk_count(p.start, p.len, chunk);
+    r.csums.assign(computed.begin() + ci, computed.begin() + ci + n);
+    ci += n;
+    if (p.inline_data) {
+      r.flags = ExtentRecord::kInline;
+      r.inline_data = {reinterpret_cast<char*>(p.data), p.len};
+    } else {
+      // Zero the padding around the data so no stale buffer bytes reach the disk.
+      std::memset(p.buf, 0, p.data - p.buf);
+      std::memset(p.data + p.len, 0, p.buf + p.buf_bytes - (p.data + p.len));
+      uint8_t* src = p.buf;
+      for (const Run& run : p.runs) {
+        writes.push_back({true, src, run.block * kBlockBytes, run.nblocks * kBlockBytes});
+        src += static_cast<size_t>(run.nblocks) * kBlockBytes;
+      }
+      r.runs = p.runs;
+      w.commit_runs.insert(w.commit_runs.end(), p.runs.begin(), p.runs.end());
+    }
+    append_extent_start(&key, p.start);
+    append_version(&key, op.epoch, 0);
+    w.puts.push_back({std::move(key), encode_extent(r), true});
+  }
+  if (!writes.empty()) {
+    RFOS_RETURN_IF_ERROR(im.dev->submit_and_wait(writes));
+    w.wrote_data = true;
+  }
+  make_versioned_writer(&im, &w, op.key.cont, op.epoch);
+  Status s = im.commit(&w);
+  if (w.prepared) {
+    // The runs belong to the index now (or the engine failed): never give them back as a reservation.
+    for (Piece& p : st->pieces) p.runs.clear();
+  }
+  return s;
+}
+
+Status Engine::update(const UpdateOp& op, std::span<const uint8_t> data, std::span<const uint32_t> csums) {
+  if (data.size() != op.length)
+    return error(StatusCode::kInvalidArgument, "data size differs from the update length");
+  RFOS_ASSIGN_OR_RETURN(UpdateTx tx, update_begin(op));
+  size_t pos = 0;
+  for (const IoBuf& b : tx.buffers()) {
+    std::memcpy(b.data, data.data() + pos, b.len);
+    pos += b.len;
+  }
+  return update_end(tx, csums);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Fetch
+
+void Engine::fetch_end(FetchTx& tx) { tx.state_.reset(); }
+
+Result<std::string> Engine::fetch(const FetchOp& op, std::vector<uint32_t>* csums) {
+  RFOS_ASSIGN_OR_RETURN(FetchTx tx, fetch_begin(op));
+  if (csums) csums->assign(tx.csums().begin(), tx.csums().end());
+  return tx.to_string();
+}
+
+Result<FetchTx> Engine::fetch_begin(const FetchOp& op) {
+  Impl& im = *impl_;
+  RFOS_RETURN_IF_ERROR(validate_key(op.key, true));
+  RFOS_RETURN_IF_ERROR(validate_io(im, op.kind, op.offset, op.length, false));
+  RFOS_ASSIGN_OR_RETURN(ContState c, im.container(op.key.cont));
+  RFOS_RETURN_IF_ERROR(im.check_epoch_for_read(c, op.epoch));
+
+  FetchTx tx;
+  tx.state_ = std::make_unique<FetchState>();
+  FetchState& st = *tx.state_;
+  st.impl = &im;
+  st.chunk = c.rec.csum_chunk_bytes;
+  auto busy = [] { return error(StatusCode::kBusy, "engine buffers exhausted, retry later"); };
+
+  // Blocks read below cannot be reclaimed and reused until this fetch has its bytes.
+  std::shared_lock reclaim(im.reclaim_mu);
+  std::unique_ptr<rocksdb::Iterator> it(im.db->NewIterator(rocksdb::ReadOptions()));
+  Version floor = Impl::akey_floor(it.get(), op.key, op.epoch);
+  std::string prefix = akey_prefix(op.key);
+
+  auto kind_of_other = [&](char tag) {
+    std::string p = prefix;
+    p.push_back(tag);
+    return Impl::any_visible(it.get(), p, op.epoch, floor);
+  };
+
+  if (op.kind == ValueKind::kSingle) {
+    std::string seek = prefix;
+    seek.push_back(kSingleTag);
+    append_version(&seek, op.epoch, UINT64_MAX);
+    it->Seek(seek);
+    ObjectKey k;
+    bool found = it->Valid() && starts_with(it->key(), prefix) && parse_object_key(it->key().ToStringView(), &k) &&
+                 k.kind == kSingleTag && Version{k.epoch, k.seq} > floor;
+    if (!found) {
+      RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "index read"));
+      if (kind_of_other(kExtentTag)) return error(StatusCode::kWrongValueKind, "akey holds an array, not a single value");
+      return error(StatusCode::kNotFound, "no single value at this key and epoch");
+    }
+    SingleRecord r;
+    if (!decode_single(it->value().ToStringView(), &r)) return error(StatusCode::kCorruption, "malformed single value");
+    if (crc32c(r.data.data(), r.data.size()) != r.csum)
+      return error(StatusCode::kChecksumMismatch, "stored single value fails its checksum");
+    Piece p;
+    p.len = static_cast<uint32_t>(r.data.size());
+    p.inline_data = true;
+    if (!alloc_piece_buffer(im.arena.get(), &p)) return busy();
+    std::memcpy(p.data, r.data.data(), p.len);
+    st.pieces.push_back(p);
+    st.iobufs.push_back({p.data, p.len});
+    st.csums.push_back(r.csum);
+    st.length = p.len;
+    return tx;
+  }
+
+  uint64_t a = op.offset, b = op.offset + op.length;
+  std::vector<Impl::ExtentRef> recs;
+  RFOS_RETURN_IF_ERROR(Impl::visible_extents(it.get(), prefix, floor, op.epoch, a, b, &recs));
+  if (recs.empty() && !kind_of_other(kExtentTag)) {
+    RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "index read"));
+    if (kind_of_other(kSingleTag)) return error(StatusCode::kWrongValueKind, "akey holds a single value, not an array");
+    return error(StatusCode::kNotFound, "no array at this key and epoch");
+  }
+
+  bool oom = false;
+  for_each_grain(a, op.length, [&](uint64_t start, uint32_t len) {
+    Piece p;
+    p.start = start;
+    p.len = len;
+    if (!oom && alloc_piece_buffer(im.arena.get(), &p)) {
+      st.pieces.push_back(p);
+    } else {
+      oom = true;
+    }
+  });
+  if (oom) return busy();
+  st.length = op.length;
+
+  ExtentMap map(a, b);
+  for (size_t i = 0; i < recs.size(); ++i) map.assign(recs[i].start, recs[i].start + recs[i].rec.length, static_cast<int>(i));
+  std::vector<ExtentMap::Segment> segs = map.segments();
+
+  // Where logical byte x of the fetch lands.
+  size_t piece_of = 0;
+  auto out_ptr = [&](uint64_t x) -> uint8_t* {
+    while (x >= st.pieces[piece_of].start + st.pieces[piece_of].len) ++piece_of;
+    while (x < st.pieces[piece_of].start) --piece_of;
+    const Piece& p = st.pieces[piece_of];
+    return p.data + (x - p.start);
+  };
+
+  // Reads: each visible segment needs the whole checksum chunks of its record that it touches, to verify
+  // them. They go straight into the output buffer when that clobbers no other segment, else into a bounce.
+  struct Verify {
+    const Impl::ExtentRef* ref;
+    uint64_t x, y;     // chunk-aligned (or record-bounded) logical range to verify
+    uint8_t* mem;      // where logical x is in memory
+    uint8_t* bounce;   // owned bounce buffer, or null
+    size_t bounce_bytes;
+    uint64_t sx, sy;   // the segment to copy out of a bounce buffer
+  };
+  std::vector<Verify> verifies;
+  std::vector<blockio::IoRequest> reads;
+  auto free_bounces = [&] {
+    for (Verify& v : verifies) im.arena->free(v.bounce, v.bounce_bytes);
+  };
+  for (size_t si = 0; si < segs.size(); ++si) {
+    const ExtentMap::Segment& s = segs[si];
+    if (s.owner < 0) continue;
+    const Impl::ExtentRef& ref = recs[s.owner];
+    if (ref.rec.flags & ExtentRecord::kHole) continue;
+    uint64_t rs = ref.start, re = ref.start + ref.rec.length;
+    uint32_t chunk = ref.rec.csum_chunk_bytes;
+    uint64_t x = std::max(rs, align_down(s.start, chunk)), y = std::min(re, align_up(s.end, chunk));
+    Verify v{&ref, x, y, nullptr, nullptr, 0, s.start, s.end};
+    if (ref.rec.flags & ExtentRecord::kInline) {
+      v.mem = reinterpret_cast<uint8_t*>(const_cast<char*>(ref.rec.inline_data.data())) + (x - rs);
+      verifies.push_back(v);
+      continue;
+    }
+    uint64_t bx = align_down(x, kBlockBytes), by = align_up(y, kBlockBytes);
+    // Direct when [bx, by) stays inside this segment's piece buffer and, within [a, b), inside the segment.
+    out_ptr(s.start);  // positions piece_of on the segment's piece
+    const Piece& p = st.pieces[piece_of];
+    bool direct = bx >= align_down(p.start, kBlockBytes) && by <= align_up(p.start + p.len, kBlockBytes) &&
+                  std::max(bx, a) >= s.start && std::min(by, b) <= s.end;
+    uint8_t* dst;
+    if (direct) {
+      dst = p.buf + (bx - align_down(p.start, kBlockBytes));
+    } else {
+      v.bounce_bytes = by - bx;
+      v.bounce = im.arena->alloc(v.bounce_bytes);
+      if (v.bounce == nullptr) {
+        free_bounces();
+        return busy();
+      }
+      dst = v.bounce;
+    }
+    v.mem = dst + (x - bx);
+    DiskMap{ref.rec, rs}.reads(x, y, dst, &reads);
+    verifies.push_back(v);
+  }
+  Status s = reads.empty() ? Status::ok() : im.dev->submit_and_wait(reads);
+  reclaim.unlock();
+
+  for (const Verify& v : verifies) {
+    if (!s.is_ok()) break;
+    const ExtentRecord& r = v.ref->rec;
+    uint32_t chunk = r.csum_chunk_bytes;
+    for (uint64_t x = v.x; x < v.y;) {
+      uint64_t e = std::min(v.y, align_down(x, chunk) + chunk);
+      size_t idx = csum_index(v.ref->start, x, chunk);
+      if (idx >= r.csums.size() || crc32c(v.mem + (x - v.x), e - x) != r.csums[idx]) {
+        s = error(StatusCode::kChecksumMismatch, "stored data at offset " + std::to_string(x) + " fails its checksum");
+        break;
+      }
+      x = e;
+    }
+    if (s.is_ok() && (v.bounce != nullptr || (r.flags & ExtentRecord::kInline))) {
+      // Copy the segment out, piece by piece (a segment never crosses a grain, so one piece).
+      std::memcpy(out_ptr(v.sx), v.mem + (v.sx - v.x), v.sy - v.sx);
+    }
+  }
+  free_bounces();
+  RFOS_RETURN_IF_ERROR(s);
+
+  // Holes read as zeros; then the checksums of what is returned, reusing stored ones where a chunk of the
+  // output is exactly a verified chunk of one record.
+  for (const ExtentMap::Segment& seg : segs) {
+    if (seg.owner >= 0 && !(recs[seg.owner].rec.flags & ExtentRecord::kHole)) continue;
+    for (uint64_t x = seg.start; x < seg.end;) {
+      uint64_t e = std::min(seg.end, align_down(x, kGrainBytes) + kGrainBytes);
+      std::memset(out_ptr(x), 0, e - x);
+      x = e;
+    }
+  }
+  uint32_t chunk = st.chunk;
+  size_t si = 0;
+  for (uint64_t x = a; x < b;) {
+    uint64_t e = std::min(b, align_down(x, chunk) + chunk);
+    while (segs[si].end <= x) ++si;
+    const ExtentMap::Segment& seg = segs[si];
+    bool reused = false;
+    if (seg.owner >= 0 && seg.end >= e) {
+      const Impl::ExtentRef& ref = recs[seg.owner];
+      uint64_t rs = ref.start, re = rs + ref.rec.length;
+      uint32_t rc = ref.rec.csum_chunk_bytes;
+      if (!(ref.rec.flags & ExtentRecord::kHole) && rc == chunk && std::max(rs, align_down(x, chunk)) == x &&
+          std::min(re, align_down(x, chunk) + chunk) == e) {
+        st.csums.push_back(ref.rec.csums[csum_index(rs, x, chunk)]);
+        reused = true;
+      }
+    }
+    if (!reused) {
+      // The output chunk may span two pieces only if the chunk crossed a grain, which it cannot (chunk <= grain).
+      st.csums.push_back(crc32c(out_ptr(x), e - x));
+    }
+    x = e;
+  }
+  for (const Piece& p : st.pieces) st.iobufs.push_back({p.data, p.len});
+  return tx;
+}
+
+}  // namespace rfos::engine

@@ -1,0 +1,463 @@
+// Engine: index scans -- visibility, enumeration, array size, aggregation and the consistency check.
+#include <algorithm>
+#include <cstring>
+
+#include "common/coding.h"
+#include "engine/engine_impl.h"
+#include "engine/extent_map.h"
+
+namespace rfos::engine {
+
+using namespace index;
+
+Version Engine::Impl::punch_floor(rocksdb::Iterator* it, const std::string& level_prefix, Epoch epoch) {
+  std::string seek = level_prefix;
+  seek.push_back(kPunchTag);
+  size_t want = seek.size() + kVersionBytes;
+  append_version(&seek, epoch, UINT64_MAX);
+  it->Seek(seek);
+  if (!it->Valid() || it->key().size() != want || !starts_with(it->key(), level_prefix) ||
+      it->key()[level_prefix.size()] != kPunchTag)
+    return {};
+  const char* v = it->key().data() + level_prefix.size() + 1;
+  return {~get_be64(v), ~get_be64(v + 8)};
+}
+
+Version Engine::Impl::akey_floor(rocksdb::Iterator* it, const KeyRef& key, Epoch epoch) {
+  std::string p = object_prefix(key.cont, key.oid);
+  Version f = punch_floor(it, p, epoch);
+  append_dkey(&p, key.dkey);
+  f = std::max(f, punch_floor(it, p, epoch));
+  append_akey(&p, key.akey);
+  return std::max(f, punch_floor(it, p, epoch));
+}
+
+bool Engine::Impl::any_visible(rocksdb::Iterator* it, const std::string& prefix, Epoch epoch, Version floor) {
+  // Records come in key order: within each level its punches first (newest first), then what is below it.
+  // Floors are tracked per level and reset when the scan enters a new dkey or akey.
+  Version floors[3] = {floor, floor, floor};
+  std::string cur_dkey, cur_akey;
+  for (it->Seek(prefix); it->Valid() && starts_with(it->key(), prefix); it->Next()) {
+    ObjectKey k;
+    if (!parse_object_key(it->key().ToStringView(), &k)) continue;
+    if (k.level >= 1 && k.dkey != cur_dkey) {
+      cur_dkey.assign(k.dkey);
+      cur_akey.clear();
+      floors[1] = floors[0];
+      floors[2] = floors[0];
+    }
+    if (k.level == 2 && k.akey != cur_akey) {
+      cur_akey.assign(k.akey);
+      floors[2] = floors[1];
+    }
+    Version v{k.epoch, k.seq};
+    if (k.epoch > epoch) continue;
+    if (k.kind == kPunchTag) {
+      for (int l = k.level; l < 3; ++l) floors[l] = std::max(floors[l], v);
+      continue;
+    }
+    if (v > floors[2]) return true;
+  }
+  return false;
+}
+
+Status Engine::Impl::visible_extents(rocksdb::Iterator* it, const std::string& akey_prefix, Version floor,
+                                     Epoch epoch, uint64_t begin, uint64_t end, std::vector<ExtentRef>* out) {
+  // Records never cross a grain, so none that overlaps [begin, end) starts before begin's grain.
+  std::string seek = akey_prefix;
+  append_extent_start(&seek, align_down(begin, kGrainBytes));
+  std::string tag_prefix = akey_prefix + kExtentTag;
+  out->clear();
+  for (it->Seek(seek); it->Valid() && starts_with(it->key(), tag_prefix); it->Next()) {
+    ObjectKey k;
+    if (!parse_object_key(it->key().ToStringView(), &k))
+      return error(StatusCode::kCorruption, "malformed extent key");
+    if (k.start >= end) break;
+    Version v{k.epoch, k.seq};
+    if (k.epoch > epoch || v <= floor) continue;
+    ExtentRef ref;
+    ref.start = k.start;
+    ref.version = v;
+    ref.value = it->value().ToString();
+    out->push_back(std::move(ref));
+  }
+  RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "index read"));
+  // Decode only now: rec.inline_data points into value, which must not move any more.
+  std::vector<ExtentRef> kept;
+  for (ExtentRef& ref : *out) {
+    if (!decode_extent(ref.value, &ref.rec) || ref.start + ref.rec.length > align_down(ref.start, kGrainBytes) + kGrainBytes)
+      return error(StatusCode::kCorruption, "malformed extent record at offset " + std::to_string(ref.start));
+  }
+  std::erase_if(*out, [&](const ExtentRef& r) { return r.start + r.rec.length <= begin; });
+  std::sort(out->begin(), out->end(), [](const ExtentRef& x, const ExtentRef& y) { return x.version < y.version; });
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Enumeration
+
+namespace {
+
+// Generic resumable key enumeration below `parent`: keys are the u16-length-prefixed names after `tag`.
+Result<std::vector<std::string>> list_names(Engine::Impl* im, const std::string& parent, char tag, Epoch epoch,
+                                            Version floor, Anchor* anchor, size_t max) {
+  std::vector<std::string> out;
+  if (anchor->done || max == 0) return out;
+  std::unique_ptr<rocksdb::Iterator> it(im->db->NewIterator(rocksdb::ReadOptions()));
+  std::string pos = parent + tag;
+  if (!anchor->position.empty()) {
+    pos = parent;
+    pos.push_back(tag);
+    put_be16(&pos, static_cast<uint16_t>(anchor->position.size()));
+    pos += anchor->position;
+    pos = prefix_successor(pos);
+  }
+  std::string tag_prefix = parent + tag;
+  while (out.size() < max) {
+    it->Seek(pos);
+    if (!it->Valid() || !starts_with(it->key(), tag_prefix)) break;
+    rocksdb::Slice k = it->key();
+    if (k.size() < tag_prefix.size() + 2) return error(StatusCode::kCorruption, "malformed key");
+    size_t len = get_be16(k.data() + tag_prefix.size());
+    if (k.size() < tag_prefix.size() + 2 + len) return error(StatusCode::kCorruption, "malformed key");
+    std::string child(k.data(), tag_prefix.size() + 2 + len);
+    std::string name(k.data() + tag_prefix.size() + 2, len);
+    // The child's own punch floor is found by any_visible's scan (its punches lead its records).
+    if (Engine::Impl::any_visible(it.get(), child, epoch, floor)) {
+      out.push_back(name);
+      anchor->position = name;
+    }
+    pos = prefix_successor(child);
+  }
+  RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "index scan"));
+  if (out.size() < max) anchor->done = true;
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<ObjectId>> Engine::list_objects(uint32_t cont, Epoch epoch, Anchor* anchor, size_t max) {
+  RFOS_ASSIGN_OR_RETURN(ContState c, impl_->container(cont));
+  RFOS_RETURN_IF_ERROR(impl_->check_epoch_for_read(c, epoch));
+  std::vector<ObjectId> out;
+  if (anchor->done || max == 0) return out;
+  std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions()));
+  std::string prefix = cont_objects_prefix(cont);
+  std::string pos = anchor->position.empty() ? prefix : prefix_successor(prefix + anchor->position);
+  while (out.size() < max) {
+    it->Seek(pos);
+    if (!it->Valid() || !starts_with(it->key(), prefix)) break;
+    if (it->key().size() < prefix.size() + 16) return error(StatusCode::kCorruption, "malformed object key");
+    std::string obj(it->key().data(), prefix.size() + 16);
+    if (Impl::any_visible(it.get(), obj, epoch, {})) {
+      ObjectId oid{get_be64(obj.data() + prefix.size()), get_be64(obj.data() + prefix.size() + 8)};
+      out.push_back(oid);
+      anchor->position = obj.substr(prefix.size());
+    }
+    pos = prefix_successor(obj);
+  }
+  RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "index scan"));
+  if (out.size() < max) anchor->done = true;
+  return out;
+}
+
+Result<std::vector<std::string>> Engine::list_dkeys(uint32_t cont, const ObjectId& oid, Epoch epoch, Anchor* anchor,
+                                                    size_t max) {
+  RFOS_ASSIGN_OR_RETURN(ContState c, impl_->container(cont));
+  RFOS_RETURN_IF_ERROR(impl_->check_epoch_for_read(c, epoch));
+  std::string obj = object_prefix(cont, oid);
+  Version floor;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions()));
+    floor = Impl::punch_floor(it.get(), obj, epoch);
+  }
+  return list_names(impl_.get(), obj, kDkeyTag, epoch, floor, anchor, max);
+}
+
+Result<std::vector<std::string>> Engine::list_akeys(uint32_t cont, const ObjectId& oid, std::string_view dkey,
+                                                    Epoch epoch, Anchor* anchor, size_t max) {
+  RFOS_RETURN_IF_ERROR(validate_key({cont, oid, dkey, {}}, false));
+  RFOS_ASSIGN_OR_RETURN(ContState c, impl_->container(cont));
+  RFOS_RETURN_IF_ERROR(impl_->check_epoch_for_read(c, epoch));
+  std::string p = object_prefix(cont, oid);
+  Version floor;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions()));
+    floor = Impl::punch_floor(it.get(), p, epoch);
+    append_dkey(&p, dkey);
+    floor = std::max(floor, Impl::punch_floor(it.get(), p, epoch));
+  }
+  return list_names(impl_.get(), p, kAkeyTag, epoch, floor, anchor, max);
+}
+
+namespace {
+
+// Visible data segments (holes dropped) of a whole array, coalesced.
+Result<std::vector<Extent>> visible_data(Engine::Impl* im, const KeyRef& key, Epoch epoch) {
+  RFOS_RETURN_IF_ERROR(validate_key(key, true));
+  RFOS_ASSIGN_OR_RETURN(ContState c, im->container(key.cont));
+  RFOS_RETURN_IF_ERROR(im->check_epoch_for_read(c, epoch));
+  std::unique_ptr<rocksdb::Iterator> it(im->db->NewIterator(rocksdb::ReadOptions()));
+  Version floor = Engine::Impl::akey_floor(it.get(), key, epoch);
+  std::string prefix = akey_prefix(key);
+  std::vector<Engine::Impl::ExtentRef> recs;
+  RFOS_RETURN_IF_ERROR(Engine::Impl::visible_extents(it.get(), prefix, floor, epoch, 0, kArrayOffsetMax, &recs));
+  if (recs.empty()) return error(StatusCode::kNotFound, "no array at this key and epoch");
+  uint64_t hi = 0;
+  for (const auto& r : recs) hi = std::max(hi, r.start + r.rec.length);
+  ExtentMap map(0, hi);
+  for (size_t i = 0; i < recs.size(); ++i) {
+    bool hole = recs[i].rec.flags & ExtentRecord::kHole;
+    map.assign(recs[i].start, recs[i].start + recs[i].rec.length, hole ? -1 : 0);
+  }
+  std::vector<Extent> out;
+  for (const auto& s : map.segments())
+    if (s.owner == 0) out.push_back({s.start, s.end - s.start});
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<Extent>> Engine::list_extents(const KeyRef& key, Epoch epoch, Anchor* anchor, size_t max) {
+  std::vector<Extent> out;
+  if (anchor->done || max == 0) return out;
+  RFOS_ASSIGN_OR_RETURN(std::vector<Extent> all, visible_data(impl_.get(), key, epoch));
+  uint64_t from = 0;
+  if (!anchor->position.empty()) {
+    if (anchor->position.size() != 8) return error(StatusCode::kInvalidArgument, "malformed extent anchor");
+    from = get_be64(anchor->position.data());
+  }
+  for (const Extent& e : all) {
+    if (e.offset + e.length <= from) continue;
+    Extent piece = e;
+    if (piece.offset < from) {
+      piece.length -= from - piece.offset;
+      piece.offset = from;
+    }
+    if (out.size() == max) return out;
+    out.push_back(piece);
+    anchor->position.clear();
+    put_be64(&anchor->position, piece.offset + piece.length);
+  }
+  anchor->done = true;
+  return out;
+}
+
+Result<uint64_t> Engine::array_size(const KeyRef& key, Epoch epoch) {
+  auto data = visible_data(impl_.get(), key, epoch);
+  if (!data.is_ok()) return data.status();
+  return data->empty() ? 0 : data->back().offset + data->back().length;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Aggregation
+
+namespace {
+
+struct AggRecord {
+  std::string key;
+  ObjectKey k;  // views into key
+  ExtentRecord ext;  // extents only
+  bool keep = false;
+};
+
+// Decides which versions of one akey (at or below `upto`) any view can see. Views are the snapshots below
+// `upto` and `upto` itself; a view sees a version at or below its epoch and above the punch floor at its epoch.
+void mark_akey(std::vector<AggRecord>& recs, const std::vector<Epoch>& views, Epoch upto,
+               const std::vector<Version>& obj_punches, const std::vector<Version>& dkey_punches) {
+  auto floor_at = [](const std::vector<Version>& punches, Epoch view) {
+    Version f;
+    for (const Version& p : punches)
+      if (p.epoch <= view) f = std::max(f, p);
+    return f;
+  };
+  std::vector<Version> akey_punches;
+  for (const AggRecord& r : recs)
+    if (r.k.kind == kPunchTag) akey_punches.push_back({r.k.epoch, r.k.seq});
+  for (AggRecord& r : recs)
+    if (r.k.epoch > upto) r.keep = true;
+
+  for (Epoch view : views) {
+    Version floor = std::max({floor_at(obj_punches, view), floor_at(dkey_punches, view), floor_at(akey_punches, view)});
+    // Single value: the newest visible version (records are newest first).
+    for (AggRecord& r : recs) {
+      if (r.k.kind != kSingleTag || r.k.epoch > view) continue;
+      if (Version{r.k.epoch, r.k.seq} > floor) r.keep = true;
+      break;
+    }
+    // Extents: every record that owns a byte after newest-wins painting.
+    std::vector<AggRecord*> ext;
+    uint64_t hi = 0;
+    for (AggRecord& r : recs)
+      if (r.k.kind == kExtentTag && r.k.epoch <= view && Version{r.k.epoch, r.k.seq} > floor) {
+        ext.push_back(&r);
+        hi = std::max(hi, r.k.start + r.ext.length);
+      }
+    if (ext.empty()) continue;
+    std::sort(ext.begin(), ext.end(), [](AggRecord* x, AggRecord* y) {
+      return Version{x->k.epoch, x->k.seq} < Version{y->k.epoch, y->k.seq};
+    });
+    ExtentMap map(0, hi);
+    for (size_t i = 0; i < ext.size(); ++i) map.assign(ext[i]->k.start, ext[i]->k.start + ext[i]->ext.length, static_cast<int>(i));
+    for (const auto& s : map.segments())
+      if (s.owner >= 0) ext[s.owner]->keep = true;
+  }
+  // An akey punch stays while some kept version is older than it (it still hides that version).
+  for (AggRecord& r : recs) {
+    if (r.k.kind != kPunchTag || r.keep) continue;
+    Version p{r.k.epoch, r.k.seq};
+    for (const AggRecord& o : recs)
+      if (o.k.kind != kPunchTag && o.keep && Version{o.k.epoch, o.k.seq} < p) r.keep = true;
+  }
+}
+
+}  // namespace
+
+Result<AggregateStats> Engine::aggregate(uint32_t cont, Epoch upto) {
+  Impl& im = *impl_;
+  std::lock_guard admin(im.admin_mu);
+  if (upto == 0 || upto == kEpochLatest) return error(StatusCode::kInvalidArgument, "aggregation epoch out of range");
+  RFOS_ASSIGN_OR_RETURN(ContState c, im.container(cont));
+  if (upto < c.rec.agg_epoch) return AggregateStats{};
+
+  // First raise the boundary durably: from here on no update at or below `upto` can commit, so the scan
+  // below sees every version it has to judge.
+  {
+    Writer w;
+    w.puts.push_back({cont_key(c.pool, c.uuid), "", false});
+    w.prepare = [&] {
+      auto it = im.conts.find(cont);
+      if (it == im.conts.end())
+        return error(StatusCode::kUnknownContainer, "container handle " + std::to_string(cont) + " was destroyed");
+      it->second.rec.agg_epoch = std::max(it->second.rec.agg_epoch, upto);
+      w.puts[0].value = encode_cont(it->second.rec);
+      c = it->second;
+      return Status::ok();
+    };
+    RFOS_RETURN_IF_ERROR(im.commit(&w));
+  }
+  std::vector<Epoch> views;
+  for (Epoch s : c.snapshots)
+    if (s < upto) views.push_back(s);
+  views.push_back(upto);
+
+  AggregateStats stats;
+  Writer w;
+  std::unique_ptr<rocksdb::Iterator> it(im.db->NewIterator(rocksdb::ReadOptions()));
+  std::string prefix = cont_objects_prefix(cont);
+  std::vector<AggRecord> group;  // the records of one akey
+  std::vector<Version> obj_punches, dkey_punches;
+  std::string cur_obj, cur_dkey;
+  auto flush = [&] {
+    if (group.empty()) return;
+    mark_akey(group, views, upto, obj_punches, dkey_punches);
+    for (AggRecord& r : group) {
+      if (r.keep) continue;
+      w.deletes.push_back(r.key);
+      ++stats.records_removed;
+      for (const Run& run : r.ext.runs) {
+        w.free_runs.push_back(run);
+        stats.bytes_reclaimed += uint64_t{run.nblocks} * kBlockBytes;
+      }
+    }
+    group.clear();
+  };
+  for (it->Seek(prefix); it->Valid() && starts_with(it->key(), prefix); it->Next()) {
+    AggRecord r;
+    r.key = it->key().ToString();
+    if (!parse_object_key(r.key, &r.k)) return error(StatusCode::kCorruption, "malformed object key");
+    std::string obj = r.key.substr(0, prefix.size() + 16);
+    if (obj != cur_obj) {
+      flush();
+      cur_obj = obj;
+      obj_punches.clear();
+      cur_dkey.clear();
+      dkey_punches.clear();
+    }
+    if (r.k.level >= 1 && r.k.dkey != cur_dkey) {
+      flush();
+      cur_dkey.assign(r.k.dkey);
+      dkey_punches.clear();
+    }
+    if (r.k.level == 0) {
+      obj_punches.push_back({r.k.epoch, r.k.seq});
+      continue;
+    }
+    if (r.k.level == 1) {
+      dkey_punches.push_back({r.k.epoch, r.k.seq});
+      continue;
+    }
+    if (!group.empty() && group.front().k.akey != r.k.akey) flush();
+    if (r.k.kind == kExtentTag && !decode_extent(it->value().ToStringView(), &r.ext))
+      return error(StatusCode::kCorruption, "malformed extent record");
+    group.push_back(std::move(r));
+    // parse_object_key's views pointed into the moved-from string only for short (SSO) keys: re-parse.
+    parse_object_key(group.back().key, &group.back().k);
+  }
+  flush();
+  RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "aggregation scan"));
+  if (w.deletes.empty()) return stats;
+  RFOS_RETURN_IF_ERROR(im.commit(&w));
+  std::unique_lock reclaim(im.reclaim_mu);
+  im.alloc.release(w.free_runs);
+  return stats;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Consistency check
+
+Status Engine::check() {
+  Impl& im = *impl_;
+  std::lock_guard admin(im.admin_mu);
+  std::unique_ptr<rocksdb::Iterator> it(im.db->NewIterator(rocksdb::ReadOptions()));
+  std::map<uint64_t, uint64_t> durable_free;
+  std::vector<std::pair<uint64_t, uint64_t>> owned;  // (block, nblocks) of every run, free or owned
+  for (it->Seek(std::string(1, kFreeTag)); it->Valid() && it->key()[0] == kFreeTag; it->Next()) {
+    uint64_t n;
+    std::memcpy(&n, it->value().data(), 8);
+    durable_free[get_be64(it->key().data() + 1)] = n;
+    owned.push_back({get_be64(it->key().data() + 1), n});
+  }
+  if (durable_free != im.alloc.durable_map())
+    return error(StatusCode::kCorruption, "the allocator's free map differs from its persistent records");
+  for (it->Seek(std::string(1, kObjTag)); it->Valid() && it->key()[0] == kObjTag; it->Next()) {
+    ObjectKey k;
+    if (!parse_object_key(it->key().ToStringView(), &k))
+      return error(StatusCode::kCorruption, "malformed object key in the index");
+    if (k.kind == kSingleTag) {
+      SingleRecord r;
+      if (!decode_single(it->value().ToStringView(), &r)) return error(StatusCode::kCorruption, "malformed single value");
+    } else if (k.kind == kExtentTag) {
+      ExtentRecord r;
+      if (!decode_extent(it->value().ToStringView(), &r)) return error(StatusCode::kCorruption, "malformed extent record");
+      for (const Run& run : r.runs) owned.push_back({run.block, run.nblocks});
+    }
+  }
+  RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "check scan"));
+  std::sort(owned.begin(), owned.end());
+  uint64_t next = 1;  // block 0 is the superblock
+  for (const auto& [block, n] : owned) {
+    if (block < next)
+      return error(StatusCode::kCorruption, "block " + std::to_string(block) + " is owned twice");
+    if (block > next)
+      return error(StatusCode::kCorruption, "blocks " + std::to_string(next) + ".." + std::to_string(block - 1) +
+                                                " are neither free nor owned (leaked)");
+    next = block + n;
+  }
+  if (next != im.block_count)
+    return error(StatusCode::kCorruption, "blocks from " + std::to_string(next) + " are neither free nor owned");
+  return Status::ok();
+}
+
+Result<std::vector<Extent>> Engine::debug_locate(const KeyRef& key, uint64_t offset) {
+  std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions()));
+  std::vector<Impl::ExtentRef> recs;
+  Version floor = Impl::akey_floor(it.get(), key, kEpochLatest);
+  RFOS_RETURN_IF_ERROR(Impl::visible_extents(it.get(), akey_prefix(key), floor, kEpochLatest, offset, offset + 1, &recs));
+  if (recs.empty()) return error(StatusCode::kNotFound, "no extent at that offset");
+  std::vector<Extent> out;
+  for (const Run& r : recs.back().rec.runs) out.push_back({r.block * kBlockBytes, uint64_t{r.nblocks} * kBlockBytes});
+  return out;
+}
+
+}  // namespace rfos::engine

@@ -1,0 +1,307 @@
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "common/crc32c.h"
+#include "common/fault.h"
+#include "engine/engine_testing.h"
+
+namespace rfos::engine {
+namespace {
+
+using testing::bytes;
+using testing::pattern;
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override { reopen(); }
+
+  void reopen() {
+    engine_.reset();
+    auto e = Engine::open(testing::small_options(dir_.path()));
+    ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+    engine_ = std::move(e).value();
+    if (cid_ == 0) {
+      ASSERT_TRUE(engine_->pool_create(pool_).is_ok());
+      ASSERT_TRUE(engine_->cont_create(pool_, cont_, {}).is_ok());
+    }
+    auto info = engine_->cont_open(pool_, cont_);
+    ASSERT_TRUE(info.is_ok());
+    cid_ = info->id;
+  }
+
+  KeyRef key(std::string_view dkey = "d", std::string_view akey = "a") { return {cid_, oid_, dkey, akey}; }
+
+  Status put_array(const KeyRef& k, Epoch e, uint64_t off, const std::string& data) {
+    UpdateOp op{k, e, ValueKind::kArray, off, data.size()};
+    return engine_->update(op, bytes(data), make_csums(ValueKind::kArray, off, bytes(data), 4096));
+  }
+  Status put_single(const KeyRef& k, Epoch e, const std::string& data) {
+    UpdateOp op{k, e, ValueKind::kSingle, 0, data.size()};
+    return engine_->update(op, bytes(data), make_csums(ValueKind::kSingle, 0, bytes(data), 4096));
+  }
+  Result<std::string> get_array(const KeyRef& k, Epoch e, uint64_t off, uint64_t len,
+                                std::vector<uint32_t>* csums = nullptr) {
+    return engine_->fetch({k, e, ValueKind::kArray, off, len}, csums);
+  }
+  Result<std::string> get_single(const KeyRef& k, Epoch e) { return engine_->fetch({k, e, ValueKind::kSingle, 0, 0}); }
+
+  testing::TempDir dir_;
+  std::unique_ptr<Engine> engine_;
+  Uuid pool_ = Uuid::random();
+  Uuid cont_ = Uuid::random();
+  uint32_t cid_ = 0;
+  ObjectId oid_{1, 2};
+};
+
+TEST_F(EngineTest, SingleValueVersions) {
+  ASSERT_TRUE(put_single(key(), 5, "five").is_ok());
+  ASSERT_TRUE(put_single(key(), 9, "nine").is_ok());
+  EXPECT_EQ(get_single(key(), 4).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*get_single(key(), 5), "five");
+  EXPECT_EQ(*get_single(key(), 8), "five");
+  EXPECT_EQ(*get_single(key(), kEpochLatest), "nine");
+  reopen();
+  EXPECT_EQ(*get_single(key(), 8), "five");
+  EXPECT_EQ(*get_single(key(), 9), "nine");
+}
+
+TEST_F(EngineTest, ArrayRoundTripsAtManySizes) {
+  Epoch e = 1;
+  for (uint64_t len : {1ull, 100ull, 4095ull, 4096ull, 4097ull, 65536ull, 1048576ull, 1048577ull, 3145728ull + 5}) {
+    for (uint64_t off : {0ull, 1ull, 4096ull, 1048570ull}) {
+      std::string data = pattern(len * 31 + off, len);
+      std::string dk = "len" + std::to_string(len) + "off" + std::to_string(off);
+      ASSERT_TRUE(put_array(key(dk), e++, off, data).is_ok()) << len << " @" << off;
+      std::vector<uint32_t> csums;
+      auto got = get_array(key(dk), kEpochLatest, off, len, &csums);
+      ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+      EXPECT_EQ(*got, data) << len << " @" << off;
+      EXPECT_EQ(csums, make_csums(ValueKind::kArray, off, bytes(data), 4096));
+    }
+  }
+  ASSERT_TRUE(engine_->check().is_ok());
+  reopen();
+  std::string data = pattern(1048577ull * 31 + 1, 1048577);
+  EXPECT_EQ(*get_array(key("len1048577off1"), kEpochLatest, 1, 1048577), data);
+  ASSERT_TRUE(engine_->check().is_ok());
+}
+
+TEST_F(EngineTest, OverlapsResolveNewestWinsAndHolesReadZero) {
+  ASSERT_TRUE(put_array(key(), 1, 0, std::string(10000, 'a')).is_ok());
+  ASSERT_TRUE(put_array(key(), 2, 5000, std::string(1000, 'b')).is_ok());
+  ASSERT_TRUE(put_array(key(), 2, 5500, std::string(100, 'c')).is_ok());  // same epoch: later commit wins
+  ASSERT_TRUE(put_array(key(), 3, 20000, std::string(10, 'd')).is_ok());
+  std::string want = std::string(5000, 'a') + std::string(500, 'b') + std::string(100, 'c') +
+                     std::string(400, 'b') + std::string(4000, 'a') + std::string(10000, '\0') + std::string(10, 'd');
+  std::vector<uint32_t> csums;
+  auto got = get_array(key(), kEpochLatest, 0, want.size(), &csums);
+  ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+  EXPECT_EQ(*got, want);
+  EXPECT_EQ(csums, make_csums(ValueKind::kArray, 0, bytes(want), 4096));
+  EXPECT_EQ(*get_array(key(), 1, 4990, 20), std::string(20, 'a'));
+  EXPECT_EQ(*engine_->array_size(key(), kEpochLatest), 20010u);
+  EXPECT_EQ(*engine_->array_size(key(), 2), 10000u);
+  Anchor anchor;
+  auto exts = engine_->list_extents(key(), kEpochLatest, &anchor, 100);
+  ASSERT_TRUE(exts.is_ok());
+  EXPECT_EQ(*exts, (std::vector<Extent>{{0, 10000}, {20000, 10}}));
+}
+
+TEST_F(EngineTest, PunchesHideOlderVersions) {
+  ASSERT_TRUE(put_array(key("d1", "a1"), 1, 0, "hello").is_ok());
+  ASSERT_TRUE(put_single(key("d1", "a2"), 1, "v").is_ok());
+  ASSERT_TRUE(put_single(key("d2", "a1"), 1, "w").is_ok());
+  ASSERT_TRUE(engine_->punch_akey(key("d1", "a1"), 2).is_ok());
+  EXPECT_EQ(get_array(key("d1", "a1"), 2, 0, 5).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*get_array(key("d1", "a1"), 1, 0, 5), "hello");
+  ASSERT_TRUE(engine_->punch_dkey(cid_, oid_, "d1", 3).is_ok());
+  EXPECT_EQ(get_single(key("d1", "a2"), 3).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*get_single(key("d2", "a1"), 3), "w");
+  ASSERT_TRUE(engine_->punch_extent(key("d3", "x"), 4, 0, 10).code() == StatusCode::kOk);
+  ASSERT_TRUE(put_array(key("d3", "x"), 5, 0, "0123456789").is_ok());
+  ASSERT_TRUE(engine_->punch_extent(key("d3", "x"), 6, 5, 5).is_ok());
+  EXPECT_EQ(*engine_->array_size(key("d3", "x"), kEpochLatest), 5u);
+  EXPECT_EQ(*get_array(key("d3", "x"), kEpochLatest, 0, 10), std::string("01234") + std::string(5, '\0'));
+  ASSERT_TRUE(engine_->punch_object(cid_, oid_, 7).is_ok());
+  EXPECT_EQ(get_single(key("d2", "a1"), kEpochLatest).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*get_single(key("d2", "a1"), 6), "w");
+  EXPECT_EQ(engine_->punch_object(cid_, oid_, 8).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(put_single(key("d2", "a1"), 8, "back").is_ok());
+  EXPECT_EQ(*get_single(key("d2", "a1"), kEpochLatest), "back");
+}
+
+TEST_F(EngineTest, EnumerationResumesFromAnchors) {
+  for (int i = 0; i < 25; ++i) ASSERT_TRUE(put_single(key("dkey" + std::to_string(i), "a"), 1, "x").is_ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(put_single(key("dkey0", "akey" + std::to_string(i)), 2, "y").is_ok());
+  ASSERT_TRUE(engine_->punch_dkey(cid_, oid_, "dkey7", 3).is_ok());
+  std::set<std::string> seen;
+  Anchor anchor;
+  int calls = 0;
+  while (!anchor.done) {
+    auto page = engine_->list_dkeys(cid_, oid_, kEpochLatest, &anchor, 4);
+    ASSERT_TRUE(page.is_ok());
+    EXPECT_LE(page->size(), 4u);
+    for (auto& k : *page) EXPECT_TRUE(seen.insert(k).second) << "duplicate " << k;
+    ASSERT_LT(++calls, 20);
+  }
+  EXPECT_EQ(seen.size(), 24u);
+  EXPECT_EQ(seen.count("dkey7"), 0u);
+  Anchor a2;
+  auto all = engine_->list_dkeys(cid_, oid_, 2, &a2, 100);
+  EXPECT_EQ(all->size(), 25u);
+  Anchor a3;
+  auto akeys = engine_->list_akeys(cid_, oid_, "dkey0", kEpochLatest, &a3, 100);
+  EXPECT_EQ(akeys->size(), 6u);
+  Anchor a4;
+  ASSERT_TRUE(put_single({cid_, ObjectId{9, 9}, "d", "a"}, 4, "z").is_ok());
+  auto objs = engine_->list_objects(cid_, kEpochLatest, &a4, 1);
+  ASSERT_EQ(objs->size(), 1u);
+  auto objs2 = engine_->list_objects(cid_, kEpochLatest, &a4, 10);
+  ASSERT_EQ(objs2->size(), 1u);
+  EXPECT_NE((*objs)[0], (*objs2)[0]);
+  EXPECT_TRUE(a4.done);
+}
+
+TEST_F(EngineTest, BadInputIsRefusedAndChangesNothing) {
+  auto bad = [&](UpdateOp op, StatusCode code) {
+    auto tx = engine_->update_begin(op);
+    EXPECT_EQ(tx.status().code(), code) << tx.status().to_string();
+  };
+  bad({key(), 1, ValueKind::kArray, 0, 0}, StatusCode::kInvalidArgument);
+  bad({key(""), 1, ValueKind::kArray, 0, 10}, StatusCode::kInvalidArgument);
+  bad({key("d", std::string(kKeyMaxBytes + 1, 'k')), 1, ValueKind::kArray, 0, 10}, StatusCode::kInvalidArgument);
+  bad({key(), 0, ValueKind::kArray, 0, 10}, StatusCode::kInvalidArgument);
+  bad({key(), 1, ValueKind::kSingle, 0, kSingleValueMaxBytes + 1}, StatusCode::kTooLarge);
+  bad({key(), 1, ValueKind::kArray, 0, 1ull << 30}, StatusCode::kTooLarge);
+  bad({key(), 1, ValueKind::kArray, kArrayOffsetMax, 1}, StatusCode::kInvalidArgument);
+  bad({{999, oid_, "d", "a"}, 1, ValueKind::kArray, 0, 10}, StatusCode::kUnknownContainer);
+  EXPECT_EQ(engine_->cont_open(pool_, Uuid::random()).status().code(), StatusCode::kUnknownContainer);
+  EXPECT_EQ(engine_->cont_open(Uuid::random(), cont_).status().code(), StatusCode::kUnknownPool);
+  EXPECT_EQ(engine_->cont_create(pool_, cont_, {}).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(engine_->pool_create(pool_).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(get_single(key("nope"), kEpochLatest).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(get_array(key("nope"), kEpochLatest, 0, 1).status().code(), StatusCode::kNotFound);
+
+  // Wrong checksums: refused, nothing stored, space given back.
+  auto before = engine_->space();
+  std::string data = pattern(1, 8192);
+  std::vector<uint32_t> csums = make_csums(ValueKind::kArray, 0, bytes(data), 4096);
+  csums[1] ^= 1;
+  EXPECT_EQ(engine_->update({key(), 1, ValueKind::kArray, 0, data.size()}, bytes(data), csums).code(),
+            StatusCode::kChecksumMismatch);
+  EXPECT_EQ(engine_->update({key(), 1, ValueKind::kArray, 0, data.size()}, bytes(data), {}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(get_array(key(), kEpochLatest, 0, 1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine_->space().free_bytes, before.free_bytes);
+
+  // Kinds do not mix on read.
+  ASSERT_TRUE(put_single(key("s"), 1, "single").is_ok());
+  EXPECT_EQ(get_array(key("s"), kEpochLatest, 0, 1).status().code(), StatusCode::kWrongValueKind);
+  ASSERT_TRUE(engine_->check().is_ok());
+}
+
+TEST_F(EngineTest, SnapshotsAndAggregation) {
+  std::string one_mib = pattern(7, 1 << 20);
+  ASSERT_TRUE(put_array(key(), 1, 0, one_mib).is_ok());
+  ASSERT_TRUE(engine_->snapshot_create(cid_, 1).is_ok());
+  ASSERT_TRUE(put_array(key(), 2, 0, pattern(8, 1 << 20)).is_ok());
+  ASSERT_TRUE(put_array(key(), 3, 0, pattern(9, 1 << 20)).is_ok());
+  EXPECT_EQ(put_array(key(), 1, 0, "late").code(), StatusCode::kEpochTooOld);
+  auto free_before = engine_->space().free_bytes;
+  auto stats = engine_->aggregate(cid_, 3);
+  ASSERT_TRUE(stats.is_ok()) << stats.status().to_string();
+  EXPECT_EQ(stats->records_removed, 1u);  // epoch 2 is hidden from both views (snapshot 1 and 3)
+  EXPECT_EQ(stats->bytes_reclaimed, 1u << 20);
+  EXPECT_EQ(engine_->space().free_bytes, free_before + (1u << 20));
+  EXPECT_EQ(*get_array(key(), 1, 0, 1 << 20), one_mib);
+  EXPECT_EQ(*get_array(key(), kEpochLatest, 0, 1 << 20), pattern(9, 1 << 20));
+  EXPECT_EQ(get_array(key(), 2, 0, 1).status().code(), StatusCode::kEpochTooOld);
+  EXPECT_EQ(put_array(key(), 3, 0, "x").code(), StatusCode::kEpochTooOld);
+  ASSERT_TRUE(engine_->snapshot_destroy(cid_, 1).is_ok());
+  stats = engine_->aggregate(cid_, 4);
+  EXPECT_EQ(stats->records_removed, 1u);
+  ASSERT_TRUE(engine_->check().is_ok());
+  reopen();
+  EXPECT_EQ(*get_array(key(), kEpochLatest, 0, 1 << 20), pattern(9, 1 << 20));
+  ASSERT_TRUE(engine_->check().is_ok());
+}
+
+TEST_F(EngineTest, ZeroCopyTwoPhase) {
+  UpdateOp op{key(), 1, ValueKind::kArray, 4096, 3u << 20};
+  auto tx = engine_->update_begin(op);
+  ASSERT_TRUE(tx.is_ok());
+  ASSERT_EQ(tx->buffers().size(), 4u);  // split at the 1 MiB grains
+  std::string data = pattern(3, op.length);
+  size_t pos = 0;
+  for (const IoBuf& b : tx->buffers()) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data) % 4096, (op.offset + pos) % 4096);
+    std::memcpy(b.data, data.data() + pos, b.len);
+    pos += b.len;
+  }
+  ASSERT_EQ(pos, data.size());
+  EXPECT_EQ(tx->csum_count(), (3u << 20) / 4096);
+  ASSERT_TRUE(engine_->update_end(*tx, make_csums(ValueKind::kArray, op.offset, bytes(data), 4096)).is_ok());
+  EXPECT_EQ(engine_->update_end(*tx, {}).code(), StatusCode::kInvalidArgument);
+
+  auto abort = engine_->update_begin({key("other"), 2, ValueKind::kArray, 0, 1 << 20});
+  ASSERT_TRUE(abort.is_ok());
+  engine_->update_abort(*abort);
+  EXPECT_EQ(get_array(key("other"), kEpochLatest, 0, 1).status().code(), StatusCode::kNotFound);
+
+  auto f = engine_->fetch_begin({key(), kEpochLatest, ValueKind::kArray, 4096, op.length});
+  ASSERT_TRUE(f.is_ok());
+  EXPECT_EQ(f->to_string(), data);
+  engine_->fetch_end(*f);
+  ASSERT_TRUE(engine_->check().is_ok());
+}
+
+TEST_F(EngineTest, ConcurrentWritersGroupCommit) {
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        std::string dk = "t" + std::to_string(t) + "i" + std::to_string(i);
+        std::string data = pattern(t * 1000 + i, 4096 * (1 + i % 3));
+        if (!put_array(key(dk), 1 + i, 0, data).is_ok()) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  reopen();
+  for (int t = 0; t < 4; ++t)
+    for (int i = 0; i < 50; ++i) {
+      std::string dk = "t" + std::to_string(t) + "i" + std::to_string(i);
+      EXPECT_EQ(*get_array(key(dk), kEpochLatest, 0, 4096 * (1 + i % 3)), pattern(t * 1000 + i, 4096 * (1 + i % 3)));
+    }
+  ASSERT_TRUE(engine_->check().is_ok());
+}
+
+TEST_F(EngineTest, InjectedWriteErrorStoresNothing) {
+  fault::arm("blockio.write");
+  EXPECT_EQ(put_array(key(), 1, 0, pattern(1, 8192)).code(), StatusCode::kIoError);
+  fault::disarm_all();
+  EXPECT_EQ(get_array(key(), kEpochLatest, 0, 1).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(engine_->check().is_ok());
+  ASSERT_TRUE(put_array(key(), 1, 0, pattern(1, 8192)).is_ok());
+}
+
+TEST_F(EngineTest, ContainerDestroyFreesSpace) {
+  auto before = engine_->space().free_bytes;
+  ASSERT_TRUE(put_array(key(), 1, 0, pattern(1, 4 << 20)).is_ok());
+  EXPECT_EQ(engine_->space().free_bytes, before - (4u << 20));
+  ASSERT_TRUE(engine_->cont_destroy(pool_, cont_).is_ok());
+  EXPECT_EQ(engine_->space().free_bytes, before);
+  EXPECT_EQ(get_array(key(), kEpochLatest, 0, 1).status().code(), StatusCode::kUnknownContainer);
+  ASSERT_TRUE(engine_->check().is_ok());
+  ASSERT_TRUE(engine_->pool_destroy(pool_).is_ok());
+  EXPECT_TRUE(engine_->pool_list().empty());
+}
+
+}  // namespace
+}  // namespace rfos::engine
