@@ -130,6 +130,7 @@ Status Engine::Impl::open() {
       std::string nblocks;
       put_le<uint64_t>(&nblocks, block_count - 1);
       batch.Put(free_key(1), nblocks);
+      if (dev->created() && opts.prezero) batch.Put(meta_key("prezeroed"), "1");
       rocksdb::WriteOptions wo;
       wo.sync = true;
       st = from_rocks(db->Write(wo, &batch), "write format record");
@@ -187,7 +188,16 @@ Status Engine::Impl::open() {
       else next_cid = std::max<uint64_t>(next_cid, v);
     }
   }
-  return from_rocks(it->status(), "load metadata");
+  RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "load metadata"));
+
+  // One device flush per group commit is enough when the block file's writes change no file system metadata
+  // and reach the same device as the WAL: the WAL's fdatasync flushes the device cache for both.
+  struct stat bs{}, is{};
+  bool prezeroed = db->Get(rocksdb::ReadOptions(), meta_key("prezeroed"), &value).ok();
+  bool same_dev = ::stat(opts.block_file.c_str(), &bs) == 0 && ::stat((opts.dir + "/index").c_str(), &is) == 0 &&
+                  bs.st_dev == is.st_dev;
+  data_flush_by_wal = opts.data_sync == EngineOptions::DataSync::kAuto && dev->direct_io() && prezeroed && same_dev;
+  return Status::ok();
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -249,7 +259,7 @@ Status Engine::Impl::commit(Writer* w) {
     put_le<uint64_t>(&seq_value, seq_now);
     batch.Put(meta_key("seq"), seq_value);
     if (RFOS_FAULT("engine.commit")) st = error(StatusCode::kIoError, "index write: injected fault");
-    if (st.is_ok() && sync_data && opts.sync) st = dev->sync();
+    if (st.is_ok() && sync_data && opts.sync && !data_flush_by_wal) st = dev->sync();
     if (st.is_ok()) {
       rocksdb::WriteOptions wo;
       wo.sync = opts.sync;
@@ -547,5 +557,6 @@ SpaceInfo Engine::space() const {
 }
 
 bool Engine::direct_io() const { return impl_->dev->direct_io(); }
+bool Engine::data_flushed_with_index() const { return impl_->data_flush_by_wal; }
 
 }  // namespace rfos::engine

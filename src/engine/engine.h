@@ -53,6 +53,13 @@ struct EngineOptions {
   bool direct_io = true;                    // O_DIRECT when the file system allows it
   bool prezero = true;                      // write zeros over a new block file (no unwritten extents)
   bool sync = true;                         // durability before acknowledgement (false: benchmarks only)
+  // How block file data becomes durable before its index records commit:
+  //  kAuto: when the block file is O_DIRECT, was pre-zeroed (no metadata changes on write) and shares a
+  //         device with the index, the index's WAL sync flushes the device cache for both: one flush per
+  //         group commit. Otherwise as kAlways.
+  //  kAlways: an fdatasync of the block file, then the WAL sync.
+  enum class DataSync { kAuto, kAlways };
+  DataSync data_sync = DataSync::kAuto;
   bool create = true;                       // create (format) a missing target
   uint32_t io_queue_depth = 64;             // io_uring entries per ring
 };
@@ -241,6 +248,8 @@ class Engine {
   // persistent state matches its in-memory state. OK or kCorruption with the first problem found.
   Status check();
   bool direct_io() const;
+  // Whether the index's WAL sync also makes block data durable (see EngineOptions::data_sync).
+  bool data_flushed_with_index() const;
   // Test hook: the block file byte ranges holding one array piece's data at `offset` (empty when inline).
   Result<std::vector<Extent>> debug_locate(const KeyRef& key, uint64_t offset);
 

@@ -111,6 +111,7 @@ class Engine::Impl {
   blockio::ExtentAllocator alloc;
   uint64_t block_count = 0;
   uint64_t max_io_bytes = 0;
+  bool data_flush_by_wal = false;  // see EngineOptions::DataSync::kAuto
 
   std::mutex admin_mu;
   std::shared_mutex reclaim_mu;

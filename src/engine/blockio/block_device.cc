@@ -153,7 +153,7 @@ Status BlockDevice::submit_and_wait(std::span<const IoRequest> requests) {
       io_uring_sqe_set_data64(sqe, i);
       ++inflight;
     }
-    int rc = io_uring_submit(uring);
+    int rc = io_uring_submit_and_wait(uring, 1);  // one syscall submits and waits for the first completion
     // A ring that failed to submit or wait is dropped (not returned to the pool): its queues are unknown.
     if (rc < 0) return errno_status("io_uring_submit", -rc);
     while (inflight > 0) {
