@@ -121,7 +121,20 @@ TEST(BufferArena, AlignedAndRecycled) {
   EXPECT_EQ((*arena)->alloc(4096), a);
   std::vector<uint8_t*> all;
   while (uint8_t* p = (*arena)->alloc(1 << 20)) all.push_back(p);
-  EXPECT_EQ(all.size(), 2u);  // 4 slots: one for 4 KiB buffers, one given out above
+  EXPECT_EQ(all.size(), 2u);  // 4 slots: one holds the 4 KiB buffer a, one was given out above
+  // Once the 4 KiB slot is wholly unused, a 1 MiB request may take it over.
+  (*arena)->free(a, 4096);
+  uint8_t* taken = (*arena)->alloc(1 << 20);
+  EXPECT_NE(taken, nullptr);
+  EXPECT_EQ((*arena)->free_bytes(), 0u);
+  for (uint8_t* p : all) (*arena)->free(p, 1 << 20);
+  (*arena)->free(taken, 1 << 20);
+  (*arena)->free(b, 1 << 20);
+  EXPECT_EQ((*arena)->free_bytes(), 4u << 20);
+  // And small buffers can take those slots back: 4 MiB of 64 KiB buffers.
+  std::vector<uint8_t*> small;
+  while (uint8_t* p = (*arena)->alloc(65536)) small.push_back(p);
+  EXPECT_EQ(small.size(), 64u);
 }
 
 TEST(Keys, ObjectKeysParseBack) {
@@ -164,7 +177,8 @@ TEST(Keys, RecordsRoundTripAndRejectDamage) {
   ASSERT_TRUE(index::decode_cont(index::encode_cont(c), &c2));
   EXPECT_EQ(c2.agg_epoch, 7u);
   index::SingleRecord s;
-  ASSERT_TRUE(index::decode_single(index::encode_single(5, "abc"), &s));
+  std::string sv = index::encode_single(5, "abc");  // s.data points into it
+  ASSERT_TRUE(index::decode_single(sv, &s));
   EXPECT_EQ(s.data, "abc");
   EXPECT_FALSE(index::decode_single(index::encode_single(5, "abc") + "x", &s));
 }

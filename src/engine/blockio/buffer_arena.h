@@ -1,6 +1,7 @@
 // The engine's registered I/O memory: one anonymous mapping, split into 1 MiB slots that io_uring (and later
-// a transport) registers once. Buffers are powers of two from 4 KiB to 1 MiB, 4 KiB-aligned, carved from
-// slots on demand and kept on per-size free lists.
+// a transport) registers once. Buffers are powers of two from 4 KiB to 1 MiB, 4 KiB-aligned. A slot serves
+// one size at a time; a size that runs out takes a fresh slot, or else one that another size has left
+// entirely unused, so the arena never strands memory in the wrong size.
 //
 // Thread-safety: alloc/free are safe from any thread (one short mutex).
 #pragma once
@@ -43,15 +44,22 @@ class BufferArena {
 
  private:
   static constexpr int kClasses = 9;  // 4 KiB .. 1 MiB
+  struct Slot {
+    int cls = -1;                     // -1: unassigned
+    uint32_t used = 0;                // buffers handed out
+    std::vector<uint16_t> free_idx;   // buffers not handed out (indices within the slot)
+  };
   BufferArena(uint8_t* base, size_t bytes);
   static int size_class(size_t bytes);
+  // Assigns an unassigned or wholly unused slot to `cls`; false when every slot is in use.
+  bool assign_slot(int cls);
 
   uint8_t* const base_;
   const size_t bytes_;
   std::vector<iovec> slots_;
   mutable std::mutex mu_;
-  size_t next_slot_ = 0;  // slots below this one have been carved
-  std::array<std::vector<uint8_t*>, kClasses> free_;
+  std::vector<Slot> state_;
+  std::array<std::vector<size_t>, kClasses> partial_;  // slots of each size with a free buffer
   size_t used_bytes_ = 0;
 };
 
