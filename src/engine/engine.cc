@@ -4,6 +4,7 @@
 #include <rocksdb/cache.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -203,11 +204,31 @@ Status Engine::Impl::open() {
 // ---------------------------------------------------------------------------------------------------------
 // Commit queue
 
+void Engine::Impl::data_write_started() {
+  std::lock_guard lock(commit_mu);
+  ++writing_data;
+}
+
+void Engine::Impl::data_write_abandoned() {
+  std::lock_guard lock(commit_mu);
+  --writing_data;
+  commit_cv.notify_all();
+}
+
 Status Engine::Impl::commit(Writer* w) {
   std::unique_lock lock(commit_mu);
+  if (w->wrote_data) --writing_data;
   writers.push_back(w);
+  commit_cv.notify_all();  // a leader may be waiting for this writer
   while (!w->done && w != writers.front()) commit_cv.wait(lock);
   if (w->done) return w->status;
+
+  // This thread leads. Updates still writing their data would otherwise each pay a sync of their own right
+  // after this one: wait a little for them to join.
+  if (writing_data > 0 && opts.group_commit_wait_us > 0 && opts.sync) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(opts.group_commit_wait_us);
+    commit_cv.wait_until(lock, deadline, [&] { return writing_data == 0; });
+  }
 
   // This thread leads: take everything queued so far.
   std::vector<Writer*> group(writers.begin(), writers.end());

@@ -80,6 +80,9 @@ class Engine::Impl {
   // Queues `w` and returns once its batch is durable (or refused). Group commit: one thread leads a group,
   // syncs the block file once and writes one RocksDB batch with one WAL sync for all of it.
   Status commit(Writer* w);
+  // Brackets an update's data write, so a commit leader knows whom it may wait for.
+  void data_write_started();
+  void data_write_abandoned();
 
   // Metadata lookups under meta_mu.
   Result<ContState> container(uint32_t cid) const;
@@ -125,6 +128,7 @@ class Engine::Impl {
   std::mutex commit_mu;
   std::condition_variable commit_cv;
   std::deque<Writer*> writers;
+  int writing_data = 0;  // updates between their data write and joining the queue (under commit_mu)
   uint64_t seq = 0;
   Status failed;  // sticky: a failed commit leaves memory and disk unknown; reopen to recover
 };

@@ -283,8 +283,13 @@ Status Engine::update_end(UpdateTx& tx, std::span<const uint32_t> csums) {
     w.puts.push_back({std::move(key), encode_extent(r), true});
   }
   if (!writes.empty()) {
-    RFOS_RETURN_IF_ERROR(im.dev->submit_and_wait(writes));
-    w.wrote_data = true;
+    im.data_write_started();
+    Status ws = im.dev->submit_and_wait(writes);
+    if (!ws.is_ok()) {
+      im.data_write_abandoned();
+      return ws;
+    }
+    w.wrote_data = true;  // commit() ends the bracket
   }
   make_versioned_writer(&im, &w, op.key.cont, op.epoch);
   Status s = im.commit(&w);
