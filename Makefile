@@ -40,7 +40,7 @@ run: build
 	python3 bench/engine_bench.py --quick --build $(BUILD)
 
 bench-engine: build
-	python3 bench/engine_bench.py --build $(BUILD) --markdown docs/engine-bench-latest.md
+	python3 bench/engine_bench.py --build $(BUILD) --markdown $(BUILD)/engine-bench.md --json $(BUILD)/engine-bench.json
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

@@ -18,9 +18,9 @@
 #include <mutex>
 #include <random>
 #include <set>
-#include <tuple>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/crc32c.h"
@@ -48,10 +48,20 @@ uint64_t parse_size(const char* s) {
   char* end = nullptr;
   double v = std::strtod(s, &end);
   switch (*end) {
-    case 'k': case 'K': v *= 1024; break;
-    case 'm': case 'M': v *= 1024 * 1024; break;
-    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
+    case 'k':
+    case 'K':
+      v *= 1024;
+      break;
+    case 'm':
+    case 'M':
+      v *= 1024 * 1024;
+      break;
+    case 'g':
+    case 'G':
+      v *= 1024.0 * 1024 * 1024;
+      break;
+    default:
+      break;
   }
   return static_cast<uint64_t>(v);
 }
@@ -76,18 +86,29 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (k == "--dir") a.dir = next();
-    else if (k == "--rw") a.rw = next();
-    else if (k == "--bs") a.bs = parse_size(next());
-    else if (k == "--threads") a.threads = std::atoi(next());
-    else if (k == "--size") a.size = parse_size(next());
-    else if (k == "--runtime") a.runtime = std::atof(next());
-    else if (k == "--no-sync") a.sync = false;
-    else if (k == "--data-sync-always") a.data_sync_always = true;
-    else if (k == "--copy") a.copy = true;
+    if (k == "--dir")
+      a.dir = next();
+    else if (k == "--rw")
+      a.rw = next();
+    else if (k == "--bs")
+      a.bs = parse_size(next());
+    else if (k == "--threads")
+      a.threads = std::atoi(next());
+    else if (k == "--size")
+      a.size = parse_size(next());
+    else if (k == "--runtime")
+      a.runtime = std::atof(next());
+    else if (k == "--no-sync")
+      a.sync = false;
+    else if (k == "--data-sync-always")
+      a.data_sync_always = true;
+    else if (k == "--copy")
+      a.copy = true;
     else {
-      std::fprintf(stderr, "usage: %s --dir DIR --rw write|randwrite|read|randread --bs N --threads N --size N "
-                   "--runtime S [--no-sync]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s --dir DIR --rw write|randwrite|read|randread --bs N --threads N --size N "
+                   "--runtime S [--no-sync]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -193,7 +214,8 @@ int main(int argc, char** argv) {
           s = do_update(t + 1, off, a.bs, payload.data(), csums);
         } else {
           std::string dkey = dkey_of(off);
-          auto tx = eng->fetch_begin({{cid, {0, uint64_t(t + 1)}, dkey, "data"}, kEpochLatest, ValueKind::kArray, off, a.bs});
+          auto tx =
+              eng->fetch_begin({{cid, {0, uint64_t(t + 1)}, dkey, "data"}, kEpochLatest, ValueKind::kArray, off, a.bs});
           s = tx.status();
         }
         if (!s.is_ok()) {
@@ -202,8 +224,8 @@ int main(int argc, char** argv) {
           stop = true;
           break;
         }
-        lat_ns[t].push_back(static_cast<uint32_t>(
-            std::min<int64_t>(UINT32_MAX, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - s0).count())));
+        lat_ns[t].push_back(static_cast<uint32_t>(std::min<int64_t>(
+            UINT32_MAX, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - s0).count())));
         ++ops[t];
       }
     });
@@ -222,17 +244,20 @@ int main(int argc, char** argv) {
     total += ops[t];
   }
   std::sort(all.begin(), all.end());
-  auto pct = [&](double p) -> uint64_t { return all.empty() ? 0 : all[std::min(all.size() - 1, size_t(p / 100 * all.size()))]; };
+  auto pct = [&](double p) -> uint64_t {
+    return all.empty() ? 0 : all[std::min(all.size() - 1, size_t(p / 100 * all.size()))];
+  };
   double mean = 0;
   for (uint32_t v : all) mean += v;
   mean = all.empty() ? 0 : mean / all.size();
-  std::printf("{\"rw\":\"%s\",\"bs\":%llu,\"threads\":%d,\"runtime_s\":%.3f,\"ops\":%llu,\"iops\":%.1f,"
-              "\"bw_bytes\":%.1f,\"lat_ns\":{\"mean\":%.0f,\"p50\":%llu,\"p99\":%llu,\"p999\":%llu},"
-              "\"direct_io\":%s,\"sync\":%s,\"one_flush\":%s}\n",
-              a.rw.c_str(), (unsigned long long)a.bs, a.threads, secs, (unsigned long long)total, total / secs,
-              total * double(a.bs) / secs, mean, (unsigned long long)pct(50), (unsigned long long)pct(99),
-              (unsigned long long)pct(99.9), eng->direct_io() ? "true" : "false", a.sync ? "true" : "false",
-              eng->data_flushed_with_index() ? "true" : "false");
+  std::printf(
+      "{\"rw\":\"%s\",\"bs\":%llu,\"threads\":%d,\"runtime_s\":%.3f,\"ops\":%llu,\"iops\":%.1f,"
+      "\"bw_bytes\":%.1f,\"lat_ns\":{\"mean\":%.0f,\"p50\":%llu,\"p99\":%llu,\"p999\":%llu},"
+      "\"direct_io\":%s,\"sync\":%s,\"one_flush\":%s}\n",
+      a.rw.c_str(), (unsigned long long)a.bs, a.threads, secs, (unsigned long long)total, total / secs,
+      total * double(a.bs) / secs, mean, (unsigned long long)pct(50), (unsigned long long)pct(99),
+      (unsigned long long)pct(99.9), eng->direct_io() ? "true" : "false", a.sync ? "true" : "false",
+      eng->data_flushed_with_index() ? "true" : "false");
   eng.reset();
   std::filesystem::remove_all(a.dir);
   return 0;

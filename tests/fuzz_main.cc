@@ -22,9 +22,15 @@ int main(int argc, char** argv) {
       int edits = 1 + rng() % 4;
       for (int e = 0; e < edits && !in.empty(); ++e) {
         switch (rng() % 3) {
-          case 0: in[rng() % in.size()] = static_cast<char>(rng()); break;
-          case 1: in.resize(rng() % (in.size() + 1)); break;
-          default: in.insert(rng() % (in.size() + 1), 1, static_cast<char>(rng())); break;
+          case 0:
+            in[rng() % in.size()] = static_cast<char>(rng());
+            break;
+          case 1:
+            in.resize(rng() % (in.size() + 1));
+            break;
+          default:
+            in.insert(rng() % (in.size() + 1), 1, static_cast<char>(rng()));
+            break;
         }
       }
     } else {
@@ -32,8 +38,10 @@ int main(int argc, char** argv) {
       for (char& c : in) c = static_cast<char>(rng() % 4 ? rng() % 8 : rng());
     }
     LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(in.data()), in.size());
-    if (pool.size() < 256) pool.push_back(in);
-    else pool[rng() % pool.size()] = in;
+    if (pool.size() < 256)
+      pool.push_back(in);
+    else
+      pool[rng() % pool.size()] = in;
   }
   std::printf("1 passed, 0 failed\n");
   return 0;

@@ -28,10 +28,14 @@ std::optional<Uuid> Uuid::parse(std::string_view text) {
       continue;
     }
     int v;
-    if (c >= '0' && c <= '9') v = c - '0';
-    else if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') v = c - 'A' + 10;
-    else return std::nullopt;
+    if (c >= '0' && c <= '9')
+      v = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      v = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      v = c - 'A' + 10;
+    else
+      return std::nullopt;
     u.bytes[nibble / 2] = static_cast<uint8_t>(u.bytes[nibble / 2] | (v << (nibble % 2 ? 0 : 4)));
     ++nibble;
   }

@@ -18,28 +18,28 @@
 namespace rfos {
 
 // X(name, number, errno, http) -- one table for every code.
-#define RFOS_STATUS_CODES(X)                  \
-  X(kOk, 0, 0, 200)                           \
-  /* generic 1..99 */                         \
-  X(kInvalidArgument, 1, EINVAL, 400)         \
-  X(kNotFound, 2, ENOENT, 404)                \
-  X(kAlreadyExists, 3, EEXIST, 409)           \
-  X(kNoSpace, 4, ENOSPC, 507)                 \
-  X(kIoError, 5, EIO, 500)                    \
-  X(kBusy, 6, EAGAIN, 503)                    \
-  X(kCorruption, 7, EIO, 500)                 \
-  X(kNotSupported, 8, EOPNOTSUPP, 501)        \
-  X(kInternal, 9, EIO, 500)                   \
-  X(kTooLarge, 10, EFBIG, 413)                \
-  X(kPermissionDenied, 11, EACCES, 403)       \
-  X(kTimeout, 12, ETIMEDOUT, 504)             \
-  X(kShutdown, 13, ESHUTDOWN, 503)            \
-  /* engine 100..199 */                       \
-  X(kChecksumMismatch, 100, EIO, 500)         \
-  X(kEpochTooOld, 101, EINVAL, 409)           \
-  X(kUnknownContainer, 102, ENOENT, 404)      \
-  X(kUnknownPool, 103, ENOENT, 404)           \
-  X(kWrongValueKind, 104, EINVAL, 400)        \
+#define RFOS_STATUS_CODES(X)             \
+  X(kOk, 0, 0, 200)                      \
+  /* generic 1..99 */                    \
+  X(kInvalidArgument, 1, EINVAL, 400)    \
+  X(kNotFound, 2, ENOENT, 404)           \
+  X(kAlreadyExists, 3, EEXIST, 409)      \
+  X(kNoSpace, 4, ENOSPC, 507)            \
+  X(kIoError, 5, EIO, 500)               \
+  X(kBusy, 6, EAGAIN, 503)               \
+  X(kCorruption, 7, EIO, 500)            \
+  X(kNotSupported, 8, EOPNOTSUPP, 501)   \
+  X(kInternal, 9, EIO, 500)              \
+  X(kTooLarge, 10, EFBIG, 413)           \
+  X(kPermissionDenied, 11, EACCES, 403)  \
+  X(kTimeout, 12, ETIMEDOUT, 504)        \
+  X(kShutdown, 13, ESHUTDOWN, 503)       \
+  /* engine 100..199 */                  \
+  X(kChecksumMismatch, 100, EIO, 500)    \
+  X(kEpochTooOld, 101, EINVAL, 409)      \
+  X(kUnknownContainer, 102, ENOENT, 404) \
+  X(kUnknownPool, 103, ENOENT, 404)      \
+  X(kWrongValueKind, 104, EINVAL, 400)   \
   X(kEngineFailed, 105, EIO, 500)
 
 enum class StatusCode : uint16_t {
@@ -83,7 +83,7 @@ inline Status error(StatusCode code, std::string message) { return Status(code, 
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : v_(std::in_place_index<1>, std::move(status)) {}  // NOLINT
 
   bool is_ok() const { return v_.index() == 0; }
@@ -105,9 +105,9 @@ class [[nodiscard]] Result {
 }  // namespace rfos
 
 // Early return of a non-OK Status (from a Status or Result expression).
-#define RFOS_RETURN_IF_ERROR(expr)              \
-  do {                                          \
-    ::rfos::Status rfos_status_ = (expr);       \
+#define RFOS_RETURN_IF_ERROR(expr)                  \
+  do {                                              \
+    ::rfos::Status rfos_status_ = (expr);           \
     if (!rfos_status_.is_ok()) return rfos_status_; \
   } while (0)
 

@@ -38,12 +38,18 @@ struct WriteSpec {
 // Sizes cover inline pieces, one block, unaligned multi-block and multi-grain updates.
 WriteSpec spec_for(uint64_t tag) {
   switch (tag % 6) {
-    case 0: return {true, 0, 1 + tag % 2000};
-    case 1: return {false, tag % 100, 1 + tag % 3000};
-    case 2: return {false, 0, 4096};
-    case 3: return {false, 4096 * (tag % 7), 65536};
-    case 4: return {false, 777, (1u << 20) + 4096};
-    default: return {false, (1u << 20) - 100, 300000};
+    case 0:
+      return {true, 0, 1 + tag % 2000};
+    case 1:
+      return {false, tag % 100, 1 + tag % 3000};
+    case 2:
+      return {false, 0, 4096};
+    case 3:
+      return {false, 4096 * (tag % 7), 65536};
+    case 4:
+      return {false, 777, (1u << 20) + 4096};
+    default:
+      return {false, (1u << 20) - 100, 300000};
   }
 }
 
@@ -105,7 +111,7 @@ std::string g_self;
 TEST(EngineCrash, KillNineLosesNoAcknowledgedUpdate) {
   testing::TempDir dir;
   std::mt19937_64 rng(std::random_device{}());
-  std::map<uint64_t, bool> acked;        // tag -> written (true); punched when erased into `punched`
+  std::map<uint64_t, bool> acked;  // tag -> written (true); punched when erased into `punched`
   std::set<uint64_t> punched, maybe_punched;
   const int rounds = 6;
   for (int round = 0; round < rounds; ++round) {
@@ -156,8 +162,11 @@ TEST(EngineCrash, KillNineLosesNoAcknowledgedUpdate) {
     for (const auto& [t, _] : acked) {
       std::string dkey = "k" + std::to_string(t);
       WriteSpec w = spec_for(t);
-      auto got = engine->fetch({{info->id, kOid, dkey, "a"}, kEpochLatest, w.single ? ValueKind::kSingle : ValueKind::kArray,
-                                w.offset, w.length});
+      auto got = engine->fetch({{info->id, kOid, dkey, "a"},
+                                kEpochLatest,
+                                w.single ? ValueKind::kSingle : ValueKind::kArray,
+                                w.offset,
+                                w.length});
       if (punched.count(t)) {
         ASSERT_EQ(got.status().code(), StatusCode::kNotFound) << "punched key " << dkey << " came back";
         continue;
@@ -177,8 +186,11 @@ TEST(EngineCrash, KillNineLosesNoAcknowledgedUpdate) {
       for (const std::string& dkey : *page) {
         uint64_t t = std::stoull(dkey.substr(1));
         WriteSpec w = spec_for(t);
-        auto got = engine->fetch({{info->id, kOid, dkey, "a"}, kEpochLatest,
-                                  w.single ? ValueKind::kSingle : ValueKind::kArray, w.offset, w.length});
+        auto got = engine->fetch({{info->id, kOid, dkey, "a"},
+                                  kEpochLatest,
+                                  w.single ? ValueKind::kSingle : ValueKind::kArray,
+                                  w.offset,
+                                  w.length});
         ASSERT_TRUE(got.is_ok()) << "round " << round << " present key " << dkey << ": " << got.status().to_string();
         ASSERT_TRUE(*got == pattern(t, w.length)) << "round " << round << " key " << dkey << " is torn";
         ++present;

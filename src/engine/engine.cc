@@ -1,7 +1,7 @@
 // Engine: opening and recovery, pools and containers, the commit queue, punches and snapshots.
+#include <rocksdb/cache.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
-#include <rocksdb/cache.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -185,15 +185,18 @@ Status Engine::Impl::open() {
     if (s.ok() && value.size() == 8) {
       uint64_t v;
       std::memcpy(&v, value.data(), 8);
-      if (std::strcmp(name, "seq") == 0) seq = v;
-      else next_cid = std::max<uint64_t>(next_cid, v);
+      if (std::strcmp(name, "seq") == 0)
+        seq = v;
+      else
+        next_cid = std::max<uint64_t>(next_cid, v);
     }
   }
   RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "load metadata"));
 
   // One device flush per group commit is enough when the block file's writes change no file system metadata
   // and reach the same device as the WAL: the WAL's fdatasync flushes the device cache for both.
-  struct stat bs{}, is{};
+  struct stat bs {
+  }, is{};
   bool prezeroed = db->Get(rocksdb::ReadOptions(), meta_key("prezeroed"), &value).ok();
   bool same_dev = ::stat(opts.block_file.c_str(), &bs) == 0 && ::stat((opts.dir + "/index").c_str(), &is) == 0 &&
                   bs.st_dev == is.st_dev;
@@ -547,7 +550,8 @@ Status Engine::snapshot_create(uint32_t cont, Epoch epoch) {
   w.prepare = [&] {
     auto it = impl_->conts.find(cont);
     if (it == impl_->conts.end())
-      return error(StatusCode::kUnknownContainer, "container handle " + std::to_string(cont) + " is not on this target");
+      return error(StatusCode::kUnknownContainer,
+                   "container handle " + std::to_string(cont) + " is not on this target");
     if (epoch < it->second.rec.agg_epoch)
       return error(StatusCode::kEpochTooOld, "snapshot epoch is below the aggregation boundary");
     if (!it->second.snapshots.insert(epoch).second)
@@ -563,7 +567,8 @@ Status Engine::snapshot_destroy(uint32_t cont, Epoch epoch) {
   w.prepare = [&] {
     auto it = impl_->conts.find(cont);
     if (it == impl_->conts.end())
-      return error(StatusCode::kUnknownContainer, "container handle " + std::to_string(cont) + " is not on this target");
+      return error(StatusCode::kUnknownContainer,
+                   "container handle " + std::to_string(cont) + " is not on this target");
     if (it->second.snapshots.erase(epoch) == 0)
       return error(StatusCode::kNotFound, "no snapshot at epoch " + std::to_string(epoch));
     return Status::ok();

@@ -45,14 +45,14 @@ inline constexpr uint64_t kArrayOffsetMax = 1ull << 62;
 enum class ValueKind : uint8_t { kSingle = 1, kArray = 2 };
 
 struct EngineOptions {
-  std::string dir;                          // RocksDB index lives in dir/index
-  std::string block_file;                   // default: dir/blocks
-  uint64_t block_file_bytes = 1ull << 30;   // size when the file is created; fixed afterwards
-  uint64_t arena_bytes = 64ull << 20;       // registered buffer arena (multiple of 1 MiB)
-  uint32_t inline_max_bytes = 4095;         // array pieces up to this size stay in the index
-  bool direct_io = true;                    // O_DIRECT when the file system allows it
-  bool prezero = true;                      // write zeros over a new block file (no unwritten extents)
-  bool sync = true;                         // durability before acknowledgement (false: benchmarks only)
+  std::string dir;                         // RocksDB index lives in dir/index
+  std::string block_file;                  // default: dir/blocks
+  uint64_t block_file_bytes = 1ull << 30;  // size when the file is created; fixed afterwards
+  uint64_t arena_bytes = 64ull << 20;      // registered buffer arena (multiple of 1 MiB)
+  uint32_t inline_max_bytes = 4095;        // array pieces up to this size stay in the index
+  bool direct_io = true;                   // O_DIRECT when the file system allows it
+  bool prezero = true;                     // write zeros over a new block file (no unwritten extents)
+  bool sync = true;                        // durability before acknowledgement (false: benchmarks only)
   // How block file data becomes durable before its index records commit:
   //  kAuto: when the block file is O_DIRECT, was pre-zeroed (no metadata changes on write) and shares a
   //         device with the index, the index's WAL sync flushes the device cache for both: one flush per
@@ -60,8 +60,8 @@ struct EngineOptions {
   //  kAlways: an fdatasync of the block file, then the WAL sync.
   enum class DataSync { kAuto, kAlways };
   DataSync data_sync = DataSync::kAuto;
-  bool create = true;                       // create (format) a missing target
-  uint32_t io_queue_depth = 64;             // io_uring entries per ring
+  bool create = true;            // create (format) a missing target
+  uint32_t io_queue_depth = 64;  // io_uring entries per ring
   // Group commit: a leader waits up to this long for updates whose data is still being written, so they
   // share its index sync (PostgreSQL's commit_delay, but only when such updates exist). 0 disables.
   uint32_t group_commit_wait_us = 300;
@@ -190,11 +190,11 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // ---- pool shards and containers (durable on return) ----
-  Status pool_create(const Uuid& pool);                        // kAlreadyExists
-  Status pool_destroy(const Uuid& pool);                       // kUnknownPool; destroys its containers
+  Status pool_create(const Uuid& pool);   // kAlreadyExists
+  Status pool_destroy(const Uuid& pool);  // kUnknownPool; destroys its containers
   std::vector<Uuid> pool_list() const;
   Status cont_create(const Uuid& pool, const Uuid& cont, const ContainerProps& props);  // kUnknownPool, kAlreadyExists
-  Status cont_destroy(const Uuid& pool, const Uuid& cont);     // kUnknownContainer; frees its space
+  Status cont_destroy(const Uuid& pool, const Uuid& cont);                    // kUnknownContainer; frees its space
   Result<ContainerInfo> cont_open(const Uuid& pool, const Uuid& cont) const;  // kUnknownPool, kUnknownContainer
   Result<std::vector<ContainerInfo>> cont_list(const Uuid& pool) const;
 

@@ -114,7 +114,8 @@ Status validate_io(const Engine::Impl& im, ValueKind kind, uint64_t offset, uint
   if (kind == ValueKind::kSingle) {
     if (update && length == 0) return error(StatusCode::kInvalidArgument, "a single value must not be empty");
     if (length > kSingleValueMaxBytes)
-      return error(StatusCode::kTooLarge, "single values are at most " + std::to_string(kSingleValueMaxBytes) + " bytes");
+      return error(StatusCode::kTooLarge,
+                   "single values are at most " + std::to_string(kSingleValueMaxBytes) + " bytes");
     return Status::ok();
   }
   if (length == 0) return error(StatusCode::kInvalidArgument, "array I/O length must be positive");
@@ -236,8 +237,8 @@ Status Engine::update_end(UpdateTx& tx, std::span<const uint32_t> csums) {
   }
   if (st->cont.csum) {
     if (csums.size() != computed.size())
-      return error(StatusCode::kInvalidArgument, "expected " + std::to_string(computed.size()) + " checksums, got " +
-                                                     std::to_string(csums.size()));
+      return error(StatusCode::kInvalidArgument,
+                   "expected " + std::to_string(computed.size()) + " checksums, got " + std::to_string(csums.size()));
     for (size_t i = 0; i < computed.size(); ++i)
       if (csums[i] != computed[i])
         return error(StatusCode::kChecksumMismatch,
@@ -301,8 +302,7 @@ Status Engine::update_end(UpdateTx& tx, std::span<const uint32_t> csums) {
 }
 
 Status Engine::update(const UpdateOp& op, std::span<const uint8_t> data, std::span<const uint32_t> csums) {
-  if (data.size() != op.length)
-    return error(StatusCode::kInvalidArgument, "data size differs from the update length");
+  if (data.size() != op.length) return error(StatusCode::kInvalidArgument, "data size differs from the update length");
   RFOS_ASSIGN_OR_RETURN(UpdateTx tx, update_begin(op));
   size_t pos = 0;
   for (const IoBuf& b : tx.buffers()) {
@@ -359,7 +359,8 @@ Result<FetchTx> Engine::fetch_begin(const FetchOp& op) {
                  k.kind == kSingleTag && Version{k.epoch, k.seq} > floor;
     if (!found) {
       RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "index read"));
-      if (kind_of_other(kExtentTag)) return error(StatusCode::kWrongValueKind, "akey holds an array, not a single value");
+      if (kind_of_other(kExtentTag))
+        return error(StatusCode::kWrongValueKind, "akey holds an array, not a single value");
       return error(StatusCode::kNotFound, "no single value at this key and epoch");
     }
     SingleRecord r;
@@ -402,7 +403,8 @@ Result<FetchTx> Engine::fetch_begin(const FetchOp& op) {
   st.length = op.length;
 
   ExtentMap map(a, b);
-  for (size_t i = 0; i < recs.size(); ++i) map.assign(recs[i].start, recs[i].start + recs[i].rec.length, static_cast<int>(i));
+  for (size_t i = 0; i < recs.size(); ++i)
+    map.assign(recs[i].start, recs[i].start + recs[i].rec.length, static_cast<int>(i));
   std::vector<ExtentMap::Segment> segs = map.segments();
 
   // Where logical byte x of the fetch lands.
@@ -418,11 +420,11 @@ Result<FetchTx> Engine::fetch_begin(const FetchOp& op) {
   // them. They go straight into the output buffer when that clobbers no other segment, else into a bounce.
   struct Verify {
     const Impl::ExtentRef* ref;
-    uint64_t x, y;     // chunk-aligned (or record-bounded) logical range to verify
-    uint8_t* mem;      // where logical x is in memory
-    uint8_t* bounce;   // owned bounce buffer, or null
+    uint64_t x, y;    // chunk-aligned (or record-bounded) logical range to verify
+    uint8_t* mem;     // where logical x is in memory
+    uint8_t* bounce;  // owned bounce buffer, or null
     size_t bounce_bytes;
-    uint64_t sx, sy;   // the segment to copy out of a bounce buffer
+    uint64_t sx, sy;  // the segment to copy out of a bounce buffer
   };
   std::vector<Verify> verifies;
   std::vector<blockio::IoRequest> reads;

@@ -61,8 +61,8 @@ bool Engine::Impl::any_visible(rocksdb::Iterator* it, const std::string& prefix,
   return false;
 }
 
-Status Engine::Impl::visible_extents(rocksdb::Iterator* it, const std::string& akey_prefix, Version floor,
-                                     Epoch epoch, uint64_t begin, uint64_t end, std::vector<ExtentRef>* out) {
+Status Engine::Impl::visible_extents(rocksdb::Iterator* it, const std::string& akey_prefix, Version floor, Epoch epoch,
+                                     uint64_t begin, uint64_t end, std::vector<ExtentRef>* out) {
   // Records never cross a grain, so none that overlaps [begin, end) starts before begin's grain.
   std::string seek = akey_prefix;
   append_extent_start(&seek, align_down(begin, kGrainBytes));
@@ -70,8 +70,7 @@ Status Engine::Impl::visible_extents(rocksdb::Iterator* it, const std::string& a
   out->clear();
   for (it->Seek(seek); it->Valid() && starts_with(it->key(), tag_prefix); it->Next()) {
     ObjectKey k;
-    if (!parse_object_key(it->key().ToStringView(), &k))
-      return error(StatusCode::kCorruption, "malformed extent key");
+    if (!parse_object_key(it->key().ToStringView(), &k)) return error(StatusCode::kCorruption, "malformed extent key");
     if (k.start >= end) break;
     Version v{k.epoch, k.seq};
     if (k.epoch > epoch || v <= floor) continue;
@@ -85,7 +84,8 @@ Status Engine::Impl::visible_extents(rocksdb::Iterator* it, const std::string& a
   // Decode only now: rec.inline_data points into value, which must not move any more.
   std::vector<ExtentRef> kept;
   for (ExtentRef& ref : *out) {
-    if (!decode_extent(ref.value, &ref.rec) || ref.start + ref.rec.length > align_down(ref.start, kGrainBytes) + kGrainBytes)
+    if (!decode_extent(ref.value, &ref.rec) ||
+        ref.start + ref.rec.length > align_down(ref.start, kGrainBytes) + kGrainBytes)
       return error(StatusCode::kCorruption, "malformed extent record at offset " + std::to_string(ref.start));
   }
   std::erase_if(*out, [&](const ExtentRef& r) { return r.start + r.rec.length <= begin; });
@@ -256,7 +256,7 @@ namespace {
 
 struct AggRecord {
   std::string key;
-  ObjectKey k;  // views into key
+  ObjectKey k;       // views into key
   ExtentRecord ext;  // extents only
   bool keep = false;
 };
@@ -298,7 +298,8 @@ void mark_akey(std::vector<AggRecord>& recs, const std::vector<Epoch>& views, Ep
       return Version{x->k.epoch, x->k.seq} < Version{y->k.epoch, y->k.seq};
     });
     ExtentMap map(0, hi);
-    for (size_t i = 0; i < ext.size(); ++i) map.assign(ext[i]->k.start, ext[i]->k.start + ext[i]->ext.length, static_cast<int>(i));
+    for (size_t i = 0; i < ext.size(); ++i)
+      map.assign(ext[i]->k.start, ext[i]->k.start + ext[i]->ext.length, static_cast<int>(i));
     for (const auto& s : map.segments())
       if (s.owner >= 0) ext[s.owner]->keep = true;
   }
@@ -426,10 +427,12 @@ Status Engine::check() {
       return error(StatusCode::kCorruption, "malformed object key in the index");
     if (k.kind == kSingleTag) {
       SingleRecord r;
-      if (!decode_single(it->value().ToStringView(), &r)) return error(StatusCode::kCorruption, "malformed single value");
+      if (!decode_single(it->value().ToStringView(), &r))
+        return error(StatusCode::kCorruption, "malformed single value");
     } else if (k.kind == kExtentTag) {
       ExtentRecord r;
-      if (!decode_extent(it->value().ToStringView(), &r)) return error(StatusCode::kCorruption, "malformed extent record");
+      if (!decode_extent(it->value().ToStringView(), &r))
+        return error(StatusCode::kCorruption, "malformed extent record");
       for (const Run& run : r.runs) owned.push_back({run.block, run.nblocks});
     }
   }
@@ -437,8 +440,7 @@ Status Engine::check() {
   std::sort(owned.begin(), owned.end());
   uint64_t next = 1;  // block 0 is the superblock
   for (const auto& [block, n] : owned) {
-    if (block < next)
-      return error(StatusCode::kCorruption, "block " + std::to_string(block) + " is owned twice");
+    if (block < next) return error(StatusCode::kCorruption, "block " + std::to_string(block) + " is owned twice");
     if (block > next)
       return error(StatusCode::kCorruption, "blocks " + std::to_string(next) + ".." + std::to_string(block - 1) +
                                                 " are neither free nor owned (leaked)");
@@ -453,7 +455,8 @@ Result<std::vector<Extent>> Engine::debug_locate(const KeyRef& key, uint64_t off
   std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions()));
   std::vector<Impl::ExtentRef> recs;
   Version floor = Impl::akey_floor(it.get(), key, kEpochLatest);
-  RFOS_RETURN_IF_ERROR(Impl::visible_extents(it.get(), akey_prefix(key), floor, kEpochLatest, offset, offset + 1, &recs));
+  RFOS_RETURN_IF_ERROR(
+      Impl::visible_extents(it.get(), akey_prefix(key), floor, kEpochLatest, offset, offset + 1, &recs));
   if (recs.empty()) return error(StatusCode::kNotFound, "no extent at that offset");
   std::vector<Extent> out;
   for (const Run& r : recs.back().rec.runs) out.push_back({r.block * kBlockBytes, uint64_t{r.nblocks} * kBlockBytes});

@@ -95,8 +95,8 @@ TEST_F(EngineTest, OverlapsResolveNewestWinsAndHolesReadZero) {
   ASSERT_TRUE(put_array(key(), 2, 5000, std::string(1000, 'b')).is_ok());
   ASSERT_TRUE(put_array(key(), 2, 5500, std::string(100, 'c')).is_ok());  // same epoch: later commit wins
   ASSERT_TRUE(put_array(key(), 3, 20000, std::string(10, 'd')).is_ok());
-  std::string want = std::string(5000, 'a') + std::string(500, 'b') + std::string(100, 'c') +
-                     std::string(400, 'b') + std::string(4000, 'a') + std::string(10000, '\0') + std::string(10, 'd');
+  std::string want = std::string(5000, 'a') + std::string(500, 'b') + std::string(100, 'c') + std::string(400, 'b') +
+                     std::string(4000, 'a') + std::string(10000, '\0') + std::string(10, 'd');
   std::vector<uint32_t> csums;
   auto got = get_array(key(), kEpochLatest, 0, want.size(), &csums);
   ASSERT_TRUE(got.is_ok()) << got.status().to_string();

@@ -69,7 +69,7 @@ TEST(EngineMedia, CorruptBlockGivesChecksumErrorNeverWrongBytes) {
   auto where = t.engine->debug_locate(t.key("big"), 0);
   ASSERT_TRUE(where.is_ok());
   uint64_t base = (*where)[0].offset;
-  t.engine.reset();  // corrupt at rest, as a bad disk would
+  t.engine.reset();              // corrupt at rest, as a bad disk would
   t.flip(base + 5 * 4096 + 17);  // inside the 6th 4 KiB chunk of "big"
   t.open();
 
@@ -127,8 +127,7 @@ TEST(EngineMedia, FullBlockFileGivesNoSpaceAndRecovers) {
   t.open();
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(t.put("again" + std::to_string(i), 4, 0, pattern(100 + i, 1 << 20)).is_ok());
   EXPECT_EQ(t.put("over", 4, 0, pattern(1, 1 << 20)).code(), StatusCode::kNoSpace);
-  for (int i = 0; i < 5; ++i)
-    ASSERT_EQ(*t.get("again" + std::to_string(i), 0, 1 << 20), pattern(100 + i, 1 << 20));
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(*t.get("again" + std::to_string(i), 0, 1 << 20), pattern(100 + i, 1 << 20));
   for (int i = 5; i < stored; ++i) ASSERT_EQ(*t.get("k" + std::to_string(i), 0, 1 << 20), pattern(i, 1 << 20));
   EXPECT_TRUE(t.engine->check().is_ok());
 }

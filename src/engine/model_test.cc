@@ -65,7 +65,9 @@ class Model {
     std::sort(out.begin(), out.end(), [](const Rec* a, const Rec* b) { return a->v < b->v; });
     return out;
   }
-  bool akey_visible(const AKey& k, Epoch e) const { return !visible(k, e, true).empty() || !visible(k, e, false).empty(); }
+  bool akey_visible(const AKey& k, Epoch e) const {
+    return !visible(k, e, true).empty() || !visible(k, e, false).empty();
+  }
   std::set<std::string> dkeys(uint64_t oid, Epoch e) const {
     std::set<std::string> out;
     for (const auto& [k, v] : recs)
@@ -129,9 +131,7 @@ struct Runner {
     }
     cid = engine->cont_open(pool, cont)->id;
   }
-  Model::AKey pick() {
-    return {rnd(3) + 1, "dkey" + std::to_string(rnd(4)), "akey" + std::to_string(rnd(3))};
-  }
+  Model::AKey pick() { return {rnd(3) + 1, "dkey" + std::to_string(rnd(4)), "akey" + std::to_string(rnd(3))}; }
   KeyRef ref(const Model::AKey& k) { return {cid, ObjectId{0, std::get<0>(k)}, std::get<1>(k), std::get<2>(k)}; }
   Epoch read_epoch() {
     switch (rnd(4)) {
@@ -142,8 +142,10 @@ struct Runner {
           return *it;
         }
         return kEpochLatest;
-      case 1: return kEpochLatest;
-      default: return std::max<Epoch>(agg, 1) + rnd(cur - std::max<Epoch>(agg, 1) + 1);
+      case 1:
+        return kEpochLatest;
+      default:
+        return std::max<Epoch>(agg, 1) + rnd(cur - std::max<Epoch>(agg, 1) + 1);
     }
   }
 
@@ -210,7 +212,10 @@ struct Runner {
       ASSERT_TRUE(engine->check().is_ok()) << engine->check().to_string();
       // Writes at or below the boundary are refused.
       std::string x = "x";
-      EXPECT_EQ(engine->update({ref(k), agg, ValueKind::kSingle, 0, 1}, bytes(x), make_csums(ValueKind::kSingle, 0, bytes(x), 4096)).code(),
+      EXPECT_EQ(engine
+                    ->update({ref(k), agg, ValueKind::kSingle, 0, 1}, bytes(x),
+                             make_csums(ValueKind::kSingle, 0, bytes(x), 4096))
+                    .code(),
                 StatusCode::kEpochTooOld);
     } else if (op < 52) {
       open();

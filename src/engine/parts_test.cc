@@ -100,8 +100,10 @@ TEST(Allocator, FreeOpsReplayToTheSameMap) {
       live.erase(live.begin() + k);
     }
     for (const auto& op : ops) {
-      if (op.nblocks == 0) replay.erase(op.block);
-      else replay[op.block] = op.nblocks;
+      if (op.nblocks == 0)
+        replay.erase(op.block);
+      else
+        replay[op.block] = op.nblocks;
     }
     ASSERT_EQ(replay, a.durable_map()) << "step " << i;
   }

@@ -44,10 +44,9 @@ Status write_zeros(int fd, uint64_t bytes) {
 
 Result<std::unique_ptr<BlockDevice>> BlockDevice::open(const BlockDeviceOptions& options, BufferArena* arena) {
   if (options.path.empty()) return error(StatusCode::kInvalidArgument, "block file path is empty");
-  struct stat st{};
+  struct stat st {};
   bool exists = ::stat(options.path.c_str(), &st) == 0;
-  if (!exists && !options.create)
-    return error(StatusCode::kNotFound, "block file " + options.path + " does not exist");
+  if (!exists && !options.create) return error(StatusCode::kNotFound, "block file " + options.path + " does not exist");
   if (!exists && (options.bytes < 2 * kBlockBytes || options.bytes % kBlockBytes != 0))
     return error(StatusCode::kInvalidArgument, "block file size must be a multiple of 4096 and at least 8192");
 
@@ -172,7 +171,8 @@ Status BlockDevice::submit_and_wait(std::span<const IoRequest> requests) {
         if (res == -EAGAIN || res == -EINTR) {
           pending.push_back(i);
         } else if (status.is_ok()) {
-          status = errno_status(std::string(r.write ? "write" : "read") + " at offset " + std::to_string(r.offset), -res);
+          status =
+              errno_status(std::string(r.write ? "write" : "read") + " at offset " + std::to_string(r.offset), -res);
         }
       } else if (res == 0) {
         if (status.is_ok()) status = error(StatusCode::kIoError, "unexpected end of block file");

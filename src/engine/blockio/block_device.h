@@ -30,10 +30,10 @@ struct IoRequest {
 
 struct BlockDeviceOptions {
   std::string path;
-  uint64_t bytes = 0;       // size of a new file (a block multiple); an existing file keeps its size
+  uint64_t bytes = 0;  // size of a new file (a block multiple); an existing file keeps its size
   bool create = true;
-  bool direct_io = true;    // fall back to buffered I/O when the file system refuses O_DIRECT
-  bool prezero = true;      // zero a newly created file (no unwritten extents to convert on first write)
+  bool direct_io = true;  // fall back to buffered I/O when the file system refuses O_DIRECT
+  bool prezero = true;    // zero a newly created file (no unwritten extents to convert on first write)
   uint32_t queue_depth = 64;
 };
 

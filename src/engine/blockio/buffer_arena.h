@@ -45,9 +45,9 @@ class BufferArena {
  private:
   static constexpr int kClasses = 9;  // 4 KiB .. 1 MiB
   struct Slot {
-    int cls = -1;                     // -1: unassigned
-    uint32_t used = 0;                // buffers handed out
-    std::vector<uint16_t> free_idx;   // buffers not handed out (indices within the slot)
+    int cls = -1;                    // -1: unassigned
+    uint32_t used = 0;               // buffers handed out
+    std::vector<uint16_t> free_idx;  // buffers not handed out (indices within the slot)
   };
   BufferArena(uint8_t* base, size_t bytes);
   static int size_class(size_t bytes);

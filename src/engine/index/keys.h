@@ -44,10 +44,10 @@ std::string cont_key(const Uuid& pool, const Uuid& cont);
 std::string snap_prefix(uint32_t cid);
 std::string snap_key(uint32_t cid, uint64_t epoch);
 std::string free_key(uint64_t block);
-std::string cont_objects_prefix(uint32_t cid);        // 'O' cid
+std::string cont_objects_prefix(uint32_t cid);                 // 'O' cid
 std::string object_prefix(uint32_t cid, const ObjectId& oid);  // 'O' cid oid
-void append_dkey(std::string* key, std::string_view dkey);  // 'd' len dkey
-void append_akey(std::string* key, std::string_view akey);  // 'a' len akey
+void append_dkey(std::string* key, std::string_view dkey);     // 'd' len dkey
+void append_akey(std::string* key, std::string_view akey);     // 'a' len akey
 void append_version(std::string* key, uint64_t epoch, uint64_t seq);
 void append_extent_start(std::string* key, uint64_t start);  // 'x' start
 // The smallest string greater than every string with this prefix ("" when there is none).
@@ -60,7 +60,7 @@ struct ObjectKey {
   int level = 0;  // 0 object, 1 dkey, 2 akey
   std::string_view dkey;
   std::string_view akey;
-  char kind = 0;  // kPunchTag (at `level`), kSingleTag or kExtentTag (level 2)
+  char kind = 0;       // kPunchTag (at `level`), kSingleTag or kExtentTag (level 2)
   uint64_t start = 0;  // extents
   uint64_t epoch = 0;
   uint64_t seq = 0;
