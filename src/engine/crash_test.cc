@@ -158,22 +158,27 @@ TEST(EngineCrash, KillNineLosesNoAcknowledgedUpdate) {
       ASSERT_EQ(acks, 0u) << "container missing after acknowledged writes";
       continue;
     }
+    // The key of tag t, as the writer wrote it.
+    auto fetch_tag = [&](const std::string& dkey, uint64_t t) {
+      WriteSpec w = spec_for(t);
+      return engine->fetch({{info->id, kOid, dkey, "a"},
+                            kEpochLatest,
+                            w.single ? ValueKind::kSingle : ValueKind::kArray,
+                            w.offset,
+                            w.length});
+    };
     size_t verified = 0;
     for (const auto& [t, _] : acked) {
       std::string dkey = "k" + std::to_string(t);
-      WriteSpec w = spec_for(t);
-      auto got = engine->fetch({{info->id, kOid, dkey, "a"},
-                                kEpochLatest,
-                                w.single ? ValueKind::kSingle : ValueKind::kArray,
-                                w.offset,
-                                w.length});
+      auto got = fetch_tag(dkey, t);
       if (punched.count(t)) {
         ASSERT_EQ(got.status().code(), StatusCode::kNotFound) << "punched key " << dkey << " came back";
         continue;
       }
       if (maybe_punched.count(t) && !got.is_ok()) continue;
       ASSERT_TRUE(got.is_ok()) << "round " << round << " acknowledged " << dkey << ": " << got.status().to_string();
-      ASSERT_TRUE(*got == pattern(t, w.length)) << "round " << round << " acknowledged " << dkey << " reads back wrong";
+      ASSERT_TRUE(*got == pattern(t, spec_for(t).length))
+          << "round " << round << " acknowledged " << dkey << " reads back wrong";
       ++verified;
     }
     // Nothing half-written is visible: every key that exists at all, acknowledged or not (a commit can land
@@ -185,14 +190,9 @@ TEST(EngineCrash, KillNineLosesNoAcknowledgedUpdate) {
       ASSERT_TRUE(page.is_ok()) << page.status().to_string();
       for (const std::string& dkey : *page) {
         uint64_t t = std::stoull(dkey.substr(1));
-        WriteSpec w = spec_for(t);
-        auto got = engine->fetch({{info->id, kOid, dkey, "a"},
-                                  kEpochLatest,
-                                  w.single ? ValueKind::kSingle : ValueKind::kArray,
-                                  w.offset,
-                                  w.length});
+        auto got = fetch_tag(dkey, t);
         ASSERT_TRUE(got.is_ok()) << "round " << round << " present key " << dkey << ": " << got.status().to_string();
-        ASSERT_TRUE(*got == pattern(t, w.length)) << "round " << round << " key " << dkey << " is torn";
+        ASSERT_TRUE(*got == pattern(t, spec_for(t).length)) << "round " << round << " key " << dkey << " is torn";
         ++present;
       }
     }

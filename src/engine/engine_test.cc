@@ -20,17 +20,11 @@ class EngineTest : public ::testing::Test {
   void SetUp() override { reopen(); }
 
   void reopen() {
-    engine_.reset();
-    auto e = Engine::open(testing::small_options(dir_.path()));
-    ASSERT_TRUE(e.is_ok()) << e.status().to_string();
-    engine_ = std::move(e).value();
-    if (cid_ == 0) {
-      ASSERT_TRUE(engine_->pool_create(pool_).is_ok());
-      ASSERT_TRUE(engine_->cont_create(pool_, cont_, {}).is_ok());
-    }
-    auto info = engine_->cont_open(pool_, cont_);
-    ASSERT_TRUE(info.is_ok());
-    cid_ = info->id;
+    ASSERT_NO_FATAL_FAILURE(target_.open());
+    engine_ = target_.engine.get();
+    cid_ = target_.cid;
+    pool_ = target_.pool;
+    cont_ = target_.cont;
   }
 
   KeyRef key(std::string_view dkey = "d", std::string_view akey = "a") { return {cid_, oid_, dkey, akey}; }
@@ -49,10 +43,9 @@ class EngineTest : public ::testing::Test {
   }
   Result<std::string> get_single(const KeyRef& k, Epoch e) { return engine_->fetch({k, e, ValueKind::kSingle, 0, 0}); }
 
-  testing::TempDir dir_;
-  std::unique_ptr<Engine> engine_;
-  Uuid pool_ = Uuid::random();
-  Uuid cont_ = Uuid::random();
+  testing::Target target_;
+  Engine* engine_ = nullptr;
+  Uuid pool_, cont_;
   uint32_t cid_ = 0;
   ObjectId oid_{1, 2};
 };

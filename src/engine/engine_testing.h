@@ -1,12 +1,15 @@
 // Test helpers for the engine: a temporary target directory and small-footprint options.
-// Used by the engine's unit, model, crash and space tests and by the benchmark's self-check.
+// Used by the engine's unit, model, crash and media tests.
 #pragma once
 
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "engine/engine.h"
 
@@ -39,6 +42,34 @@ inline EngineOptions small_options(const std::string& dir, uint64_t block_file_b
   o.io_queue_depth = 32;
   return o;
 }
+
+// One target in a temporary directory with one pool and one container, reopenable (the pool and container
+// are created on the first open only).
+struct Target {
+  explicit Target(uint64_t block_file_bytes = 64ull << 20) : block_file_bytes(block_file_bytes) {}
+
+  // Opens (or reopens) the engine; use with ASSERT_NO_FATAL_FAILURE.
+  void open() {
+    engine.reset();
+    auto e = Engine::open(small_options(dir.path(), block_file_bytes));
+    ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+    engine = std::move(e).value();
+    if (cid == 0) {
+      ASSERT_TRUE(engine->pool_create(pool).is_ok());
+      ASSERT_TRUE(engine->cont_create(pool, cont, {}).is_ok());
+    }
+    auto info = engine->cont_open(pool, cont);
+    ASSERT_TRUE(info.is_ok()) << info.status().to_string();
+    cid = info->id;
+  }
+
+  uint64_t block_file_bytes;
+  TempDir dir;
+  std::unique_ptr<Engine> engine;
+  Uuid pool = Uuid::random();
+  Uuid cont = Uuid::random();
+  uint32_t cid = 0;
+};
 
 inline std::span<const uint8_t> bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};

@@ -16,19 +16,8 @@ namespace {
 using testing::bytes;
 using testing::pattern;
 
-struct Target {
-  explicit Target(uint64_t block_file_bytes) : bytes(block_file_bytes) { open(); }
-  void open() {
-    engine.reset();
-    auto e = Engine::open(testing::small_options(dir.path(), bytes));
-    ASSERT_TRUE(e.is_ok()) << e.status().to_string();
-    engine = std::move(e).value();
-    if (cid == 0) {
-      ASSERT_TRUE(engine->pool_create(pool).is_ok());
-      ASSERT_TRUE(engine->cont_create(pool, cont, {}).is_ok());
-    }
-    cid = engine->cont_open(pool, cont)->id;
-  }
+struct Target : testing::Target {
+  explicit Target(uint64_t block_file_bytes) : testing::Target(block_file_bytes) { open(); }
   KeyRef key(const std::string& dkey) {
     keys.push_back(dkey);
     return {cid, {3, 4}, keys.back(), "a"};
@@ -52,11 +41,6 @@ struct Target {
     close(fd);
   }
 
-  uint64_t bytes;
-  testing::TempDir dir;
-  std::unique_ptr<Engine> engine;
-  Uuid pool = Uuid::random(), cont = Uuid::random();
-  uint32_t cid = 0;
   std::list<std::string> keys;
 };
 

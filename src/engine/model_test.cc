@@ -109,10 +109,9 @@ struct Runner {
 
   std::mt19937_64 rng;
   uint64_t seed;
-  testing::TempDir dir;
-  std::unique_ptr<Engine> engine;
+  testing::Target target{128ull << 20};
+  Engine* engine = nullptr;
   Model model;
-  Uuid pool = Uuid::random(), cont = Uuid::random();
   uint32_t cid = 0;
   Epoch cur = 1;
   Epoch agg = 0;
@@ -121,15 +120,9 @@ struct Runner {
 
   uint64_t rnd(uint64_t n) { return rng() % n; }
   void open() {
-    engine.reset();
-    auto e = Engine::open(testing::small_options(dir.path(), 128ull << 20));
-    ASSERT_TRUE(e.is_ok()) << e.status().to_string();
-    engine = std::move(e).value();
-    if (cid == 0) {
-      ASSERT_TRUE(engine->pool_create(pool).is_ok());
-      ASSERT_TRUE(engine->cont_create(pool, cont, {}).is_ok());
-    }
-    cid = engine->cont_open(pool, cont)->id;
+    target.open();
+    engine = target.engine.get();
+    cid = target.cid;
   }
   Model::AKey pick() { return {rnd(3) + 1, "dkey" + std::to_string(rnd(4)), "akey" + std::to_string(rnd(3))}; }
   KeyRef ref(const Model::AKey& k) { return {cid, ObjectId{0, std::get<0>(k)}, std::get<1>(k), std::get<2>(k)}; }
