@@ -22,16 +22,16 @@ build: deps $(BUILD)/build.ninja
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The engine's tests under AddressSanitizer + UndefinedBehaviorSanitizer (CI runs this too).
+# The tests under AddressSanitizer + UndefinedBehaviorSanitizer (CI runs this too).
 test-asan: deps
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRFOS_SANITIZE=ON
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ctest --output-on-failure -j $(JOBS) -L 'unit|model|crash|fuzz'
+	cd build-asan && ctest --output-on-failure -j $(JOBS) -L 'unit|model|crash|fuzz|integration'
 
 # The fuzz targets with libFuzzer (clang), each for a bounded time.
 fuzz: deps
 	CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRFOS_FUZZ=ON -DRFOS_SANITIZE=ON
-	cmake --build build-fuzz -j $(JOBS) --target engine_record_fuzz
+	cmake --build build-fuzz -j $(JOBS) --target engine_record_fuzz capability_fuzz
 	cd build-fuzz && ctest --output-on-failure -L fuzz
 
 # Until the server exists, `make run` runs the engine on embedded defaults: the quick engine benchmark

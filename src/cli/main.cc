@@ -1,39 +1,51 @@
-// rfos: the one user-facing binary. Subcommands arrive with their layers; today: version and fsck.
-#include <CLI/CLI.hpp>
-
+// rfos: the one user-facing binary.
 #include <cstdio>
+#include <cstdlib>
 
-#include "engine/engine.h"
+#include "cli/cli.h"
+
+namespace rfos::cli {
+
+bool Context::check(const Status& s, const std::string& what) {
+  if (s.is_ok()) return true;
+  std::fprintf(stderr, "rfos %s: %s\n", what.c_str(), s.to_string().c_str());
+  // Exit codes: 1 for errors the server reports, 3 when no server answers.
+  exit_code = (s.code() == StatusCode::kTimeout || s.code() == StatusCode::kShutdown) ? 3 : 1;
+  return false;
+}
+
+std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 5) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+}  // namespace rfos::cli
 
 int main(int argc, char** argv) {
+  rfos::cli::Context ctx;
+  const char* env_addr = std::getenv("RFOS_ADDR");
+  ctx.addr = env_addr ? env_addr : "127.0.0.1:10001";
+
   CLI::App app{"rfos: an RDMA-first object store for AI data paths"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "rfos 0.1.0");
-
+  app.add_option("--addr", ctx.addr, "control-plane address HOST:PORT (default: $RFOS_ADDR or 127.0.0.1:10001)");
+  app.add_option("--timeout-ms", ctx.timeout_ms, "deadline of each control call")->capture_default_str();
   auto* version = app.add_subcommand("version", "print the version");
   version->callback([] { std::printf("rfos 0.1.0\n"); });
 
-  std::string dir;
-  auto* fsck = app.add_subcommand("fsck", "check a target's index and block allocator (the target must not be in use)");
-  fsck->add_option("--data-dir", dir, "the target directory (holds index/ and blocks)")->required();
-  int rc = 0;
-  fsck->callback([&] {
-    rfos::engine::EngineOptions opts;
-    opts.dir = dir;
-    opts.create = false;
-    auto engine = rfos::engine::Engine::open(opts);
-    if (!engine.is_ok()) {
-      std::fprintf(stderr, "rfos fsck: %s\n", engine.status().to_string().c_str());
-      rc = 1;
-      return;
-    }
-    rfos::Status s = (*engine)->check();
-    auto space = (*engine)->space();
-    std::printf("%s: %s (%llu of %llu MiB free)\n", dir.c_str(), s.to_string().c_str(),
-                static_cast<unsigned long long>(space.free_bytes >> 20),
-                static_cast<unsigned long long>(space.total_bytes >> 20));
-    rc = s.is_ok() ? 0 : 1;
-  });
+  rfos::cli::add_server_command(app, ctx);
+  rfos::cli::add_pool_commands(app, ctx);
+  rfos::cli::add_cont_commands(app, ctx);
+  rfos::cli::add_fsck_command(app, ctx);
   CLI11_PARSE(app, argc, argv);
-  return rc;
+  return ctx.exit_code;
 }

@@ -1,0 +1,31 @@
+// The `rfos` command line: one subcommand (family) per file, registered by main.cc.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+
+#include "client/control_client.h"
+
+namespace rfos::cli {
+
+// Options every client subcommand shares, and the exit code a subcommand leaves.
+struct Context {
+  std::string addr;  // --addr, else $RFOS_ADDR, else 127.0.0.1:10001
+  uint32_t timeout_ms = 5000;
+  int exit_code = 0;
+
+  std::unique_ptr<client::ControlClient> control() const { return client::ControlClient::create(addr, timeout_ms); }
+  // Prints "rfos <what>: <status>" to stderr and sets a non-zero exit code. Returns false when !s.
+  bool check(const Status& s, const std::string& what);
+};
+
+void add_server_command(CLI::App& app, Context& ctx);
+void add_pool_commands(CLI::App& app, Context& ctx);
+void add_cont_commands(CLI::App& app, Context& ctx);
+void add_fsck_command(CLI::App& app, Context& ctx);
+
+std::string human_bytes(uint64_t bytes);
+
+}  // namespace rfos::cli

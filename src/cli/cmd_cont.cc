@@ -1,0 +1,57 @@
+// rfos cont create|list|query|destroy
+#include <cstdio>
+
+#include "cli/cli.h"
+
+namespace rfos::cli {
+
+namespace {
+void print_cont(const client::ContInfo& c) {
+  std::printf("%s  %-16s oclass %s  chunk %s  csum %s/%u B  snapshots %zu\n", c.uuid.c_str(),
+              c.label.empty() ? "-" : c.label.c_str(), c.props.oclass.c_str(), human_bytes(c.props.chunk_bytes).c_str(),
+              c.props.csum_off ? "off" : "crc32c", c.props.csum_chunk_bytes, c.snapshots.size());
+}
+}  // namespace
+
+void add_cont_commands(CLI::App& app, Context& ctx) {
+  auto* cont = app.add_subcommand("cont", "manage containers");
+  cont->require_subcommand(1);
+  auto pool = std::make_shared<std::string>();
+  auto id = std::make_shared<std::string>();
+  auto props = std::make_shared<client::ContProps>();
+
+  auto* create = cont->add_subcommand("create", "create a container in a pool");
+  create->add_option("--pool", *pool, "pool label or uuid")->required();
+  create->add_option("label", *id, "a name for the container");
+  create->add_option("--oclass", props->oclass, "default object class: S1 or SX (default SX)");
+  create->add_option("--chunk-size", props->chunk_bytes, "file/array chunk size in bytes (default 1 MiB)");
+  create->add_option("--csum-chunk", props->csum_chunk_bytes, "checksum chunk in bytes (default 4096)");
+  create->add_flag("--no-csum", props->csum_off, "no end-to-end checksums (data at rest is still checksummed)");
+  create->callback([&ctx, pool, id, props] {
+    auto c = ctx.control()->cont_create(*pool, *id, *props);
+    if (ctx.check(c.status(), "cont create")) print_cont(*c);
+  });
+
+  auto* list = cont->add_subcommand("list", "list the containers of a pool");
+  list->add_option("--pool", *pool, "pool label or uuid")->required();
+  list->callback([&ctx, pool] {
+    auto cs = ctx.control()->cont_list(*pool);
+    if (!ctx.check(cs.status(), "cont list")) return;
+    for (const auto& c : *cs) print_cont(c);
+  });
+
+  auto* query = cont->add_subcommand("query", "show one container");
+  query->add_option("--pool", *pool, "pool label or uuid")->required();
+  query->add_option("cont", *id, "container label or uuid")->required();
+  query->callback([&ctx, pool, id] {
+    auto c = ctx.control()->cont_query(*pool, *id);
+    if (ctx.check(c.status(), "cont query")) print_cont(*c);
+  });
+
+  auto* destroy = cont->add_subcommand("destroy", "destroy a container and give its space back");
+  destroy->add_option("--pool", *pool, "pool label or uuid")->required();
+  destroy->add_option("cont", *id, "container label or uuid")->required();
+  destroy->callback([&ctx, pool, id] { ctx.check(ctx.control()->cont_destroy(*pool, *id), "cont destroy"); });
+}
+
+}  // namespace rfos::cli

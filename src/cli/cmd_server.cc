@@ -1,0 +1,31 @@
+// rfos server: start the storage server.
+#include "cli/cli.h"
+#include "server/server.h"
+
+namespace rfos::cli {
+
+void add_server_command(CLI::App& app, Context& ctx) {
+  auto* cmd = app.add_subcommand("server", "run a storage server (until SIGINT/SIGTERM)");
+  auto config = std::make_shared<server::ServerConfig>();
+  auto file = std::make_shared<std::string>();
+  auto flags = std::make_shared<server::ServerConfig>();
+  cmd->add_option("--config", *file, "YAML config file (flags override it)");
+  cmd->add_option("--data-dir", flags->data_dir, "where targets and metadata live (default /var/tmp/rfos)");
+  cmd->add_option("--control-addr", flags->control_addr, "gRPC control address (default 127.0.0.1:10001)");
+  cmd->add_option("--provider", flags->provider,
+                  "data-plane provider: ucx+tcp, ucx+shm, ofi+tcp, ... (default ucx+tcp)");
+  cmd->add_option("--targets", flags->targets, "number of targets (default: one per core; fixed at first start)");
+  cmd->add_option("--target-bytes", flags->target_bytes, "block file size of each target (default 1 GiB)");
+  cmd->callback([&ctx, cmd, config, file, flags] {
+    if (!file->empty() && !ctx.check(server::load_config_file(*file, config.get()), "server")) return;
+    // Flags given on the command line override the file.
+    if (cmd->count("--data-dir")) config->data_dir = flags->data_dir;
+    if (cmd->count("--control-addr")) config->control_addr = flags->control_addr;
+    if (cmd->count("--provider")) config->provider = flags->provider;
+    if (cmd->count("--targets")) config->targets = flags->targets;
+    if (cmd->count("--target-bytes")) config->target_bytes = flags->target_bytes;
+    ctx.exit_code = server::run_server(*config);
+  });
+}
+
+}  // namespace rfos::cli

@@ -1,0 +1,188 @@
+#include "client/control_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+
+#include "wire/control.grpc.pb.h"
+
+namespace rfos::client {
+
+class ControlClient::Impl {
+ public:
+  std::unique_ptr<wire::Control::Stub> stub;
+  std::string address;
+  uint32_t timeout_ms;
+
+  // Runs one RPC with a deadline and maps its failure to an rfos Status.
+  template <typename Req, typename Resp, typename Fn>
+  Status call(Fn fn, const Req& req, Resp* resp) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+    grpc::Status s = (stub.get()->*fn)(&ctx, req, resp);
+    if (s.ok()) return Status::ok();
+    auto md = ctx.GetServerTrailingMetadata();
+    auto it = md.find("rfos-code");
+    if (it != md.end()) {
+      int code = std::stoi(std::string(it->second.data(), it->second.size()));
+      std::string msg = s.error_message();
+      // The message reads "<Name>: <text>"; keep only the text.
+      size_t colon = msg.find(": ");
+      return error(static_cast<StatusCode>(code), colon == std::string::npos ? msg : msg.substr(colon + 2));
+    }
+    switch (s.error_code()) {
+      case grpc::StatusCode::DEADLINE_EXCEEDED:
+        return error(StatusCode::kTimeout,
+                     "no answer from the rfos server at " + address + " within " + std::to_string(timeout_ms) + " ms");
+      case grpc::StatusCode::UNAVAILABLE:
+        return error(StatusCode::kShutdown, "cannot reach an rfos server at " + address + ": " + s.error_message());
+      default:
+        return error(StatusCode::kInternal, "control call failed: " + s.error_message());
+    }
+  }
+};
+
+namespace {
+PoolInfo from_wire(const wire::PoolInfo& p) {
+  return {p.uuid(), p.label(), p.targets(), p.total_bytes(), p.free_bytes(), p.containers()};
+}
+ContInfo from_wire(const wire::ContInfo& c) {
+  ContInfo out{c.uuid(), c.label(), c.pool_uuid(), {}, {}};
+  out.props = {c.props().csum_chunk_bytes(), c.props().csum_off(), c.props().oclass(), c.props().chunk_bytes()};
+  out.snapshots.assign(c.snapshots().begin(), c.snapshots().end());
+  return out;
+}
+}  // namespace
+
+std::unique_ptr<ControlClient> ControlClient::create(const std::string& address, uint32_t timeout_ms,
+                                                     const std::string& tls_ca_pem) {
+  auto impl = std::make_unique<Impl>();
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (!tls_ca_pem.empty()) {
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = tls_ca_pem;
+    creds = grpc::SslCredentials(o);
+  }
+  impl->stub = wire::Control::NewStub(grpc::CreateChannel(address, creds));
+  impl->address = address;
+  impl->timeout_ms = timeout_ms;
+  return std::unique_ptr<ControlClient>(new ControlClient(std::move(impl)));
+}
+
+ControlClient::ControlClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ControlClient::~ControlClient() = default;
+
+using Stub = wire::Control::Stub;
+
+Result<PoolInfo> ControlClient::pool_create(const std::string& label) {
+  wire::PoolCreateRequest req;
+  wire::PoolCreateResponse resp;
+  req.set_label(label);
+  RFOS_RETURN_IF_ERROR(impl_->call(&Stub::PoolCreate, req, &resp));
+  return from_wire(resp.pool());
+}
+
+Result<std::vector<PoolInfo>> ControlClient::pool_list() {
+  wire::PoolListResponse resp;
+  RFOS_RETURN_IF_ERROR(impl_->call(&Stub::PoolList, wire::PoolListRequest(), &resp));
+  std::vector<PoolInfo> out;
+  for (const auto& p : resp.pools()) out.push_back(from_wire(p));
+  return out;
+}
+
+Result<PoolInfo> ControlClient::pool_query(const std::string& pool) {
+  wire::PoolQueryRequest req;
+  wire::PoolQueryResponse resp;
+  req.set_pool(pool);
+  RFOS_RETURN_IF_ERROR(impl_->call(&Stub::PoolQuery, req, &resp));
+  return from_wire(resp.pool());
+}
+
+Status ControlClient::pool_destroy(const std::string& pool, bool force) {
+  wire::PoolDestroyRequest req;
+  wire::PoolDestroyResponse resp;
+  req.set_pool(pool);
+  req.set_force(force);
+  return impl_->call(&Stub::PoolDestroy, req, &resp);
+}
+
+Result<ContInfo> ControlClient::cont_create(const std::string& pool, const std::string& label, const ContProps& props) {
+  wire::ContCreateRequest req;
+  wire::ContCreateResponse resp;
+  req.set_pool(pool);
+  req.set_label(label);
+  req.mutable_props()->set_csum_chunk_bytes(props.csum_chunk_bytes);
+  req.mutable_props()->set_csum_off(props.csum_off);
+  req.mutable_props()->set_oclass(props.oclass);
+  req.mutable_props()->set_chunk_bytes(props.chunk_bytes);
+  RFOS_RETURN_IF_ERROR(impl_->call(&Stub::ContCreate, req, &resp));
+  return from_wire(resp.cont());
+}
+
+Result<std::vector<ContInfo>> ControlClient::cont_list(const std::string& pool) {
+  wire::ContListRequest req;
+  wire::ContListResponse resp;
+  req.set_pool(pool);
+  RFOS_RETURN_IF_ERROR(impl_->call(&Stub::ContList, req, &resp));
+  std::vector<ContInfo> out;
+  for (const auto& c : resp.conts()) out.push_back(from_wire(c));
+  return out;
+}
+
+Result<ContInfo> ControlClient::cont_query(const std::string& pool, const std::string& cont) {
+  wire::ContQueryRequest req;
+  wire::ContQueryResponse resp;
+  req.set_pool(pool);
+  req.set_cont(cont);
+  RFOS_RETURN_IF_ERROR(impl_->call(&Stub::ContQuery, req, &resp));
+  return from_wire(resp.cont());
+}
+
+Status ControlClient::cont_destroy(const std::string& pool, const std::string& cont) {
+  wire::ContDestroyRequest req;
+  wire::ContDestroyResponse resp;
+  req.set_pool(pool);
+  req.set_cont(cont);
+  return impl_->call(&Stub::ContDestroy, req, &resp);
+}
+
+Result<Session> ControlClient::connect(const std::string& pool, const std::string& cont, bool write, uint32_t ttl_s) {
+  wire::ConnectRequest req;
+  wire::ConnectResponse resp;
+  req.set_pool(pool);
+  req.set_cont(cont);
+  req.set_write(write);
+  req.set_ttl_s(ttl_s);
+  RFOS_RETURN_IF_ERROR(impl_->call(&Stub::Connect, req, &resp));
+  Session s;
+  s.session_id = resp.session_id();
+  s.capability = resp.capability();
+  s.expires_unix_ms = resp.expires_unix_ms();
+  s.provider = resp.map().provider();
+  for (const auto& t : resp.map().targets()) s.target_addresses.push_back(t.address());
+  s.pool = from_wire(resp.pool());
+  s.cont = from_wire(resp.cont());
+  return s;
+}
+
+Status ControlClient::disconnect(const std::string& session_id) {
+  wire::DisconnectRequest req;
+  wire::DisconnectResponse resp;
+  req.set_session_id(session_id);
+  return impl_->call(&Stub::Disconnect, req, &resp);
+}
+
+Result<ServerInfo> ControlClient::server_info() {
+  wire::ServerInfoResponse resp;
+  RFOS_RETURN_IF_ERROR(impl_->call(&Stub::ServerInfo, wire::ServerInfoRequest(), &resp));
+  return ServerInfo{resp.version(), resp.control_address(), resp.provider(),
+                    resp.targets(), resp.uptime_s(),        resp.data_dir()};
+}
+
+Status ControlClient::health() {
+  wire::HealthResponse resp;
+  RFOS_RETURN_IF_ERROR(impl_->call(&Stub::Health, wire::HealthRequest(), &resp));
+  return resp.ok() ? Status::ok() : error(StatusCode::kBusy, resp.detail());
+}
+
+}  // namespace rfos::client

@@ -1,0 +1,65 @@
+#include "server/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <set>
+
+namespace rfos::server {
+
+const std::vector<std::string>& known_providers() {
+  static const std::vector<std::string> kProviders = {"ucx+tcp", "ucx+shm", "ucx+rc",  "ucx+dc_x",
+                                                      "ucx+ud",  "ofi+tcp", "ofi+shm", "ofi+verbs"};
+  return kProviders;
+}
+
+Status load_config_file(const std::string& path, ServerConfig* config) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    return error(StatusCode::kNotFound, "config file " + path + " cannot be read");
+  } catch (const YAML::Exception& e) {
+    return error(StatusCode::kInvalidArgument, "config file " + path + ": " + e.what());
+  }
+  if (root.IsNull()) return Status::ok();
+  if (!root.IsMap()) return error(StatusCode::kInvalidArgument, "config file " + path + " must be a mapping");
+  static const std::set<std::string> kKeys = {"data_dir",     "control_addr",     "provider", "targets",
+                                              "target_bytes", "capability_ttl_s", "tls_cert", "tls_key"};
+  try {
+    for (const auto& kv : root) {
+      std::string key = kv.first.as<std::string>();
+      if (!kKeys.count(key)) return error(StatusCode::kInvalidArgument, path + ": unknown key '" + key + "'");
+    }
+    if (root["data_dir"]) config->data_dir = root["data_dir"].as<std::string>();
+    if (root["control_addr"]) config->control_addr = root["control_addr"].as<std::string>();
+    if (root["provider"]) config->provider = root["provider"].as<std::string>();
+    if (root["targets"]) config->targets = root["targets"].as<uint32_t>();
+    if (root["target_bytes"]) config->target_bytes = root["target_bytes"].as<uint64_t>();
+    if (root["capability_ttl_s"]) config->capability_ttl_s = root["capability_ttl_s"].as<uint32_t>();
+    if (root["tls_cert"]) config->tls_cert = root["tls_cert"].as<std::string>();
+    if (root["tls_key"]) config->tls_key = root["tls_key"].as<std::string>();
+  } catch (const YAML::Exception& e) {
+    return error(StatusCode::kInvalidArgument, "config file " + path + ": " + e.what());
+  }
+  return Status::ok();
+}
+
+Status validate(const ServerConfig& c) {
+  const auto& p = known_providers();
+  if (std::find(p.begin(), p.end(), c.provider) == p.end())
+    return error(StatusCode::kInvalidArgument, "unknown provider '" + c.provider +
+                                                   "' (one of ucx+tcp, ucx+shm, "
+                                                   "ucx+rc, ucx+dc_x, ucx+ud, ofi+tcp, ofi+shm, ofi+verbs)");
+  size_t colon = c.control_addr.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == c.control_addr.size())
+    return error(StatusCode::kInvalidArgument, "control address '" + c.control_addr + "' is not HOST:PORT");
+  if (c.data_dir.empty()) return error(StatusCode::kInvalidArgument, "data directory is empty");
+  if (c.target_bytes < (16ull << 20)) return error(StatusCode::kInvalidArgument, "target_bytes must be >= 16 MiB");
+  if (c.targets > 256) return error(StatusCode::kInvalidArgument, "at most 256 targets");
+  if (c.tls_cert.empty() != c.tls_key.empty())
+    return error(StatusCode::kInvalidArgument, "tls_cert and tls_key go together");
+  return Status::ok();
+}
+
+}  // namespace rfos::server

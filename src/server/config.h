@@ -1,0 +1,36 @@
+// rfos server configuration: embedded defaults, overridden by a YAML file, overridden by flags.
+//
+// YAML keys (all optional): data_dir, control_addr, provider, targets, target_bytes, capability_ttl_s,
+// tls_cert, tls_key. Unknown keys are an error (a typo must not silently fall back to a default).
+//
+// Thread-safety: values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace rfos::server {
+
+struct ServerConfig {
+  std::string data_dir = "/var/tmp/rfos";
+  std::string control_addr = "127.0.0.1:10001";
+  std::string provider = "ucx+tcp";
+  uint32_t targets = 0;                // 0: one per core
+  uint64_t target_bytes = 1ull << 30;  // block file size of each target
+  uint32_t capability_ttl_s = 3600;
+  std::string tls_cert;  // PEM files: TLS on the control channel when both are set
+  std::string tls_key;
+};
+
+// The data-plane providers rfos knows; the verbs ones need RDMA hardware.
+const std::vector<std::string>& known_providers();
+
+// Applies a YAML file over `config`. Errors: kNotFound, kInvalidArgument (syntax, unknown key, bad value).
+Status load_config_file(const std::string& path, ServerConfig* config);
+// Checks values: provider known, address HOST:PORT, sizes sane. kInvalidArgument with what is wrong.
+Status validate(const ServerConfig& config);
+
+}  // namespace rfos::server

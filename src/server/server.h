@@ -1,0 +1,39 @@
+// rfos server: the I/O engine of one storage node. It owns the targets (one engine each, under
+// data_dir/target-N), the management store (pool and container labels and properties, the capability secret,
+// under data_dir/mgmt) and the gRPC control service. The data plane joins it in the next step.
+//
+// Thread-safety: start() and shutdown() from one thread; the control service is internally synchronized.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "server/config.h"
+
+namespace rfos::server {
+
+class Server {
+ public:
+  // Opens (creating on first start) the targets and the management store, reconciles them, and starts the
+  // control service. Errors: kInvalidArgument (config), kIoError (media, bind), kCorruption.
+  static Result<std::unique_ptr<Server>> start(const ServerConfig& config);
+  ~Server();
+
+  // Where the control service listens (the bound port when the config asked for port 0).
+  std::string control_address() const;
+  // Blocks until shutdown() is called from another thread (or a signal handler's thread).
+  void wait();
+  void shutdown();
+
+  class Impl;
+
+ private:
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// `rfos server`: runs until SIGINT/SIGTERM. Prints where it listens. Returns the process exit code.
+int run_server(const ServerConfig& config);
+
+}  // namespace rfos::server

@@ -1,0 +1,88 @@
+// Runs a real `rfos server` process on 127.0.0.1 for integration tests: an ephemeral control port, a temporary
+// data directory, stdout parsed for the bound address. kill() is SIGKILL (crash), stop() is SIGTERM.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifndef RFOS_BINARY
+#error "RFOS_BINARY must name the rfos executable"
+#endif
+
+namespace rfos::testing {
+
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::string data_dir, std::vector<std::string> extra = {})
+      : data_dir_(std::move(data_dir)), extra_(std::move(extra)) {}
+  ~ServerProcess() { kill(); }
+
+  // Starts the server and waits (up to 60 s: first start formats the targets) for its address.
+  bool start() {
+    int out[2];
+    if (pipe(out) != 0) return false;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      close(out[0]);
+      std::vector<std::string> args = {RFOS_BINARY,      "server",
+                                       "--data-dir",     data_dir_,
+                                       "--control-addr", "127.0.0.1:0",
+                                       "--target-bytes", std::to_string(32ull << 20),
+                                       "--targets",      "2"};
+      args.insert(args.end(), extra_.begin(), extra_.end());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(out[1]);
+    FILE* f = fdopen(out[0], "r");
+    char line[512];
+    while (fgets(line, sizeof(line), f)) {
+      std::string l(line);
+      auto at = l.find("listening on ");
+      if (at != std::string::npos) {
+        address_ = l.substr(at + 13, l.find(' ', at + 13) - at - 13);
+        break;
+      }
+    }
+    // Keep draining stdout in the background so the server never blocks on a full pipe.
+    std::thread([f] {
+      char buf[512];
+      while (fgets(buf, sizeof(buf), f)) {
+      }
+      fclose(f);
+    }).detach();
+    return !address_.empty();
+  }
+
+  void kill(int sig = SIGKILL) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    exit_status_ = status;
+    pid_ = -1;
+  }
+  void stop() { kill(SIGTERM); }
+  const std::string& address() const { return address_; }
+  int exit_status() const { return exit_status_; }
+
+ private:
+  std::string data_dir_;
+  std::vector<std::string> extra_;
+  pid_t pid_ = -1;
+  std::string address_;
+  int exit_status_ = 0;
+};
+
+}  // namespace rfos::testing
