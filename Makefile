@@ -31,7 +31,7 @@ test-asan: deps
 # The fuzz targets with libFuzzer (clang), each for a bounded time.
 fuzz: deps
 	CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRFOS_FUZZ=ON -DRFOS_SANITIZE=ON
-	cmake --build build-fuzz -j $(JOBS) --target engine_record_fuzz capability_fuzz
+	cmake --build build-fuzz -j $(JOBS) --target engine_record_fuzz capability_fuzz data_plane_fuzz
 	cd build-fuzz && ctest --output-on-failure -L fuzz
 
 # Until the server exists, `make run` runs the engine on embedded defaults: the quick engine benchmark

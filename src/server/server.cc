@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "server/target.h"
 #include "wire/capability.h"
 #include "wire/control.grpc.pb.h"
 
@@ -117,6 +118,7 @@ class Server::Impl final : public wire::Control::Service {
   Status open();
   ServerConfig config_;
   std::vector<std::unique_ptr<Engine>> targets_;
+  std::vector<std::unique_ptr<Target>> data_;  // one data-plane thread per target
   MgmtStore mgmt_;
   std::string secret_;
   std::unique_ptr<grpc::Server> grpc_;
@@ -215,6 +217,12 @@ Status Server::Impl::open() {
         RFOS_RETURN_IF_ERROR(t->cont_create(pu, cuu, props));
       }
     }
+  }
+
+  for (uint32_t i = 0; i < targets_.size(); ++i) {
+    auto t = Target::start(i, targets_[i].get(), config_.provider, secret_);
+    if (!t.is_ok()) return error(t.status().code(), "data plane (" + config_.provider + "): " + t.status().to_string());
+    data_.push_back(std::move(t).value());
   }
 
   grpc::ServerBuilder builder;
@@ -449,7 +457,11 @@ grpc::Status Server::Impl::Connect(ServerContext* ctx, const wire::ConnectReques
   wire::PoolMap* map = resp->mutable_map();
   map->set_version(1);
   map->set_provider(config_.provider);
-  for (uint32_t i = 0; i < targets_.size(); ++i) map->add_targets()->set_index(i);
+  for (uint32_t i = 0; i < targets_.size(); ++i) {
+    wire::TargetInfo* t = map->add_targets();
+    t->set_index(i);
+    t->set_address(data_[i]->address());
+  }
   fill_space(&*p);
   *resp->mutable_pool() = *p;
   *resp->mutable_cont() = *c;
@@ -486,7 +498,10 @@ Result<std::unique_ptr<Server>> Server::start(const ServerConfig& config) {
 }
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Server::~Server() { shutdown(); }
+Server::~Server() {
+  shutdown();
+  if (impl_) impl_->data_.clear();  // data-plane threads stop before the engines close
+}
 std::string Server::control_address() const { return impl_->bound_; }
 void Server::wait() { impl_->grpc_->Wait(); }
 void Server::shutdown() {

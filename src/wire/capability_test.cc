@@ -30,3 +30,45 @@ TEST(Capability, SignVerifyAndRefuse) {
 
 }  // namespace
 }  // namespace rfos::wire
+
+#include "wire/data_plane.h"
+
+namespace rfos::wire {
+namespace {
+
+TEST(DataPlane, RequestAndReplyRoundTripAndRefuseDamage) {
+  Request q;
+  q.op = Op::kUpdate;
+  q.request_id = 42;
+  q.capability = std::string(Capability::kEncodedBytes, 'c');
+  q.oid = {1, 2};
+  q.length = 8192;
+  q.dkey = "dk";
+  q.akey = "ak";
+  q.csums = {1, 2};
+  std::string h = encode_request(q);
+  auto d = decode_request(h);
+  ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+  EXPECT_EQ(d->request_id, 42u);
+  EXPECT_EQ(d->dkey, "dk");
+  EXPECT_EQ(d->csums, q.csums);
+  for (size_t cut = 0; cut < h.size(); ++cut) EXPECT_FALSE(decode_request(h.substr(0, cut)).is_ok());
+  EXPECT_FALSE(decode_request(h + "x").is_ok());
+  std::string bad_version = h;
+  bad_version[4] = 9;
+  EXPECT_EQ(decode_request(bad_version).status().code(), StatusCode::kNotSupported);
+
+  Reply p;
+  p.request_id = 42;
+  p.status = StatusCode::kChecksumMismatch;
+  p.message = "bad";
+  std::string r = encode_reply(p);
+  auto dp = decode_reply(r);
+  ASSERT_TRUE(dp.is_ok());
+  EXPECT_EQ(dp->status, StatusCode::kChecksumMismatch);
+  EXPECT_EQ(dp->message, "bad");
+  EXPECT_FALSE(decode_reply(h).is_ok());
+}
+
+}  // namespace
+}  // namespace rfos::wire

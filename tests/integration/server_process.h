@@ -35,7 +35,7 @@ class ServerProcess {
       std::vector<std::string> args = {RFOS_BINARY,      "server",
                                        "--data-dir",     data_dir_,
                                        "--control-addr", "127.0.0.1:0",
-                                       "--target-bytes", std::to_string(32ull << 20),
+                                       "--target-bytes", std::to_string(80ull << 20),
                                        "--targets",      "2"};
       args.insert(args.end(), extra_.begin(), extra_.end());
       std::vector<char*> argv;

@@ -1,0 +1,58 @@
+// A connected container: the data-plane client. Connects through the control plane (session, capability,
+// pool map), opens one endpoint per target, places every (oid, dkey) with the pool map, computes checksums on
+// update and verifies them on fetch (end to end), and answers with a clear error, never a hang, when a server
+// is gone (every call has a deadline).
+//
+// This first form is synchronous: one request in flight per call. The event queue (many in flight, batches)
+// builds on the same request/reply matching.
+//
+// Thread-safety: one Container per thread (it owns a transport worker).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "client/control_client.h"
+#include "common/ids.h"
+#include "common/status.h"
+
+namespace rfos::client {
+
+struct ContainerOptions {
+  bool write = true;
+  std::string provider;         // "" = the pool's provider
+  uint32_t timeout_ms = 30000;  // per request
+};
+
+class Container {
+ public:
+  // Errors: whatever connect() gives (kUnknownPool, kUnknownContainer, kShutdown, kTimeout), kNotSupported
+  // (provider), kIoError.
+  static Result<std::unique_ptr<Container>> open(ControlClient& control, const std::string& pool,
+                                                 const std::string& cont, const ContainerOptions& options = {});
+  ~Container();
+
+  // Array I/O at [offset, offset+data.size()). Durable when it returns OK. Updates above 1 MiB are split.
+  Status write(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
+               std::span<const uint8_t> data);
+  // Reads into `out` (its size is the length); holes read as zeros. Checksums verified on arrival.
+  Status read(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
+              std::span<uint8_t> out);
+  Result<uint64_t> array_size(const ObjectId& oid, std::string_view dkey, std::string_view akey);
+  Status put_value(const ObjectId& oid, std::string_view dkey, std::string_view akey, std::string_view value);
+  Result<std::string> get_value(const ObjectId& oid, std::string_view dkey, std::string_view akey);
+  Status punch_dkey(const ObjectId& oid, std::string_view dkey);
+  Status punch_object(const ObjectId& oid);
+
+  const Session& session() const;
+
+  class Impl;
+
+ private:
+  explicit Container(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rfos::client

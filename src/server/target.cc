@@ -1,0 +1,199 @@
+#include "server/target.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <thread>
+
+#include "engine/engine.h"
+#include "transport/transport.h"
+#include "wire/capability.h"
+#include "wire/data_plane.h"
+
+namespace rfos::server {
+
+using engine::Engine;
+using transport::Incoming;
+using transport::Iov;
+
+namespace {
+uint64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+uint64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+class Target::Impl {
+ public:
+  uint32_t index = 0;
+  Engine* engine = nullptr;
+  std::string secret;
+  std::unique_ptr<transport::Worker> worker;
+  std::string address;
+  std::thread thread;
+  std::atomic<bool> stopping{false};
+  uint64_t last_epoch = 0;
+  std::map<std::pair<Uuid, Uuid>, uint32_t> conts;  // (pool, cont) -> engine handle
+
+  void run() {
+    while (!stopping.load(std::memory_order_relaxed)) {
+      worker->progress();
+      worker->wait(100);
+    }
+  }
+
+  // A hybrid logical clock per target: wall-clock nanoseconds, strictly increasing.
+  uint64_t next_epoch() {
+    last_epoch = std::max(now_ns(), last_epoch + 1);
+    return last_epoch;
+  }
+
+  void reply(
+      transport::EpHandle to, wire::Reply r, std::span<const Iov> payload = {}, transport::Done done = [](Status) {}) {
+    Status s = worker->send(to, wire::encode_reply(r), payload, std::move(done));
+    if (!s.is_ok()) std::fprintf(stderr, "rfos target %u: reply failed: %s\n", index, s.to_string().c_str());
+  }
+  void reply_error(transport::EpHandle to, uint64_t id, const Status& s) {
+    wire::Reply r;
+    r.request_id = id;
+    r.status = s.code();
+    r.message = s.message();
+    reply(to, std::move(r));
+  }
+
+  Result<uint32_t> container(const Uuid& pool, const Uuid& cont) {
+    auto it = conts.find({pool, cont});
+    if (it != conts.end()) return it->second;
+    RFOS_ASSIGN_OR_RETURN(engine::ContainerInfo info, engine->cont_open(pool, cont));
+    conts[{pool, cont}] = info.id;
+    return info.id;
+  }
+
+  void handle(Incoming& in) {
+    auto req = wire::decode_request(in.header);
+    if (!in.reply_to) return;  // nobody to answer: garbage is dropped
+    if (!req.is_ok()) return reply_error(in.reply_to, 0, req.status());
+    wire::Request& q = *req;
+    std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(secret.data()), secret.size());
+    auto cap = wire::verify_capability(q.capability, key, now_ms());
+    if (!cap.is_ok()) return reply_error(in.reply_to, q.request_id, cap.status());
+    bool writes = q.op == wire::Op::kUpdate || q.op == wire::Op::kPunchDkey || q.op == wire::Op::kPunchObject;
+    if (writes && !(cap->rights & wire::Capability::kWrite))
+      return reply_error(in.reply_to, q.request_id, error(StatusCode::kPermissionDenied, "the session is read-only"));
+    auto cid = container(cap->pool, cap->cont);
+    if (!cid.is_ok()) {
+      conts.erase({cap->pool, cap->cont});
+      return reply_error(in.reply_to, q.request_id, cid.status());
+    }
+    engine::KeyRef k{*cid, q.oid, q.dkey, q.akey};
+    auto kind = q.kind == wire::Kind::kSingle ? engine::ValueKind::kSingle : engine::ValueKind::kArray;
+    switch (q.op) {
+      case wire::Op::kUpdate:
+        return update(in, q, k, kind);
+      case wire::Op::kFetch:
+        return fetch(in, q, k, kind);
+      case wire::Op::kArraySize: {
+        auto size = engine->array_size(k, q.epoch ? q.epoch : engine::kEpochLatest);
+        if (!size.is_ok()) return reply_error(in.reply_to, q.request_id, size.status());
+        wire::Reply r;
+        r.request_id = q.request_id;
+        r.length = *size;
+        return reply(in.reply_to, std::move(r));
+      }
+      case wire::Op::kPunchDkey:
+      case wire::Op::kPunchObject: {
+        uint64_t epoch = next_epoch();
+        Status s = q.op == wire::Op::kPunchDkey ? engine->punch_dkey(*cid, q.oid, q.dkey, epoch)
+                                                : engine->punch_object(*cid, q.oid, epoch);
+        if (!s.is_ok()) return reply_error(in.reply_to, q.request_id, s);
+        wire::Reply r;
+        r.request_id = q.request_id;
+        r.epoch = epoch;
+        return reply(in.reply_to, std::move(r));
+      }
+    }
+  }
+
+  void update(Incoming& in, wire::Request& q, const engine::KeyRef& k, engine::ValueKind kind) {
+    if (in.payload_bytes != q.length)
+      return reply_error(
+          in.reply_to, q.request_id,
+          error(StatusCode::kInvalidArgument, "payload has " + std::to_string(in.payload_bytes) +
+                                                  " bytes, the request says " + std::to_string(q.length)));
+    uint64_t epoch = q.epoch ? q.epoch : next_epoch();
+    auto tx = engine->update_begin({k, epoch, kind, q.offset, q.length});
+    if (!tx.is_ok()) return reply_error(in.reply_to, q.request_id, tx.status());
+    auto shared = std::make_shared<engine::UpdateTx>(std::move(tx).value());
+    std::vector<Iov> dst;
+    for (const engine::IoBuf& b : shared->buffers()) dst.push_back({b.data, b.len});
+    auto to = in.reply_to;
+    auto id = q.request_id;
+    auto csums = std::make_shared<std::vector<uint32_t>>(std::move(q.csums));
+    // The payload lands in the engine's buffers; then verify, write, sync, commit, answer.
+    Status s = worker->fetch_payload(in, dst, [this, shared, csums, to, id, epoch](Status got) {
+      if (!got.is_ok()) {
+        engine->update_abort(*shared);  // the client died mid-transfer: nothing is stored
+        return;
+      }
+      Status done = engine->update_end(*shared, *csums);
+      if (!done.is_ok()) return reply_error(to, id, done);
+      wire::Reply r;
+      r.request_id = id;
+      r.epoch = epoch;
+      reply(to, std::move(r));
+    });
+    if (!s.is_ok()) {
+      engine->update_abort(*shared);
+      reply_error(in.reply_to, q.request_id, s);
+    }
+  }
+
+  void fetch(Incoming& in, wire::Request& q, const engine::KeyRef& k, engine::ValueKind kind) {
+    auto tx = engine->fetch_begin({k, q.epoch ? q.epoch : engine::kEpochLatest, kind, q.offset, q.length});
+    if (!tx.is_ok()) return reply_error(in.reply_to, q.request_id, tx.status());
+    auto shared = std::make_shared<engine::FetchTx>(std::move(tx).value());
+    wire::Reply r;
+    r.request_id = q.request_id;
+    r.length = shared->length();
+    r.csums.assign(shared->csums().begin(), shared->csums().end());
+    std::vector<Iov> src;
+    for (const engine::IoBuf& b : shared->buffers()) src.push_back({b.data, b.len});
+    // The engine buffers stay pinned until the transport is done with them.
+    reply(in.reply_to, std::move(r), src, [shared](Status) {});
+  }
+};
+
+Result<std::unique_ptr<Target>> Target::start(uint32_t index, Engine* engine, const std::string& provider,
+                                              const std::string& secret) {
+  auto impl = std::make_unique<Impl>();
+  impl->index = index;
+  impl->engine = engine;
+  impl->secret = secret;
+  RFOS_ASSIGN_OR_RETURN(impl->worker, transport::Worker::create(provider));
+  impl->address = impl->worker->address();
+  Impl* raw = impl.get();
+  impl->worker->on_message([raw](Incoming& in) { raw->handle(in); });
+  impl->worker->on_peer_failure([](transport::EpHandle, const Status&) {
+    // In-flight transfers of that peer complete with errors and release their engine buffers.
+  });
+  impl->thread = std::thread([raw] { raw->run(); });
+  return std::unique_ptr<Target>(new Target(std::move(impl)));
+}
+
+Target::Target(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Target::~Target() { stop(); }
+const std::string& Target::address() const { return impl_->address; }
+
+void Target::stop() {
+  if (!impl_ || !impl_->thread.joinable()) return;
+  impl_->stopping = true;
+  impl_->worker->signal();
+  impl_->thread.join();
+}
+
+}  // namespace rfos::server

@@ -1,0 +1,78 @@
+// The data-plane transport: one interface, providers behind it (UCX today; libfabric next). Layers above name a
+// provider string ("ucx+tcp", "ucx+shm", "ucx+rc", ...) and never see UCX or libfabric types.
+//
+// Model: a Worker is one progress context (one per server target thread, one per client thread). Peers connect
+// by the opaque address another worker published (through the control plane's pool map). A message is a small
+// header plus an optional payload given as an iovec. Small payloads ride eagerly with the header; large ones
+// use the fabric's rendezvous: the receiver sees the header first and pulls the payload straight into memory
+// it chooses (the engine's registered buffers), zero-copy where the fabric can (RDMA), pipelined otherwise.
+//
+// Completion callbacks run inside progress() on the worker's thread. Results of operations tell apart done,
+// in progress (callback later) and failed (UCX ucs_status_t style).
+//
+// Thread-safety: a Worker and everything it hands out belong to one thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace rfos::transport {
+
+struct Iov {
+  void* data = nullptr;
+  size_t len = 0;
+};
+
+using EpHandle = uint64_t;  // 0: none
+using Done = std::function<void(Status)>;
+
+// A message as it arrives. Valid only inside the message handler, which must either take the payload
+// (fetch_payload) or ignore it.
+struct Incoming {
+  EpHandle reply_to = 0;
+  std::string_view header;
+  size_t payload_bytes = 0;
+  const void* eager_payload = nullptr;  // set when the payload is already here
+  void* rndv = nullptr;                 // provider handle of a payload still at the sender
+  bool rndv_taken = false;              // set by fetch_payload
+};
+
+class Worker {
+ public:
+  virtual ~Worker() = default;
+
+  // provider: "ucx+tcp", "ucx+shm", "ucx+rc", "ucx+dc_x", "ucx+ud". Errors: kNotSupported (unknown or
+  // unavailable provider), kIoError.
+  static Result<std::unique_ptr<Worker>> create(const std::string& provider);
+
+  // The address peers pass to connect() (binary).
+  virtual std::string address() const = 0;
+  virtual Result<EpHandle> connect(std::string_view peer_address) = 0;
+  virtual void disconnect(EpHandle ep) = 0;
+
+  virtual void on_message(std::function<void(Incoming&)> handler) = 0;
+  // Called when a peer fails (dies, disconnects); its in-flight operations complete with errors.
+  virtual void on_peer_failure(std::function<void(EpHandle, const Status&)> handler) = 0;
+
+  // Lands the payload of `in` into dst (total length == payload_bytes). Must be called inside the handler.
+  // done(OK) once the bytes are there; done(error) if the sender failed mid-transfer.
+  virtual Status fetch_payload(Incoming& in, std::span<const Iov> dst, Done done) = 0;
+  // Sends header + payload; the payload must stay valid until done. `reply` marks a request whose receiver
+  // will answer on the same endpoint.
+  virtual Status send(EpHandle ep, std::string_view header, std::span<const Iov> payload, Done done) = 0;
+
+  // Makes progress; returns how many events it handled.
+  virtual int progress() = 0;
+  // Sleeps until there may be something to progress, or timeout_ms passes.
+  virtual void wait(int timeout_ms) = 0;
+  // Wakes a thread blocked in wait() (safe from any thread).
+  virtual void signal() = 0;
+};
+
+}  // namespace rfos::transport

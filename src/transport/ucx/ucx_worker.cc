@@ -1,0 +1,274 @@
+// UCX provider: UCP active messages on one worker. The provider string picks UCX's transports
+// (UCX_TLS): ucx+tcp -> tcp, ucx+shm -> shared memory (posix/sysv + cma), ucx+rc -> rc, ucx+dc_x -> dc_x,
+// ucx+ud -> ud. UCX environment variables (UCX_NET_DEVICES, ...) still apply.
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "transport/transport.h"
+
+namespace rfos::transport {
+namespace {
+
+constexpr unsigned kAmId = 7;
+
+Status ucs_error(ucs_status_t s, const std::string& what) {
+  StatusCode code = StatusCode::kIoError;
+  if (s == UCS_ERR_UNREACHABLE || s == UCS_ERR_ENDPOINT_TIMEOUT || s == UCS_ERR_CONNECTION_RESET ||
+      s == UCS_ERR_CANCELED || s == UCS_ERR_REJECTED || s == UCS_ERR_NOT_CONNECTED)
+    code = StatusCode::kShutdown;
+  if (s == UCS_ERR_NO_MEMORY || s == UCS_ERR_NO_RESOURCE) code = StatusCode::kBusy;
+  if (s == UCS_ERR_UNSUPPORTED || s == UCS_ERR_NO_DEVICE) code = StatusCode::kNotSupported;
+  return error(code, what + ": " + ucs_status_string(s));
+}
+
+const char* tls_for(const std::string& provider) {
+  if (provider == "ucx+tcp") return "tcp";
+  if (provider == "ucx+shm") return "sm,self";
+  if (provider == "ucx+rc") return "rc,sm,self";
+  if (provider == "ucx+dc_x") return "dc_x,sm,self";
+  if (provider == "ucx+ud") return "ud,sm,self";
+  return nullptr;
+}
+
+// What a pending UCX request calls back into.
+struct Pending {
+  Done done;
+  std::string header;             // kept alive until the send completes
+  std::vector<ucp_dt_iov_t> iov;  // UCX reads the iov array until the operation completes
+};
+
+class UcxWorker final : public Worker {
+ public:
+  ~UcxWorker() override {
+    for (auto& [ep, _] : eps_) close_ep(reinterpret_cast<ucp_ep_h>(ep), true);
+    if (worker_) ucp_worker_destroy(worker_);
+    if (context_) ucp_cleanup(context_);
+  }
+
+  Status init(const std::string& provider) {
+    const char* tls = tls_for(provider);
+    if (tls == nullptr) return error(StatusCode::kNotSupported, "UCX does not provide '" + provider + "'");
+    ucp_config_t* config = nullptr;
+    ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
+    if (s != UCS_OK) return ucs_error(s, "ucp_config_read");
+    if (std::getenv("UCX_TLS") == nullptr) ucp_config_modify(config, "TLS", tls);
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    // Event-driven waiting needs UCP_FEATURE_WAKEUP, which UCX's shared-memory transports do not offer
+    // (asking for it leaves no usable shm lane): on shm the worker polls instead.
+    use_events_ = provider != "ucx+shm";
+    params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | (use_events_ ? UCP_FEATURE_WAKEUP : 0);
+    s = ucp_init(&params, config, &context_);
+    ucp_config_release(config);
+    if (s != UCS_OK) return ucs_error(s, "ucp_init for " + provider);
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    s = ucp_worker_create(context_, &wp, &worker_);
+    if (s != UCS_OK) return ucs_error(s, "ucp_worker_create for " + provider);
+    ucp_address_t* addr = nullptr;
+    size_t len = 0;
+    s = ucp_worker_get_address(worker_, &addr, &len);
+    if (s != UCS_OK) return ucs_error(s, "ucp_worker_get_address");
+    address_.assign(reinterpret_cast<const char*>(addr), len);
+    ucp_worker_release_address(worker_, addr);
+    ucp_am_handler_param_t hp{};
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = kAmId;
+    hp.cb = &UcxWorker::am_cb;
+    hp.arg = this;
+    s = ucp_worker_set_am_recv_handler(worker_, &hp);
+    if (s != UCS_OK) return ucs_error(s, "ucp_worker_set_am_recv_handler");
+    if (use_events_) {
+      s = ucp_worker_get_efd(worker_, &efd_);
+      if (s != UCS_OK) return ucs_error(s, "ucp_worker_get_efd");
+    }
+    return Status::ok();
+  }
+
+  std::string address() const override { return address_; }
+
+  Result<EpHandle> connect(std::string_view peer) override {
+    ucp_ep_params_t ep{};
+    ep.field_mask =
+        UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(peer.data());
+    // Peer-failure detection: UCX 1.13's shared-memory transports cannot do it (they refuse the endpoint),
+    // so on shm a dead peer shows only as a request deadline on the client side.
+    ep.err_mode = use_events_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+    ep.err_handler.cb = &UcxWorker::ep_error_cb;
+    ep.err_handler.arg = this;
+    ucp_ep_h h = nullptr;
+    ucs_status_t s = ucp_ep_create(worker_, &ep, &h);
+    if (s != UCS_OK) return ucs_error(s, "connect");
+    eps_[reinterpret_cast<EpHandle>(h)] = true;
+    return reinterpret_cast<EpHandle>(h);
+  }
+
+  void disconnect(EpHandle ep) override {
+    if (eps_.erase(ep)) close_ep(reinterpret_cast<ucp_ep_h>(ep), false);
+  }
+
+  void on_message(std::function<void(Incoming&)> h) override { handler_ = std::move(h); }
+  void on_peer_failure(std::function<void(EpHandle, const Status&)> h) override { failure_ = std::move(h); }
+
+  Status fetch_payload(Incoming& in, std::span<const Iov> dst, Done done) override {
+    size_t total = 0;
+    for (const Iov& v : dst) total += v.len;
+    if (total != in.payload_bytes) return error(StatusCode::kInternal, "payload size mismatch");
+    if (in.eager_payload) {
+      const char* src = static_cast<const char*>(in.eager_payload);
+      for (const Iov& v : dst) {
+        std::memcpy(v.data, src, v.len);
+        src += v.len;
+      }
+      done(Status::ok());
+      return Status::ok();
+    }
+    in.rndv_taken = true;
+    auto* p = new Pending{std::move(done), {}, {}};
+    for (const Iov& v : dst) p->iov.push_back({v.data, v.len});
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+    rp.cb.recv_am = &UcxWorker::recv_done_cb;
+    rp.user_data = p;
+    rp.datatype = ucp_dt_make_iov();
+    void* req = ucp_am_recv_data_nbx(worker_, in.rndv, p->iov.data(), p->iov.size(), &rp);
+    return finish(req, p, "receive payload");
+  }
+
+  Status send(EpHandle ep, std::string_view header, std::span<const Iov> payload, Done done) override {
+    auto* p = new Pending{std::move(done), std::string(header), {}};
+    for (const Iov& v : payload) p->iov.push_back({v.data, v.len});
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    rp.cb.send = &UcxWorker::send_done_cb;
+    rp.user_data = p;
+    rp.flags = UCP_AM_SEND_FLAG_REPLY;
+    if (!p->iov.empty()) {  // UCX refuses an empty iov: header-only messages go as contiguous nothing
+      rp.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+      rp.datatype = ucp_dt_make_iov();
+    }
+    void* req = ucp_am_send_nbx(reinterpret_cast<ucp_ep_h>(ep), kAmId, p->header.data(), p->header.size(),
+                                p->iov.empty() ? nullptr : p->iov.data(), p->iov.size(), &rp);
+    return finish(req, p, "send");
+  }
+
+  int progress() override {
+    int n = 0;
+    while (ucp_worker_progress(worker_) != 0) ++n;
+    return n;
+  }
+
+  void wait(int timeout_ms) override {
+    if (ucp_worker_progress(worker_) != 0) return;
+    if (!use_events_) {
+      // Poll for a while (a reply is usually microseconds away), then nap briefly.
+      auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+      while (std::chrono::steady_clock::now() < until && !signaled_.load(std::memory_order_relaxed))
+        if (ucp_worker_progress(worker_) != 0) return;
+      signaled_ = false;
+      std::this_thread::sleep_for(std::chrono::microseconds(std::min(timeout_ms * 1000, 50)));
+      return;
+    }
+    ucs_status_t s = ucp_worker_arm(worker_);
+    if (s == UCS_ERR_BUSY) return;  // events pending: progress again
+    pollfd pfd{efd_, POLLIN, 0};
+    poll(&pfd, 1, timeout_ms);
+  }
+
+  void signal() override {
+    if (use_events_)
+      ucp_worker_signal(worker_);
+    else
+      signaled_ = true;
+  }
+
+ private:
+  // Completes immediately-finished operations inline; errors out failed ones; leaves the rest to callbacks.
+  Status finish(void* req, Pending* p, const char* what) {
+    if (req == nullptr) {
+      Done d = std::move(p->done);
+      delete p;
+      d(Status::ok());
+      return Status::ok();
+    }
+    if (UCS_PTR_IS_ERR(req)) {
+      delete p;
+      return ucs_error(UCS_PTR_STATUS(req), what);
+    }
+    return Status::ok();
+  }
+
+  static void complete(void* req, ucs_status_t status, void* user_data) {
+    auto* p = static_cast<Pending*>(user_data);
+    Done d = std::move(p->done);
+    delete p;
+    ucp_request_free(req);
+    d(status == UCS_OK ? Status::ok() : ucs_error(status, "transfer"));
+  }
+  static void send_done_cb(void* req, ucs_status_t status, void* user_data) { complete(req, status, user_data); }
+  static void recv_done_cb(void* req, ucs_status_t status, size_t, void* user_data) {
+    complete(req, status, user_data);
+  }
+
+  static ucs_status_t am_cb(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                            const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<UcxWorker*>(arg);
+    Incoming in;
+    in.header = {static_cast<const char*>(header), header_length};
+    in.payload_bytes = length;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) in.reply_to = reinterpret_cast<EpHandle>(param->reply_ep);
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
+      in.rndv = data;
+    else
+      in.eager_payload = length ? data : nullptr;
+    if (self->handler_) self->handler_(in);
+    // A rendezvous payload nobody took is released, which completes the sender's side without data.
+    if (in.rndv && !in.rndv_taken) ucp_am_data_release(self->worker_, in.rndv);
+    return UCS_OK;
+  }
+
+  static void ep_error_cb(void* arg, ucp_ep_h ep, ucs_status_t status) {
+    auto* self = static_cast<UcxWorker*>(arg);
+    if (self->failure_) self->failure_(reinterpret_cast<EpHandle>(ep), ucs_error(status, "peer failed"));
+  }
+
+  void close_ep(ucp_ep_h ep, bool force) {
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    rp.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    void* req = ucp_ep_close_nbx(ep, &rp);
+    if (UCS_PTR_IS_PTR(req)) {
+      while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+      ucp_request_free(req);
+    }
+  }
+
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int efd_ = -1;
+  bool use_events_ = true;
+  std::atomic<bool> signaled_{false};
+  std::string address_;
+  std::function<void(Incoming&)> handler_;
+  std::function<void(EpHandle, const Status&)> failure_;
+  std::map<EpHandle, bool> eps_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Worker>> make_ucx_worker(const std::string& provider) {
+  auto w = std::make_unique<UcxWorker>();
+  RFOS_RETURN_IF_ERROR(w->init(provider));
+  return std::unique_ptr<Worker>(std::move(w));
+}
+
+}  // namespace rfos::transport

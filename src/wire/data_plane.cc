@@ -1,0 +1,116 @@
+#include "wire/data_plane.h"
+
+#include <cstring>
+
+#include "common/coding.h"
+
+namespace rfos::wire {
+namespace {
+
+Status malformed(const char* what) {
+  return error(StatusCode::kInvalidArgument, std::string("malformed message: ") + what);
+}
+
+// More checksums than one per 512-byte chunk of the extent (plus partial ends) cannot be valid.
+bool csum_count_ok(uint32_t n, uint64_t length) { return n <= length / 512 + 2 && n <= (1u << 20); }
+
+}  // namespace
+
+std::string encode_request(const Request& r) {
+  std::string s;
+  s.reserve(160 + r.dkey.size() + r.akey.size() + r.csums.size() * 4);
+  put_le<uint32_t>(&s, kRequestMagic);
+  put_le<uint8_t>(&s, kDataPlaneVersion);
+  put_le<uint8_t>(&s, static_cast<uint8_t>(r.op));
+  put_le<uint8_t>(&s, static_cast<uint8_t>(r.kind));
+  put_le<uint8_t>(&s, static_cast<uint8_t>(r.capability.size()));
+  put_le<uint64_t>(&s, r.request_id);
+  put_le<uint64_t>(&s, r.oid.hi);
+  put_le<uint64_t>(&s, r.oid.lo);
+  put_le<uint64_t>(&s, r.epoch);
+  put_le<uint64_t>(&s, r.offset);
+  put_le<uint64_t>(&s, r.length);
+  put_le<uint16_t>(&s, static_cast<uint16_t>(r.dkey.size()));
+  put_le<uint16_t>(&s, static_cast<uint16_t>(r.akey.size()));
+  put_le<uint32_t>(&s, static_cast<uint32_t>(r.csums.size()));
+  s += r.capability;
+  s += r.dkey;
+  s += r.akey;
+  for (uint32_t c : r.csums) put_le<uint32_t>(&s, c);
+  return s;
+}
+
+Result<Request> decode_request(std::string_view in) {
+  if (in.size() > kMaxHeaderBytes) return malformed("header too large");
+  ByteReader r(in);
+  uint32_t magic, ncsum;
+  uint8_t version = 0, op = 0, kind = 0, caplen = 0;
+  uint16_t dlen, alen;
+  Request q;
+  if (!r.get_le(&magic) || magic != kRequestMagic) return malformed("not an rfos request");
+  if (!r.get_le(&version) || version != kDataPlaneVersion)
+    return error(StatusCode::kNotSupported, "data-plane version " + std::to_string(version) + " is not spoken here");
+  if (!r.get_le(&op) || !r.get_le(&kind) || !r.get_le(&caplen)) return malformed("truncated");
+  if (op < 1 || op > 5) return malformed("unknown op");
+  if (kind != 1 && kind != 2) return malformed("unknown value kind");
+  q.op = static_cast<Op>(op);
+  q.kind = static_cast<Kind>(kind);
+  if (!r.get_le(&q.request_id) || !r.get_le(&q.oid.hi) || !r.get_le(&q.oid.lo) || !r.get_le(&q.epoch) ||
+      !r.get_le(&q.offset) || !r.get_le(&q.length) || !r.get_le(&dlen) || !r.get_le(&alen) || !r.get_le(&ncsum))
+    return malformed("truncated");
+  if (dlen > kMaxKeyBytes || alen > kMaxKeyBytes) return malformed("key too long");
+  if (!csum_count_ok(ncsum, q.length)) return malformed("too many checksums");
+  std::string_view cap, dkey, akey, csums;
+  if (!r.get_bytes(caplen, &cap) || !r.get_bytes(dlen, &dkey) || !r.get_bytes(alen, &akey) ||
+      !r.get_bytes(ncsum * size_t{4}, &csums) || r.remaining() != 0)
+    return malformed("lengths do not match the message");
+  q.capability.assign(cap);
+  q.dkey.assign(dkey);
+  q.akey.assign(akey);
+  q.csums.resize(ncsum);
+  if (ncsum) std::memcpy(q.csums.data(), csums.data(), csums.size());
+  return q;
+}
+
+std::string encode_reply(const Reply& p) {
+  std::string s;
+  put_le<uint32_t>(&s, kReplyMagic);
+  put_le<uint8_t>(&s, kDataPlaneVersion);
+  put_le<uint8_t>(&s, 0);
+  put_le<uint16_t>(&s, static_cast<uint16_t>(p.status));
+  put_le<uint64_t>(&s, p.request_id);
+  put_le<uint64_t>(&s, p.epoch);
+  put_le<uint64_t>(&s, p.length);
+  std::string_view msg = std::string_view(p.message).substr(0, 1024);
+  put_le<uint16_t>(&s, static_cast<uint16_t>(msg.size()));
+  put_le<uint32_t>(&s, static_cast<uint32_t>(p.csums.size()));
+  s += msg;
+  for (uint32_t c : p.csums) put_le<uint32_t>(&s, c);
+  return s;
+}
+
+Result<Reply> decode_reply(std::string_view in) {
+  if (in.size() > kMaxHeaderBytes) return malformed("header too large");
+  ByteReader r(in);
+  uint32_t magic, ncsum;
+  uint8_t version = 0, pad = 0;
+  uint16_t status, mlen;
+  Reply p;
+  if (!r.get_le(&magic) || magic != kReplyMagic) return malformed("not an rfos reply");
+  if (!r.get_le(&version) || version != kDataPlaneVersion) return malformed("unknown version");
+  if (!r.get_le(&pad) || !r.get_le(&status) || !r.get_le(&p.request_id) || !r.get_le(&p.epoch) ||
+      !r.get_le(&p.length) || !r.get_le(&mlen) || !r.get_le(&ncsum))
+    return malformed("truncated");
+  if (!csum_count_ok(ncsum, p.length)) return malformed("too many checksums");
+  std::string_view msg, csums;
+  if (!r.get_bytes(mlen, &msg) || !r.get_bytes(ncsum * size_t{4}, &csums) || r.remaining() != 0)
+    return malformed("lengths do not match the message");
+  p.status = static_cast<StatusCode>(status);
+  if (status_code_name(p.status) == "Unknown") return malformed("unknown status code");
+  p.message.assign(msg);
+  p.csums.resize(ncsum);
+  if (ncsum) std::memcpy(p.csums.data(), csums.data(), csums.size());
+  return p;
+}
+
+}  // namespace rfos::wire

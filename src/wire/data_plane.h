@@ -1,0 +1,63 @@
+// The data-plane message format, version 1 (docs/wire-format.md). Every request carries the session's capability.
+// A message is a header (encoded here) plus an optional payload moved by the transport: update data on requests,
+// fetched data on replies.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/status.h"
+
+namespace rfos::wire {
+
+inline constexpr uint32_t kRequestMagic = 0x31514652;  // "RFQ1"
+inline constexpr uint32_t kReplyMagic = 0x31504652;    // "RFP1"
+inline constexpr uint8_t kDataPlaneVersion = 1;
+inline constexpr size_t kMaxKeyBytes = 4096;
+inline constexpr size_t kMaxHeaderBytes = 64 * 1024;
+
+enum class Op : uint8_t {
+  kUpdate = 1,     // payload: the data; epoch 0 = the target stamps one
+  kFetch = 2,      // reply payload: the data
+  kArraySize = 3,  // reply length: the array's size
+  kPunchDkey = 4,  // punches one dkey
+  kPunchObject = 5,
+};
+
+enum class Kind : uint8_t { kSingle = 1, kArray = 2 };
+
+struct Request {
+  Op op = Op::kFetch;
+  Kind kind = Kind::kArray;
+  uint64_t request_id = 0;
+  std::string capability;
+  ObjectId oid;
+  uint64_t epoch = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  std::string dkey;
+  std::string akey;
+  std::vector<uint32_t> csums;  // update: one per checksum chunk (see common/crc32c.h)
+};
+
+struct Reply {
+  uint64_t request_id = 0;
+  StatusCode status = StatusCode::kOk;
+  std::string message;          // error text
+  uint64_t epoch = 0;           // update: the epoch it was stamped with
+  uint64_t length = 0;          // fetch: payload bytes; size: the array size
+  std::vector<uint32_t> csums;  // fetch: checksums of the payload
+};
+
+std::string encode_request(const Request& r);
+// kInvalidArgument for anything malformed: wrong magic or version, truncated, lengths out of range.
+Result<Request> decode_request(std::string_view in);
+std::string encode_reply(const Reply& r);
+Result<Reply> decode_reply(std::string_view in);
+
+}  // namespace rfos::wire
