@@ -6,7 +6,7 @@ BUILD_TYPE ?= RelWithDebInfo
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build test test-asan fuzz run bench-engine format clean
+.PHONY: all deps build test test-asan fuzz run bench-engine bench-engine-quick format clean
 
 all: build
 
@@ -34,9 +34,13 @@ fuzz: deps
 	cmake --build build-fuzz -j $(JOBS) --target engine_record_fuzz capability_fuzz data_plane_fuzz
 	cd build-fuzz && ctest --output-on-failure -L fuzz
 
-# Until the server exists, `make run` runs the engine on embedded defaults: the quick engine benchmark
-# (update and fetch through io_uring and RocksDB, beside fio's ceiling on the same file system).
+# A single-node server on embedded defaults (data in /var/tmp/rfos, control plane on 127.0.0.1:10001,
+# ucx+tcp pinned to loopback), with a pool and a container labelled 'default'; Ctrl-C stops it.
 run: build
+	UCX_NET_DEVICES=$${UCX_NET_DEVICES:-lo} $(BUILD)/bin/rfos server --create-defaults
+
+# The engine alone, beside fio (a one-rep quick matrix; bench-engine for the full one).
+bench-engine-quick: build
 	python3 bench/engine_bench.py --quick --build $(BUILD)
 
 bench-engine: build

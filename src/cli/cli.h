@@ -25,6 +25,7 @@ void add_server_command(CLI::App& app, Context& ctx);
 void add_pool_commands(CLI::App& app, Context& ctx);
 void add_cont_commands(CLI::App& app, Context& ctx);
 void add_fsck_command(CLI::App& app, Context& ctx);
+void add_object_commands(CLI::App& app, Context& ctx);
 
 std::string human_bytes(uint64_t bytes);
 

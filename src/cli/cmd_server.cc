@@ -1,4 +1,6 @@
 // rfos server: start the storage server.
+#include <cstdio>
+
 #include "cli/cli.h"
 #include "server/server.h"
 
@@ -16,7 +18,10 @@ void add_server_command(CLI::App& app, Context& ctx) {
                   "data-plane provider: ucx+tcp, ucx+shm, ofi+tcp, ... (default ucx+tcp)");
   cmd->add_option("--targets", flags->targets, "number of targets (default: one per core; fixed at first start)");
   cmd->add_option("--target-bytes", flags->target_bytes, "block file size of each target (default 1 GiB)");
-  cmd->callback([&ctx, cmd, config, file, flags] {
+  auto defaults = std::make_shared<bool>(false);
+  cmd->add_flag("--create-defaults", *defaults,
+                "create a pool and a container labelled 'default' unless they exist (what `make run` does)");
+  cmd->callback([&ctx, cmd, config, file, flags, defaults] {
     if (!file->empty() && !ctx.check(server::load_config_file(*file, config.get()), "server")) return;
     // Flags given on the command line override the file.
     if (cmd->count("--data-dir")) config->data_dir = flags->data_dir;
@@ -24,7 +29,22 @@ void add_server_command(CLI::App& app, Context& ctx) {
     if (cmd->count("--provider")) config->provider = flags->provider;
     if (cmd->count("--targets")) config->targets = flags->targets;
     if (cmd->count("--target-bytes")) config->target_bytes = flags->target_bytes;
-    ctx.exit_code = server::run_server(*config);
+    auto on_started = [&ctx, defaults](const std::string& addr) {
+      if (!*defaults) return;
+      auto cc = client::ControlClient::create(addr, ctx.timeout_ms);
+      if (!cc->pool_query("default").is_ok()) ctx.check(cc->pool_create("default").status(), "server: default pool");
+      if (!cc->cont_query("default", "default").is_ok())
+        ctx.check(cc->cont_create("default", "default", {}).status(), "server: default container");
+      std::printf(
+          "rfos server: pool 'default' and container 'default' are ready. From another terminal:\n"
+          "  build/bin/rfos put KEY FILE      # store a file (or - for stdin) as object KEY\n"
+          "  build/bin/rfos get KEY OUT       # read it back (- for stdout)\n"
+          "  build/bin/rfos pool list         # more: build/bin/rfos --help\n"
+          "(control plane %s; set RFOS_ADDR or --addr when it is not 127.0.0.1:10001)\n",
+          addr.c_str());
+      std::fflush(stdout);
+    };
+    ctx.exit_code = server::run_server(*config, on_started);
   });
 }
 

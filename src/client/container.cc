@@ -119,8 +119,12 @@ Result<std::unique_ptr<Container>> Container::open(ControlClient& control, const
   impl->worker->on_message([raw](transport::Incoming& in) { raw->on_message(in); });
   for (const std::string& addr : impl->session.target_addresses) {
     if (addr.empty()) return error(StatusCode::kNotSupported, "the server has no data plane for this pool");
-    RFOS_ASSIGN_OR_RETURN(transport::EpHandle ep, impl->worker->connect(addr));
-    impl->eps.push_back(ep);
+    auto ep = impl->worker->connect(addr);
+    if (!ep.is_ok())
+      return error(ep.status().code(), "cannot reach target " + std::to_string(impl->eps.size()) + " over " +
+                                           provider + " (the server speaks " + impl->session.provider +
+                                           "): " + ep.status().message());
+    impl->eps.push_back(*ep);
   }
   if (impl->eps.empty()) return error(StatusCode::kInternal, "the pool map has no targets");
   return std::unique_ptr<Container>(new Container(std::move(impl)));

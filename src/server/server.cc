@@ -508,7 +508,7 @@ void Server::shutdown() {
   if (impl_ && impl_->grpc_) impl_->grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }
 
-int run_server(const ServerConfig& config) {
+int run_server(const ServerConfig& config, const std::function<void(const std::string&)>& on_started) {
   // Signals are taken by a thread of our own (sigwait), so shutdown runs outside a signal handler.
   sigset_t set;
   sigemptyset(&set);
@@ -523,6 +523,7 @@ int run_server(const ServerConfig& config) {
   std::printf("rfos server: control plane listening on %s (provider %s, data in %s)\n",
               (*server)->control_address().c_str(), config.provider.c_str(), config.data_dir.c_str());
   std::fflush(stdout);
+  if (on_started) on_started((*server)->control_address());
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&set, &sig);

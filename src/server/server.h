@@ -5,6 +5,7 @@
 // Thread-safety: start() and shutdown() from one thread; the control service is internally synchronized.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -33,7 +34,8 @@ class Server {
   std::unique_ptr<Impl> impl_;
 };
 
-// `rfos server`: runs until SIGINT/SIGTERM. Prints where it listens. Returns the process exit code.
-int run_server(const ServerConfig& config);
+// `rfos server`: runs until SIGINT/SIGTERM. Prints where it listens, then calls `on_started` with the control
+// address (for first-start chores such as default pools). Returns the process exit code.
+int run_server(const ServerConfig& config, const std::function<void(const std::string&)>& on_started = {});
 
 }  // namespace rfos::server

@@ -1,0 +1,83 @@
+// The rfos CLI as a user runs it, against a real server started with --create-defaults: put/get of files and
+// stdin, exit codes a script can act on.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "engine/engine_testing.h"
+#include "server_process.h"
+
+namespace rfos {
+namespace {
+
+struct Shell {
+  int code;
+  std::string out;
+};
+
+Shell sh(const std::string& cmd) {
+  Shell r{0, ""};
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+TEST(Cli, PutGetRoundTripsAndExitCodes) {
+  engine::testing::TempDir dir;
+  testing::ServerProcess server(dir.path(), {"--create-defaults"});
+  ASSERT_TRUE(server.start());
+  // --create-defaults runs after the listening line: wait until the default container answers.
+  std::string rfos = std::string(RFOS_BINARY) + " --addr " + server.address();
+  for (int i = 0; i < 100 && sh(rfos + " cont query --pool default default >/dev/null 2>&1").code != 0; ++i)
+    usleep(50000);
+
+  std::string in = dir.path() + "/in.bin", out = dir.path() + "/out.bin";
+  std::string data = engine::testing::pattern(9, 3 * 1024 * 1024 + 123);
+  std::ofstream(in, std::ios::binary) << data;
+  EXPECT_EQ(sh(rfos + " put data.bin " + in).code, 0);
+  EXPECT_EQ(sh(rfos + " get data.bin " + out).code, 0);
+  EXPECT_TRUE(slurp(out) == data);
+
+  // stdin and stdout, and an empty object.
+  EXPECT_EQ(sh("echo -n 'hello rfos' | " + rfos + " put greeting -").code, 0);
+  Shell g = sh(rfos + " get greeting -");
+  EXPECT_EQ(g.code, 0);
+  EXPECT_EQ(g.out, "hello rfos");
+  EXPECT_EQ(sh("printf '' | " + rfos + " put empty -").code, 0);
+  g = sh(rfos + " get empty -");
+  EXPECT_EQ(g.code, 0);
+  EXPECT_EQ(g.out, "");
+  // put replaces: a shorter object leaves nothing of the longer one behind.
+  EXPECT_EQ(sh("echo -n short | " + rfos + " put data.bin -").code, 0);
+  EXPECT_EQ(sh(rfos + " get data.bin -").out, "short");
+
+  // Errors a user can act on: unknown object or pool (1), no server (3), bad usage (non-zero).
+  EXPECT_EQ(sh(rfos + " get nothing-here - 2>/dev/null").code, 1);
+  EXPECT_EQ(sh(rfos + " get --pool nope greeting - 2>/dev/null").code, 1);
+  EXPECT_NE(sh(rfos + " put 2>/dev/null").code, 0);
+  server.kill();
+  EXPECT_EQ(sh(rfos + " --timeout-ms 2000 get greeting - 2>/dev/null").code, 3);
+}
+
+}  // namespace
+}  // namespace rfos
+
+int main(int argc, char** argv) {
+  setenv("UCX_NET_DEVICES", "lo", 0);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
