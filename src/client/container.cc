@@ -22,27 +22,37 @@ class Container::Impl {
   uint64_t next_id = 1;
   uint32_t csum_chunk = 4096;
 
-  // The one request in flight and what its reply fills in.
+  // One request in flight: done when its reply (and reply payload) arrived and its own send completed.
   struct Call {
-    uint64_t id = 0;
-    bool done = false;
+    uint32_t target = 0;
+    bool replied = false;
+    bool sent = false;
     Status status;
     wire::Reply reply;
     std::span<uint8_t> into;                // fetch destination of a known size
     std::string* sized_by_reply = nullptr;  // or a string sized from the reply (single values)
-  } call;
+    std::chrono::steady_clock::time_point deadline;
+    bool done() const { return replied && sent; }
+  };
+  std::map<uint64_t, Call> calls;
+  std::vector<Completion> completed;                                  // finished, not yet handed out
+  std::map<uint64_t, std::pair<uint64_t, std::span<uint8_t>>> reads;  // async reads to verify: offset, bytes
 
   void on_message(transport::Incoming& in) {
     auto r = wire::decode_reply(in.header);
-    if (!r.is_ok() || r->request_id != call.id || call.done) return;  // stale or foreign: dropped
+    if (!r.is_ok()) return;
+    auto it = calls.find(r->request_id);
+    if (it == calls.end() || it->second.replied) return;  // stale (timed out) or foreign: dropped
+    Call& call = it->second;
+    uint64_t id = it->first;
     call.reply = std::move(r).value();
     if (call.reply.status != StatusCode::kOk) {
       call.status = error(call.reply.status, call.reply.message);
-      call.done = true;
+      call.replied = true;
       return;
     }
     if (in.payload_bytes == 0) {
-      call.done = true;
+      call.replied = true;
       return;
     }
     if (call.sized_by_reply) {
@@ -52,18 +62,19 @@ class Container::Impl {
     if (in.payload_bytes != call.into.size() || call.reply.length != in.payload_bytes) {
       call.status = error(StatusCode::kInternal, "the server sent " + std::to_string(in.payload_bytes) +
                                                      " bytes for a read of " + std::to_string(call.into.size()));
-      call.done = true;
+      call.replied = true;
       return;
     }
     Iov dst{call.into.data(), call.into.size()};
-    Status s = worker->fetch_payload(in, {&dst, 1}, [this, id = call.id](Status got) {
-      if (id != call.id) return;
-      call.status = got;
-      call.done = true;
+    Status s = worker->fetch_payload(in, {&dst, 1}, [this, id](Status got) {
+      auto c = calls.find(id);
+      if (c == calls.end()) return;
+      c->second.status = got;
+      c->second.replied = true;
     });
     if (!s.is_ok()) {
       call.status = s;
-      call.done = true;
+      call.replied = true;
     }
   }
 
@@ -71,38 +82,74 @@ class Container::Impl {
     return placement::target_of(q.oid, q.dkey, static_cast<uint32_t>(eps.size()));
   }
 
-  // Sends one request to target `t` and waits for its reply. A fetch's payload lands in `into`, or in
-  // `sized` resized to what arrives.
-  Status roundtrip(uint32_t t, wire::Request& q, std::span<const Iov> payload, std::span<uint8_t> into,
-                   wire::Reply* out, std::string* sized = nullptr) {
-    q.request_id = next_id++;
+  // Sends a request to target `t`; its completion comes out of reap(). A fetch's payload lands in `into`, or
+  // in `sized` resized to what arrives. `payload` and `into` must stay valid until then.
+  Result<uint64_t> submit(uint32_t t, wire::Request& q, std::span<const Iov> payload, std::span<uint8_t> into,
+                          std::string* sized = nullptr) {
+    uint64_t id = next_id++;
+    q.request_id = id;
     q.capability = session.capability;
-    call = Call{};
-    call.id = q.request_id;
+    Call& call = calls[id];
+    call.target = t;
     call.into = into;
     call.sized_by_reply = sized;
-    bool sent_done = false;
-    Status sent;
-    Status s = worker->send(eps[t], wire::encode_request(q), payload, [&](Status st) {
-      sent_done = true;
-      sent = st;
+    call.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeout_ms);
+    Status s = worker->send(eps[t], wire::encode_request(q), payload, [this, id](Status st) {
+      auto c = calls.find(id);
+      if (c == calls.end()) return;
+      c->second.sent = true;
+      if (!st.is_ok() && !c->second.replied) {
+        c->second.status = st;
+        c->second.replied = true;
+      }
     });
-    if (!s.is_ok()) return s;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeout_ms);
-    while (!(call.done && sent_done)) {
-      if (worker->progress() == 0) worker->wait(10);
-      if (!sent_done || !call.done) {
-        if (sent_done && !sent.is_ok()) return sent;
-        if (std::chrono::steady_clock::now() > deadline) {
-          call.id = 0;  // a late reply will be dropped
-          return error(StatusCode::kTimeout, "target " + std::to_string(t) + " did not answer within " +
-                                                 std::to_string(options.timeout_ms) + " ms");
-        }
+    if (!s.is_ok()) {
+      calls.erase(id);
+      return s;
+    }
+    return id;
+  }
+
+  // Moves finished and timed-out calls to `completed`.
+  void reap() {
+    auto now = std::chrono::steady_clock::now();
+    for (auto it = calls.begin(); it != calls.end();) {
+      Call& c = it->second;
+      if (!c.done() && now > c.deadline) {
+        c.status = error(StatusCode::kTimeout, "target " + std::to_string(c.target) + " did not answer within " +
+                                                   std::to_string(options.timeout_ms) + " ms");
+        c.replied = c.sent = true;  // a late reply or send completion finds nothing and is dropped
+      }
+      if (c.done()) {
+        completed.push_back({it->first, c.status, c.reply.length, std::move(c.reply)});
+        it = calls.erase(it);
+      } else {
+        ++it;
       }
     }
-    if (!sent.is_ok()) return sent;
-    RFOS_RETURN_IF_ERROR(call.status);
-    if (out) *out = std::move(call.reply);
+  }
+
+  // Progresses until `id` completed; returns its completion.
+  Completion wait_for(uint64_t id) {
+    for (;;) {
+      for (auto it = completed.begin(); it != completed.end(); ++it) {
+        if (it->ticket == id) {
+          Completion c = std::move(*it);
+          completed.erase(it);
+          return c;
+        }
+      }
+      if (worker->progress() == 0) worker->wait(10);
+      reap();
+    }
+  }
+
+  Status roundtrip(uint32_t t, wire::Request& q, std::span<const Iov> payload, std::span<uint8_t> into,
+                   wire::Reply* out, std::string* sized = nullptr) {
+    RFOS_ASSIGN_OR_RETURN(uint64_t id, submit(t, q, payload, into, sized));
+    Completion c = wait_for(id);
+    RFOS_RETURN_IF_ERROR(c.status);
+    if (out) *out = std::move(c.reply);
     return Status::ok();
   }
 };
@@ -121,8 +168,8 @@ Result<std::unique_ptr<Container>> Container::open(ControlClient& control, const
     if (addr.empty()) return error(StatusCode::kNotSupported, "the server has no data plane for this pool");
     auto ep = impl->worker->connect(addr);
     if (!ep.is_ok())
-      return error(ep.status().code(), "cannot reach target " + std::to_string(impl->eps.size()) + " over " +
-                                           provider + " (the server speaks " + impl->session.provider +
+      return error(ep.status().code(), "cannot reach target " + std::to_string(impl->eps.size()) + " over " + provider +
+                                           " (the server speaks " + impl->session.provider +
                                            "): " + ep.status().message());
     impl->eps.push_back(*ep);
   }
@@ -225,6 +272,73 @@ Result<std::string> Container::get_value(const ObjectId& oid, std::string_view d
     return error(StatusCode::kChecksumMismatch, "single value damaged in transit");
   return value;
 }
+
+Result<Ticket> Container::submit_write(const ObjectId& oid, std::string_view dkey, std::string_view akey,
+                                       uint64_t offset, std::span<const uint8_t> data) {
+  if (data.empty() || data.size() > kMaxRequestBytes ||
+      offset / kMaxRequestBytes != (offset + data.size() - 1) / kMaxRequestBytes)
+    return error(StatusCode::kInvalidArgument, "an async write is 1 B .. 1 MiB within one 1 MiB-aligned range");
+  wire::Request q;
+  q.op = wire::Op::kUpdate;
+  q.kind = wire::Kind::kArray;
+  q.oid = oid;
+  q.dkey = dkey;
+  q.akey = akey;
+  q.offset = offset;
+  q.length = data.size();
+  chunk_crcs(offset, data, impl_->csum_chunk, &q.csums);
+  Iov v{const_cast<uint8_t*>(data.data()), data.size()};
+  return impl_->submit(impl_->target_of(q), q, {&v, 1}, {});
+}
+
+Result<Ticket> Container::submit_read(const ObjectId& oid, std::string_view dkey, std::string_view akey,
+                                      uint64_t offset, std::span<uint8_t> out) {
+  if (out.empty() || out.size() > kMaxRequestBytes ||
+      offset / kMaxRequestBytes != (offset + out.size() - 1) / kMaxRequestBytes)
+    return error(StatusCode::kInvalidArgument, "an async read is 1 B .. 1 MiB within one 1 MiB-aligned range");
+  wire::Request q;
+  q.op = wire::Op::kFetch;
+  q.kind = wire::Kind::kArray;
+  q.oid = oid;
+  q.dkey = dkey;
+  q.akey = akey;
+  q.offset = offset;
+  q.length = out.size();
+  auto id = impl_->submit(impl_->target_of(q), q, {}, out);
+  if (id.is_ok()) impl_->reads[*id] = {offset, out};
+  return id;
+}
+
+std::vector<Completion> Container::poll(size_t max, int timeout_ms) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    impl_->worker->progress();
+    impl_->reap();
+    if (!impl_->completed.empty() || impl_->calls.empty() || std::chrono::steady_clock::now() >= until) break;
+    impl_->worker->wait(1);
+  }
+  std::vector<Completion> out;
+  while (!impl_->completed.empty() && out.size() < max) {
+    Completion c = std::move(impl_->completed.front());
+    impl_->completed.erase(impl_->completed.begin());
+    // Reads are verified against the checksums that came with them before they count as done.
+    auto r = impl_->reads.find(c.ticket);
+    if (r != impl_->reads.end()) {
+      if (c.status.is_ok()) {
+        std::vector<uint32_t> want;
+        chunk_crcs(r->second.first, r->second.second, impl_->csum_chunk, &want);
+        if (want != c.reply.csums)
+          c.status = error(StatusCode::kChecksumMismatch,
+                           "data damaged in transit at offset " + std::to_string(r->second.first));
+      }
+      impl_->reads.erase(r);
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+size_t Container::in_flight() const { return impl_->calls.size(); }
 
 Status Container::punch_dkey(const ObjectId& oid, std::string_view dkey) {
   wire::Request q;

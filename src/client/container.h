@@ -3,8 +3,8 @@
 // update and verifies them on fetch (end to end), and answers with a clear error, never a hang, when a server
 // is gone (every call has a deadline).
 //
-// This first form is synchronous: one request in flight per call. The event queue (many in flight, batches)
-// builds on the same request/reply matching.
+// Two forms: synchronous calls (write, read, ...), and an event queue: submit_write / submit_read return a
+// ticket at once, many may be in flight at a time, and poll() hands out their completions.
 //
 // Thread-safety: one Container per thread (it owns a transport worker).
 #pragma once
@@ -17,8 +17,18 @@
 #include "client/control_client.h"
 #include "common/ids.h"
 #include "common/status.h"
+#include "wire/data_plane.h"
 
 namespace rfos::client {
+
+using Ticket = uint64_t;
+
+struct Completion {
+  Ticket ticket = 0;
+  Status status;
+  uint64_t length = 0;
+  wire::Reply reply;  // internal detail of the reply (checksums)
+};
 
 struct ContainerOptions {
   bool write = true;
@@ -43,6 +53,16 @@ class Container {
   Result<uint64_t> array_size(const ObjectId& oid, std::string_view dkey, std::string_view akey);
   Status put_value(const ObjectId& oid, std::string_view dkey, std::string_view akey, std::string_view value);
   Result<std::string> get_value(const ObjectId& oid, std::string_view dkey, std::string_view akey);
+  // Event queue. An async I/O is 1 B .. 1 MiB and stays inside one 1 MiB-aligned range (one engine piece);
+  // `data` / `out` must stay valid until its completion. A read counts as done once its checksums verified.
+  Result<Ticket> submit_write(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
+                              std::span<const uint8_t> data);
+  Result<Ticket> submit_read(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
+                             std::span<uint8_t> out);
+  // Makes progress; returns up to `max` completions, waiting up to timeout_ms for the first one.
+  std::vector<Completion> poll(size_t max, int timeout_ms);
+  size_t in_flight() const;
+
   Status punch_dkey(const ObjectId& oid, std::string_view dkey);
   Status punch_object(const ObjectId& oid);
 

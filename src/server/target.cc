@@ -2,8 +2,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "engine/engine.h"
@@ -40,10 +44,59 @@ class Target::Impl {
   uint64_t last_epoch = 0;
   std::map<std::pair<Uuid, Uuid>, uint32_t> conts;  // (pool, cont) -> engine handle
 
+  // Engine calls that wait on the media (update_end's write and sync, fetch_begin's read, punches) run on a
+  // few helper threads, so the target thread keeps serving the network and one target has many updates in
+  // its group commit. Their continuations come back to the target thread through `finished`.
+  static constexpr int kMediaThreads = 4;
+  std::vector<std::thread> media;
+  std::mutex media_mu;
+  std::condition_variable media_cv;
+  std::deque<std::function<void()>> jobs;
+  bool media_stop = false;
+  std::mutex finished_mu;
+  std::vector<std::function<void()>> finished;
+
+  // Runs `work` on a media thread, then `then` (with work's result) on the target thread.
+  template <typename T>
+  void offload(std::function<T()> work, std::function<void(T&)> then) {
+    {
+      std::lock_guard lock(media_mu);
+      jobs.push_back([this, work = std::move(work), then = std::move(then)]() mutable {
+        auto result = std::make_shared<T>(work());
+        {
+          std::lock_guard done(finished_mu);
+          finished.push_back([then = std::move(then), result]() mutable { then(*result); });
+        }
+        worker->signal();
+      });
+    }
+    media_cv.notify_one();
+  }
+
+  void media_loop() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock lock(media_mu);
+        media_cv.wait(lock, [&] { return media_stop || !jobs.empty(); });
+        if (jobs.empty()) return;
+        job = std::move(jobs.front());
+        jobs.pop_front();
+      }
+      job();
+    }
+  }
+
   void run() {
     while (!stopping.load(std::memory_order_relaxed)) {
       worker->progress();
-      worker->wait(100);
+      std::vector<std::function<void()>> ready;
+      {
+        std::lock_guard lock(finished_mu);
+        ready.swap(finished);
+      }
+      for (auto& f : ready) f();
+      if (ready.empty()) worker->wait(100);
     }
   }
 
@@ -108,13 +161,21 @@ class Target::Impl {
       case wire::Op::kPunchDkey:
       case wire::Op::kPunchObject: {
         uint64_t epoch = next_epoch();
-        Status s = q.op == wire::Op::kPunchDkey ? engine->punch_dkey(*cid, q.oid, q.dkey, epoch)
-                                                : engine->punch_object(*cid, q.oid, epoch);
-        if (!s.is_ok()) return reply_error(in.reply_to, q.request_id, s);
-        wire::Reply r;
-        r.request_id = q.request_id;
-        r.epoch = epoch;
-        return reply(in.reply_to, std::move(r));
+        auto to = in.reply_to;
+        auto id = q.request_id;
+        bool dkey = q.op == wire::Op::kPunchDkey;
+        offload<Status>(
+            [this, cid = *cid, oid = q.oid, dk = q.dkey, epoch, dkey] {
+              return dkey ? engine->punch_dkey(cid, oid, dk, epoch) : engine->punch_object(cid, oid, epoch);
+            },
+            [this, to, id, epoch](Status& s) {
+              if (!s.is_ok()) return reply_error(to, id, s);
+              wire::Reply r;
+              r.request_id = id;
+              r.epoch = epoch;
+              reply(to, std::move(r));
+            });
+        return;
       }
     }
   }
@@ -140,12 +201,14 @@ class Target::Impl {
         engine->update_abort(*shared);  // the client died mid-transfer: nothing is stored
         return;
       }
-      Status done = engine->update_end(*shared, *csums);
-      if (!done.is_ok()) return reply_error(to, id, done);
-      wire::Reply r;
-      r.request_id = id;
-      r.epoch = epoch;
-      reply(to, std::move(r));
+      offload<Status>([this, shared, csums] { return engine->update_end(*shared, *csums); },
+                      [this, to, id, epoch](Status& done) {
+                        if (!done.is_ok()) return reply_error(to, id, done);
+                        wire::Reply r;
+                        r.request_id = id;
+                        r.epoch = epoch;
+                        reply(to, std::move(r));
+                      });
     });
     if (!s.is_ok()) {
       engine->update_abort(*shared);
@@ -154,17 +217,29 @@ class Target::Impl {
   }
 
   void fetch(Incoming& in, wire::Request& q, const engine::KeyRef& k, engine::ValueKind kind) {
-    auto tx = engine->fetch_begin({k, q.epoch ? q.epoch : engine::kEpochLatest, kind, q.offset, q.length});
-    if (!tx.is_ok()) return reply_error(in.reply_to, q.request_id, tx.status());
-    auto shared = std::make_shared<engine::FetchTx>(std::move(tx).value());
-    wire::Reply r;
-    r.request_id = q.request_id;
-    r.length = shared->length();
-    r.csums.assign(shared->csums().begin(), shared->csums().end());
-    std::vector<Iov> src;
-    for (const engine::IoBuf& b : shared->buffers()) src.push_back({b.data, b.len});
-    // The engine buffers stay pinned until the transport is done with them.
-    reply(in.reply_to, std::move(r), src, [shared](Status) {});
+    // The key views point into q, which dies with this call: the media thread gets its own copies.
+    auto key = std::make_shared<std::pair<std::string, std::string>>(q.dkey, q.akey);
+    engine::FetchOp op{{k.cont, k.oid, {}, {}}, q.epoch ? q.epoch : engine::kEpochLatest, kind, q.offset, q.length};
+    auto to = in.reply_to;
+    auto id = q.request_id;
+    offload<Result<engine::FetchTx>>(
+        [this, key, op]() mutable {
+          op.key.dkey = key->first;
+          op.key.akey = key->second;
+          return engine->fetch_begin(op);
+        },
+        [this, to, id](Result<engine::FetchTx>& tx) {
+          if (!tx.is_ok()) return reply_error(to, id, tx.status());
+          auto shared = std::make_shared<engine::FetchTx>(std::move(tx).value());
+          wire::Reply r;
+          r.request_id = id;
+          r.length = shared->length();
+          r.csums.assign(shared->csums().begin(), shared->csums().end());
+          std::vector<Iov> src;
+          for (const engine::IoBuf& b : shared->buffers()) src.push_back({b.data, b.len});
+          // The engine buffers stay pinned until the transport is done with them.
+          reply(to, std::move(r), src, [shared](Status) {});
+        });
   }
 };
 
@@ -181,6 +256,7 @@ Result<std::unique_ptr<Target>> Target::start(uint32_t index, Engine* engine, co
   impl->worker->on_peer_failure([](transport::EpHandle, const Status&) {
     // In-flight transfers of that peer complete with errors and release their engine buffers.
   });
+  for (int i = 0; i < Impl::kMediaThreads; ++i) impl->media.emplace_back([raw] { raw->media_loop(); });
   impl->thread = std::thread([raw] { raw->run(); });
   return std::unique_ptr<Target>(new Target(std::move(impl)));
 }
@@ -194,6 +270,13 @@ void Target::stop() {
   impl_->stopping = true;
   impl_->worker->signal();
   impl_->thread.join();
+  {
+    std::lock_guard lock(impl_->media_mu);
+    impl_->media_stop = true;
+  }
+  impl_->media_cv.notify_all();
+  for (auto& t : impl_->media) t.join();
+  impl_->finished.clear();  // continuations of a stopped target are dropped (their engine work is done)
 }
 
 }  // namespace rfos::server

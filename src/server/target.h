@@ -3,8 +3,9 @@
 // engine is touched. Update payloads land straight in the engine's buffers (update_begin); fetch replies are
 // sent from them (fetch_begin).
 //
-// Today the engine calls run on this thread and block it while they sync (the engine's API is synchronous);
-// the next step gives the engine a submit/poll form so the thread never waits on media.
+// Engine calls that wait on media run on a few helper threads per target (the engine's API is synchronous):
+// the target thread only serves the network and runs their continuations, so many requests are in flight
+// per target and its updates share group commits.
 //
 // Thread-safety: start/stop from the owner; everything else runs on the target's thread.
 #pragma once

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <map>
 
 #include "client/container.h"
 #include "client/control_client.h"
@@ -108,6 +109,47 @@ TEST_P(DataPlane, ValuesPunchesAndErrors) {
   ASSERT_TRUE(ro);
   EXPECT_EQ(ro->write({5, 5}, "d", "a", 0, as_span(one)).code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(ro->read({5, 5}, "d", "a", 0, {reinterpret_cast<uint8_t*>(back.data()), 1}).code(), StatusCode::kNotFound);
+}
+
+TEST_P(DataPlane, ManyRequestsInFlight) {
+  auto c = open();
+  ASSERT_TRUE(c);
+  const size_t n = 64, len = 65536;
+  std::vector<std::string> data(n), back(n, std::string(len, '\0'));
+  std::map<client::Ticket, size_t> which;
+  for (size_t i = 0; i < n; ++i) {
+    data[i] = bytes_of(len, 700 + i);
+    auto t = c->submit_write({9, 9}, std::to_string(i % 8), "a", (i / 8) * len, as_span(data[i]));
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    which[*t] = i;
+  }
+  EXPECT_GT(c->in_flight(), 1u);
+  size_t done = 0;
+  while (done < n) {
+    auto cs = c->poll(16, 20000);
+    ASSERT_FALSE(cs.empty()) << "no completion within the deadline";
+    for (auto& comp : cs) {
+      ASSERT_TRUE(comp.status.is_ok()) << comp.status.to_string();
+      ASSERT_EQ(which.erase(comp.ticket), 1u);
+      ++done;
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    auto t = c->submit_read({9, 9}, std::to_string(i % 8), "a", (i / 8) * len,
+                            {reinterpret_cast<uint8_t*>(back[i].data()), len});
+    ASSERT_TRUE(t.is_ok());
+  }
+  for (done = 0; done < n;) {
+    auto cs = c->poll(64, 20000);
+    ASSERT_FALSE(cs.empty());
+    for (auto& comp : cs) ASSERT_TRUE(comp.status.is_ok()) << comp.status.to_string();
+    done += cs.size();
+  }
+  for (size_t i = 0; i < n; ++i) ASSERT_TRUE(back[i] == data[i]) << i;
+  // An async I/O may not cross a 1 MiB boundary: refused up front.
+  std::string two(8, 'x');
+  EXPECT_EQ(c->submit_write({9, 9}, "x", "a", (1 << 20) - 4, as_span(two)).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 // Talks to a target directly: forged and expired capabilities, garbage headers.
