@@ -26,6 +26,7 @@ void add_pool_commands(CLI::App& app, Context& ctx);
 void add_cont_commands(CLI::App& app, Context& ctx);
 void add_fsck_command(CLI::App& app, Context& ctx);
 void add_object_commands(CLI::App& app, Context& ctx);
+void add_bench_command(CLI::App& app, Context& ctx);
 
 std::string human_bytes(uint64_t bytes);
 

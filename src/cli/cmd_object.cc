@@ -78,7 +78,8 @@ void add_object_commands(CLI::App& app, Context& ctx) {
     if (in != stdin) std::fclose(in);
     if (s.is_ok()) s = c.put_value(oid, "meta", "name", a.key);
     if (s.is_ok()) s = c.put_value(oid, "meta", "size", std::to_string(total));
-    if (ctx.check(s, "put")) std::fprintf(stderr, "rfos put: %s: %llu bytes stored\n", a.key.c_str(), (unsigned long long)total);
+    if (ctx.check(s, "put"))
+      std::fprintf(stderr, "rfos put: %s: %llu bytes stored\n", a.key.c_str(), (unsigned long long)total);
   });
 
   auto get_args = std::make_shared<ObjectArgs>();
@@ -110,7 +111,8 @@ void add_object_commands(CLI::App& app, Context& ctx) {
     for (uint64_t pos = 0, index = 0; pos < size && s.is_ok(); ++index) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, size - pos));
       s = c.read(oid, std::to_string(index), "d", pos, {buf.data(), n});
-      if (s.is_ok() && std::fwrite(buf.data(), 1, n, out) != n) s = error(StatusCode::kIoError, "writing output failed");
+      if (s.is_ok() && std::fwrite(buf.data(), 1, n, out) != n)
+        s = error(StatusCode::kIoError, "writing output failed");
       pos += n;
     }
     if (out != stdout) {

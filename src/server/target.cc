@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "engine/engine.h"
@@ -22,6 +23,7 @@ using transport::Incoming;
 using transport::Iov;
 
 namespace {
+using Clock = std::chrono::steady_clock;
 uint64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -87,8 +89,40 @@ class Target::Impl {
     }
   }
 
+  // Aggregation runs in the background, as in DAOS: versions that no snapshot pins and no update still in
+  // flight could be ordered before are reclaimed every second, so overwrites do not fill the block file.
+  static constexpr uint64_t kAggregationSlackNs = 100'000'000ull;
+  std::multiset<uint64_t> inflight_epochs;  // epochs stamped here whose update or punch has not finished
+  Clock::time_point next_aggregation = Clock::now();
+  bool aggregating = false;
+
+  void maybe_aggregate() {
+    if (aggregating || Clock::now() < next_aggregation) return;
+    aggregating = true;
+    next_aggregation = Clock::now() + std::chrono::seconds(1);
+    uint64_t upto = std::max(now_ns(), last_epoch) - kAggregationSlackNs;
+    if (!inflight_epochs.empty()) upto = std::min(upto, *inflight_epochs.begin() - 1);
+    offload<Status>(
+        [this, upto] {
+          for (const Uuid& pool : engine->pool_list()) {
+            auto conts = engine->cont_list(pool);
+            if (!conts.is_ok()) continue;
+            for (const auto& c : *conts) {
+              auto st = engine->aggregate(c.id, upto);
+              if (!st.is_ok() && st.status().code() != StatusCode::kUnknownContainer) return st.status();
+            }
+          }
+          return Status::ok();
+        },
+        [this](Status& s) {
+          aggregating = false;
+          if (!s.is_ok()) std::fprintf(stderr, "rfos target %u: aggregation: %s\n", index, s.to_string().c_str());
+        });
+  }
+
   void run() {
     while (!stopping.load(std::memory_order_relaxed)) {
+      maybe_aggregate();
       worker->progress();
       std::vector<std::function<void()>> ready;
       {
@@ -164,11 +198,13 @@ class Target::Impl {
         auto to = in.reply_to;
         auto id = q.request_id;
         bool dkey = q.op == wire::Op::kPunchDkey;
+        auto held = inflight_epochs.insert(epoch);
         offload<Status>(
             [this, cid = *cid, oid = q.oid, dk = q.dkey, epoch, dkey] {
               return dkey ? engine->punch_dkey(cid, oid, dk, epoch) : engine->punch_object(cid, oid, epoch);
             },
-            [this, to, id, epoch](Status& s) {
+            [this, to, id, epoch, held](Status& s) {
+              inflight_epochs.erase(held);
               if (!s.is_ok()) return reply_error(to, id, s);
               wire::Reply r;
               r.request_id = id;
@@ -189,6 +225,7 @@ class Target::Impl {
     uint64_t epoch = q.epoch ? q.epoch : next_epoch();
     auto tx = engine->update_begin({k, epoch, kind, q.offset, q.length});
     if (!tx.is_ok()) return reply_error(in.reply_to, q.request_id, tx.status());
+    auto held = inflight_epochs.insert(epoch);
     auto shared = std::make_shared<engine::UpdateTx>(std::move(tx).value());
     std::vector<Iov> dst;
     for (const engine::IoBuf& b : shared->buffers()) dst.push_back({b.data, b.len});
@@ -196,13 +233,15 @@ class Target::Impl {
     auto id = q.request_id;
     auto csums = std::make_shared<std::vector<uint32_t>>(std::move(q.csums));
     // The payload lands in the engine's buffers; then verify, write, sync, commit, answer.
-    Status s = worker->fetch_payload(in, dst, [this, shared, csums, to, id, epoch](Status got) {
+    Status s = worker->fetch_payload(in, dst, [this, shared, csums, to, id, epoch, held](Status got) {
       if (!got.is_ok()) {
+        inflight_epochs.erase(held);
         engine->update_abort(*shared);  // the client died mid-transfer: nothing is stored
         return;
       }
       offload<Status>([this, shared, csums] { return engine->update_end(*shared, *csums); },
-                      [this, to, id, epoch](Status& done) {
+                      [this, to, id, epoch, held](Status& done) {
+                        inflight_epochs.erase(held);
                         if (!done.is_ok()) return reply_error(to, id, done);
                         wire::Reply r;
                         r.request_id = id;
@@ -211,6 +250,7 @@ class Target::Impl {
                       });
     });
     if (!s.is_ok()) {
+      inflight_epochs.erase(held);
       engine->update_abort(*shared);
       reply_error(in.reply_to, q.request_id, s);
     }

@@ -1,0 +1,321 @@
+// rfos bench: fio's vocabulary and output against a running server, over the native client's event queue.
+//
+//   rfos bench --rw randread --bs 4k --numjobs 2 --iodepth 16 --size 256m --runtime 10 [--provider P]
+//              [--output-format normal|json] [--ceiling]
+//
+// Each job is a thread with its own session and transport worker and its own object, laid out like a file
+// (dkey = 1 MiB chunk index, akey "d", array offset = file offset). Read patterns lay the objects out first.
+// --ceiling also runs ucx_perftest for the same transport and message size on this host (loopback), the
+// transport's ceiling, and prints the ratio. The JSON follows fio's layout (jobs[].read / jobs[].write with
+// io_bytes, bw_bytes, iops, runtime, clat_ns.percentile), so tools that parse fio parse it.
+#include <unistd.h>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "cli/cli.h"
+#include "client/container.h"
+#include "placement/placement.h"
+
+namespace rfos::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchArgs {
+  std::string rw = "randread";
+  std::string bs_text = "4k";
+  uint32_t numjobs = 1;
+  uint32_t iodepth = 16;
+  std::string size_text = "256m";
+  double runtime_s = 10;
+  std::string provider;
+  std::string format = "normal";
+  std::string pool = "default";
+  std::string cont = "default";
+  bool ceiling = false;
+};
+
+Result<uint64_t> parse_size(const std::string& t) {
+  char* end = nullptr;
+  double v = std::strtod(t.c_str(), &end);
+  if (end == t.c_str() || v <= 0) return error(StatusCode::kInvalidArgument, "bad size '" + t + "'");
+  std::string unit(end);
+  if (unit == "k" || unit == "K" || unit == "KiB")
+    v *= 1024;
+  else if (unit == "m" || unit == "M" || unit == "MiB")
+    v *= 1024 * 1024;
+  else if (unit == "g" || unit == "G" || unit == "GiB")
+    v *= 1024.0 * 1024 * 1024;
+  else if (!unit.empty())
+    return error(StatusCode::kInvalidArgument, "bad size unit in '" + t + "'");
+  return static_cast<uint64_t>(v);
+}
+
+struct JobResult {
+  Status status;
+  uint64_t ops = 0;
+  std::vector<uint32_t> lat_ns;
+};
+
+ObjectId job_object(uint32_t job) {
+  std::string key = "rfos-bench-job-" + std::to_string(job);
+  return placement::with_class({placement::mix(placement::fnv1a(key)), placement::mix(job + 1)},
+                               placement::ObjectClass::kSX);
+}
+
+// Keeps `depth` I/Os in flight until `stop`; `next` gives each I/O's offset.
+template <typename Next>
+Status pump(client::Container& c, const ObjectId& oid, bool write, uint64_t bs, uint32_t depth,
+            std::vector<std::vector<uint8_t>>& bufs, Next next, const std::atomic<bool>& stop, JobResult* r,
+            uint64_t max_ops) {
+  std::map<client::Ticket, std::pair<size_t, Clock::time_point>> inflight;
+  std::vector<size_t> free_bufs;
+  for (size_t i = 0; i < depth; ++i) free_bufs.push_back(i);
+  uint64_t issued = 0;
+  while (true) {
+    while (!free_bufs.empty() && !stop.load(std::memory_order_relaxed) && issued < max_ops) {
+      uint64_t off = next();
+      size_t b = free_bufs.back();
+      std::string dkey = std::to_string(off >> 20);
+      auto t = write ? c.submit_write(oid, dkey, "d", off, {bufs[b].data(), bs})
+                     : c.submit_read(oid, dkey, "d", off, {bufs[b].data(), bs});
+      if (!t.is_ok()) return t.status();
+      free_bufs.pop_back();
+      inflight[*t] = {b, Clock::now()};
+      ++issued;
+    }
+    if (inflight.empty()) return Status::ok();
+    for (auto& comp : c.poll(depth, 100)) {
+      auto it = inflight.find(comp.ticket);
+      if (it == inflight.end()) continue;
+      RFOS_RETURN_IF_ERROR(comp.status);
+      if (r) {
+        r->lat_ns.push_back(static_cast<uint32_t>(std::min<int64_t>(
+            UINT32_MAX,
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - it->second.second).count())));
+        ++r->ops;
+      }
+      free_bufs.push_back(it->second.first);
+      inflight.erase(it);
+    }
+  }
+}
+
+// ucx_perftest on loopback for the transport of `provider`: {msg/s, bytes/s}, or an error.
+Result<std::pair<double, double>> transport_ceiling(const std::string& provider, uint64_t bs, uint32_t depth) {
+  const char* tls = provider == "ucx+tcp" ? "tcp" : provider == "ucx+shm" ? "sm,self" : nullptr;
+  if (!tls) return error(StatusCode::kNotSupported, "no ucx_perftest ceiling for " + provider);
+  if (std::system("command -v ucx_perftest >/dev/null 2>&1") != 0)
+    return error(StatusCode::kNotFound, "ucx_perftest is not installed (apt-get install ucx-utils)");
+  int port = 20000 + static_cast<int>(getpid() % 20000);
+  std::string env = std::string("UCX_TLS=") + tls + " UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo} ";
+  std::string common = " -p " + std::to_string(port) + " -t ucp_am_bw -s " + std::to_string(bs) + " -O " +
+                       std::to_string(std::max<uint32_t>(depth, 1)) + " -n " + (bs >= (1 << 20) ? "2000" : "100000");
+  std::string server = env + "timeout 60 ucx_perftest" + common + " >/dev/null 2>&1 &";
+  if (std::system(server.c_str()) != 0) return error(StatusCode::kInternal, "cannot start ucx_perftest");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::string client = env + "timeout 60 ucx_perftest 127.0.0.1" + common + " 2>&1";
+  FILE* p = popen(client.c_str(), "r");
+  char line[512];
+  double msg_rate = 0, mbps = 0;
+  while (p && fgets(line, sizeof(line), p)) {
+    // "Final: iters lat50 lat_avg lat_overall bw_avg(MB/s) bw_overall msgrate_avg msgrate_overall"
+    if (std::strncmp(line, "Final:", 6) == 0) {
+      double v[8] = {};
+      if (std::sscanf(line + 6, "%lf %lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                      &v[7]) == 8) {
+        mbps = v[5];
+        msg_rate = v[7];
+      }
+    }
+  }
+  if (p) pclose(p);
+  if (msg_rate <= 0) return error(StatusCode::kInternal, "ucx_perftest gave no result");
+  return std::make_pair(msg_rate, mbps * 1024 * 1024);  // ucx_perftest's MB is MiB
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, Context& ctx) {
+  auto a = std::make_shared<BenchArgs>();
+  auto* cmd = app.add_subcommand("bench", "measure I/O against a server, fio style");
+  cmd->add_option("--rw", a->rw, "read, write, randread or randwrite")
+      ->check(CLI::IsMember({"read", "write", "randread", "randwrite"}))
+      ->capture_default_str();
+  cmd->add_option("--bs", a->bs_text, "block size, up to 1m")->capture_default_str();
+  cmd->add_option("--numjobs", a->numjobs, "jobs (threads), each with its own session and object")
+      ->capture_default_str();
+  cmd->add_option("--iodepth", a->iodepth, "I/Os in flight per job")->capture_default_str();
+  cmd->add_option("--size", a->size_text, "bytes per job")->capture_default_str();
+  cmd->add_option("--runtime", a->runtime_s, "seconds")->capture_default_str();
+  cmd->add_option("--provider", a->provider, "data-plane provider (default: $RFOS_PROVIDER or the pool's)");
+  cmd->add_option("--output-format", a->format, "normal or json")->check(CLI::IsMember({"normal", "json"}));
+  cmd->add_option("--pool", a->pool, "pool label or uuid")->capture_default_str();
+  cmd->add_option("--cont", a->cont, "container label or uuid")->capture_default_str();
+  cmd->add_flag("--ceiling", a->ceiling,
+                "also measure the transport ceiling with ucx_perftest (loopback) and print the ratio");
+  cmd->callback([&ctx, a] {
+    auto bs = parse_size(a->bs_text);
+    auto size = parse_size(a->size_text);
+    if (!ctx.check(bs.status(), "bench") || !ctx.check(size.status(), "bench")) return;
+    if (*bs > (1u << 20) || (1u << 20) % *bs != 0 || *size < *bs || a->numjobs == 0 || a->iodepth == 0) {
+      ctx.check(error(StatusCode::kInvalidArgument, "--bs must divide 1m, --size >= --bs, jobs and depth >= 1"),
+                "bench");
+      return;
+    }
+    uint64_t blocks = *size / *bs;
+    bool write = a->rw == "write" || a->rw == "randwrite";
+    bool rand = a->rw == "randread" || a->rw == "randwrite";
+    std::string provider = a->provider;
+    if (provider.empty() && std::getenv("RFOS_PROVIDER")) provider = std::getenv("RFOS_PROVIDER");
+
+    std::vector<JobResult> results(a->numjobs);
+    std::atomic<bool> stop{false};
+    std::atomic<uint32_t> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> threads;
+    for (uint32_t j = 0; j < a->numjobs; ++j) {
+      threads.emplace_back([&, j] {
+        JobResult& r = results[j];
+        client::ContainerOptions o;
+        o.provider = provider;
+        auto control = ctx.control();
+        auto c = client::Container::open(*control, a->pool, a->cont, o);
+        if (!c.is_ok()) {
+          r.status = c.status();
+          ++ready;
+          return;
+        }
+        ObjectId oid = job_object(j);
+        std::vector<std::vector<uint8_t>> bufs(a->iodepth, std::vector<uint8_t>(*bs));
+        std::mt19937_64 rng(j + 1);
+        for (auto& b : bufs)
+          for (auto& x : b) x = static_cast<uint8_t>(rng());
+        if (!write) {  // lay the object out with 1 MiB writes, as fio lays out its files
+          std::vector<std::vector<uint8_t>> big(std::min<uint32_t>(a->iodepth, 8), std::vector<uint8_t>(1 << 20));
+          uint64_t chunk = std::min<uint64_t>(*size, 1 << 20), pos = 0;
+          std::atomic<bool> never{false};
+          r.status = pump(
+              **c, oid, true, chunk, static_cast<uint32_t>(big.size()), big,
+              [&] {
+                uint64_t p = pos;
+                pos += chunk;
+                return p;
+              },
+              never, nullptr, *size / chunk);
+        }
+        ++ready;
+        while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (!r.status.is_ok()) return;
+        uint64_t seq = 0;
+        r.lat_ns.reserve(1 << 20);
+        r.status = pump(
+            **c, oid, write, *bs, a->iodepth, bufs, [&] { return (rand ? rng() % blocks : seq++ % blocks) * *bs; },
+            stop, &r, UINT64_MAX);
+      });
+    }
+    while (ready.load() < a->numjobs) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    auto t0 = Clock::now();
+    go = true;
+    while (std::chrono::duration<double>(Clock::now() - t0).count() < a->runtime_s) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      bool failed = false;
+      for (auto& r : results) failed |= !r.status.is_ok();
+      if (failed) break;
+    }
+    stop = true;
+    for (auto& t : threads) t.join();
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    for (auto& r : results)
+      if (!ctx.check(r.status, "bench")) return;
+
+    std::vector<uint32_t> lat;
+    uint64_t ops = 0;
+    for (auto& r : results) {
+      ops += r.ops;
+      lat.insert(lat.end(), r.lat_ns.begin(), r.lat_ns.end());
+    }
+    std::sort(lat.begin(), lat.end());
+    auto pct = [&](double p) -> uint64_t {
+      return lat.empty() ? 0 : lat[std::min(lat.size() - 1, static_cast<size_t>(p / 100 * lat.size()))];
+    };
+    double mean = 0;
+    for (uint32_t v : lat) mean += v;
+    mean = lat.empty() ? 0 : mean / lat.size();
+    double iops = ops / secs, bw = ops * double(*bs) / secs;
+    std::string used = provider.empty() ? "(pool default)" : provider;
+
+    Result<std::pair<double, double>> ceiling = error(StatusCode::kNotSupported, "not asked");
+    if (a->ceiling) {
+      std::string p = provider;
+      if (p.empty()) {
+        auto s = ctx.control()->server_info();
+        if (s.is_ok()) p = s->provider;
+      }
+      used = p;
+      ceiling = transport_ceiling(p, *bs, a->iodepth);
+    }
+
+    const char* dir = write ? "write" : "read";
+    if (a->format == "json") {
+      auto side = [&](bool active) {
+        char buf[1024];
+        std::snprintf(buf, sizeof(buf),
+                      "{\"io_bytes\":%llu,\"bw_bytes\":%.0f,\"iops\":%.3f,\"runtime\":%.0f,\"total_ios\":%llu,"
+                      "\"clat_ns\":{\"min\":%llu,\"max\":%llu,\"mean\":%.1f,\"percentile\":{\"1.000000\":%llu,"
+                      "\"50.000000\":%llu,\"90.000000\":%llu,\"99.000000\":%llu,\"99.900000\":%llu}}}",
+                      active ? (unsigned long long)(ops * *bs) : 0ull, active ? bw : 0.0, active ? iops : 0.0,
+                      active ? secs * 1000 : 0.0, active ? (unsigned long long)ops : 0ull,
+                      active ? (unsigned long long)pct(0) : 0ull,
+                      active && !lat.empty() ? (unsigned long long)lat.back() : 0ull, active ? mean : 0.0,
+                      active ? (unsigned long long)pct(1) : 0ull, active ? (unsigned long long)pct(50) : 0ull,
+                      active ? (unsigned long long)pct(90) : 0ull, active ? (unsigned long long)pct(99) : 0ull,
+                      active ? (unsigned long long)pct(99.9) : 0ull);
+        return std::string(buf);
+      };
+      std::printf(
+          "{\"fio version\":\"rfos-0.1.0\",\"global options\":{\"rw\":\"%s\",\"bs\":\"%llu\",\"numjobs\":\"%u\","
+          "\"iodepth\":\"%u\",\"provider\":\"%s\"},\"jobs\":[{\"jobname\":\"rfos-bench\",\"groupid\":0,"
+          "\"error\":0,\"read\":%s,\"write\":%s}]",
+          a->rw.c_str(), (unsigned long long)*bs, a->numjobs, a->iodepth, used.c_str(), side(!write).c_str(),
+          side(write).c_str());
+      if (ceiling.is_ok())
+        std::printf(
+            ",\"ceiling\":{\"tool\":\"ucx_perftest ucp_am_bw\",\"msg_rate\":%.1f,\"bw_bytes\":%.0f,"
+            "\"ratio_iops\":%.3f,\"ratio_bw\":%.3f}",
+            ceiling->first, ceiling->second, iops / ceiling->first, bw / ceiling->second);
+      std::printf("}\n");
+      return;
+    }
+    std::printf("rfos-bench: (g=0): rw=%s, bs=(R) %llu-%llu, provider=%s, iodepth=%u, numjobs=%u\n", a->rw.c_str(),
+                (unsigned long long)*bs, (unsigned long long)*bs, used.c_str(), a->iodepth, a->numjobs);
+    std::printf("  %s: IOPS=%.1fk, BW=%.1fMiB/s (%.1fMB/s)(%s/%.0fmsec)\n", dir, iops / 1000, bw / 1048576, bw / 1e6,
+                human_bytes(ops * *bs).c_str(), secs * 1000);
+    std::printf("    clat (usec): min=%.1f, max=%.1f, avg=%.1f\n", pct(0) / 1e3, lat.empty() ? 0 : lat.back() / 1e3,
+                mean / 1e3);
+    std::printf(
+        "    clat percentiles (usec): 1.00th=[%.1f], 50.00th=[%.1f], 90.00th=[%.1f], 99.00th=[%.1f], "
+        "99.90th=[%.1f]\n",
+        pct(1) / 1e3, pct(50) / 1e3, pct(90) / 1e3, pct(99) / 1e3, pct(99.9) / 1e3);
+    if (a->ceiling) {
+      if (ceiling.is_ok())
+        std::printf(
+            "  ceiling (ucx_perftest ucp_am_bw, %s, %llu B, loopback): %.1fk msg/s, %.1f MiB/s -> ratio "
+            "IOPS %.2f, BW %.2f\n",
+            used.c_str(), (unsigned long long)*bs, ceiling->first / 1000, ceiling->second / 1048576,
+            iops / ceiling->first, bw / ceiling->second);
+      else
+        std::printf("  ceiling: %s\n", ceiling.status().to_string().c_str());
+    }
+  });
+}
+
+}  // namespace rfos::cli
