@@ -65,6 +65,19 @@ TEST(Cli, PutGetRoundTripsAndExitCodes) {
   EXPECT_EQ(sh("echo -n short | " + rfos + " put data.bin -").code, 0);
   EXPECT_EQ(sh(rfos + " get data.bin -").out, "short");
 
+  // rfos bench speaks fio's JSON layout: a short run of each pattern yields I/O in the right direction.
+  for (std::string rw : {"randwrite", "randread"}) {
+    Shell b = sh(rfos + " bench --rw " + rw + " --bs 4k --iodepth 4 --size 2m --runtime 1 --output-format json");
+    ASSERT_EQ(b.code, 0) << b.out;
+    std::string side = rw == "randwrite" ? "\"write\":{\"io_bytes\":" : "\"read\":{\"io_bytes\":";
+    size_t at = b.out.find(side);
+    ASSERT_NE(at, std::string::npos) << b.out;
+    EXPECT_GT(std::strtoull(b.out.c_str() + at + side.size(), nullptr, 10), 0u) << b.out;
+    EXPECT_NE(b.out.find("\"clat_ns\":{"), std::string::npos);
+    EXPECT_NE(b.out.find("\"99.000000\":"), std::string::npos);
+  }
+  EXPECT_NE(sh(rfos + " bench --bs 3m 2>/dev/null").code, 0);
+
   // Errors a user can act on: unknown object or pool (1), no server (3), bad usage (non-zero).
   EXPECT_EQ(sh(rfos + " get nothing-here - 2>/dev/null").code, 1);
   EXPECT_EQ(sh(rfos + " get --pool nope greeting - 2>/dev/null").code, 1);
