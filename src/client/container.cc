@@ -144,6 +144,21 @@ class Container::Impl {
     }
   }
 
+  // A finished async read counts only once the checksums that came with it match its bytes.
+  Completion verify_read(Completion c) {
+    auto r = reads.find(c.ticket);
+    if (r == reads.end()) return c;
+    if (c.status.is_ok()) {
+      std::vector<uint32_t> want;
+      chunk_crcs(r->second.first, r->second.second, csum_chunk, &want);
+      if (want != c.reply.csums)
+        c.status = error(StatusCode::kChecksumMismatch,
+                         "data damaged in transit at offset " + std::to_string(r->second.first));
+    }
+    reads.erase(r);
+    return c;
+  }
+
   Status roundtrip(uint32_t t, wire::Request& q, std::span<const Iov> payload, std::span<uint8_t> into,
                    wire::Reply* out, std::string* sized = nullptr) {
     RFOS_ASSIGN_OR_RETURN(uint64_t id, submit(t, q, payload, into, sized));
@@ -183,88 +198,67 @@ const Session& Container::session() const { return impl_->session; }
 
 namespace {
 constexpr size_t kMaxRequestBytes = 1u << 20;  // one engine grain per request
+
+wire::Request make_request(wire::Op op, wire::Kind kind, const ObjectId& oid, std::string_view dkey,
+                           std::string_view akey, uint64_t offset = 0, uint64_t length = 0) {
+  wire::Request q;
+  q.op = op;
+  q.kind = kind;
+  q.oid = oid;
+  q.dkey = dkey;
+  q.akey = akey;
+  q.offset = offset;
+  q.length = length;
+  return q;
 }
+
+// Bytes from `at` up to the end of its 1 MiB-aligned range, at most `left`.
+size_t piece_at(uint64_t at, size_t left) {
+  return static_cast<size_t>(std::min<uint64_t>(left, (at / kMaxRequestBytes + 1) * kMaxRequestBytes - at));
+}
+
+bool within_one_piece(uint64_t offset, size_t len) {
+  return len > 0 && len <= kMaxRequestBytes && offset / kMaxRequestBytes == (offset + len - 1) / kMaxRequestBytes;
+}
+}  // namespace
 
 Status Container::write(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
                         std::span<const uint8_t> data) {
-  for (size_t pos = 0; pos < data.size();) {
-    // Split at 1 MiB boundaries of the offset: each request is one engine piece.
-    uint64_t at = offset + pos;
-    size_t n =
-        static_cast<size_t>(std::min<uint64_t>(data.size() - pos, (at / kMaxRequestBytes + 1) * kMaxRequestBytes - at));
-    wire::Request q;
-    q.op = wire::Op::kUpdate;
-    q.kind = wire::Kind::kArray;
-    q.oid = oid;
-    q.dkey = dkey;
-    q.akey = akey;
-    q.offset = at;
-    q.length = n;
-    chunk_crcs(at, data.subspan(pos, n), impl_->csum_chunk, &q.csums);
-    Iov v{const_cast<uint8_t*>(data.data() + pos), n};
-    RFOS_RETURN_IF_ERROR(impl_->roundtrip(impl_->target_of(q), q, {&v, 1}, {}, nullptr));
-    pos += n;
+  // Split at 1 MiB boundaries of the offset: each request is one engine piece.
+  for (size_t pos = 0, n = 0; pos < data.size(); pos += n) {
+    n = piece_at(offset + pos, data.size() - pos);
+    RFOS_ASSIGN_OR_RETURN(Ticket t, submit_write(oid, dkey, akey, offset + pos, data.subspan(pos, n)));
+    RFOS_RETURN_IF_ERROR(impl_->wait_for(t).status);
   }
   return Status::ok();
 }
 
 Status Container::read(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
                        std::span<uint8_t> out) {
-  for (size_t pos = 0; pos < out.size();) {
-    uint64_t at = offset + pos;
-    size_t n =
-        static_cast<size_t>(std::min<uint64_t>(out.size() - pos, (at / kMaxRequestBytes + 1) * kMaxRequestBytes - at));
-    wire::Request q;
-    q.op = wire::Op::kFetch;
-    q.kind = wire::Kind::kArray;
-    q.oid = oid;
-    q.dkey = dkey;
-    q.akey = akey;
-    q.offset = at;
-    q.length = n;
-    wire::Reply r;
-    std::span<uint8_t> into = out.subspan(pos, n);
-    RFOS_RETURN_IF_ERROR(impl_->roundtrip(impl_->target_of(q), q, {}, into, &r));
-    std::vector<uint32_t> want;
-    chunk_crcs(at, into, impl_->csum_chunk, &want);
-    if (want != r.csums)
-      return error(StatusCode::kChecksumMismatch, "data damaged in transit at offset " + std::to_string(at));
-    pos += n;
+  for (size_t pos = 0, n = 0; pos < out.size(); pos += n) {
+    n = piece_at(offset + pos, out.size() - pos);
+    RFOS_ASSIGN_OR_RETURN(Ticket t, submit_read(oid, dkey, akey, offset + pos, out.subspan(pos, n)));
+    RFOS_RETURN_IF_ERROR(impl_->verify_read(impl_->wait_for(t)).status);
   }
   return Status::ok();
 }
 
 Result<uint64_t> Container::array_size(const ObjectId& oid, std::string_view dkey, std::string_view akey) {
-  wire::Request q;
-  q.op = wire::Op::kArraySize;
-  q.oid = oid;
-  q.dkey = dkey;
-  q.akey = akey;
+  wire::Request q = make_request(wire::Op::kArraySize, wire::Kind::kArray, oid, dkey, akey);
   wire::Reply r;
   RFOS_RETURN_IF_ERROR(impl_->roundtrip(impl_->target_of(q), q, {}, {}, &r));
   return r.length;
 }
 
 Status Container::put_value(const ObjectId& oid, std::string_view dkey, std::string_view akey, std::string_view value) {
-  wire::Request q;
-  q.op = wire::Op::kUpdate;
-  q.kind = wire::Kind::kSingle;
-  q.oid = oid;
-  q.dkey = dkey;
-  q.akey = akey;
-  q.length = value.size();
+  wire::Request q = make_request(wire::Op::kUpdate, wire::Kind::kSingle, oid, dkey, akey, 0, value.size());
   q.csums.push_back(crc32c(value.data(), value.size()));
   Iov v{const_cast<char*>(value.data()), value.size()};
   return impl_->roundtrip(impl_->target_of(q), q, {&v, 1}, {}, nullptr);
 }
 
 Result<std::string> Container::get_value(const ObjectId& oid, std::string_view dkey, std::string_view akey) {
-  wire::Request q;
-  q.op = wire::Op::kFetch;
-  q.kind = wire::Kind::kSingle;
-  q.oid = oid;
-  q.dkey = dkey;
-  q.akey = akey;
+  wire::Request q = make_request(wire::Op::kFetch, wire::Kind::kSingle, oid, dkey, akey);
   wire::Reply r;
   std::string value;
   RFOS_RETURN_IF_ERROR(impl_->roundtrip(impl_->target_of(q), q, {}, {}, &r, &value));
@@ -275,17 +269,9 @@ Result<std::string> Container::get_value(const ObjectId& oid, std::string_view d
 
 Result<Ticket> Container::submit_write(const ObjectId& oid, std::string_view dkey, std::string_view akey,
                                        uint64_t offset, std::span<const uint8_t> data) {
-  if (data.empty() || data.size() > kMaxRequestBytes ||
-      offset / kMaxRequestBytes != (offset + data.size() - 1) / kMaxRequestBytes)
+  if (!within_one_piece(offset, data.size()))
     return error(StatusCode::kInvalidArgument, "an async write is 1 B .. 1 MiB within one 1 MiB-aligned range");
-  wire::Request q;
-  q.op = wire::Op::kUpdate;
-  q.kind = wire::Kind::kArray;
-  q.oid = oid;
-  q.dkey = dkey;
-  q.akey = akey;
-  q.offset = offset;
-  q.length = data.size();
+  wire::Request q = make_request(wire::Op::kUpdate, wire::Kind::kArray, oid, dkey, akey, offset, data.size());
   chunk_crcs(offset, data, impl_->csum_chunk, &q.csums);
   Iov v{const_cast<uint8_t*>(data.data()), data.size()};
   return impl_->submit(impl_->target_of(q), q, {&v, 1}, {});
@@ -293,17 +279,9 @@ Result<Ticket> Container::submit_write(const ObjectId& oid, std::string_view dke
 
 Result<Ticket> Container::submit_read(const ObjectId& oid, std::string_view dkey, std::string_view akey,
                                       uint64_t offset, std::span<uint8_t> out) {
-  if (out.empty() || out.size() > kMaxRequestBytes ||
-      offset / kMaxRequestBytes != (offset + out.size() - 1) / kMaxRequestBytes)
+  if (!within_one_piece(offset, out.size()))
     return error(StatusCode::kInvalidArgument, "an async read is 1 B .. 1 MiB within one 1 MiB-aligned range");
-  wire::Request q;
-  q.op = wire::Op::kFetch;
-  q.kind = wire::Kind::kArray;
-  q.oid = oid;
-  q.dkey = dkey;
-  q.akey = akey;
-  q.offset = offset;
-  q.length = out.size();
+  wire::Request q = make_request(wire::Op::kFetch, wire::Kind::kArray, oid, dkey, akey, offset, out.size());
   auto id = impl_->submit(impl_->target_of(q), q, {}, out);
   if (id.is_ok()) impl_->reads[*id] = {offset, out};
   return id;
@@ -319,21 +297,8 @@ std::vector<Completion> Container::poll(size_t max, int timeout_ms) {
   }
   std::vector<Completion> out;
   while (!impl_->completed.empty() && out.size() < max) {
-    Completion c = std::move(impl_->completed.front());
+    out.push_back(impl_->verify_read(std::move(impl_->completed.front())));
     impl_->completed.erase(impl_->completed.begin());
-    // Reads are verified against the checksums that came with them before they count as done.
-    auto r = impl_->reads.find(c.ticket);
-    if (r != impl_->reads.end()) {
-      if (c.status.is_ok()) {
-        std::vector<uint32_t> want;
-        chunk_crcs(r->second.first, r->second.second, impl_->csum_chunk, &want);
-        if (want != c.reply.csums)
-          c.status = error(StatusCode::kChecksumMismatch,
-                           "data damaged in transit at offset " + std::to_string(r->second.first));
-      }
-      impl_->reads.erase(r);
-    }
-    out.push_back(std::move(c));
   }
   return out;
 }
@@ -341,10 +306,7 @@ std::vector<Completion> Container::poll(size_t max, int timeout_ms) {
 size_t Container::in_flight() const { return impl_->calls.size(); }
 
 Status Container::punch_dkey(const ObjectId& oid, std::string_view dkey) {
-  wire::Request q;
-  q.op = wire::Op::kPunchDkey;
-  q.oid = oid;
-  q.dkey = dkey;
+  wire::Request q = make_request(wire::Op::kPunchDkey, wire::Kind::kArray, oid, dkey, {});
   return impl_->roundtrip(impl_->target_of(q), q, {}, {}, nullptr);
 }
 
@@ -352,9 +314,7 @@ Status Container::punch_object(const ObjectId& oid) {
   // A striped object has dkeys on every target: punch it everywhere it may live.
   bool any = false;
   for (uint32_t t = 0; t < impl_->eps.size(); ++t) {
-    wire::Request q;
-    q.op = wire::Op::kPunchObject;
-    q.oid = oid;
+    wire::Request q = make_request(wire::Op::kPunchObject, wire::Kind::kArray, oid, {}, {});
     Status s = impl_->roundtrip(t, q, {}, {}, nullptr);
     if (s.is_ok())
       any = true;

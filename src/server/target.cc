@@ -145,6 +145,19 @@ class Target::Impl {
     Status s = worker->send(to, wire::encode_reply(r), payload, std::move(done));
     if (!s.is_ok()) std::fprintf(stderr, "rfos target %u: reply failed: %s\n", index, s.to_string().c_str());
   }
+  // The continuation of a write (update or punch) stamped with `epoch`: release the epoch, then answer.
+  std::function<void(Status&)> write_done(transport::EpHandle to, uint64_t id, uint64_t epoch,
+                                          std::multiset<uint64_t>::iterator held) {
+    return [this, to, id, epoch, held](Status& s) {
+      inflight_epochs.erase(held);
+      if (!s.is_ok()) return reply_error(to, id, s);
+      wire::Reply r;
+      r.request_id = id;
+      r.epoch = epoch;
+      reply(to, std::move(r));
+    };
+  }
+
   void reply_error(transport::EpHandle to, uint64_t id, const Status& s) {
     wire::Reply r;
     r.request_id = id;
@@ -203,14 +216,7 @@ class Target::Impl {
             [this, cid = *cid, oid = q.oid, dk = q.dkey, epoch, dkey] {
               return dkey ? engine->punch_dkey(cid, oid, dk, epoch) : engine->punch_object(cid, oid, epoch);
             },
-            [this, to, id, epoch, held](Status& s) {
-              inflight_epochs.erase(held);
-              if (!s.is_ok()) return reply_error(to, id, s);
-              wire::Reply r;
-              r.request_id = id;
-              r.epoch = epoch;
-              reply(to, std::move(r));
-            });
+            write_done(to, id, epoch, held));
         return;
       }
     }
@@ -240,14 +246,7 @@ class Target::Impl {
         return;
       }
       offload<Status>([this, shared, csums] { return engine->update_end(*shared, *csums); },
-                      [this, to, id, epoch, held](Status& done) {
-                        inflight_epochs.erase(held);
-                        if (!done.is_ok()) return reply_error(to, id, done);
-                        wire::Reply r;
-                        r.request_id = id;
-                        r.epoch = epoch;
-                        reply(to, std::move(r));
-                      });
+                      write_done(to, id, epoch, held));
     });
     if (!s.is_ok()) {
       inflight_epochs.erase(held);

@@ -40,7 +40,7 @@ struct Incoming {
   size_t payload_bytes = 0;
   const void* eager_payload = nullptr;  // set when the payload is already here
   void* rndv = nullptr;                 // provider handle of a payload still at the sender
-  bool rndv_taken = false;              // set by fetch_payload
+  bool rndv_taken = false;              // set by fetch_payload; an untaken payload is dropped
 };
 
 class Worker {

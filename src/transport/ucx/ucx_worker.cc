@@ -231,8 +231,8 @@ class UcxWorker final : public Worker {
     else
       in.eager_payload = length ? data : nullptr;
     if (self->handler_) self->handler_(in);
-    // A rendezvous payload nobody took is released, which completes the sender's side without data.
-    if (in.rndv && !in.rndv_taken) ucp_am_data_release(self->worker_, in.rndv);
+    // A rendezvous payload nobody took: returning UCS_OK makes UCX drop it and complete the sender's side
+    // (calling ucp_am_data_release here as well would free its descriptor twice).
     return UCS_OK;
   }
 
