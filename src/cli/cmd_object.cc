@@ -47,6 +47,25 @@ Result<std::unique_ptr<client::Container>> open_cont(Context& ctx, const ObjectA
 }  // namespace
 
 void add_object_commands(CLI::App& app, Context& ctx) {
+  auto ls_args = std::make_shared<ObjectArgs>();
+  auto* ls = app.add_subcommand("ls", "list the objects of a container: name and size (objects put by rfos put)");
+  ls->add_option("--pool", ls_args->pool, "pool label or uuid")->capture_default_str();
+  ls->add_option("--cont", ls_args->cont, "container label or uuid")->capture_default_str();
+  ls->add_option("--provider", ls_args->provider, "data-plane provider (default: $RFOS_PROVIDER or the pool's)");
+  ls->callback([&ctx, ls_args] {
+    auto cont = open_cont(ctx, *ls_args, false);
+    if (!ctx.check(cont.status(), "ls")) return;
+    auto oids = (*cont)->list_objects();
+    if (!ctx.check(oids.status(), "ls")) return;
+    for (const ObjectId& oid : *oids) {
+      auto name = (*cont)->get_value(oid, "meta", "name");
+      auto size = (*cont)->get_value(oid, "meta", "size");
+      // Objects written by other means (the bench, the API) have no name record: show their id.
+      std::printf("%12s  %s\n", size.is_ok() ? size->c_str() : "-",
+                  name.is_ok() ? name->c_str() : oid.to_string().c_str());
+    }
+  });
+
   auto put_args = std::make_shared<ObjectArgs>();
   auto* put = app.add_subcommand("put", "store a file (or stdin) as an object; exit 0 once it is durable");
   add_target_options(put, *put_args);

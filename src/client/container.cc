@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "common/crc32c.h"
 #include "placement/placement.h"
@@ -304,6 +305,31 @@ std::vector<Completion> Container::poll(size_t max, int timeout_ms) {
 }
 
 size_t Container::in_flight() const { return impl_->calls.size(); }
+
+Result<std::vector<ObjectId>> Container::list_objects() {
+  std::set<ObjectId> seen;
+  for (uint32_t t = 0; t < impl_->eps.size(); ++t) {
+    std::string anchor;
+    for (bool done = false; !done;) {
+      wire::Request q = make_request(wire::Op::kListObjects, wire::Kind::kArray, {}, anchor, {}, 0, 1024);
+      wire::Reply r;
+      std::string page;
+      RFOS_RETURN_IF_ERROR(impl_->roundtrip(t, q, {}, {}, &r, &page));
+      if (page.size() % 16 != 0)
+        return error(StatusCode::kInternal, "malformed object list from target " + std::to_string(t));
+      for (size_t i = 0; i < page.size(); i += 16) {
+        ObjectId o;
+        std::memcpy(&o.hi, page.data() + i, 8);
+        std::memcpy(&o.lo, page.data() + i + 8, 8);
+        seen.insert(o);
+      }
+      done = r.epoch == 1;
+      if (!done && r.message == anchor) return error(StatusCode::kInternal, "object listing made no progress");
+      anchor = r.message;
+    }
+  }
+  return std::vector<ObjectId>(seen.begin(), seen.end());
+}
 
 Status Container::punch_dkey(const ObjectId& oid, std::string_view dkey) {
   wire::Request q = make_request(wire::Op::kPunchDkey, wire::Kind::kArray, oid, dkey, {});

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "client/control_client.h"
 #include "common/ids.h"
@@ -63,6 +64,8 @@ class Container {
   std::vector<Completion> poll(size_t max, int timeout_ms);
   size_t in_flight() const;
 
+  // Every object with something visible, over all targets (an object striped over several appears once).
+  Result<std::vector<ObjectId>> list_objects();
   Status punch_dkey(const ObjectId& oid, std::string_view dkey);
   Status punch_object(const ObjectId& oid);
 

@@ -205,6 +205,25 @@ class Target::Impl {
         r.length = *size;
         return reply(in.reply_to, std::move(r));
       }
+      case wire::Op::kListObjects: {
+        engine::Anchor anchor;
+        anchor.position = q.dkey;
+        auto oids = engine->list_objects(*cid, engine::kEpochLatest, &anchor, std::min<uint64_t>(q.length, 4096));
+        if (!oids.is_ok()) return reply_error(in.reply_to, q.request_id, oids.status());
+        auto payload = std::make_shared<std::string>();
+        for (const ObjectId& o : *oids) {
+          payload->append(reinterpret_cast<const char*>(&o.hi), 8);
+          payload->append(reinterpret_cast<const char*>(&o.lo), 8);
+        }
+        wire::Reply r;
+        r.request_id = q.request_id;
+        r.length = payload->size();
+        r.message = anchor.position;
+        r.epoch = anchor.done ? 1 : 0;
+        Iov v{payload->data(), payload->size()};
+        return reply(in.reply_to, std::move(r), payload->empty() ? std::span<const Iov>() : std::span(&v, 1),
+                     [payload](Status) {});
+      }
       case wire::Op::kPunchDkey:
       case wire::Op::kPunchObject: {
         uint64_t epoch = next_epoch();

@@ -51,7 +51,7 @@ Result<Request> decode_request(std::string_view in) {
   if (!r.get_le(&version) || version != kDataPlaneVersion)
     return error(StatusCode::kNotSupported, "data-plane version " + std::to_string(version) + " is not spoken here");
   if (!r.get_le(&op) || !r.get_le(&kind) || !r.get_le(&caplen)) return malformed("truncated");
-  if (op < 1 || op > 5) return malformed("unknown op");
+  if (op < 1 || op > 6) return malformed("unknown op");
   if (kind != 1 && kind != 2) return malformed("unknown value kind");
   q.op = static_cast<Op>(op);
   q.kind = static_cast<Kind>(kind);

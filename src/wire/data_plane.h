@@ -27,6 +27,8 @@ enum class Op : uint8_t {
   kArraySize = 3,  // reply length: the array's size
   kPunchDkey = 4,  // punches one dkey
   kPunchObject = 5,
+  kListObjects = 6,  // dkey: resume anchor ("" to start); length: max objects. Reply payload: 16-byte oids,
+                     // message: the next anchor, epoch: 1 when the enumeration is complete
 };
 
 enum class Kind : uint8_t { kSingle = 1, kArray = 2 };

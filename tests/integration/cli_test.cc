@@ -2,6 +2,7 @@
 // stdin, exit codes a script can act on.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -64,6 +65,14 @@ TEST(Cli, PutGetRoundTripsAndExitCodes) {
   // put replaces: a shorter object leaves nothing of the longer one behind.
   EXPECT_EQ(sh("echo -n short | " + rfos + " put data.bin -").code, 0);
   EXPECT_EQ(sh(rfos + " get data.bin -").out, "short");
+
+  // ls shows every named object once, with its size (an object is striped over both targets).
+  Shell ls = sh(rfos + " ls");
+  EXPECT_EQ(ls.code, 0);
+  EXPECT_NE(ls.out.find("         5  data.bin"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("        10  greeting"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("         0  empty"), std::string::npos) << ls.out;
+  EXPECT_EQ(std::count(ls.out.begin(), ls.out.end(), '\n'), 3) << ls.out;
 
   // rfos bench speaks fio's JSON layout: a short run of each pattern yields I/O in the right direction.
   for (std::string rw : {"randwrite", "randread"}) {
