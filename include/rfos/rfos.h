@@ -1,0 +1,75 @@
+/* rfos C API: connect to a server, open a container, and do object I/O, synchronously or through an event
+ * queue. For bindings, the FUSE mount and the agent. The C++ classes behind it are rfos::client::ControlClient
+ * and rfos::client::Container (src/client/).
+ *
+ * Errors: functions return 0 (or a count) on success and a negative errno on failure (-ENOENT unknown pool,
+ * container or key; -EACCES read-only session or bad capability; -EIO checksum mismatch or media error;
+ * -ETIMEDOUT / -ESHUTDOWN server gone; -EINVAL bad arguments). rfos_last_error() gives the message of the
+ * calling thread's last failure.
+ *
+ * Thread-safety: an rfos_client may be shared by threads; an rfos_cont belongs to one thread at a time.
+ * Buffers passed to rfos_submit_* must stay valid until their completion is returned by rfos_poll.
+ */
+#ifndef RFOS_RFOS_H
+#define RFOS_RFOS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rfos_client rfos_client_t;
+typedef struct rfos_cont rfos_cont_t;
+
+typedef struct {
+  uint64_t hi; /* the top 8 bits name the object class: 1 = S1 (one target), 2 = SX (striped) */
+  uint64_t lo;
+} rfos_oid_t;
+
+typedef struct {
+  uint64_t ticket;
+  int status; /* 0 or a negative errno */
+} rfos_completion_t;
+
+/* The message of the calling thread's last failure ("" when none). */
+const char* rfos_last_error(void);
+
+/* addr: "HOST:PORT" of the control plane (NULL: $RFOS_ADDR or 127.0.0.1:10001). */
+int rfos_connect(const char* addr, uint32_t timeout_ms, rfos_client_t** out);
+void rfos_disconnect(rfos_client_t* client);
+
+/* pool, cont: labels or uuids. provider: NULL for the pool's. write: non-zero for a read-write session. */
+int rfos_cont_open(rfos_client_t* client, const char* pool, const char* cont, int write, const char* provider,
+                   rfos_cont_t** out);
+void rfos_cont_close(rfos_cont_t* cont);
+
+/* Array I/O at [offset, offset+len): durable on return / read and verified on return. */
+int rfos_write(rfos_cont_t* cont, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t offset, const void* buf,
+               size_t len);
+int rfos_read(rfos_cont_t* cont, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t offset, void* buf,
+              size_t len);
+int rfos_array_size(rfos_cont_t* cont, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t* size);
+
+/* Single values (up to 1 MiB). rfos_get_value copies at most cap bytes and stores the value's size in *len;
+ * -ENOBUFS when cap is too small (then *len says how much is needed). */
+int rfos_put_value(rfos_cont_t* cont, rfos_oid_t oid, const char* dkey, const char* akey, const void* buf, size_t len);
+int rfos_get_value(rfos_cont_t* cont, rfos_oid_t oid, const char* dkey, const char* akey, void* buf, size_t cap,
+                   size_t* len);
+int rfos_punch_dkey(rfos_cont_t* cont, rfos_oid_t oid, const char* dkey);
+int rfos_punch_object(rfos_cont_t* cont, rfos_oid_t oid);
+
+/* Event queue: an I/O of 1 B .. 1 MiB inside one 1 MiB-aligned range; many may be in flight. */
+int rfos_submit_write(rfos_cont_t* cont, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t offset,
+                      const void* buf, size_t len, uint64_t* ticket);
+int rfos_submit_read(rfos_cont_t* cont, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t offset, void* buf,
+                     size_t len, uint64_t* ticket);
+/* Up to max completions, waiting up to timeout_ms for the first. Returns how many, or a negative errno. */
+int rfos_poll(rfos_cont_t* cont, rfos_completion_t* out, int max, int timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RFOS_RFOS_H */

@@ -1,0 +1,159 @@
+// The C API (include/rfos/rfos.h) over ControlClient and Container.
+#include "rfos/rfos.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "client/container.h"
+#include "client/control_client.h"
+
+using rfos::ObjectId;
+using rfos::Status;
+
+struct rfos_client {
+  std::unique_ptr<rfos::client::ControlClient> control;
+};
+
+struct rfos_cont {
+  std::unique_ptr<rfos::client::Container> cont;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+int fail(const Status& s) {
+  last_error = s.to_string();
+  return -s.to_errno();
+}
+
+int result(const Status& s) { return s.is_ok() ? 0 : fail(s); }
+
+ObjectId oid_of(rfos_oid_t o) { return {o.hi, o.lo}; }
+
+bool bad(const void* p, const char* what) {
+  if (p != nullptr) return false;
+  last_error = std::string("InvalidArgument: ") + what + " is NULL";
+  return true;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* rfos_last_error(void) { return last_error.c_str(); }
+
+int rfos_connect(const char* addr, uint32_t timeout_ms, rfos_client_t** out) {
+  if (bad(out, "out")) return -EINVAL;
+  const char* env = std::getenv("RFOS_ADDR");
+  std::string a = addr ? addr : env ? env : "127.0.0.1:10001";
+  auto* c = new rfos_client{rfos::client::ControlClient::create(a, timeout_ms ? timeout_ms : 5000)};
+  Status s = c->control->health();
+  if (!s.is_ok()) {
+    delete c;
+    return fail(s);
+  }
+  *out = c;
+  return 0;
+}
+
+void rfos_disconnect(rfos_client_t* client) { delete client; }
+
+int rfos_cont_open(rfos_client_t* client, const char* pool, const char* cont, int write, const char* provider,
+                   rfos_cont_t** out) {
+  if (bad(client, "client") || bad(pool, "pool") || bad(cont, "cont") || bad(out, "out")) return -EINVAL;
+  rfos::client::ContainerOptions o;
+  o.write = write != 0;
+  if (provider) o.provider = provider;
+  auto c = rfos::client::Container::open(*client->control, pool, cont, o);
+  if (!c.is_ok()) return fail(c.status());
+  *out = new rfos_cont{std::move(c).value()};
+  return 0;
+}
+
+void rfos_cont_close(rfos_cont_t* cont) { delete cont; }
+
+int rfos_write(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t offset, const void* buf,
+               size_t len) {
+  if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || (len && bad(buf, "buf"))) return -EINVAL;
+  return result(c->cont->write(oid_of(oid), dkey, akey, offset, {static_cast<const uint8_t*>(buf), len}));
+}
+
+int rfos_read(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t offset, void* buf,
+              size_t len) {
+  if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || (len && bad(buf, "buf"))) return -EINVAL;
+  return result(c->cont->read(oid_of(oid), dkey, akey, offset, {static_cast<uint8_t*>(buf), len}));
+}
+
+int rfos_array_size(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t* size) {
+  if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || bad(size, "size")) return -EINVAL;
+  auto r = c->cont->array_size(oid_of(oid), dkey, akey);
+  if (!r.is_ok()) return fail(r.status());
+  *size = *r;
+  return 0;
+}
+
+int rfos_put_value(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* akey, const void* buf, size_t len) {
+  if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || bad(buf, "buf")) return -EINVAL;
+  return result(c->cont->put_value(oid_of(oid), dkey, akey, {static_cast<const char*>(buf), len}));
+}
+
+int rfos_get_value(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* akey, void* buf, size_t cap,
+                   size_t* len) {
+  if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || bad(len, "len") || (cap && bad(buf, "buf")))
+    return -EINVAL;
+  auto v = c->cont->get_value(oid_of(oid), dkey, akey);
+  if (!v.is_ok()) return fail(v.status());
+  *len = v->size();
+  if (v->size() > cap) {
+    last_error = "the value has " + std::to_string(v->size()) + " bytes, the buffer " + std::to_string(cap);
+    return -ENOBUFS;
+  }
+  std::memcpy(buf, v->data(), v->size());
+  return 0;
+}
+
+int rfos_punch_dkey(rfos_cont_t* c, rfos_oid_t oid, const char* dkey) {
+  if (bad(c, "cont") || bad(dkey, "dkey")) return -EINVAL;
+  return result(c->cont->punch_dkey(oid_of(oid), dkey));
+}
+
+int rfos_punch_object(rfos_cont_t* c, rfos_oid_t oid) {
+  if (bad(c, "cont")) return -EINVAL;
+  return result(c->cont->punch_object(oid_of(oid)));
+}
+
+int rfos_submit_write(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t offset,
+                      const void* buf, size_t len, uint64_t* ticket) {
+  if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || bad(buf, "buf") || bad(ticket, "ticket"))
+    return -EINVAL;
+  auto t = c->cont->submit_write(oid_of(oid), dkey, akey, offset, {static_cast<const uint8_t*>(buf), len});
+  if (!t.is_ok()) return fail(t.status());
+  *ticket = *t;
+  return 0;
+}
+
+int rfos_submit_read(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t offset, void* buf,
+                     size_t len, uint64_t* ticket) {
+  if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || bad(buf, "buf") || bad(ticket, "ticket"))
+    return -EINVAL;
+  auto t = c->cont->submit_read(oid_of(oid), dkey, akey, offset, {static_cast<uint8_t*>(buf), len});
+  if (!t.is_ok()) return fail(t.status());
+  *ticket = *t;
+  return 0;
+}
+
+int rfos_poll(rfos_cont_t* c, rfos_completion_t* out, int max, int timeout_ms) {
+  if (bad(c, "cont") || bad(out, "out") || max <= 0) return -EINVAL;
+  auto done = c->cont->poll(static_cast<size_t>(max), timeout_ms);
+  for (size_t i = 0; i < done.size(); ++i) {
+    out[i].ticket = done[i].ticket;
+    out[i].status = done[i].status.is_ok() ? 0 : -done[i].status.to_errno();
+    if (!done[i].status.is_ok()) last_error = done[i].status.to_string();
+  }
+  return static_cast<int>(done.size());
+}
+
+}  // extern "C"

@@ -1,0 +1,86 @@
+// The C API against a real server: connect, open, sync and async I/O, values, errors as negative errno.
+#include "rfos/rfos.h"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <string>
+#include <vector>
+
+#include "engine/engine_testing.h"
+#include "server_process.h"
+
+extern "C" int rfos_c_roundtrip(rfos_cont_t* cont);
+
+namespace rfos {
+namespace {
+
+TEST(CApi, ConnectOpenReadWrite) {
+  engine::testing::TempDir dir;
+  testing::ServerProcess server(dir.path(), {"--create-defaults"});
+  ASSERT_TRUE(server.start());
+  rfos_client_t* client = nullptr;
+  for (int i = 0; i < 100; ++i) {  // --create-defaults runs just after the listening line
+    if (rfos_connect(server.address().c_str(), 2000, &client) == 0) {
+      rfos_cont_t* probe = nullptr;
+      if (rfos_cont_open(client, "default", "default", 0, nullptr, &probe) == 0) {
+        rfos_cont_close(probe);
+        break;
+      }
+      rfos_disconnect(client);
+      client = nullptr;
+    }
+    usleep(50000);
+  }
+  ASSERT_NE(client, nullptr) << rfos_last_error();
+  rfos_cont_t* cont = nullptr;
+  ASSERT_EQ(rfos_cont_open(client, "default", "default", 1, nullptr, &cont), 0) << rfos_last_error();
+  EXPECT_EQ(rfos_c_roundtrip(cont), 0) << rfos_last_error();
+
+  rfos_oid_t oid = {2ull << 56, 7};
+  std::string data = engine::testing::pattern(1, 300000), back(data.size(), '\0');
+  ASSERT_EQ(rfos_write(cont, oid, "0", "d", 0, data.data(), data.size()), 0) << rfos_last_error();
+  ASSERT_EQ(rfos_read(cont, oid, "0", "d", 0, back.data(), back.size()), 0) << rfos_last_error();
+  EXPECT_TRUE(back == data);
+  uint64_t size = 0;
+  ASSERT_EQ(rfos_array_size(cont, oid, "0", "d", &size), 0);
+  EXPECT_EQ(size, data.size());
+
+  // Event queue: 8 reads of 4 KiB in flight.
+  std::vector<std::string> bufs(8, std::string(4096, '\0'));
+  for (int i = 0; i < 8; ++i) {
+    uint64_t t = 0;
+    ASSERT_EQ(rfos_submit_read(cont, oid, "0", "d", i * 4096, bufs[i].data(), 4096, &t), 0) << rfos_last_error();
+  }
+  int done = 0;
+  rfos_completion_t comps[8];
+  while (done < 8) {
+    int n = rfos_poll(cont, comps, 8, 5000);
+    ASSERT_GT(n, 0) << rfos_last_error();
+    for (int i = 0; i < n; ++i) EXPECT_EQ(comps[i].status, 0);
+    done += n;
+  }
+  for (int i = 0; i < 8; ++i) EXPECT_TRUE(bufs[i] == data.substr(i * 4096, 4096));
+
+  // Errors are negative errno values with a message.
+  char small[4];
+  size_t len = 0;
+  EXPECT_EQ(rfos_get_value(cont, {2ull << 56, 42}, "from-c", "v", small, sizeof(small), &len), -ENOBUFS);
+  EXPECT_EQ(len, 12u);
+  EXPECT_EQ(rfos_get_value(cont, oid, "nope", "v", small, sizeof(small), &len), -ENOENT);
+  EXPECT_NE(std::string(rfos_last_error()).find("NotFound"), std::string::npos);
+  rfos_cont_t* missing = nullptr;
+  EXPECT_EQ(rfos_cont_open(client, "default", "nope", 0, nullptr, &missing), -ENOENT);
+  EXPECT_EQ(rfos_write(nullptr, oid, "0", "d", 0, "x", 1), -EINVAL);
+  rfos_cont_close(cont);
+  rfos_disconnect(client);
+}
+
+}  // namespace
+}  // namespace rfos
+
+int main(int argc, char** argv) {
+  setenv("UCX_NET_DEVICES", "lo", 0);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
