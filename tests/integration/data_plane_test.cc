@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <chrono>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <thread>
@@ -234,7 +235,9 @@ TEST_P(DataPlane, BadTokensAndGarbageChangeNothing) {
 // updates and gives back their buffers and block space (free space equals exactly what committed), and keeps
 // serving. UCX 1.13's shm transports cannot detect a dead peer, so this runs on tcp.
 TEST_P(DataPlane, ClientKilledMidTransferLeavesNothing) {
-  if (GetParam() == "ucx+shm") GTEST_SKIP() << "UCX 1.13 shm has no peer-failure detection";
+  // UCX 1.13 shm has no peer-failure detection; libfabric RDM endpoints have none either (the target
+  // cancels a dead sender's payload receive after 30 s instead): this runs where the fabric reports it.
+  if (GetParam() != "ucx+tcp") GTEST_SKIP() << GetParam() << " reports no peer failure";
   uint64_t free_before = control_->pool_query("p")->free_bytes;
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
@@ -294,8 +297,12 @@ TEST_P(DataPlane, RestartKeepsAcknowledgedData) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Providers, DataPlane, ::testing::Values("ucx+tcp", "ucx+shm"),
-                         [](const auto& info) { return info.param == "ucx+tcp" ? "ucx_tcp" : "ucx_shm"; });
+INSTANTIATE_TEST_SUITE_P(Providers, DataPlane, ::testing::Values("ucx+tcp", "ucx+shm", "ofi+tcp", "ofi+shm"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '+', '_');
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace rfos

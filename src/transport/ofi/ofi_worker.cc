@@ -1,0 +1,350 @@
+// libfabric provider: reliable datagram endpoints (FI_EP_RDM) with tagged messages.
+//   ofi+tcp -> "tcp;ofi_rxm", ofi+shm -> "shm", ofi+verbs -> "verbs;ofi_rxm".
+//
+// libfabric has no active messages, so a message travels as two tagged sends: an envelope on tag 0 (the
+// sender's address, a payload tag, the payload size, the header) into receive buffers posted in advance, then,
+// when there is a payload, the payload itself on its own tag. The receiver reads the envelope, and when it
+// wants the payload posts a tagged receive for that tag straight into the memory it chose (the engine's
+// buffers); the provider's rendezvous does the rest (RDMA on verbs, pipelined on tcp). A payload nobody takes
+// is received into scratch memory and dropped. Payload receives a dead sender never completes are cancelled
+// after kPayloadTimeout, which aborts their update.
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "common/coding.h"
+#include "transport/transport.h"
+
+namespace rfos::transport {
+namespace {
+
+constexpr uint64_t kHeaderTag = 0;
+constexpr size_t kHeaderBufBytes = 72 * 1024;  // envelope + the largest data-plane header (64 KiB)
+constexpr int kHeaderBufs = 64;
+constexpr auto kPayloadTimeout = std::chrono::seconds(30);
+
+Status fi_error(int rc, const std::string& what) {
+  rc = rc < 0 ? -rc : rc;
+  StatusCode code = StatusCode::kIoError;
+  if (rc == FI_ENODATA || rc == FI_ENOSYS || rc == FI_EOPNOTSUPP) code = StatusCode::kNotSupported;
+  if (rc == FI_ECONNREFUSED || rc == FI_ECONNRESET || rc == FI_EHOSTUNREACH || rc == FI_ECANCELED)
+    code = StatusCode::kShutdown;
+  return error(code, what + ": " + fi_strerror(rc));
+}
+
+const char* prov_for(const std::string& provider) {
+  if (provider == "ofi+tcp") return "tcp;ofi_rxm";
+  if (provider == "ofi+shm") return "shm";
+  if (provider == "ofi+verbs") return "verbs;ofi_rxm";
+  return nullptr;
+}
+
+// Every operation handed to libfabric; fi_context first (FI_CONTEXT mode).
+struct Op {
+  fi_context ctx{};
+  enum Kind { kHeaderRecv, kSend, kPayloadRecv, kDiscard } kind = kSend;
+  Done done;
+  std::string bytes;  // header receive buffer, or the envelope being sent, or discard scratch
+  int pending = 0;    // sends: envelope + payload completions still to come
+  Status status;
+  fid_mr* mr = nullptr;  // when the domain wants local registration
+  std::chrono::steady_clock::time_point posted;
+};
+
+class OfiWorker final : public Worker {
+ public:
+  ~OfiWorker() override {
+    if (ep_) fi_close(&ep_->fid);
+    if (av_) fi_close(&av_->fid);
+    if (cq_) fi_close(&cq_->fid);
+    if (domain_) fi_close(&domain_->fid);
+    if (fabric_) fi_close(&fabric_->fid);
+    if (info_) fi_freeinfo(info_);
+    for (Op* op : ops_) {
+      if (op->mr) fi_close(&op->mr->fid);
+      delete op;
+    }
+  }
+
+  Status init(const std::string& provider) {
+    const char* prov = prov_for(provider);
+    if (!prov) return error(StatusCode::kNotSupported, "libfabric does not provide '" + provider + "'");
+    fi_info* hints = fi_allocinfo();
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->caps = FI_TAGGED;
+    hints->mode = FI_CONTEXT;
+    hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+    hints->domain_attr->threading = FI_THREAD_DOMAIN;
+    hints->fabric_attr->prov_name = strdup(prov);
+    int rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info_);
+    fi_freeinfo(hints);
+    if (rc) return fi_error(rc, "no libfabric '" + std::string(prov) + "' provider here (fi_getinfo)");
+    local_mr_ = info_->domain_attr->mr_mode & FI_MR_LOCAL;
+    if ((rc = fi_fabric(info_->fabric_attr, &fabric_, nullptr))) return fi_error(rc, "fi_fabric");
+    if ((rc = fi_domain(fabric_, info_, &domain_, nullptr))) return fi_error(rc, "fi_domain");
+    fi_cq_attr cq_attr{};
+    cq_attr.format = FI_CQ_FORMAT_TAGGED;
+    cq_attr.wait_obj = FI_WAIT_NONE;
+    cq_attr.size = 1024;
+    if ((rc = fi_cq_open(domain_, &cq_attr, &cq_, nullptr))) return fi_error(rc, "fi_cq_open");
+    fi_av_attr av_attr{};
+    av_attr.type = FI_AV_TABLE;
+    if ((rc = fi_av_open(domain_, &av_attr, &av_, nullptr))) return fi_error(rc, "fi_av_open");
+    if ((rc = fi_endpoint(domain_, info_, &ep_, nullptr))) return fi_error(rc, "fi_endpoint");
+    if ((rc = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV))) return fi_error(rc, "fi_ep_bind cq");
+    if ((rc = fi_ep_bind(ep_, &av_->fid, 0))) return fi_error(rc, "fi_ep_bind av");
+    if ((rc = fi_enable(ep_))) return fi_error(rc, "fi_enable");
+    char name[256];
+    size_t len = sizeof(name);
+    if ((rc = fi_getname(&ep_->fid, name, &len))) return fi_error(rc, "fi_getname");
+    address_.assign(name, len);
+    std::random_device rd;
+    tag_base_ = (1ull << 63) | (uint64_t(rd() & 0x7fffffff) << 32);
+    for (int i = 0; i < kHeaderBufs; ++i) {
+      Op* op = track(new Op{});
+      op->kind = Op::kHeaderRecv;
+      op->bytes.resize(kHeaderBufBytes);
+      RFOS_RETURN_IF_ERROR(post_header(op));
+    }
+    return Status::ok();
+  }
+
+  std::string address() const override { return address_; }
+
+  Result<EpHandle> connect(std::string_view peer) override { return lookup(peer); }
+  void disconnect(EpHandle) override {}  // RDM endpoints hold no connection of their own
+  void on_message(std::function<void(Incoming&)> h) override { handler_ = std::move(h); }
+  void on_peer_failure(std::function<void(EpHandle, const Status&)> h) override { failure_ = std::move(h); }
+
+  Status fetch_payload(Incoming& in, std::span<const Iov> dst, Done done) override {
+    in.rndv_taken = true;
+    Op* op = track(new Op{});
+    op->kind = Op::kPayloadRecv;
+    op->done = std::move(done);
+    return post_payload_recv(op, reinterpret_cast<uint64_t>(in.rndv), dst);
+  }
+
+  Status send(EpHandle ep, std::string_view header, std::span<const Iov> payload, Done done) override {
+    uint64_t total = 0;
+    for (const Iov& v : payload) total += v.len;
+    Op* op = track(new Op{});
+    op->kind = Op::kSend;
+    op->done = std::move(done);
+    uint64_t tag = total ? tag_base_ | (next_tag_++ & 0xffffffffull) : 0;
+    // Envelope: addr_len u16 | addr | payload_tag u64 | payload_len u64 | header
+    put_le<uint16_t>(&op->bytes, static_cast<uint16_t>(address_.size()));
+    op->bytes += address_;
+    put_le<uint64_t>(&op->bytes, tag);
+    put_le<uint64_t>(&op->bytes, total);
+    op->bytes.append(header);
+    if (op->bytes.size() > kHeaderBufBytes) {
+      untrack(op);
+      return error(StatusCode::kInvalidArgument, "message header too large");
+    }
+    fi_addr_t to = ep - 1;
+    op->pending = total ? 2 : 1;
+    RFOS_RETURN_IF_ERROR(
+        retry([&] { return fi_tsend(ep_, op->bytes.data(), op->bytes.size(), nullptr, to, kHeaderTag, &op->ctx); },
+              "fi_tsend"));
+    if (total) {
+      std::vector<iovec> iov;
+      for (const Iov& v : payload) iov.push_back({v.data, v.len});
+      std::vector<void*> desc(iov.size(), nullptr);
+      if (local_mr_) RFOS_RETURN_IF_ERROR(register_one(op, iov, desc, FI_SEND));
+      Status s =
+          retry([&] { return fi_tsendv(ep_, iov.data(), desc.data(), iov.size(), to, tag, &op->ctx); }, "fi_tsendv");
+      if (!s.is_ok()) op->pending = 1;  // the envelope still completes; the op reports the failure then
+      if (!s.is_ok()) op->status = s;
+    }
+    return Status::ok();
+  }
+
+  int progress() override {
+    int n = 0;
+    fi_cq_tagged_entry entries[16];
+    for (;;) {
+      ssize_t got = fi_cq_read(cq_, entries, 16);
+      if (got == -FI_EAGAIN) break;
+      if (got == -FI_EAVAIL) {
+        fi_cq_err_entry err{};
+        if (fi_cq_readerr(cq_, &err, 0) > 0 && err.op_context)
+          complete(static_cast<Op*>(err.op_context), fi_error(err.err, "transfer"), nullptr);
+        ++n;
+        continue;
+      }
+      if (got < 0) break;
+      for (ssize_t i = 0; i < got; ++i) complete(static_cast<Op*>(entries[i].op_context), Status::ok(), &entries[i]);
+      n += static_cast<int>(got);
+    }
+    cancel_stale_payloads();
+    return n;
+  }
+
+  void wait(int timeout_ms) override {
+    // No wait object (FI_WAIT_NONE keeps every provider usable): poll briefly, then nap.
+    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+    while (std::chrono::steady_clock::now() < until && !signaled_.load(std::memory_order_relaxed))
+      if (progress() != 0) return;
+    signaled_ = false;
+    std::this_thread::sleep_for(std::chrono::microseconds(std::min(timeout_ms * 1000, 50)));
+  }
+
+  void signal() override { signaled_ = true; }
+
+ private:
+  Op* track(Op* op) {
+    ops_.insert(op);
+    return op;
+  }
+  void untrack(Op* op) {
+    if (op->mr) fi_close(&op->mr->fid);
+    ops_.erase(op);
+    delete op;
+  }
+
+  template <typename F>
+  Status retry(F f, const char* what) {
+    for (int spins = 0;; ++spins) {
+      ssize_t rc = f();
+      if (rc == 0) return Status::ok();
+      if (rc != -FI_EAGAIN || spins > 1000000) return fi_error(static_cast<int>(rc), what);
+      progress();
+    }
+  }
+
+  Status register_one(Op* op, const std::vector<iovec>& iov, std::vector<void*>& desc, uint64_t access) {
+    // One registration per operation when the provider needs local keys (verbs); the registration cache is
+    // the next step.
+    if (iov.size() != 1) return error(StatusCode::kNotSupported, "local registration of scattered buffers");
+    int rc = fi_mr_reg(domain_, iov[0].iov_base, iov[0].iov_len, access, 0, 0, 0, &op->mr, nullptr);
+    if (rc) return fi_error(rc, "fi_mr_reg");
+    desc[0] = fi_mr_desc(op->mr);
+    return Status::ok();
+  }
+
+  Status post_header(Op* op) {
+    return retry(
+        [&] {
+          return fi_trecv(ep_, op->bytes.data(), op->bytes.size(), nullptr, FI_ADDR_UNSPEC, kHeaderTag, 0, &op->ctx);
+        },
+        "fi_trecv");
+  }
+
+  Status post_payload_recv(Op* op, uint64_t tag, std::span<const Iov> dst) {
+    std::vector<iovec> iov;
+    for (const Iov& v : dst) iov.push_back({v.data, v.len});
+    std::vector<void*> desc(iov.size(), nullptr);
+    if (local_mr_) RFOS_RETURN_IF_ERROR(register_one(op, iov, desc, FI_RECV));
+    op->posted = std::chrono::steady_clock::now();
+    payload_recvs_.insert(op);
+    return retry([&] { return fi_trecvv(ep_, iov.data(), desc.data(), iov.size(), FI_ADDR_UNSPEC, tag, 0, &op->ctx); },
+                 "fi_trecvv");
+  }
+
+  Result<EpHandle> lookup(std::string_view addr) {
+    auto it = peers_.find(std::string(addr));
+    if (it != peers_.end()) return it->second;
+    fi_addr_t fa = FI_ADDR_UNSPEC;
+    if (fi_av_insert(av_, addr.data(), 1, &fa, 0, nullptr) != 1)
+      return error(StatusCode::kShutdown, "cannot add the peer's address (fi_av_insert)");
+    peers_[std::string(addr)] = fa + 1;
+    return fa + 1;
+  }
+
+  void complete(Op* op, Status s, fi_cq_tagged_entry* e) {
+    switch (op->kind) {
+      case Op::kHeaderRecv:
+        if (s.is_ok() && e) deliver(op->bytes.data(), e->len);
+        if (post_header(op).is_ok()) return;
+        untrack(op);
+        return;
+      case Op::kSend:
+        if (!s.is_ok() && op->status.is_ok()) op->status = s;
+        if (--op->pending > 0) return;
+        break;
+      case Op::kPayloadRecv:
+        payload_recvs_.erase(op);
+        op->status = s;
+        break;
+      case Op::kDiscard:
+        payload_recvs_.erase(op);
+        break;
+    }
+    Done d = std::move(op->done);
+    Status st = op->status;
+    untrack(op);
+    if (d) d(st);
+  }
+
+  void deliver(const char* data, size_t len) {
+    ByteReader r(std::string_view(data, len));
+    uint16_t alen;
+    uint64_t tag, plen;
+    std::string_view addr;
+    if (!r.get_le(&alen) || !r.get_bytes(alen, &addr) || !r.get_le(&tag) || !r.get_le(&plen)) return;  // garbage
+    std::string_view header(data + (len - r.remaining()), r.remaining());
+    auto from = lookup(addr);
+    if (!from.is_ok()) return;
+    Incoming in;
+    in.reply_to = *from;
+    in.header = header;
+    in.payload_bytes = plen;
+    in.rndv = plen ? reinterpret_cast<void*>(tag) : nullptr;
+    if (handler_) handler_(in);
+    if (plen && !in.rndv_taken) {
+      // Nobody wants it: receive into scratch and drop, so the sender completes.
+      Op* op = track(new Op{});
+      op->kind = Op::kDiscard;
+      op->bytes.resize(plen);
+      Iov v{op->bytes.data(), op->bytes.size()};
+      if (!post_payload_recv(op, tag, {&v, 1}).is_ok()) untrack(op);
+    }
+  }
+
+  void cancel_stale_payloads() {
+    auto now = std::chrono::steady_clock::now();
+    if (now < next_stale_check_) return;
+    next_stale_check_ = now + std::chrono::seconds(1);
+    for (Op* op : payload_recvs_)
+      if (now - op->posted > kPayloadTimeout) fi_cancel(&ep_->fid, &op->ctx);  // completes with FI_ECANCELED
+  }
+
+  fi_info* info_ = nullptr;
+  fid_fabric* fabric_ = nullptr;
+  fid_domain* domain_ = nullptr;
+  fid_cq* cq_ = nullptr;
+  fid_av* av_ = nullptr;
+  fid_ep* ep_ = nullptr;
+  bool local_mr_ = false;
+  std::string address_;
+  uint64_t tag_base_ = 0;
+  uint64_t next_tag_ = 1;
+  std::map<std::string, EpHandle> peers_;
+  std::set<Op*> ops_;
+  std::set<Op*> payload_recvs_;
+  std::chrono::steady_clock::time_point next_stale_check_;
+  std::function<void(Incoming&)> handler_;
+  std::function<void(EpHandle, const Status&)> failure_;
+  std::atomic<bool> signaled_{false};
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Worker>> make_ofi_worker(const std::string& provider) {
+  auto w = std::make_unique<OfiWorker>();
+  RFOS_RETURN_IF_ERROR(w->init(provider));
+  return std::unique_ptr<Worker>(std::move(w));
+}
+
+}  // namespace rfos::transport
