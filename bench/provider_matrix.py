@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""End-to-end matrix per provider, each figure beside both of its ceilings measured in the same run.
+
+For every pattern it measures
+  - the media: fio (io_uring, O_DIRECT, the same block size and depth, --fdatasync=1 on writes) on the file
+    system of the server's data directory;
+  - the transport: ucx_perftest ucp_am_bw for UCX providers (through `rfos bench --ceiling`);
+  - rfos: `rfos bench` against an `rfos server` started for that provider on loopback;
+and prints a Markdown table with the ratio to the lower ceiling.
+
+  bench/provider_matrix.py [--build build] [--runtime 5] [--providers ucx+tcp,ucx+shm,ofi+tcp,ofi+shm]
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+CASES = [("randread", "4k", 4096, 16, "64m"), ("randwrite", "4k", 4096, 16, "64m"),
+         ("read", "1m", 1 << 20, 4, "256m"), ("write", "1m", 1 << 20, 4, "256m")]
+
+
+def fio(dirpath, rw, bs, depth, runtime):
+    d = os.path.join(dirpath, "fio")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    base = ["fio", "--directory=" + d, "--size=128m", "--ioengine=io_uring", "--direct=1", "--output-format=json"]
+    subprocess.run(base + ["--name=layout", "--rw=write", "--bs=1m"], check=True, capture_output=True)
+    cmd = base + ["--name=ceiling", "--rw=" + rw, "--bs=" + str(bs), "--iodepth=" + str(depth),
+                  "--runtime=" + str(runtime), "--time_based"]
+    if "write" in rw:
+        cmd.append("--fdatasync=1")
+    j = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["jobs"][0]
+    side = j["write"] if "write" in rw else j["read"]
+    shutil.rmtree(d, ignore_errors=True)
+    return side["iops"], " ".join(cmd)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default="build")
+    p.add_argument("--runtime", type=float, default=5)
+    p.add_argument("--providers", default="ucx+tcp,ucx+shm,ofi+tcp,ofi+shm")
+    p.add_argument("--dir", default="/var/tmp")
+    args = p.parse_args()
+    for tool in ("fio", "ucx_perftest"):
+        if shutil.which(tool) is None:
+            sys.exit("provider_matrix: %s is not installed (scripts/install-deps installs it)" % tool)
+    env = dict(os.environ)
+    env.setdefault("UCX_NET_DEVICES", "lo")
+    env.setdefault("FI_TCP_IFACE", "lo")
+    env.setdefault("FI_NET_IFACE", "lo")
+    rfos = os.path.join(args.build, "bin", "rfos")
+    work = tempfile.mkdtemp(prefix="rfos-matrix-", dir=args.dir)
+    addr = "127.0.0.1:%d" % random.randint(20000, 40000)
+    env["RFOS_ADDR"] = addr
+    rows = []
+    try:
+        media = {c[0]: fio(work, c[0], c[2], c[3], args.runtime) for c in CASES}
+        for prov in args.providers.split(","):
+            data = os.path.join(work, "data")
+            shutil.rmtree(data, ignore_errors=True)
+            server = subprocess.Popen([rfos, "server", "--data-dir", data, "--control-addr", addr, "--provider", prov,
+                                       "--target-bytes", str(1 << 30), "--create-defaults"], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                for _ in range(240):
+                    if subprocess.run([rfos, "cont", "query", "--pool", "default", "default"], env=env,
+                                      capture_output=True).returncode == 0:
+                        break
+                    time.sleep(0.5)
+                for rw, bs_text, bs, depth, size in CASES:
+                    cmd = [rfos, "bench", "--rw", rw, "--bs", bs_text, "--iodepth", str(depth), "--size", size,
+                           "--runtime", str(args.runtime), "--output-format", "json"]
+                    if prov.startswith("ucx+"):
+                        cmd.append("--ceiling")
+                    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                    if out.returncode != 0:
+                        sys.exit("provider_matrix: %s failed: %s" % (" ".join(cmd), out.stderr.strip()))
+                    j = json.loads(out.stdout)
+                    side = j["jobs"][0]["write" if "write" in rw else "read"]
+                    transport = j.get("ceiling", {}).get("msg_rate")
+                    media_iops = media[rw][0]
+                    lower = min(media_iops, transport) if transport else media_iops
+                    rows.append((prov, rw, bs_text, depth, side["iops"], side["bw_bytes"],
+                                 side["clat_ns"]["percentile"]["50.000000"], media_iops, transport,
+                                 side["iops"] / lower))
+                    print("%-8s %-9s %-3s qd%-2d rfos %9.0f IOPS %8.1f MiB/s | media %9.0f | transport %9s | ratio %.2f"
+                          % (prov, rw, bs_text, depth, side["iops"], side["bw_bytes"] / 2**20, media_iops,
+                             "%.0f" % transport if transport else "-", rows[-1][-1]), flush=True)
+            finally:
+                server.terminate()
+                server.wait()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print("\n| provider | pattern | bs | depth | rfos IOPS | rfos MiB/s | p50 (us) | media ceiling IOPS | "
+          "transport ceiling msg/s | ratio to the lower |\n|---|---|---|---|---|---|---|---|---|---|")
+    for prov, rw, bs, depth, iops, bw, p50, med, tr, ratio in rows:
+        print("| %s | %s | %s | %d | %.0f | %.1f | %.0f | %.0f | %s | **%.2f** |" %
+              (prov, rw, bs, depth, iops, bw / 2**20, p50 / 1e3, med, "%.0f" % tr if tr else "n/a", ratio))
+
+
+if __name__ == "__main__":
+    main()
