@@ -1,7 +1,7 @@
 // rfos server configuration: embedded defaults, overridden by a YAML file, overridden by flags.
 //
 // YAML keys (all optional): data_dir, control_addr, provider, targets, target_bytes, capability_ttl_s,
-// tls_cert, tls_key. Unknown keys are an error (a typo must not silently fall back to a default).
+// media_threads, tls_cert, tls_key. Unknown keys are an error (a typo must not silently fall back to a default).
 //
 // Thread-safety: values.
 #pragma once
@@ -21,7 +21,8 @@ struct ServerConfig {
   uint32_t targets = 0;                // 0: one per core
   uint64_t target_bytes = 1ull << 30;  // block file size of each target
   uint32_t capability_ttl_s = 3600;
-  std::string tls_cert;  // PEM files: TLS on the control channel when both are set
+  uint32_t media_threads = 16;  // per target: engine operations in flight against the media
+  std::string tls_cert;         // PEM files: TLS on the control channel when both are set
   std::string tls_key;
 };
 

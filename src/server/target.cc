@@ -46,10 +46,9 @@ class Target::Impl {
   uint64_t last_epoch = 0;
   std::map<std::pair<Uuid, Uuid>, uint32_t> conts;  // (pool, cont) -> engine handle
 
-  // Engine calls that wait on the media (update_end's write and sync, fetch_begin's read, punches) run on a
-  // few helper threads, so the target thread keeps serving the network and one target has many updates in
-  // its group commit. Their continuations come back to the target thread through `finished`.
-  static constexpr int kMediaThreads = 4;
+  // Engine calls that wait on the media (update_end's write and sync, fetch_begin's read, punches) run on
+  // helper threads (ServerConfig::media_threads per target), so the target thread keeps serving the network and one
+  // target has many updates in its group commit. Their continuations come back to the target thread through `finished`.
   std::vector<std::thread> media;
   std::mutex media_mu;
   std::condition_variable media_cv;
@@ -302,7 +301,7 @@ class Target::Impl {
 };
 
 Result<std::unique_ptr<Target>> Target::start(uint32_t index, Engine* engine, const std::string& provider,
-                                              const std::string& secret) {
+                                              const std::string& secret, uint32_t media_threads) {
   auto impl = std::make_unique<Impl>();
   impl->index = index;
   impl->engine = engine;
@@ -314,7 +313,7 @@ Result<std::unique_ptr<Target>> Target::start(uint32_t index, Engine* engine, co
   impl->worker->on_peer_failure([](transport::EpHandle, const Status&) {
     // In-flight transfers of that peer complete with errors and release their engine buffers.
   });
-  for (int i = 0; i < Impl::kMediaThreads; ++i) impl->media.emplace_back([raw] { raw->media_loop(); });
+  for (uint32_t i = 0; i < std::max(1u, media_threads); ++i) impl->media.emplace_back([raw] { raw->media_loop(); });
   impl->thread = std::thread([raw] { raw->run(); });
   return std::unique_ptr<Target>(new Target(std::move(impl)));
 }

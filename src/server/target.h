@@ -25,7 +25,7 @@ class Target {
  public:
   // Errors from the transport (kNotSupported: provider unavailable here).
   static Result<std::unique_ptr<Target>> start(uint32_t index, engine::Engine* engine, const std::string& provider,
-                                               const std::string& secret);
+                                               const std::string& secret, uint32_t media_threads);
   ~Target();
   // The worker address clients connect to (binary; published in the pool map).
   const std::string& address() const;

@@ -1,0 +1,53 @@
+#include "server/config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "engine/engine_testing.h"
+
+namespace rfos::server {
+namespace {
+
+std::string write_file(const std::string& dir, const std::string& text) {
+  std::string path = dir + "/rfos.yaml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(Config, DefaultsFileAndValidation) {
+  ServerConfig c;
+  EXPECT_TRUE(validate(c).is_ok());
+  EXPECT_EQ(c.control_addr, "127.0.0.1:10001");
+  engine::testing::TempDir dir;
+  ASSERT_TRUE(
+      load_config_file(write_file(dir.path(), "provider: ofi+shm\ntargets: 3\nmedia_threads: 8\n"), &c).is_ok());
+  EXPECT_EQ(c.provider, "ofi+shm");
+  EXPECT_EQ(c.targets, 3u);
+  EXPECT_EQ(c.media_threads, 8u);
+  EXPECT_EQ(c.data_dir, "/var/tmp/rfos");  // untouched keys keep their defaults
+
+  ServerConfig d;
+  Status s = load_config_file(write_file(dir.path(), "provder: ucx+tcp\n"), &d);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("provder"), std::string::npos);
+  EXPECT_EQ(load_config_file(write_file(dir.path(), "targets: [1, 2\n"), &d).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(load_config_file(write_file(dir.path(), "targets: many\n"), &d).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(load_config_file(dir.path() + "/missing.yaml", &d).code(), StatusCode::kNotFound);
+
+  d = ServerConfig{};
+  d.provider = "carrier+pigeon";
+  EXPECT_EQ(validate(d).code(), StatusCode::kInvalidArgument);
+  d = ServerConfig{};
+  d.control_addr = "no-port";
+  EXPECT_EQ(validate(d).code(), StatusCode::kInvalidArgument);
+  d = ServerConfig{};
+  d.tls_cert = "cert.pem";
+  EXPECT_EQ(validate(d).code(), StatusCode::kInvalidArgument);  // a certificate without its key
+  d = ServerConfig{};
+  d.media_threads = 0;
+  EXPECT_EQ(validate(d).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace rfos::server
