@@ -18,7 +18,7 @@ void add_server_command(CLI::App& app, Context& ctx) {
                   "data-plane provider: ucx+tcp, ucx+shm, ofi+tcp, ... (default ucx+tcp)");
   cmd->add_option("--targets", flags->targets, "number of targets (default: one per core; fixed at first start)");
   cmd->add_option("--target-bytes", flags->target_bytes, "block file size of each target (default 1 GiB)");
-  cmd->add_option("--media-threads", flags->media_threads, "engine operations in flight per target (default 16)");
+  cmd->add_option("--media-threads", flags->media_threads, "engine operations in flight per target (default 4)");
   auto defaults = std::make_shared<bool>(false);
   cmd->add_flag("--create-defaults", *defaults,
                 "create a pool and a container labelled 'default' unless they exist (what `make run` does)");
