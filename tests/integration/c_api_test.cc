@@ -78,9 +78,3 @@ TEST(CApi, ConnectOpenReadWrite) {
 
 }  // namespace
 }  // namespace rfos
-
-int main(int argc, char** argv) {
-  setenv("UCX_NET_DEVICES", "lo", 0);
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

@@ -97,9 +97,3 @@ TEST(Cli, PutGetRoundTripsAndExitCodes) {
 
 }  // namespace
 }  // namespace rfos
-
-int main(int argc, char** argv) {
-  setenv("UCX_NET_DEVICES", "lo", 0);
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

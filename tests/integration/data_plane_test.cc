@@ -16,6 +16,7 @@
 #include "client/control_client.h"
 #include "common/crc32c.h"
 #include "engine/engine_testing.h"
+#include "loopback.h"
 #include "server_process.h"
 #include "transport/transport.h"
 #include "wire/capability.h"
@@ -329,10 +330,7 @@ int writer_main(const std::string& addr, const std::string& provider) {
 }
 
 int main(int argc, char** argv) {
-  // Loopback only: pin the fabrics to lo, as every test and benchmark here does.
-  setenv("UCX_NET_DEVICES", "lo", 0);
-  setenv("FI_TCP_IFACE", "lo", 0);
-  setenv("FI_NET_IFACE", "lo", 0);
+  rfos::testing::pin_fabrics_to_loopback();
   if (argc == 4 && std::string(argv[1]) == "--writer") return writer_main(argv[2], argv[3]);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
