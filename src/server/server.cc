@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -125,7 +126,8 @@ class Server::Impl final : public wire::Control::Service {
   std::string bound_;
   uint64_t started_ms_;
   std::mutex mu_;                             // control operations are rare: one at a time
-  std::map<std::string, uint64_t> sessions_;  // session id bytes -> expiry (revoked on disconnect)
+  std::map<std::string, uint64_t> sessions_;  // session id bytes -> expiry of its capability
+  std::shared_ptr<Revocations> revocations_ = std::make_shared<Revocations>();  // shared with the targets
 
   // Finds a pool by uuid or label.
   Result<wire::PoolInfo> find_pool(const std::string& id);
@@ -220,7 +222,7 @@ Status Server::Impl::open() {
   }
 
   for (uint32_t i = 0; i < targets_.size(); ++i) {
-    auto t = Target::start(i, targets_[i].get(), config_.provider, secret_, config_.media_threads);
+    auto t = Target::start(i, targets_[i].get(), config_.provider, secret_, config_.media_threads, revocations_);
     if (!t.is_ok()) return error(t.status().code(), "data plane (" + config_.provider + "): " + t.status().to_string());
     data_.push_back(std::move(t).value());
   }
@@ -471,7 +473,14 @@ grpc::Status Server::Impl::Connect(ServerContext* ctx, const wire::ConnectReques
 grpc::Status Server::Impl::Disconnect(ServerContext* ctx, const wire::DisconnectRequest* req,
                                       wire::DisconnectResponse*) {
   std::lock_guard lock(mu_);
-  if (sessions_.erase(req->session_id()) == 0) return to_grpc(ctx, error(StatusCode::kNotFound, "no such session"));
+  auto it = sessions_.find(req->session_id());
+  if (it == sessions_.end() || req->session_id().size() != 16)
+    return to_grpc(ctx, error(StatusCode::kNotFound, "no such session"));
+  // Its capability stops working on every target now, not at its expiry.
+  Uuid session;
+  std::memcpy(session.bytes.data(), req->session_id().data(), 16);
+  revocations_->revoke(session, it->second);
+  sessions_.erase(it);
   return grpc::Status::OK;
 }
 

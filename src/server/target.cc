@@ -34,11 +34,23 @@ uint64_t now_ns() {
 }
 }  // namespace
 
+void Revocations::revoke(const Uuid& session, uint64_t expires_unix_ms) {
+  std::lock_guard lock(mu_);
+  ended_[session] = expires_unix_ms;
+}
+
+bool Revocations::revoked(const Uuid& session, uint64_t now_unix_ms) {
+  std::lock_guard lock(mu_);
+  std::erase_if(ended_, [&](const auto& e) { return e.second <= now_unix_ms; });
+  return ended_.count(session) != 0;
+}
+
 class Target::Impl {
  public:
   uint32_t index = 0;
   Engine* engine = nullptr;
   std::string secret;
+  std::shared_ptr<Revocations> revocations;
   std::unique_ptr<transport::Worker> worker;
   std::string address;
   std::thread thread;
@@ -179,8 +191,11 @@ class Target::Impl {
     if (!req.is_ok()) return reply_error(in.reply_to, 0, req.status());
     wire::Request& q = *req;
     std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(secret.data()), secret.size());
-    auto cap = wire::verify_capability(q.capability, key, now_ms());
+    uint64_t now = now_ms();
+    auto cap = wire::verify_capability(q.capability, key, now);
     if (!cap.is_ok()) return reply_error(in.reply_to, q.request_id, cap.status());
+    if (revocations->revoked(cap->session, now))
+      return reply_error(in.reply_to, q.request_id, error(StatusCode::kPermissionDenied, "the session has ended"));
     bool writes = q.op == wire::Op::kUpdate || q.op == wire::Op::kPunchDkey || q.op == wire::Op::kPunchObject;
     if (writes && !(cap->rights & wire::Capability::kWrite))
       return reply_error(in.reply_to, q.request_id, error(StatusCode::kPermissionDenied, "the session is read-only"));
@@ -301,11 +316,13 @@ class Target::Impl {
 };
 
 Result<std::unique_ptr<Target>> Target::start(uint32_t index, Engine* engine, const std::string& provider,
-                                              const std::string& secret, uint32_t media_threads) {
+                                              const std::string& secret, uint32_t media_threads,
+                                              std::shared_ptr<Revocations> revocations) {
   auto impl = std::make_unique<Impl>();
   impl->index = index;
   impl->engine = engine;
   impl->secret = secret;
+  impl->revocations = std::move(revocations);
   RFOS_ASSIGN_OR_RETURN(impl->worker, transport::Worker::create(provider));
   impl->address = impl->worker->address();
   Impl* raw = impl.get();

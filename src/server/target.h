@@ -10,9 +10,12 @@
 // Thread-safety: start/stop from the owner; everything else runs on the target's thread.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
+#include "common/ids.h"
 #include "common/status.h"
 
 namespace rfos::engine {
@@ -21,11 +24,26 @@ class Engine;
 
 namespace rfos::server {
 
+// Sessions ended before their capabilities expire: the control plane adds them at disconnect, every target
+// refuses their requests. Entries leave once the capability would have expired anyway.
+//
+// Thread-safety: all methods are safe from any thread.
+class Revocations {
+ public:
+  void revoke(const Uuid& session, uint64_t expires_unix_ms);
+  bool revoked(const Uuid& session, uint64_t now_unix_ms);
+
+ private:
+  std::mutex mu_;
+  std::map<Uuid, uint64_t> ended_;  // session -> expiry of its capability
+};
+
 class Target {
  public:
   // Errors from the transport (kNotSupported: provider unavailable here).
   static Result<std::unique_ptr<Target>> start(uint32_t index, engine::Engine* engine, const std::string& provider,
-                                               const std::string& secret, uint32_t media_threads);
+                                               const std::string& secret, uint32_t media_threads,
+                                               std::shared_ptr<Revocations> revocations);
   ~Target();
   // The worker address clients connect to (binary; published in the pool map).
   const std::string& address() const;

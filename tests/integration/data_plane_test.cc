@@ -166,6 +166,22 @@ TEST_P(DataPlane, ManyRequestsInFlight) {
             StatusCode::kInvalidArgument);
 }
 
+TEST_P(DataPlane, DisconnectRevokesTheCapability) {
+  auto c = open();
+  ASSERT_TRUE(c);
+  std::string data = "before";
+  ASSERT_TRUE(c->write({12, 12}, "d", "a", 0, as_span(data)).is_ok());
+  ASSERT_TRUE(control_->disconnect(c->session().session_id).is_ok());
+  EXPECT_EQ(c->write({12, 12}, "d", "a", 0, as_span(data)).code(), StatusCode::kPermissionDenied);
+  std::string back(6, '\0');
+  EXPECT_EQ(c->read({12, 12}, "d", "a", 0, {reinterpret_cast<uint8_t*>(back.data()), 6}).code(),
+            StatusCode::kPermissionDenied);
+  auto fresh = open();  // a new session works
+  ASSERT_TRUE(fresh);
+  ASSERT_TRUE(fresh->read({12, 12}, "d", "a", 0, {reinterpret_cast<uint8_t*>(back.data()), 6}).is_ok());
+  EXPECT_EQ(back, "before");
+}
+
 // Talks to a target directly: forged and expired capabilities, garbage headers.
 TEST_P(DataPlane, BadTokensAndGarbageChangeNothing) {
   auto c = open();
