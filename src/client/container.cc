@@ -174,7 +174,7 @@ Result<std::unique_ptr<Container>> Container::open(ControlClient& control, const
                                                    const std::string& cont, const ContainerOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  RFOS_ASSIGN_OR_RETURN(impl->session, control.connect(pool, cont, options.write));
+  RFOS_ASSIGN_OR_RETURN(impl->session, control.connect(pool, cont, options.write, options.ttl_s));
   impl->csum_chunk = impl->session.cont.props.csum_chunk_bytes ? impl->session.cont.props.csum_chunk_bytes : 4096;
   std::string provider = options.provider.empty() ? impl->session.provider : options.provider;
   RFOS_ASSIGN_OR_RETURN(impl->worker, transport::Worker::create(provider));

@@ -35,6 +35,7 @@ struct ContainerOptions {
   bool write = true;
   std::string provider;         // "" = the pool's provider
   uint32_t timeout_ms = 30000;  // per request
+  uint32_t ttl_s = 0;           // capability lifetime asked for; 0: the server's default
 };
 
 class Container {

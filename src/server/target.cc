@@ -10,6 +10,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "engine/engine.h"
 #include "transport/transport.h"
@@ -177,6 +178,23 @@ class Target::Impl {
     reply(to, std::move(r));
   }
 
+  // Capabilities this target has verified: a session sends the same token with every request, so its HMAC is
+  // computed once, not per request. Only tokens that verified get in; expiry is still checked every time.
+  std::unordered_map<std::string, wire::Capability> verified_tokens;
+
+  Result<wire::Capability> verified(const std::string& token, std::span<const uint8_t> key, uint64_t now) {
+    auto it = verified_tokens.find(token);
+    if (it != verified_tokens.end()) {
+      if (it->second.expires_unix_ms > now) return it->second;
+      verified_tokens.erase(it);
+      return error(StatusCode::kPermissionDenied, "capability has expired");
+    }
+    RFOS_ASSIGN_OR_RETURN(wire::Capability cap, wire::verify_capability(token, key, now));
+    if (verified_tokens.size() >= 4096) verified_tokens.clear();  // bounded: sessions come and go
+    verified_tokens.emplace(token, cap);
+    return cap;
+  }
+
   Result<uint32_t> container(const Uuid& pool, const Uuid& cont) {
     auto it = conts.find({pool, cont});
     if (it != conts.end()) return it->second;
@@ -192,7 +210,7 @@ class Target::Impl {
     wire::Request& q = *req;
     std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(secret.data()), secret.size());
     uint64_t now = now_ms();
-    auto cap = wire::verify_capability(q.capability, key, now);
+    auto cap = verified(q.capability, key, now);
     if (!cap.is_ok()) return reply_error(in.reply_to, q.request_id, cap.status());
     if (revocations->revoked(cap->session, now))
       return reply_error(in.reply_to, q.request_id, error(StatusCode::kPermissionDenied, "the session has ended"));

@@ -182,6 +182,19 @@ TEST_P(DataPlane, DisconnectRevokesTheCapability) {
   EXPECT_EQ(back, "before");
 }
 
+TEST_P(DataPlane, ExpiredCapabilityIsRefused) {
+  client::ContainerOptions o;
+  o.ttl_s = 1;
+  auto c = Container::open(*control_, "p", "c", o);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  std::string data = "short-lived";
+  ASSERT_TRUE((*c)->write({13, 13}, "d", "a", 0, as_span(data)).is_ok());  // verified and remembered
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  Status s = (*c)->write({13, 13}, "d", "a", 0, as_span(data));
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s.to_string();
+  EXPECT_NE(s.message().find("expired"), std::string::npos);
+}
+
 // Talks to a target directly: forged and expired capabilities, garbage headers.
 TEST_P(DataPlane, BadTokensAndGarbageChangeNothing) {
   auto c = open();
