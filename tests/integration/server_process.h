@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,7 +23,7 @@ class ServerProcess {
  public:
   explicit ServerProcess(std::string data_dir, std::vector<std::string> extra = {})
       : data_dir_(std::move(data_dir)), extra_(std::move(extra)) {}
-  ~ServerProcess() { kill(); }
+  ~ServerProcess() { stop(); }
 
   // Starts the server and waits (up to 60 s: first start formats the targets) for its address.
   bool start() {
@@ -65,15 +66,36 @@ class ServerProcess {
     return !address_.empty();
   }
 
+  // SIGKILL: a crash. Shared-memory regions a killed server leaves behind (libfabric shm names them
+  // rfos-<pid>-...) are removed here, as an operator would after a crash, so test runs do not fill /dev/shm.
   void kill(int sig = SIGKILL) {
     if (pid_ <= 0) return;
     ::kill(pid_, sig);
     int status = 0;
     waitpid(pid_, &status, 0);
     exit_status_ = status;
+    if (WIFSIGNALED(status)) {
+      std::string prefix = "rfos-" + std::to_string(pid_) + "-";
+      for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec_))
+        if (e.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(e.path(), ec_);
+    }
     pid_ = -1;
   }
-  void stop() { kill(SIGTERM); }
+  // SIGTERM: a clean stop (the server closes its endpoints and exits 0); SIGKILL if it does not within 10 s.
+  void stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    for (int i = 0; i < 1000; ++i) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exit_status_ = status;
+        pid_ = -1;
+        return;
+      }
+      usleep(10000);
+    }
+    kill();
+  }
   const std::string& address() const { return address_; }
   int exit_status() const { return exit_status_; }
 
@@ -83,6 +105,7 @@ class ServerProcess {
   pid_t pid_ = -1;
   std::string address_;
   int exit_status_ = 0;
+  std::error_code ec_;
 };
 
 }  // namespace rfos::testing

@@ -15,8 +15,11 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <random>
@@ -104,6 +107,14 @@ class OfiWorker final : public Worker {
     if ((rc = fi_endpoint(domain_, info_, &ep_, nullptr))) return fi_error(rc, "fi_endpoint");
     if ((rc = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV))) return fi_error(rc, "fi_ep_bind cq");
     if ((rc = fi_ep_bind(ep_, &av_->fid, 0))) return fi_error(rc, "fi_ep_bind av");
+    if (provider == "ofi+shm") {
+      // shm names its region after the process id by default; a process killed with SIGKILL leaves its region
+      // behind, and a later process given the same pid then fails with EBUSY. A random name avoids that.
+      std::random_device rd;
+      char shm_name[64];
+      std::snprintf(shm_name, sizeof(shm_name), "rfos-%d-%08x%08x", static_cast<int>(getpid()), rd(), rd());
+      if ((rc = fi_setname(&ep_->fid, shm_name, std::strlen(shm_name) + 1))) return fi_error(rc, "fi_setname");
+    }
     if ((rc = fi_enable(ep_))) return fi_error(rc, "fi_enable");
     char name[256];
     size_t len = sizeof(name);
