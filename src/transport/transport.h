@@ -13,6 +13,7 @@
 // Thread-safety: a Worker and everything it hands out belong to one thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -74,5 +75,9 @@ class Worker {
   // Wakes a thread blocked in wait() (safe from any thread).
   virtual void signal() = 0;
 };
+
+// wait() for workers with no event to sleep on (UCX 1.13 shm, libfabric with FI_WAIT_NONE): progress for up
+// to 200 us (a reply is usually microseconds away), then nap up to 50 us, or less when `signaled` is set.
+void poll_then_nap(const std::function<int()>& progress, std::atomic<bool>& signaled, int timeout_ms);
 
 }  // namespace rfos::transport

@@ -203,12 +203,8 @@ class OfiWorker final : public Worker {
   }
 
   void wait(int timeout_ms) override {
-    // No wait object (FI_WAIT_NONE keeps every provider usable): poll briefly, then nap.
-    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-    while (std::chrono::steady_clock::now() < until && !signaled_.load(std::memory_order_relaxed))
-      if (progress() != 0) return;
-    signaled_ = false;
-    std::this_thread::sleep_for(std::chrono::microseconds(std::min(timeout_ms * 1000, 50)));
+    // No wait object (FI_WAIT_NONE keeps every provider usable).
+    poll_then_nap([this] { return progress(); }, signaled_, timeout_ms);
   }
 
   void signal() override { signaled_ = true; }

@@ -169,15 +169,8 @@ class UcxWorker final : public Worker {
 
   void wait(int timeout_ms) override {
     if (ucp_worker_progress(worker_) != 0) return;
-    if (!use_events_) {
-      // Poll for a while (a reply is usually microseconds away), then nap briefly.
-      auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-      while (std::chrono::steady_clock::now() < until && !signaled_.load(std::memory_order_relaxed))
-        if (ucp_worker_progress(worker_) != 0) return;
-      signaled_ = false;
-      std::this_thread::sleep_for(std::chrono::microseconds(std::min(timeout_ms * 1000, 50)));
-      return;
-    }
+    if (!use_events_)
+      return poll_then_nap([this] { return static_cast<int>(ucp_worker_progress(worker_)); }, signaled_, timeout_ms);
     ucs_status_t s = ucp_worker_arm(worker_);
     if (s == UCS_ERR_BUSY) return;  // events pending: progress again
     pollfd pfd{efd_, POLLIN, 0};
