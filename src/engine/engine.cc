@@ -312,6 +312,24 @@ Result<ContState> Engine::Impl::container(uint32_t cid) const {
   return it->second;
 }
 
+Result<index::ContRecord> Engine::Impl::open_for_read(uint32_t cid, Epoch epoch) const {
+  std::lock_guard lock(meta_mu);
+  auto it = conts.find(cid);
+  if (it == conts.end())
+    return error(StatusCode::kUnknownContainer, "container handle " + std::to_string(cid) + " is not on this target");
+  RFOS_RETURN_IF_ERROR(check_epoch_for_read(it->second, epoch));
+  return it->second.rec;
+}
+
+Result<index::ContRecord> Engine::Impl::open_for_write(uint32_t cid, Epoch epoch) const {
+  std::lock_guard lock(meta_mu);
+  auto it = conts.find(cid);
+  if (it == conts.end())
+    return error(StatusCode::kUnknownContainer, "container handle " + std::to_string(cid) + " is not on this target");
+  RFOS_RETURN_IF_ERROR(check_write_epoch(it->second, epoch));
+  return it->second.rec;
+}
+
 Status Engine::Impl::check_epoch_for_read(const ContState& c, Epoch epoch) const {
   if (epoch == 0) return error(StatusCode::kInvalidArgument, "epoch 0 is not a valid read epoch");
   if (epoch < c.rec.agg_epoch && c.snapshots.count(epoch) == 0)
@@ -473,8 +491,7 @@ void make_versioned_writer(Engine::Impl* impl, Writer* w, uint32_t cid, Epoch ep
 // Punches the level under `prefix`: refused with kNotFound when nothing there is visible at `epoch`.
 static Status punch_level(Engine::Impl* impl, uint32_t cid, std::string prefix, Version inherited, Epoch epoch,
                           const std::string& what) {
-  RFOS_ASSIGN_OR_RETURN(ContState c, impl->container(cid));
-  RFOS_RETURN_IF_ERROR(check_write_epoch(c, epoch));
+  RFOS_RETURN_IF_ERROR(impl->open_for_write(cid, epoch).status());
   {
     std::unique_ptr<rocksdb::Iterator> it(impl->db->NewIterator(rocksdb::ReadOptions()));
     if (!Engine::Impl::any_visible(it.get(), prefix, epoch, inherited))
@@ -520,8 +537,7 @@ Status Engine::punch_akey(const KeyRef& key, Epoch epoch) {
 
 Status Engine::punch_extent(const KeyRef& key, Epoch epoch, uint64_t offset, uint64_t length) {
   RFOS_RETURN_IF_ERROR(validate_key(key, true));
-  RFOS_ASSIGN_OR_RETURN(ContState c, impl_->container(key.cont));
-  RFOS_RETURN_IF_ERROR(check_write_epoch(c, epoch));
+  RFOS_ASSIGN_OR_RETURN(index::ContRecord rec, impl_->open_for_write(key.cont, epoch));
   if (length == 0 || offset >= kArrayOffsetMax || length > kArrayOffsetMax - offset)
     return error(StatusCode::kInvalidArgument, "extent must be non-empty and below 2^62");
   // One hole record per grain: a punched range can be any size, it holds no data.
@@ -532,7 +548,7 @@ Status Engine::punch_extent(const KeyRef& key, Epoch epoch, uint64_t offset, uin
     ExtentRecord r;
     r.flags = ExtentRecord::kHole;
     r.length = static_cast<uint32_t>(end - pos);
-    r.csum_chunk_bytes = c.rec.csum_chunk_bytes;
+    r.csum_chunk_bytes = rec.csum_chunk_bytes;
     std::string k = prefix;
     append_extent_start(&k, pos);
     append_version(&k, epoch, 0);

@@ -87,6 +87,10 @@ class Engine::Impl {
   // Metadata lookups under meta_mu.
   Result<ContState> container(uint32_t cid) const;
   Status check_epoch_for_read(const ContState& c, Epoch epoch) const;
+  // One locked look-up per I/O: the container's record once `epoch` is valid to read at / write at
+  // (check_epoch_for_read / check_write_epoch), without copying its snapshot set.
+  Result<index::ContRecord> open_for_read(uint32_t cid, Epoch epoch) const;
+  Result<index::ContRecord> open_for_write(uint32_t cid, Epoch epoch) const;
 
   // ---- reads (engine_scan.cc) ----
   // The newest punch at or below `epoch` recorded at the level whose key prefix is `level_prefix`.

@@ -165,8 +165,7 @@ Result<UpdateTx> Engine::update_begin(const UpdateOp& op) {
   Impl& im = *impl_;
   RFOS_RETURN_IF_ERROR(validate_key(op.key, true));
   RFOS_RETURN_IF_ERROR(validate_io(im, op.kind, op.offset, op.length, true));
-  RFOS_ASSIGN_OR_RETURN(ContState c, im.container(op.key.cont));
-  RFOS_RETURN_IF_ERROR(check_write_epoch(c, op.epoch));
+  RFOS_ASSIGN_OR_RETURN(index::ContRecord rec, im.open_for_write(op.key.cont, op.epoch));
 
   UpdateTx tx;
   tx.state_ = std::make_unique<UpdateState>();
@@ -177,7 +176,7 @@ Result<UpdateTx> Engine::update_begin(const UpdateOp& op) {
   st.akey.assign(op.key.akey);
   st.op.key.dkey = st.dkey;
   st.op.key.akey = st.akey;
-  st.cont = c.rec;
+  st.cont = rec;
   auto busy = [] { return error(StatusCode::kBusy, "engine buffers exhausted, retry later"); };
 
   if (op.kind == ValueKind::kSingle) {
@@ -211,7 +210,7 @@ Result<UpdateTx> Engine::update_begin(const UpdateOp& op) {
       st.pieces.push_back(std::move(p));
     });
     if (!failed.is_ok()) return failed;  // st's destructor gives everything back
-    st.ncsum = chunk_count(op.offset, op.length, c.rec.csum_chunk_bytes);
+    st.ncsum = chunk_count(op.offset, op.length, rec.csum_chunk_bytes);
   }
   for (const Piece& p : st.pieces) st.iobufs.push_back({p.data, p.len});
   return tx;
@@ -327,14 +326,13 @@ Result<FetchTx> Engine::fetch_begin(const FetchOp& op) {
   Impl& im = *impl_;
   RFOS_RETURN_IF_ERROR(validate_key(op.key, true));
   RFOS_RETURN_IF_ERROR(validate_io(im, op.kind, op.offset, op.length, false));
-  RFOS_ASSIGN_OR_RETURN(ContState c, im.container(op.key.cont));
-  RFOS_RETURN_IF_ERROR(im.check_epoch_for_read(c, op.epoch));
+  RFOS_ASSIGN_OR_RETURN(index::ContRecord rec, im.open_for_read(op.key.cont, op.epoch));
 
   FetchTx tx;
   tx.state_ = std::make_unique<FetchState>();
   FetchState& st = *tx.state_;
   st.impl = &im;
-  st.chunk = c.rec.csum_chunk_bytes;
+  st.chunk = rec.csum_chunk_bytes;
   auto busy = [] { return error(StatusCode::kBusy, "engine buffers exhausted, retry later"); };
 
   // Blocks read below cannot be reclaimed and reused until this fetch has its bytes.

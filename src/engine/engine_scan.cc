@@ -137,8 +137,7 @@ Result<std::vector<std::string>> list_names(Engine::Impl* im, const std::string&
 }  // namespace
 
 Result<std::vector<ObjectId>> Engine::list_objects(uint32_t cont, Epoch epoch, Anchor* anchor, size_t max) {
-  RFOS_ASSIGN_OR_RETURN(ContState c, impl_->container(cont));
-  RFOS_RETURN_IF_ERROR(impl_->check_epoch_for_read(c, epoch));
+  RFOS_RETURN_IF_ERROR(impl_->open_for_read(cont, epoch).status());
   std::vector<ObjectId> out;
   if (anchor->done || max == 0) return out;
   std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions()));
@@ -163,8 +162,7 @@ Result<std::vector<ObjectId>> Engine::list_objects(uint32_t cont, Epoch epoch, A
 
 Result<std::vector<std::string>> Engine::list_dkeys(uint32_t cont, const ObjectId& oid, Epoch epoch, Anchor* anchor,
                                                     size_t max) {
-  RFOS_ASSIGN_OR_RETURN(ContState c, impl_->container(cont));
-  RFOS_RETURN_IF_ERROR(impl_->check_epoch_for_read(c, epoch));
+  RFOS_RETURN_IF_ERROR(impl_->open_for_read(cont, epoch).status());
   std::string obj = object_prefix(cont, oid);
   Version floor;
   {
@@ -177,8 +175,7 @@ Result<std::vector<std::string>> Engine::list_dkeys(uint32_t cont, const ObjectI
 Result<std::vector<std::string>> Engine::list_akeys(uint32_t cont, const ObjectId& oid, std::string_view dkey,
                                                     Epoch epoch, Anchor* anchor, size_t max) {
   RFOS_RETURN_IF_ERROR(validate_key({cont, oid, dkey, {}}, false));
-  RFOS_ASSIGN_OR_RETURN(ContState c, impl_->container(cont));
-  RFOS_RETURN_IF_ERROR(impl_->check_epoch_for_read(c, epoch));
+  RFOS_RETURN_IF_ERROR(impl_->open_for_read(cont, epoch).status());
   std::string p = object_prefix(cont, oid);
   Version floor;
   {
@@ -195,8 +192,7 @@ namespace {
 // Visible data segments (holes dropped) of a whole array, coalesced.
 Result<std::vector<Extent>> visible_data(Engine::Impl* im, const KeyRef& key, Epoch epoch) {
   RFOS_RETURN_IF_ERROR(validate_key(key, true));
-  RFOS_ASSIGN_OR_RETURN(ContState c, im->container(key.cont));
-  RFOS_RETURN_IF_ERROR(im->check_epoch_for_read(c, epoch));
+  RFOS_RETURN_IF_ERROR(im->open_for_read(key.cont, epoch).status());
   std::unique_ptr<rocksdb::Iterator> it(im->db->NewIterator(rocksdb::ReadOptions()));
   Version floor = Engine::Impl::akey_floor(it.get(), key, epoch);
   std::string prefix = akey_prefix(key);
