@@ -68,6 +68,16 @@ int rfos_submit_read(rfos_cont_t* cont, rfos_oid_t oid, const char* dkey, const 
 /* Up to max completions, waiting up to timeout_ms for the first. Returns how many, or a negative errno. */
 int rfos_poll(rfos_cont_t* cont, rfos_completion_t* out, int max, int timeout_ms);
 
+/* How array data moves (see docs/wire-format.md): AUTO, MESSAGE (with the messages), EXPLICIT (targets read and
+ * write the client's registered buffers). */
+typedef enum { RFOS_DATA_PATH_AUTO = 0, RFOS_DATA_PATH_MESSAGE = 1, RFOS_DATA_PATH_EXPLICIT = 2 } rfos_data_path_t;
+int rfos_set_data_path(rfos_cont_t* cont, rfos_data_path_t path);
+
+/* Registers a buffer with the fabric once; I/O whose bytes lie inside it lets the targets RDMA-read and write it
+ * directly (the explicit path). -EAGAIN from unregister while I/O using it is in flight. */
+int rfos_register(rfos_cont_t* cont, const void* buf, size_t len);
+int rfos_unregister(rfos_cont_t* cont, const void* buf);
+
 #ifdef __cplusplus
 }
 #endif

@@ -41,6 +41,7 @@ struct BenchArgs {
   std::string pool = "default";
   std::string cont = "default";
   bool ceiling = false;
+  std::string data_path = "auto";
 };
 
 Result<uint64_t> parse_size(const std::string& t) {
@@ -160,6 +161,11 @@ void add_bench_command(CLI::App& app, Context& ctx) {
   cmd->add_option("--output-format", a->format, "normal or json")->check(CLI::IsMember({"normal", "json"}));
   cmd->add_option("--pool", a->pool, "pool label or uuid")->capture_default_str();
   cmd->add_option("--cont", a->cont, "container label or uuid")->capture_default_str();
+  cmd->add_option(
+         "--data-path", a->data_path,
+         "auto, message (data rides the messages) or explicit (targets RDMA-read/write the registered buffers)")
+      ->check(CLI::IsMember({"auto", "message", "explicit"}))
+      ->capture_default_str();
   cmd->add_flag("--ceiling", a->ceiling,
                 "also measure the transport ceiling with ucx_perftest (loopback) and print the ratio");
   cmd->callback([&ctx, a] {
@@ -187,6 +193,9 @@ void add_bench_command(CLI::App& app, Context& ctx) {
         JobResult& r = results[j];
         client::ContainerOptions o;
         o.provider = provider;
+        o.data_path = a->data_path == "explicit"  ? client::DataPath::kExplicit
+                      : a->data_path == "message" ? client::DataPath::kMessage
+                                                  : client::DataPath::kAuto;
         auto control = ctx.control();
         auto c = client::Container::open(*control, a->pool, a->cont, o);
         if (!c.is_ok()) {
@@ -197,8 +206,14 @@ void add_bench_command(CLI::App& app, Context& ctx) {
         ObjectId oid = job_object(j);
         std::vector<std::vector<uint8_t>> bufs(a->iodepth, std::vector<uint8_t>(*bs));
         std::mt19937_64 rng(j + 1);
-        for (auto& b : bufs)
+        for (auto& b : bufs) {
           for (auto& x : b) x = static_cast<uint8_t>(rng());
+          if (r.status.is_ok()) r.status = (*c)->register_memory(b);  // registered once, as an RDMA app would
+        }
+        if (!r.status.is_ok()) {
+          ++ready;
+          return;
+        }
         if (!write) {  // lay the object out with 1 MiB writes, as fio lays out its files
           std::vector<std::vector<uint8_t>> big(std::min<uint32_t>(a->iodepth, 8), std::vector<uint8_t>(1 << 20));
           uint64_t chunk = std::min<uint64_t>(*size, 1 << 20), pos = 0;

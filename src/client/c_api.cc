@@ -156,4 +156,24 @@ int rfos_poll(rfos_cont_t* c, rfos_completion_t* out, int max, int timeout_ms) {
   return static_cast<int>(done.size());
 }
 
+int rfos_set_data_path(rfos_cont_t* c, rfos_data_path_t path) {
+  if (bad(c, "cont")) return -EINVAL;
+  if (path != RFOS_DATA_PATH_AUTO && path != RFOS_DATA_PATH_MESSAGE && path != RFOS_DATA_PATH_EXPLICIT)
+    return fail(rfos::error(rfos::StatusCode::kInvalidArgument, "unknown data path"));
+  c->cont->set_data_path(path == RFOS_DATA_PATH_EXPLICIT  ? rfos::client::DataPath::kExplicit
+                         : path == RFOS_DATA_PATH_MESSAGE ? rfos::client::DataPath::kMessage
+                                                          : rfos::client::DataPath::kAuto);
+  return 0;
+}
+
+int rfos_register(rfos_cont_t* c, const void* buf, size_t len) {
+  if (bad(c, "cont") || bad(buf, "buf")) return -EINVAL;
+  return result(c->cont->register_memory({static_cast<const uint8_t*>(buf), len}));
+}
+
+int rfos_unregister(rfos_cont_t* c, const void* buf) {
+  if (bad(c, "cont") || bad(buf, "buf")) return -EINVAL;
+  return result(c->cont->unregister_memory(buf));
+}
+
 }  // extern "C"

@@ -33,6 +33,7 @@ class Container::Impl {
     std::span<uint8_t> into;                // fetch destination of a known size
     std::string* sized_by_reply = nullptr;  // or a string sized from the reply (single values)
     std::chrono::steady_clock::time_point deadline;
+    uintptr_t region = 0;  // explicit path: the registered region the target reads or writes
     bool done() const { return replied && sent; }
   };
   std::map<uint64_t, Call> calls;
@@ -53,6 +54,10 @@ class Container::Impl {
       return;
     }
     if (in.payload_bytes == 0) {
+      // On the explicit path a fetch's bytes are already in place: the target wrote them before it answered.
+      if (call.region && !call.into.empty() && call.reply.length != call.into.size())
+        call.status = error(StatusCode::kInternal, "the server wrote " + std::to_string(call.reply.length) +
+                                                       " bytes for a read of " + std::to_string(call.into.size()));
       call.replied = true;
       return;
     }
@@ -79,6 +84,96 @@ class Container::Impl {
     }
   }
 
+  // The registration cache: buffers registered with the fabric, by start address. Explicit registrations
+  // (register_memory) stay until unregister_memory; buffers registered on demand by the explicit path are kept
+  // for reuse, at most kMaxCachedRegions of them, least recently used out first.
+  static constexpr size_t kMaxCachedRegions = 64;
+  struct Region {
+    size_t len = 0;
+    transport::Registration reg;
+    bool pinned = false;  // registered by the application
+    uint64_t used = 0;
+  };
+  std::map<uintptr_t, Region> regions;
+  uint64_t use_clock = 0;
+  bool rdma_provider = false;
+
+  // The region holding [p, p+len): regions may nest or overlap, so every one starting at or below p is a
+  // candidate (there are few).
+  std::map<uintptr_t, Region>::iterator region_of(const void* p, size_t len) {
+    auto a = reinterpret_cast<uintptr_t>(p);
+    for (auto it = regions.upper_bound(a); it != regions.begin();) {
+      --it;
+      if (a + len <= it->first + it->second.len) {
+        it->second.used = ++use_clock;
+        return it;
+      }
+    }
+    return regions.end();
+  }
+
+  void drop_region(std::map<uintptr_t, Region>::iterator it) {
+    worker->deregister_memory(it->second.reg);
+    regions.erase(it);
+  }
+
+  Result<std::map<uintptr_t, Region>::iterator> add_region(const void* p, size_t len, bool pinned) {
+    auto a = reinterpret_cast<uintptr_t>(p);
+    if (!pinned) {  // whole pages: neighbouring buffers of one allocation share the registration
+      uintptr_t page = 4096;
+      len = ((a + len + page - 1) & ~(page - 1)) - (a & ~(page - 1));
+      a &= ~(page - 1);
+    }
+    // Cached registrations overlapping an application's buffer are of memory since freed and reused: they go.
+    for (auto it = regions.begin(); pinned && it != regions.end();) {
+      bool overlaps = it->first < a + len && a < it->first + it->second.len;
+      if (overlaps && !it->second.pinned && !in_use(it->first))
+        drop_region(it++);
+      else
+        ++it;
+    }
+    if (auto same = regions.find(a); same != regions.end()) {
+      if (same->second.pinned || in_use(a)) return error(StatusCode::kBusy, "a registered buffer starts here");
+      drop_region(same);  // a smaller cached one: the new one covers it
+    }
+    if (!pinned) {
+      size_t cached = 0;
+      auto oldest = regions.end();
+      for (auto it = regions.begin(); it != regions.end(); ++it) {
+        if (it->second.pinned) continue;
+        ++cached;
+        if (oldest == regions.end() || it->second.used < oldest->second.used) oldest = it;
+      }
+      if (cached >= kMaxCachedRegions && !in_use(oldest->first)) drop_region(oldest);
+    }
+    RFOS_ASSIGN_OR_RETURN(transport::Registration reg, worker->register_memory(reinterpret_cast<void*>(a), len));
+    return regions.emplace(a, Region{len, std::move(reg), pinned, ++use_clock}).first;
+  }
+
+  bool in_use(uintptr_t region) const {
+    for (const auto& [id, call] : calls)
+      if (call.region == region) return true;
+    return false;
+  }
+
+  // Puts a descriptor of [p, p+len) into q when the explicit path applies; returns the region's key (0: none).
+  Result<uintptr_t> describe(wire::Request& q, const void* p, size_t len) {
+    if (options.data_path == DataPath::kMessage || len == 0) return uintptr_t{0};
+    auto it = region_of(p, len);
+    if (it == regions.end()) {
+      if (options.data_path != DataPath::kExplicit) return uintptr_t{0};
+      auto added = add_region(p, len, false);
+      if (!added.is_ok() && added.status().code() == StatusCode::kBusy) return uintptr_t{0};  // messages, then
+      RFOS_RETURN_IF_ERROR(added.status());
+      it = *added;
+    } else if (options.data_path == DataPath::kAuto && !rdma_provider) {
+      return uintptr_t{0};
+    }
+    q.remote_addr = it->second.reg.remote_base + (reinterpret_cast<uintptr_t>(p) - it->first);
+    q.rkey = it->second.reg.rkey;
+    return it->first;
+  }
+
   uint32_t target_of(const wire::Request& q) const {
     return placement::target_of(q.oid, q.dkey, static_cast<uint32_t>(eps.size()));
   }
@@ -86,12 +181,13 @@ class Container::Impl {
   // Sends a request to target `t`; its completion comes out of reap(). A fetch's payload lands in `into`, or
   // in `sized` resized to what arrives. `payload` and `into` must stay valid until then.
   Result<uint64_t> submit(uint32_t t, wire::Request& q, std::span<const Iov> payload, std::span<uint8_t> into,
-                          std::string* sized = nullptr) {
+                          std::string* sized = nullptr, uintptr_t region = 0) {
     uint64_t id = next_id++;
     q.request_id = id;
     q.capability = session.capability;
     Call& call = calls[id];
     call.target = t;
+    call.region = region;
     call.into = into;
     call.sized_by_reply = sized;
     call.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeout_ms);
@@ -120,6 +216,9 @@ class Container::Impl {
         c.status = error(StatusCode::kTimeout, "target " + std::to_string(c.target) + " did not answer within " +
                                                    std::to_string(options.timeout_ms) + " ms");
         c.replied = c.sent = true;  // a late reply or send completion finds nothing and is dropped
+        // A target still holding the descriptor must not write into the buffer once the caller has it back:
+        // the registration goes (RDMA revokes the key; UCX's tcp and shm emulation cannot).
+        if (auto r = regions.find(c.region); c.region && r != regions.end()) drop_region(r);
       }
       if (c.done()) {
         completed.push_back({it->first, c.status, c.reply.length, std::move(c.reply)});
@@ -178,6 +277,8 @@ Result<std::unique_ptr<Container>> Container::open(ControlClient& control, const
   impl->csum_chunk = impl->session.cont.props.csum_chunk_bytes ? impl->session.cont.props.csum_chunk_bytes : 4096;
   std::string provider = options.provider.empty() ? impl->session.provider : options.provider;
   RFOS_ASSIGN_OR_RETURN(impl->worker, transport::Worker::create(provider));
+  impl->rdma_provider =
+      provider == "ucx+rc" || provider == "ucx+dc_x" || provider == "ucx+ud" || provider == "ofi+verbs";
   Impl* raw = impl.get();
   impl->worker->on_message([raw](transport::Incoming& in) { raw->on_message(in); });
   for (const std::string& addr : impl->session.target_addresses) {
@@ -194,7 +295,9 @@ Result<std::unique_ptr<Container>> Container::open(ControlClient& control, const
 }
 
 Container::Container(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Container::~Container() = default;
+Container::~Container() {
+  while (!impl_->regions.empty()) impl_->drop_region(impl_->regions.begin());
+}
 const Session& Container::session() const { return impl_->session; }
 
 namespace {
@@ -274,8 +377,10 @@ Result<Ticket> Container::submit_write(const ObjectId& oid, std::string_view dke
     return error(StatusCode::kInvalidArgument, "an async write is 1 B .. 1 MiB within one 1 MiB-aligned range");
   wire::Request q = make_request(wire::Op::kUpdate, wire::Kind::kArray, oid, dkey, akey, offset, data.size());
   chunk_crcs(offset, data, impl_->csum_chunk, &q.csums);
+  RFOS_ASSIGN_OR_RETURN(uintptr_t region, impl_->describe(q, data.data(), data.size()));
   Iov v{const_cast<uint8_t*>(data.data()), data.size()};
-  return impl_->submit(impl_->target_of(q), q, {&v, 1}, {});
+  return impl_->submit(impl_->target_of(q), q, region ? std::span<const Iov>() : std::span<const Iov>(&v, 1), {},
+                       nullptr, region);
 }
 
 Result<Ticket> Container::submit_read(const ObjectId& oid, std::string_view dkey, std::string_view akey,
@@ -283,7 +388,8 @@ Result<Ticket> Container::submit_read(const ObjectId& oid, std::string_view dkey
   if (!within_one_piece(offset, out.size()))
     return error(StatusCode::kInvalidArgument, "an async read is 1 B .. 1 MiB within one 1 MiB-aligned range");
   wire::Request q = make_request(wire::Op::kFetch, wire::Kind::kArray, oid, dkey, akey, offset, out.size());
-  auto id = impl_->submit(impl_->target_of(q), q, {}, out);
+  RFOS_ASSIGN_OR_RETURN(uintptr_t region, impl_->describe(q, out.data(), out.size()));
+  auto id = impl_->submit(impl_->target_of(q), q, {}, out, nullptr, region);
   if (id.is_ok()) impl_->reads[*id] = {offset, out};
   return id;
 }
@@ -305,6 +411,23 @@ std::vector<Completion> Container::poll(size_t max, int timeout_ms) {
 }
 
 size_t Container::in_flight() const { return impl_->calls.size(); }
+
+Status Container::register_memory(std::span<const uint8_t> buffer) {
+  if (buffer.empty()) return error(StatusCode::kInvalidArgument, "cannot register an empty buffer");
+  return impl_->add_region(buffer.data(), buffer.size(), true).status();
+}
+
+Status Container::unregister_memory(const void* addr) {
+  auto it = impl_->regions.find(reinterpret_cast<uintptr_t>(addr));
+  if (it == impl_->regions.end() || !it->second.pinned)
+    return error(StatusCode::kNotFound, "no buffer registered at that address");
+  if (impl_->in_use(it->first)) return error(StatusCode::kBusy, "I/O using the buffer is still in flight");
+  impl_->drop_region(it);
+  return Status::ok();
+}
+
+size_t Container::registered_regions() const { return impl_->regions.size(); }
+void Container::set_data_path(DataPath path) { impl_->options.data_path = path; }
 
 Result<std::vector<ObjectId>> Container::list_objects() {
   std::set<ObjectId> seen;

@@ -31,8 +31,17 @@ struct Completion {
   wire::Reply reply;  // internal detail of the reply (checksums)
 };
 
+// How array data moves between the client's buffer and the target's engine buffer.
+enum class DataPath {
+  kAuto,      // the explicit path for registered buffers where the provider gains from it (RDMA), else messages
+  kMessage,   // data rides the request or reply message: inline when small, the fabric's rendezvous when large
+  kExplicit,  // the request carries a descriptor of the client's registered buffer; the target reads it on
+              // update and writes into it on fetch (unregistered buffers are registered on first use and cached)
+};
+
 struct ContainerOptions {
   bool write = true;
+  DataPath data_path = DataPath::kAuto;
   std::string provider;         // "" = the pool's provider
   uint32_t timeout_ms = 30000;  // per request
   uint32_t ttl_s = 0;           // capability lifetime asked for; 0: the server's default
@@ -64,6 +73,13 @@ class Container {
   // Makes progress; returns up to `max` completions, waiting up to timeout_ms for the first one.
   std::vector<Completion> poll(size_t max, int timeout_ms);
   size_t in_flight() const;
+
+  // Registers a buffer with the fabric once, for the explicit path (RDMA reads and writes by the targets);
+  // I/O whose bytes lie inside a registered buffer reuses the registration. Stays until unregister_memory.
+  Status register_memory(std::span<const uint8_t> buffer);
+  Status unregister_memory(const void* addr);
+  size_t registered_regions() const;
+  void set_data_path(DataPath path);  // for I/O submitted from now on
 
   // Every object with something visible, over all targets (an object striped over several appears once).
   Result<std::vector<ObjectId>> list_objects();

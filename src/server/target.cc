@@ -106,12 +106,21 @@ class Target::Impl {
   static constexpr uint64_t kAggregationSlackNs = 100'000'000ull;
   std::multiset<uint64_t> inflight_epochs;  // epochs stamped here whose update or punch has not finished
   Clock::time_point next_aggregation = Clock::now();
+  Clock::time_point last_aggregation;
   bool aggregating = false;
 
+  // Under space pressure (less than a quarter of the block file free) it runs every 50 ms instead, so
+  // overwrites at media speed do not run a small target out of space.
   void maybe_aggregate() {
-    if (aggregating || Clock::now() < next_aggregation) return;
+    if (aggregating) return;
+    auto now = Clock::now();
+    if (now < next_aggregation) {
+      engine::SpaceInfo space = engine->space();
+      if (space.free_bytes * 4 >= space.total_bytes || now < last_aggregation + std::chrono::milliseconds(50)) return;
+    }
     aggregating = true;
-    next_aggregation = Clock::now() + std::chrono::seconds(1);
+    last_aggregation = now;
+    next_aggregation = now + std::chrono::seconds(1);
     uint64_t upto = std::max(now_ns(), last_epoch) - kAggregationSlackNs;
     if (!inflight_epochs.empty()) upto = std::min(upto, *inflight_epochs.begin() - 1);
     offload<Status>(
@@ -274,11 +283,13 @@ class Target::Impl {
   }
 
   void update(Incoming& in, wire::Request& q, const engine::KeyRef& k, engine::ValueKind kind) {
-    if (in.payload_bytes != q.length)
-      return reply_error(
-          in.reply_to, q.request_id,
-          error(StatusCode::kInvalidArgument, "payload has " + std::to_string(in.payload_bytes) +
-                                                  " bytes, the request says " + std::to_string(q.length)));
+    bool explicit_path = !q.rkey.empty();  // the data stays in the client's memory until the target reads it
+    uint64_t carried = explicit_path ? q.length : in.payload_bytes;
+    if (carried != q.length || (explicit_path && in.payload_bytes != 0))
+      return reply_error(in.reply_to, q.request_id,
+                         error(StatusCode::kInvalidArgument,
+                               "payload has " + std::to_string(in.payload_bytes) + " bytes, the request says " +
+                                   std::to_string(q.length) + (explicit_path ? " with a memory descriptor" : "")));
     uint64_t epoch = q.epoch ? q.epoch : next_epoch();
     auto tx = engine->update_begin({k, epoch, kind, q.offset, q.length});
     if (!tx.is_ok()) return reply_error(in.reply_to, q.request_id, tx.status());
@@ -289,8 +300,9 @@ class Target::Impl {
     auto to = in.reply_to;
     auto id = q.request_id;
     auto csums = std::make_shared<std::vector<uint32_t>>(std::move(q.csums));
-    // The payload lands in the engine's buffers; then verify, write, sync, commit, answer.
-    Status s = worker->fetch_payload(in, dst, [this, shared, csums, to, id, epoch, held](Status got) {
+    // The payload lands in the engine's buffers (pulled by the fabric's rendezvous, or read from the client's
+    // registered memory on the explicit path); then verify, write, sync, commit, answer.
+    auto landed = [this, shared, csums, to, id, epoch, held](Status got) {
       if (!got.is_ok()) {
         inflight_epochs.erase(held);
         engine->update_abort(*shared);  // the client died mid-transfer: nothing is stored
@@ -298,7 +310,9 @@ class Target::Impl {
       }
       offload<Status>([this, shared, csums] { return engine->update_end(*shared, *csums); },
                       write_done(to, id, epoch, held));
-    });
+    };
+    Status s = explicit_path ? worker->get(to, q.remote_addr, q.rkey, dst, std::move(landed))
+                             : worker->fetch_payload(in, dst, std::move(landed));
     if (!s.is_ok()) {
       inflight_epochs.erase(held);
       engine->update_abort(*shared);
@@ -312,13 +326,14 @@ class Target::Impl {
     engine::FetchOp op{{k.cont, k.oid, {}, {}}, q.epoch ? q.epoch : engine::kEpochLatest, kind, q.offset, q.length};
     auto to = in.reply_to;
     auto id = q.request_id;
+    auto descriptor = std::make_shared<std::pair<uint64_t, std::string>>(q.remote_addr, std::move(q.rkey));
     offload<Result<engine::FetchTx>>(
         [this, key, op]() mutable {
           op.key.dkey = key->first;
           op.key.akey = key->second;
           return engine->fetch_begin(op);
         },
-        [this, to, id](Result<engine::FetchTx>& tx) {
+        [this, to, id, descriptor](Result<engine::FetchTx>& tx) {
           if (!tx.is_ok()) return reply_error(to, id, tx.status());
           auto shared = std::make_shared<engine::FetchTx>(std::move(tx).value());
           wire::Reply r;
@@ -328,7 +343,15 @@ class Target::Impl {
           std::vector<Iov> src;
           for (const engine::IoBuf& b : shared->buffers()) src.push_back({b.data, b.len});
           // The engine buffers stay pinned until the transport is done with them.
-          reply(to, std::move(r), src, [shared](Status) {});
+          if (descriptor->second.empty()) return reply(to, std::move(r), src, [shared](Status) {});
+          // Explicit path: write into the client's memory first; the reply (no payload) follows once the bytes
+          // are visible there.
+          Status s = worker->put(to, src, descriptor->first, descriptor->second,
+                                 [this, to, shared, r = std::move(r)](Status put) mutable {
+                                   if (!put.is_ok()) return reply_error(to, r.request_id, put);
+                                   reply(to, std::move(r));
+                                 });
+          if (!s.is_ok()) reply_error(to, id, s);
         });
   }
 };

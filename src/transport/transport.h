@@ -7,6 +7,11 @@
 // use the fabric's rendezvous: the receiver sees the header first and pulls the payload straight into memory
 // it chooses (the engine's registered buffers), zero-copy where the fabric can (RDMA), pipelined otherwise.
 //
+// Besides messages, a worker moves bytes one-sidedly (the explicit path): a peer registers memory
+// (register_memory), sends its address and packed remote key inside a message, and the worker that got it reads
+// from (get) or writes into (put) that memory. RDMA does it with no CPU on the peer; UCX emulates it on tcp and
+// shm. GPU memory and S3 RDMA tokens ride this path.
+//
 // Completion callbacks run inside progress() on the worker's thread. Results of operations tell apart done,
 // in progress (callback later) and failed (UCX ucs_status_t style).
 //
@@ -44,6 +49,13 @@ struct Incoming {
   bool rndv_taken = false;              // set by fetch_payload; an untaken payload is dropped
 };
 
+// Memory a peer may read and write: its address as peers name it, and the packed remote key they need.
+struct Registration {
+  void* handle = nullptr;    // the provider's registration
+  uint64_t remote_base = 0;  // what a peer passes as remote_addr for the first byte
+  std::string rkey;          // opaque; peers hand it to get()/put()
+};
+
 class Worker {
  public:
   virtual ~Worker() = default;
@@ -67,6 +79,15 @@ class Worker {
   // Sends header + payload; the payload must stay valid until done. `reply` marks a request whose receiver
   // will answer on the same endpoint.
   virtual Status send(EpHandle ep, std::string_view header, std::span<const Iov> payload, Done done) = 0;
+
+  // Registers [addr, addr+len) for remote get/put by peers. Errors: kNotSupported, kIoError.
+  virtual Result<Registration> register_memory(void* addr, size_t len) = 0;
+  virtual void deregister_memory(const Registration& r) = 0;
+  // Reads the peer's registered memory at remote_addr into dst (one contiguous remote range).
+  virtual Status get(EpHandle ep, uint64_t remote_addr, std::string_view rkey, std::span<const Iov> dst, Done done) = 0;
+  // Writes src into the peer's registered memory at remote_addr. done(OK) once the bytes are visible there: a
+  // message sent after it arrives after the data.
+  virtual Status put(EpHandle ep, std::span<const Iov> src, uint64_t remote_addr, std::string_view rkey, Done done) = 0;
 
   // Makes progress; returns how many events it handled.
   virtual int progress() = 0;

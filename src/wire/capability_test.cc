@@ -58,6 +58,24 @@ TEST(DataPlane, RequestAndReplyRoundTripAndRefuseDamage) {
   bad_version[4] = 9;
   EXPECT_EQ(decode_request(bad_version).status().code(), StatusCode::kNotSupported);
 
+  // The explicit path's memory descriptor rides at the end; only array updates and fetches may carry one.
+  q.remote_addr = 0x7f0012345000;
+  q.rkey = std::string(200, 'k');
+  h = encode_request(q);
+  d = decode_request(h);
+  ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+  EXPECT_EQ(d->remote_addr, q.remote_addr);
+  EXPECT_EQ(d->rkey, q.rkey);
+  for (size_t cut = 0; cut < h.size(); ++cut) EXPECT_FALSE(decode_request(h.substr(0, cut)).is_ok());
+  q.kind = Kind::kSingle;
+  EXPECT_EQ(decode_request(encode_request(q)).status().code(), StatusCode::kInvalidArgument);
+  q.kind = Kind::kArray;
+  q.op = Op::kPunchDkey;
+  EXPECT_EQ(decode_request(encode_request(q)).status().code(), StatusCode::kInvalidArgument);
+  q.op = Op::kUpdate;
+  q.rkey = std::string(kMaxRkeyBytes + 1, 'k');
+  EXPECT_EQ(decode_request(encode_request(q)).status().code(), StatusCode::kInvalidArgument);
+
   Reply p;
   p.request_id = 42;
   p.status = StatusCode::kChecksumMismatch;

@@ -37,6 +37,9 @@ std::string encode_request(const Request& r) {
   s += r.dkey;
   s += r.akey;
   for (uint32_t c : r.csums) put_le<uint32_t>(&s, c);
+  put_le<uint64_t>(&s, r.remote_addr);
+  put_le<uint16_t>(&s, static_cast<uint16_t>(r.rkey.size()));
+  s += r.rkey;
   return s;
 }
 
@@ -60,10 +63,16 @@ Result<Request> decode_request(std::string_view in) {
     return malformed("truncated");
   if (dlen > kMaxKeyBytes || alen > kMaxKeyBytes) return malformed("key too long");
   if (!csum_count_ok(ncsum, q.length)) return malformed("too many checksums");
-  std::string_view cap, dkey, akey, csums;
+  std::string_view cap, dkey, akey, csums, rkey;
+  uint16_t rklen = 0;
   if (!r.get_bytes(caplen, &cap) || !r.get_bytes(dlen, &dkey) || !r.get_bytes(alen, &akey) ||
-      !r.get_bytes(ncsum * size_t{4}, &csums) || r.remaining() != 0)
+      !r.get_bytes(ncsum * size_t{4}, &csums) || !r.get_le(&q.remote_addr) || !r.get_le(&rklen))
     return malformed("lengths do not match the message");
+  if (rklen > kMaxRkeyBytes) return malformed("remote key too long");
+  if (!r.get_bytes(rklen, &rkey) || r.remaining() != 0) return malformed("lengths do not match the message");
+  if (rklen && q.op != Op::kUpdate && q.op != Op::kFetch) return malformed("a memory descriptor on a keyless op");
+  if (rklen && q.kind != Kind::kArray) return malformed("a memory descriptor on a single value");
+  q.rkey.assign(rkey);
   q.capability.assign(cap);
   q.dkey.assign(dkey);
   q.akey.assign(akey);

@@ -20,6 +20,7 @@ inline constexpr uint32_t kReplyMagic = 0x31504652;    // "RFP1"
 inline constexpr uint8_t kDataPlaneVersion = 1;
 inline constexpr size_t kMaxKeyBytes = 4096;
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;
+inline constexpr size_t kMaxRkeyBytes = 1024;
 
 enum class Op : uint8_t {
   kUpdate = 1,     // payload: the data; epoch 0 = the target stamps one
@@ -45,6 +46,10 @@ struct Request {
   std::string dkey;
   std::string akey;
   std::vector<uint32_t> csums;  // update: one per checksum chunk (see common/crc32c.h)
+  // The explicit path: the client's registered buffer (transport::Registration), which the target reads on an
+  // update or writes on a fetch instead of moving a payload with the message. rkey "" = no descriptor.
+  uint64_t remote_addr = 0;
+  std::string rkey;
 };
 
 struct Reply {

@@ -46,12 +46,17 @@ TEST(CApi, ConnectOpenReadWrite) {
   ASSERT_EQ(rfos_array_size(cont, oid, "0", "d", &size), 0);
   EXPECT_EQ(size, data.size());
 
-  // Event queue: 8 reads of 4 KiB in flight.
-  std::vector<std::string> bufs(8, std::string(4096, '\0'));
+  // Event queue: 8 reads of 4 KiB in flight, into one registered buffer.
+  std::string arena(8 * 4096, '\0');
+  ASSERT_EQ(rfos_register(cont, arena.data(), arena.size()), 0) << rfos_last_error();
+  ASSERT_EQ(rfos_set_data_path(cont, RFOS_DATA_PATH_EXPLICIT), 0);
+  EXPECT_EQ(rfos_set_data_path(cont, static_cast<rfos_data_path_t>(7)), -EINVAL);
   for (int i = 0; i < 8; ++i) {
     uint64_t t = 0;
-    ASSERT_EQ(rfos_submit_read(cont, oid, "0", "d", i * 4096, bufs[i].data(), 4096, &t), 0) << rfos_last_error();
+    ASSERT_EQ(rfos_submit_read(cont, oid, "0", "d", i * 4096, arena.data() + i * 4096, 4096, &t), 0)
+        << rfos_last_error();
   }
+  EXPECT_EQ(rfos_unregister(cont, arena.data()), -EAGAIN);
   int done = 0;
   rfos_completion_t comps[8];
   while (done < 8) {
@@ -60,7 +65,9 @@ TEST(CApi, ConnectOpenReadWrite) {
     for (int i = 0; i < n; ++i) EXPECT_EQ(comps[i].status, 0);
     done += n;
   }
-  for (int i = 0; i < 8; ++i) EXPECT_TRUE(bufs[i] == data.substr(i * 4096, 4096));
+  EXPECT_TRUE(arena == data.substr(0, arena.size()));
+  EXPECT_EQ(rfos_unregister(cont, arena.data()), 0);
+  EXPECT_EQ(rfos_unregister(cont, arena.data()), -ENOENT);
 
   // Errors are negative errno values with a message.
   char small[4];

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <thread>
 
@@ -50,6 +51,8 @@ class DataPlane : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE(c.is_ok()) << c.status().to_string();
     return c.is_ok() ? std::move(c).value() : nullptr;
   }
+
+  void kill_a_writer(const char* path);
 
   engine::testing::TempDir dir_;
   std::unique_ptr<testing::ServerProcess> server_;
@@ -166,6 +169,69 @@ TEST_P(DataPlane, ManyRequestsInFlight) {
             StatusCode::kInvalidArgument);
 }
 
+// The explicit path: the request carries a descriptor of the client's registered buffer and the target reads
+// it (update) or writes into it (fetch) with the transport's get/put.
+TEST_P(DataPlane, ExplicitPathRoundTripsAndCachesRegistrations) {
+  client::ContainerOptions o;
+  o.data_path = client::DataPath::kExplicit;
+  o.timeout_ms = 20000;
+  auto opened = Container::open(*control_, "p", "c", o);
+  ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
+  auto& c = *opened;
+  uint64_t tag = 0;
+  // Unregistered buffers are registered on first use and cached.
+  for (size_t n : {1ul, 4096ul, 8193ul, 65536ul, (1ul << 20) - 1, 1ul << 20, 3ul << 20}) {
+    std::string data = bytes_of(n, ++tag), back(n, '\0');
+    std::string dkey = "x" + std::to_string(n);
+    Status s = c->write({14, 14}, dkey, "a", 100, as_span(data));
+    ASSERT_TRUE(s.is_ok()) << n << ": " << s.to_string();
+    s = c->read({14, 14}, dkey, "a", 100, {reinterpret_cast<uint8_t*>(back.data()), n});
+    ASSERT_TRUE(s.is_ok()) << n << ": " << s.to_string();
+    ASSERT_TRUE(back == data) << "size " << n << " came back different";
+  }
+  EXPECT_GT(c->registered_regions(), 0u);
+  EXPECT_LE(c->registered_regions(), 64u);
+
+  // A registered buffer serves many I/Os in flight, reads and writes into its parts.
+  const size_t n = 32, len = 65536;
+  std::vector<uint8_t> arena(n * len);
+  ASSERT_TRUE(c->register_memory(arena).is_ok());
+  size_t regions = c->registered_regions();
+  for (size_t i = 0; i < n; ++i) {
+    std::string d = bytes_of(len, 900 + i);
+    std::memcpy(arena.data() + i * len, d.data(), len);
+    ASSERT_TRUE(c->submit_write({15, 15}, std::to_string(i), "a", 0, {arena.data() + i * len, len}).is_ok());
+  }
+  for (size_t done = 0; done < n;) {
+    auto cs = c->poll(n, 20000);
+    ASSERT_FALSE(cs.empty());
+    for (auto& comp : cs) ASSERT_TRUE(comp.status.is_ok()) << comp.status.to_string();
+    done += cs.size();
+  }
+  std::fill(arena.begin(), arena.end(), 0);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_TRUE(c->submit_read({15, 15}, std::to_string(i), "a", 0, {arena.data() + i * len, len}).is_ok());
+  EXPECT_EQ(c->unregister_memory(arena.data()).code(), StatusCode::kBusy);  // I/O still uses it
+  for (size_t done = 0; done < n;) {
+    auto cs = c->poll(n, 20000);
+    ASSERT_FALSE(cs.empty());
+    for (auto& comp : cs) ASSERT_TRUE(comp.status.is_ok()) << comp.status.to_string();
+    done += cs.size();
+  }
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(std::memcmp(arena.data() + i * len, bytes_of(len, 900 + i).data(), len), 0) << i;
+  EXPECT_EQ(c->registered_regions(), regions) << "I/O inside a registered buffer registered again";
+  ASSERT_TRUE(c->unregister_memory(arena.data()).is_ok());
+  EXPECT_EQ(c->unregister_memory(arena.data()).code(), StatusCode::kNotFound);
+
+  // Written on one path, read on the other.
+  auto plain = open();
+  ASSERT_TRUE(plain);
+  std::string back(65536, '\0');
+  ASSERT_TRUE(plain->read({15, 15}, "3", "a", 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()}).is_ok());
+  EXPECT_TRUE(back == bytes_of(len, 903));
+}
+
 TEST_P(DataPlane, DisconnectRevokesTheCapability) {
   auto c = open();
   ASSERT_TRUE(c);
@@ -264,15 +330,25 @@ TEST_P(DataPlane, BadTokensAndGarbageChangeNothing) {
 // A client killed with SIGKILL while many 1 MiB writes are in flight: the server aborts the half-received
 // updates and gives back their buffers and block space (free space equals exactly what committed), and keeps
 // serving. UCX 1.13's shm transports cannot detect a dead peer, so this runs on tcp.
+ObjectId writer_object(const std::string& path) { return {10, path == "explicit" ? 20u : 10u}; }
+
 TEST_P(DataPlane, ClientKilledMidTransferLeavesNothing) {
   // UCX 1.13 shm has no peer-failure detection; libfabric RDM endpoints have none either (the target
   // cancels a dead sender's payload receive after 30 s instead): this runs where the fabric reports it.
   if (GetParam() != "ucx+tcp") GTEST_SKIP() << GetParam() << " reports no peer failure";
+  for (const char* path : {"message", "explicit"}) {
+    SCOPED_TRACE(path);
+    kill_a_writer(path);
+  }
+}
+
+void DataPlane::kill_a_writer(const char* path) {
   uint64_t free_before = control_->pool_query("p")->free_bytes;
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    execl("/proc/self/exe", "data_plane_test", "--writer", server_->address().c_str(), GetParam().c_str(), nullptr);
+    execl("/proc/self/exe", "data_plane_test", "--writer", server_->address().c_str(), GetParam().c_str(), path,
+          nullptr);
     _exit(127);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(800));
@@ -285,7 +361,7 @@ TEST_P(DataPlane, ClientKilledMidTransferLeavesNothing) {
   ASSERT_TRUE(c);
   uint64_t committed = 0;
   for (int i = 0; i < 4000; ++i) {
-    auto size = c->array_size({10, 10}, "k" + std::to_string(i), "a");
+    auto size = c->array_size(writer_object(path), "k" + std::to_string(i), "a");
     if (size.is_ok()) committed += *size;
   }
   EXPECT_GT(committed, 0u) << "the writer was killed before anything committed: nothing was tested";
@@ -296,7 +372,12 @@ TEST_P(DataPlane, ClientKilledMidTransferLeavesNothing) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_EQ(free_after, free_before - committed) << "block space still reserved by a dead client's updates";
-  // The writer may have filled the block files: check service with a value the index holds inline.
+  // The writer may have filled the pool: punched, its space comes back with background aggregation.
+  ASSERT_TRUE(c->punch_object(writer_object(path)).is_ok());
+  for (int i = 0; i < 100 && control_->pool_query("p")->free_bytes != free_before; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(control_->pool_query("p")->free_bytes, free_before) << "a punched object's space did not come back";
+  // The server still serves.
   std::string data = bytes_of(1000, 77), back(1000, '\0');
   Status w = c->write({11, 11}, "d", "a", 0, as_span(data));
   ASSERT_TRUE(w.is_ok()) << w.to_string();
@@ -338,10 +419,11 @@ INSTANTIATE_TEST_SUITE_P(Providers, DataPlane, ::testing::Values("ucx+tcp", "ucx
 }  // namespace rfos
 
 // The writer of ClientKilledMidTransferLeavesNothing: 1 MiB writes, 16 in flight, until killed.
-int writer_main(const std::string& addr, const std::string& provider) {
+int writer_main(const std::string& addr, const std::string& provider, const std::string& path) {
   auto control = rfos::client::ControlClient::create(addr);
   rfos::client::ContainerOptions o;
   o.provider = provider;
+  o.data_path = path == "explicit" ? rfos::client::DataPath::kExplicit : rfos::client::DataPath::kMessage;
   auto c = rfos::client::Container::open(*control, "p", "c", o);
   if (!c.is_ok()) return 2;
   std::vector<std::string> bufs(16, rfos::engine::testing::pattern(3, 1 << 20));
@@ -349,7 +431,7 @@ int writer_main(const std::string& addr, const std::string& provider) {
   for (;;) {
     while ((*c)->in_flight() < bufs.size()) {
       const std::string& b = bufs[next % bufs.size()];
-      auto t = (*c)->submit_write({10, 10}, "k" + std::to_string(next), "a", 0,
+      auto t = (*c)->submit_write(rfos::writer_object(path), "k" + std::to_string(next), "a", 0,
                                   {reinterpret_cast<const uint8_t*>(b.data()), b.size()});
       if (!t.is_ok()) return 3;
       ++next;
@@ -360,7 +442,7 @@ int writer_main(const std::string& addr, const std::string& provider) {
 
 int main(int argc, char** argv) {
   rfos::testing::pin_fabrics_to_loopback();
-  if (argc == 4 && std::string(argv[1]) == "--writer") return writer_main(argv[2], argv[3]);
+  if (argc == 5 && std::string(argv[1]) == "--writer") return writer_main(argv[2], argv[3], argv[4]);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

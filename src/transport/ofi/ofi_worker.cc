@@ -13,6 +13,7 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
 #include <unistd.h>
@@ -59,9 +60,9 @@ struct Op {
   enum Kind { kHeaderRecv, kSend, kPayloadRecv, kDiscard } kind = kSend;
   Done done;
   std::string bytes;  // header receive buffer, or the envelope being sent, or discard scratch
-  int pending = 0;    // sends: envelope + payload completions still to come
+  int pending = 0;    // sends: envelope + payload completions still to come; get/put: pieces still to come
   Status status;
-  fid_mr* mr = nullptr;  // when the domain wants local registration
+  std::vector<fid_mr*> mrs;  // when the domain wants local registration
   std::chrono::steady_clock::time_point posted;
 };
 
@@ -75,7 +76,7 @@ class OfiWorker final : public Worker {
     if (fabric_) fi_close(&fabric_->fid);
     if (info_) fi_freeinfo(info_);
     for (Op* op : ops_) {
-      if (op->mr) fi_close(&op->mr->fid);
+      for (fid_mr* mr : op->mrs) fi_close(&mr->fid);
       delete op;
     }
   }
@@ -85,7 +86,7 @@ class OfiWorker final : public Worker {
     if (!prov) return error(StatusCode::kNotSupported, "libfabric does not provide '" + provider + "'");
     fi_info* hints = fi_allocinfo();
     hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = FI_TAGGED;
+    hints->caps = FI_TAGGED | FI_RMA;
     hints->mode = FI_CONTEXT;
     hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
     hints->domain_attr->threading = FI_THREAD_DOMAIN;
@@ -172,13 +173,36 @@ class OfiWorker final : public Worker {
       std::vector<iovec> iov;
       for (const Iov& v : payload) iov.push_back({v.data, v.len});
       std::vector<void*> desc(iov.size(), nullptr);
-      if (local_mr_) RFOS_RETURN_IF_ERROR(register_one(op, iov, desc, FI_SEND));
+      if (local_mr_) RFOS_RETURN_IF_ERROR(register_local(op, iov, desc, FI_SEND));
       Status s =
           retry([&] { return fi_tsendv(ep_, iov.data(), desc.data(), iov.size(), to, tag, &op->ctx); }, "fi_tsendv");
       if (!s.is_ok()) op->pending = 1;  // the envelope still completes; the op reports the failure then
       if (!s.is_ok()) op->status = s;
     }
     return Status::ok();
+  }
+
+  Result<Registration> register_memory(void* addr, size_t len) override {
+    if (len == 0) return error(StatusCode::kInvalidArgument, "cannot register an empty range");
+    fid_mr* mr = nullptr;
+    int rc = fi_mr_reg(domain_, addr, len, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, next_key_++, 0, &mr, nullptr);
+    if (rc) return fi_error(rc, "fi_mr_reg");
+    std::string rkey;
+    put_le<uint64_t>(&rkey, fi_mr_key(mr));
+    // With FI_MR_VIRT_ADDR peers name our bytes by their virtual address, otherwise by offset.
+    uint64_t base = (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? reinterpret_cast<uint64_t>(addr) : 0;
+    return Registration{mr, base, std::move(rkey)};
+  }
+
+  void deregister_memory(const Registration& r) override {
+    if (r.handle) fi_close(&static_cast<fid_mr*>(r.handle)->fid);
+  }
+
+  Status get(EpHandle ep, uint64_t remote_addr, std::string_view rkey, std::span<const Iov> dst, Done done) override {
+    return rma(false, ep, remote_addr, rkey, dst, std::move(done));
+  }
+  Status put(EpHandle ep, std::span<const Iov> src, uint64_t remote_addr, std::string_view rkey, Done done) override {
+    return rma(true, ep, remote_addr, rkey, src, std::move(done));
   }
 
   int progress() override {
@@ -215,7 +239,7 @@ class OfiWorker final : public Worker {
     return op;
   }
   void untrack(Op* op) {
-    if (op->mr) fi_close(&op->mr->fid);
+    for (fid_mr* mr : op->mrs) fi_close(&mr->fid);
     ops_.erase(op);
     delete op;
   }
@@ -230,13 +254,62 @@ class OfiWorker final : public Worker {
     }
   }
 
-  Status register_one(Op* op, const std::vector<iovec>& iov, std::vector<void*>& desc, uint64_t access) {
-    // One registration per operation when the provider needs local keys (verbs); the registration cache is
-    // the next step.
-    if (iov.size() != 1) return error(StatusCode::kNotSupported, "local registration of scattered buffers");
-    int rc = fi_mr_reg(domain_, iov[0].iov_base, iov[0].iov_len, access, 0, 0, 0, &op->mr, nullptr);
-    if (rc) return fi_error(rc, "fi_mr_reg");
-    desc[0] = fi_mr_desc(op->mr);
+  // Local registration per operation when the provider needs local keys (verbs).
+  Status register_local(Op* op, const std::vector<iovec>& iov, std::vector<void*>& desc, uint64_t access) {
+    for (size_t i = 0; i < iov.size(); ++i) {
+      fid_mr* mr = nullptr;
+      int rc = fi_mr_reg(domain_, iov[i].iov_base, iov[i].iov_len, access, 0, 0, 0, &mr, nullptr);
+      if (rc) return fi_error(rc, "fi_mr_reg");
+      op->mrs.push_back(mr);
+      desc[i] = fi_mr_desc(mr);
+    }
+    return Status::ok();
+  }
+
+  // One RMA operation per local piece, over consecutive remote bytes. A put asks for delivery completion, so
+  // its completion means the bytes are visible at the peer.
+  Status rma(bool put, EpHandle ep, uint64_t remote_addr, std::string_view rkey, std::span<const Iov> local,
+             Done done) {
+    if (rkey.size() != 8) return error(StatusCode::kInvalidArgument, "malformed remote key");
+    uint64_t key = 0;
+    std::memcpy(&key, rkey.data(), 8);
+    Op* op = track(new Op{});
+    op->kind = Op::kSend;
+    op->done = std::move(done);
+    op->pending = 1;  // held by this loop
+    std::vector<iovec> iov;
+    for (const Iov& v : local)
+      if (v.len) iov.push_back({v.data, v.len});
+    std::vector<void*> desc(iov.size(), nullptr);
+    if (local_mr_) {
+      Status s = register_local(op, iov, desc, put ? FI_WRITE : FI_READ);
+      if (!s.is_ok()) {
+        op->done = nullptr;
+        untrack(op);
+        return s;
+      }
+    }
+    for (size_t i = 0; i < iov.size(); ++i) {
+      fi_rma_iov target{remote_addr, iov[i].iov_len, key};
+      fi_msg_rma msg{};
+      msg.msg_iov = &iov[i];
+      msg.desc = &desc[i];
+      msg.iov_count = 1;
+      msg.addr = ep - 1;
+      msg.rma_iov = &target;
+      msg.rma_iov_count = 1;
+      msg.context = &op->ctx;
+      Status s =
+          put ? retry([&] { return fi_writemsg(ep_, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE); }, "fi_writemsg")
+              : retry([&] { return fi_readmsg(ep_, &msg, FI_COMPLETION); }, "fi_readmsg");
+      if (!s.is_ok()) {
+        op->status = s;
+        break;
+      }
+      ++op->pending;
+      remote_addr += iov[i].iov_len;
+    }
+    complete(op, Status::ok(), nullptr);  // drops the loop's hold
     return Status::ok();
   }
 
@@ -252,7 +325,7 @@ class OfiWorker final : public Worker {
     std::vector<iovec> iov;
     for (const Iov& v : dst) iov.push_back({v.data, v.len});
     std::vector<void*> desc(iov.size(), nullptr);
-    if (local_mr_) RFOS_RETURN_IF_ERROR(register_one(op, iov, desc, FI_RECV));
+    if (local_mr_) RFOS_RETURN_IF_ERROR(register_local(op, iov, desc, FI_RECV));
     op->posted = std::chrono::steady_clock::now();
     payload_recvs_.insert(op);
     return retry([&] { return fi_trecvv(ep_, iov.data(), desc.data(), iov.size(), FI_ADDR_UNSPEC, tag, 0, &op->ctx); },
@@ -337,6 +410,7 @@ class OfiWorker final : public Worker {
   std::string address_;
   uint64_t tag_base_ = 0;
   uint64_t next_tag_ = 1;
+  uint64_t next_key_ = 1;
   std::map<std::string, EpHandle> peers_;
   std::set<Op*> ops_;
   std::set<Op*> payload_recvs_;

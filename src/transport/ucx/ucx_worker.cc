@@ -17,6 +17,7 @@ namespace rfos::transport {
 namespace {
 
 constexpr unsigned kAmId = 7;
+constexpr unsigned kHelloAmId = 8;  // a new endpoint's first message: the sender's worker address
 
 Status ucs_error(ucs_status_t s, const std::string& what) {
   StatusCode code = StatusCode::kIoError;
@@ -47,6 +48,7 @@ struct Pending {
 class UcxWorker final : public Worker {
  public:
   ~UcxWorker() override {
+    for (auto& [_, rk] : rkeys_) ucp_rkey_destroy(rk);
     for (auto& [ep, _] : eps_) close_ep(reinterpret_cast<ucp_ep_h>(ep), true);
     if (worker_) ucp_worker_destroy(worker_);
     if (context_) ucp_cleanup(context_);
@@ -86,6 +88,10 @@ class UcxWorker final : public Worker {
     hp.arg = this;
     s = ucp_worker_set_am_recv_handler(worker_, &hp);
     if (s != UCS_OK) return ucs_error(s, "ucp_worker_set_am_recv_handler");
+    hp.id = kHelloAmId;
+    hp.cb = &UcxWorker::hello_cb;
+    s = ucp_worker_set_am_recv_handler(worker_, &hp);
+    if (s != UCS_OK) return ucs_error(s, "ucp_worker_set_am_recv_handler");
     if (use_events_) {
       s = ucp_worker_get_efd(worker_, &efd_);
       if (s != UCS_OK) return ucs_error(s, "ucp_worker_get_efd");
@@ -96,6 +102,21 @@ class UcxWorker final : public Worker {
   std::string address() const override { return address_; }
 
   Result<EpHandle> connect(std::string_view peer) override {
+    RFOS_ASSIGN_OR_RETURN(EpHandle h, create_ep(peer));
+    // The peer answers on the endpoint UCX made for our messages, which cannot do RMA in UCX 1.13 (it stays
+    // in the wireup match context); the hello gives the peer our address, so it opens a full endpoint of its
+    // own for get/put into our memory.
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    rp.flags = UCP_AM_SEND_FLAG_REPLY;
+    void* req =
+        ucp_am_send_nbx(reinterpret_cast<ucp_ep_h>(h), kHelloAmId, address_.data(), address_.size(), nullptr, 0, &rp);
+    if (UCS_PTR_IS_ERR(req)) return ucs_error(UCS_PTR_STATUS(req), "hello");
+    if (req != nullptr) ucp_request_free(req);  // UCX completes it on its own
+    return h;
+  }
+
+  Result<EpHandle> create_ep(std::string_view peer) {
     ucp_ep_params_t ep{};
     ep.field_mask =
         UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -113,7 +134,40 @@ class UcxWorker final : public Worker {
   }
 
   void disconnect(EpHandle ep) override {
+    forget_rkeys(ep);
     if (eps_.erase(ep)) close_ep(reinterpret_cast<ucp_ep_h>(ep), false);
+  }
+
+  Result<Registration> register_memory(void* addr, size_t len) override {
+    if (len == 0) return error(StatusCode::kInvalidArgument, "cannot register an empty range");
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = addr;
+    mp.length = len;
+    ucp_mem_h memh = nullptr;
+    ucs_status_t s = ucp_mem_map(context_, &mp, &memh);
+    if (s != UCS_OK) return ucs_error(s, "ucp_mem_map");
+    void* packed = nullptr;
+    size_t packed_len = 0;
+    s = ucp_rkey_pack(context_, memh, &packed, &packed_len);
+    if (s != UCS_OK) {
+      ucp_mem_unmap(context_, memh);
+      return ucs_error(s, "ucp_rkey_pack");
+    }
+    Registration r{memh, reinterpret_cast<uint64_t>(addr), std::string(static_cast<char*>(packed), packed_len)};
+    ucp_rkey_buffer_release(packed);
+    return r;
+  }
+
+  void deregister_memory(const Registration& r) override {
+    if (r.handle) ucp_mem_unmap(context_, static_cast<ucp_mem_h>(r.handle));
+  }
+
+  Status get(EpHandle ep, uint64_t remote_addr, std::string_view rkey, std::span<const Iov> dst, Done done) override {
+    return rma(false, ep, remote_addr, rkey, dst, std::move(done));
+  }
+  Status put(EpHandle ep, std::span<const Iov> src, uint64_t remote_addr, std::string_view rkey, Done done) override {
+    return rma(true, ep, remote_addr, rkey, src, std::move(done));
   }
 
   void on_message(std::function<void(Incoming&)> h) override { handler_ = std::move(h); }
@@ -164,6 +218,11 @@ class UcxWorker final : public Worker {
   int progress() override {
     int n = 0;
     while (ucp_worker_progress(worker_) != 0) ++n;
+    while (!failed_.empty()) {
+      EpHandle ep = failed_.back();
+      failed_.pop_back();
+      if (eps_.erase(ep)) close_ep(reinterpret_cast<ucp_ep_h>(ep), true);
+    }
     return n;
   }
 
@@ -200,6 +259,107 @@ class UcxWorker final : public Worker {
     return Status::ok();
   }
 
+  // One get or put: a UCX operation per local piece, and for a put a flush of the endpoint after them, so the
+  // bytes are remotely visible before done runs (a put's own completion is only local).
+  struct Rma {
+    UcxWorker* self = nullptr;
+    Done done;
+    int pending = 1;  // the issuing loop holds one until it is done
+    Status status;
+    ucp_ep_h flush = nullptr;
+  };
+
+  // The endpoint that reaches the peer behind `ep` for RMA: the one its hello made, or `ep` itself.
+  ucp_ep_h rma_ep(EpHandle ep) {
+    auto it = rma_eps_.find(ep);
+    return reinterpret_cast<ucp_ep_h>(it != rma_eps_.end() ? it->second : ep);
+  }
+
+  static ucs_status_t hello_cb(void* arg, const void* header, size_t header_length, void*, size_t,
+                               const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<UcxWorker*>(arg);
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;
+    auto reply = reinterpret_cast<EpHandle>(param->reply_ep);
+    if (self->rma_eps_.count(reply)) return UCS_OK;
+    auto own = self->create_ep({static_cast<const char*>(header), header_length});
+    if (own.is_ok()) self->rma_eps_[reply] = *own;  // a peer whose address is garbage gets no RMA
+    return UCS_OK;
+  }
+
+  Result<ucp_rkey_h> rkey_for(ucp_ep_h ep, std::string_view packed) {
+    auto key = std::make_pair(reinterpret_cast<EpHandle>(ep), std::string(packed));
+    auto it = rkeys_.find(key);
+    if (it != rkeys_.end()) return it->second;
+    if (rkeys_.size() >= kMaxRkeys) {  // bounded: clients register once, so the cache rarely turns over
+      for (auto& [_, rk] : rkeys_) ucp_rkey_destroy(rk);
+      rkeys_.clear();
+    }
+    ucp_rkey_h rk = nullptr;
+    ucs_status_t s = ucp_ep_rkey_unpack(ep, packed.data(), &rk);
+    if (s != UCS_OK) return ucs_error(s, "malformed remote key");
+    rkeys_.emplace(std::move(key), rk);
+    return rk;
+  }
+
+  void forget_rkeys(EpHandle ep) {
+    for (auto it = rkeys_.lower_bound({ep, std::string()}); it != rkeys_.end() && it->first.first == ep;) {
+      ucp_rkey_destroy(it->second);
+      it = rkeys_.erase(it);
+    }
+  }
+
+  Status rma(bool put, EpHandle ep, uint64_t remote_addr, std::string_view packed, std::span<const Iov> local,
+             Done done) {
+    ucp_ep_h to = rma_ep(ep);
+    RFOS_ASSIGN_OR_RETURN(ucp_rkey_h rk, rkey_for(to, packed));
+    auto* op = new Rma{this, std::move(done), 1, Status::ok(), put ? to : nullptr};
+    for (const Iov& v : local) {
+      if (v.len == 0) continue;
+      ucp_request_param_t rp{};
+      rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      rp.cb.send = &UcxWorker::rma_cb;
+      rp.user_data = op;
+      void* req = put ? ucp_put_nbx(to, v.data, v.len, remote_addr, rk, &rp)
+                      : ucp_get_nbx(to, v.data, v.len, remote_addr, rk, &rp);
+      if (UCS_PTR_IS_ERR(req)) {
+        op->status = ucs_error(UCS_PTR_STATUS(req), put ? "put" : "get");
+        break;
+      }
+      if (req != nullptr) ++op->pending;
+      remote_addr += v.len;
+    }
+    rma_step(op);
+    return Status::ok();
+  }
+
+  static void rma_cb(void* req, ucs_status_t status, void* user_data) {
+    auto* op = static_cast<Rma*>(user_data);
+    if (status != UCS_OK && op->status.is_ok()) op->status = ucs_error(status, "remote memory access");
+    ucp_request_free(req);
+    op->self->rma_step(op);
+  }
+
+  void rma_step(Rma* op) {
+    if (--op->pending > 0) return;
+    if (op->flush && op->status.is_ok()) {
+      ucp_request_param_t rp{};
+      rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      rp.cb.send = &UcxWorker::rma_cb;
+      rp.user_data = op;
+      void* req = ucp_ep_flush_nbx(op->flush, &rp);
+      op->flush = nullptr;
+      if (UCS_PTR_IS_PTR(req)) {
+        op->pending = 1;
+        return;
+      }
+      if (UCS_PTR_IS_ERR(req)) op->status = ucs_error(UCS_PTR_STATUS(req), "flush after put");
+    }
+    Done d = std::move(op->done);
+    Status s = op->status;
+    delete op;
+    d(s);
+  }
+
   static void complete(void* req, ucs_status_t status, void* user_data) {
     auto* p = static_cast<Pending*>(user_data);
     Done d = std::move(p->done);
@@ -231,6 +391,10 @@ class UcxWorker final : public Worker {
 
   static void ep_error_cb(void* arg, ucp_ep_h ep, ucs_status_t status) {
     auto* self = static_cast<UcxWorker*>(arg);
+    auto h = reinterpret_cast<EpHandle>(ep);
+    self->forget_rkeys(h);
+    // An endpoint a hello made is ours to close (later, outside UCX's callback).
+    if (std::erase_if(self->rma_eps_, [h](const auto& e) { return e.second == h; })) self->failed_.push_back(h);
     if (self->failure_) self->failure_(reinterpret_cast<EpHandle>(ep), ucs_error(status, "peer failed"));
   }
 
@@ -254,6 +418,10 @@ class UcxWorker final : public Worker {
   std::function<void(Incoming&)> handler_;
   std::function<void(EpHandle, const Status&)> failure_;
   std::map<EpHandle, bool> eps_;
+  static constexpr size_t kMaxRkeys = 4096;
+  std::map<std::pair<EpHandle, std::string>, ucp_rkey_h> rkeys_;  // unpacked remote keys per peer
+  std::map<EpHandle, EpHandle> rma_eps_;                          // reply endpoint -> our own, from hellos
+  std::vector<EpHandle> failed_;                                  // hello endpoints whose peer failed
 };
 
 }  // namespace
