@@ -4,7 +4,9 @@
 For every pattern it measures
   - the media: fio (io_uring, O_DIRECT, the same block size and depth, --fdatasync=1 on writes) on the file
     system of the server's data directory;
-  - the transport: ucx_perftest ucp_am_bw for UCX providers (through `rfos bench --ceiling`);
+  - the transport (through `rfos bench --ceiling`): ucx_perftest ucp_am_bw for UCX providers, with the same size
+    and window; fi_pingpong for libfabric ones, which is one message in flight, so it is shown but not used as
+    a ceiling at depth > 1;
   - rfos: `rfos bench` against an `rfos server` started for that provider on loopback;
 and prints a Markdown table with the ratio to the lower ceiling.
 
@@ -47,7 +49,7 @@ def main():
     p.add_argument("--providers", default="ucx+tcp,ucx+shm,ofi+tcp,ofi+shm")
     p.add_argument("--dir", default="/var/tmp")
     args = p.parse_args()
-    for tool in ("fio", "ucx_perftest"):
+    for tool in ("fio", "ucx_perftest", "fi_pingpong"):
         if shutil.which(tool) is None:
             sys.exit("provider_matrix: %s is not installed (scripts/install-deps installs it)" % tool)
     env = dict(os.environ)
@@ -76,8 +78,7 @@ def main():
                 for rw, bs_text, bs, depth, size in CASES:
                     cmd = [rfos, "bench", "--rw", rw, "--bs", bs_text, "--iodepth", str(depth), "--size", size,
                            "--runtime", str(args.runtime), "--output-format", "json"]
-                    if prov.startswith("ucx+"):
-                        cmd.append("--ceiling")
+                    cmd.append("--ceiling")
                     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
                     if out.returncode != 0:
                         sys.exit("provider_matrix: %s failed: %s" % (" ".join(cmd), out.stderr.strip()))
@@ -85,7 +86,8 @@ def main():
                     side = j["jobs"][0]["write" if "write" in rw else "read"]
                     transport = j.get("ceiling", {}).get("msg_rate")
                     media_iops = media[rw][0]
-                    lower = min(media_iops, transport) if transport else media_iops
+                    bounds = transport and (prov.startswith("ucx+") or depth == 1)  # a ping-pong bounds depth 1 only
+                    lower = min(media_iops, transport) if bounds else media_iops
                     rows.append((prov, rw, bs_text, depth, side["iops"], side["bw_bytes"],
                                  side["clat_ns"]["percentile"]["50.000000"], media_iops, transport,
                                  side["iops"] / lower))
@@ -101,7 +103,8 @@ def main():
           "transport ceiling msg/s | ratio to the lower |\n|---|---|---|---|---|---|---|---|---|---|")
     for prov, rw, bs, depth, iops, bw, p50, med, tr, ratio in rows:
         print("| %s | %s | %s | %d | %.0f | %.1f | %.0f | %.0f | %s | **%.2f** |" %
-              (prov, rw, bs, depth, iops, bw / 2**20, p50 / 1e3, med, "%.0f" % tr if tr else "n/a", ratio))
+              (prov, rw, bs, depth, iops, bw / 2**20, p50 / 1e3, med,
+               ("%.0f" % tr + ("" if prov.startswith("ucx+") else " (ping-pong)")) if tr else "n/a", ratio))
 
 
 if __name__ == "__main__":

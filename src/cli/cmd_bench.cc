@@ -5,8 +5,8 @@
 //
 // Each job is a thread with its own session and transport worker and its own object, laid out like a file
 // (dkey = 1 MiB chunk index, akey "d", array offset = file offset). Read patterns lay the objects out first.
-// --ceiling also runs ucx_perftest for the same transport and message size on this host (loopback), the
-// transport's ceiling, and prints the ratio. The JSON follows fio's layout (jobs[].read / jobs[].write with
+// --ceiling also runs the transport's own tool for the same transport and message size on this host
+// (loopback: ucx_perftest for UCX, fi_pingpong for libfabric) and prints the ratio. The JSON follows fio's layout (jobs[].read / jobs[].write with
 // io_bytes, bw_bytes, iops, runtime, clat_ns.percentile), so tools that parse fio parse it.
 #include <unistd.h>
 #include <algorithm>
@@ -110,37 +110,68 @@ Status pump(client::Container& c, const ObjectId& oid, bool write, uint64_t bs, 
   }
 }
 
-// ucx_perftest on loopback for the transport of `provider`: {msg/s, bytes/s}, or an error.
-Result<std::pair<double, double>> transport_ceiling(const std::string& provider, uint64_t bs, uint32_t depth) {
+struct Ceiling {
+  std::string tool;
+  double msg_rate = 0;   // messages per second
+  double bw_bytes = 0;   // bytes per second
+};
+
+// Runs a two-sided benchmark tool on loopback: a server copy in the background, then the client; returns the
+// client's output.
+Result<std::string> run_pair(const std::string& env, const std::string& tool, const std::string& server_args,
+                             const std::string& client_args, const std::string& install) {
+  if (std::system(("command -v " + tool + " >/dev/null 2>&1").c_str()) != 0)
+    return error(StatusCode::kNotFound, tool + " is not installed (apt-get install " + install + ")");
+  std::string server = env + "timeout 60 " + tool + server_args + " >/dev/null 2>&1 &";
+  if (std::system(server.c_str()) != 0) return error(StatusCode::kInternal, "cannot start " + tool);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  FILE* p = popen((env + "timeout 60 " + tool + client_args + " 127.0.0.1 2>&1").c_str(), "r");
+  std::string out;
+  char line[512];
+  while (p && fgets(line, sizeof(line), p)) out += line;
+  if (p) pclose(p);
+  return out;
+}
+
+// The transport's own figure on loopback for `provider`: ucx_perftest (ucp_am_bw with the same message size and
+// window) for UCX; fi_pingpong (RDM, same size) for libfabric, which Debian ships without fabtests' bandwidth
+// tests: a ping-pong is one message in flight, so at depth > 1 rfos may beat it (ratio above 1).
+Result<Ceiling> transport_ceiling(const std::string& provider, uint64_t bs, uint32_t depth) {
+  int port = 20000 + static_cast<int>(getpid() % 20000);
+  if (provider.rfind("ofi+", 0) == 0) {
+    const char* prov = provider == "ofi+tcp" ? "tcp;ofi_rxm" : provider == "ofi+shm" ? "shm" : nullptr;
+    if (!prov) return error(StatusCode::kNotSupported, "no fi_pingpong ceiling for " + provider);
+    std::string env = "FI_TCP_IFACE=${FI_TCP_IFACE:-lo} FI_NET_IFACE=${FI_NET_IFACE:-lo} ";
+    std::string args = std::string(" -p '") + prov + "' -e rdm -S " + std::to_string(bs) + " -I " +
+                       (bs >= (1 << 20) ? "500" : "20000");
+    std::string p = std::to_string(port);
+    RFOS_ASSIGN_OR_RETURN(std::string out,
+                          run_pair(env, "fi_pingpong", args + " -B " + p, args + " -P " + p, "libfabric-bin"));
+    // "bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec"
+    for (size_t at = 0; (at = out.find('\n', at)) != std::string::npos;) {
+      std::string_view l(out.c_str() + at + 1);
+      ++at;
+      char size[32], sent[32], ack[32], total[32], time[32];
+      double mbs = 0, usec = 0;
+      if (std::sscanf(l.data(), "%31s %31s %31s %31s %31s %lf %lf", size, sent, ack, total, time, &mbs, &usec) == 7 &&
+          usec > 0)
+        return Ceiling{"fi_pingpong rdm, depth 1", 1e6 / usec, mbs * 1e6};
+    }
+    return error(StatusCode::kInternal, "fi_pingpong gave no result");
+  }
   const char* tls = provider == "ucx+tcp" ? "tcp" : provider == "ucx+shm" ? "sm,self" : nullptr;
   if (!tls) return error(StatusCode::kNotSupported, "no ucx_perftest ceiling for " + provider);
-  if (std::system("command -v ucx_perftest >/dev/null 2>&1") != 0)
-    return error(StatusCode::kNotFound, "ucx_perftest is not installed (apt-get install ucx-utils)");
-  int port = 20000 + static_cast<int>(getpid() % 20000);
   std::string env = std::string("UCX_TLS=") + tls + " UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo} ";
-  std::string common = " -p " + std::to_string(port) + " -t ucp_am_bw -s " + std::to_string(bs) + " -O " +
-                       std::to_string(std::max<uint32_t>(depth, 1)) + " -n " + (bs >= (1 << 20) ? "2000" : "100000");
-  std::string server = env + "timeout 60 ucx_perftest" + common + " >/dev/null 2>&1 &";
-  if (std::system(server.c_str()) != 0) return error(StatusCode::kInternal, "cannot start ucx_perftest");
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  std::string client = env + "timeout 60 ucx_perftest 127.0.0.1" + common + " 2>&1";
-  FILE* p = popen(client.c_str(), "r");
-  char line[512];
-  double msg_rate = 0, mbps = 0;
-  while (p && fgets(line, sizeof(line), p)) {
-    // "Final: iters lat50 lat_avg lat_overall bw_avg(MB/s) bw_overall msgrate_avg msgrate_overall"
-    if (std::strncmp(line, "Final:", 6) == 0) {
-      double v[8] = {};
-      if (std::sscanf(line + 6, "%lf %lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
-                      &v[7]) == 8) {
-        mbps = v[5];
-        msg_rate = v[7];
-      }
-    }
-  }
-  if (p) pclose(p);
-  if (msg_rate <= 0) return error(StatusCode::kInternal, "ucx_perftest gave no result");
-  return std::make_pair(msg_rate, mbps * 1024 * 1024);  // ucx_perftest's MB is MiB
+  std::string args = " -p " + std::to_string(port) + " -t ucp_am_bw -s " + std::to_string(bs) + " -O " +
+                     std::to_string(std::max<uint32_t>(depth, 1)) + " -n " + (bs >= (1 << 20) ? "2000" : "100000");
+  RFOS_ASSIGN_OR_RETURN(std::string out, run_pair(env, "ucx_perftest", args, args, "ucx-utils"));
+  // "Final: iters lat50 lat_avg lat_overall bw_avg(MB/s) bw_overall msgrate_avg msgrate_overall"
+  auto at = out.find("Final:");
+  double v[8] = {};
+  if (at == std::string::npos || std::sscanf(out.c_str() + at + 6, "%lf %lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1],
+                                             &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) != 8 || v[7] <= 0)
+    return error(StatusCode::kInternal, "ucx_perftest gave no result");
+  return Ceiling{"ucx_perftest ucp_am_bw", v[7], v[5] * 1024 * 1024};  // ucx_perftest's MB is MiB
 }
 
 }  // namespace
@@ -167,7 +198,7 @@ void add_bench_command(CLI::App& app, Context& ctx) {
       ->check(CLI::IsMember({"auto", "message", "explicit"}))
       ->capture_default_str();
   cmd->add_flag("--ceiling", a->ceiling,
-                "also measure the transport ceiling with ucx_perftest (loopback) and print the ratio");
+                "also measure the transport ceiling (ucx_perftest or fi_pingpong, loopback) and print the ratio");
   cmd->callback([&ctx, a] {
     auto bs = parse_size(a->bs_text);
     auto size = parse_size(a->size_text);
@@ -268,7 +299,7 @@ void add_bench_command(CLI::App& app, Context& ctx) {
     double iops = ops / secs, bw = ops * double(*bs) / secs;
     std::string used = provider.empty() ? "(pool default)" : provider;
 
-    Result<std::pair<double, double>> ceiling = error(StatusCode::kNotSupported, "not asked");
+    Result<Ceiling> ceiling = error(StatusCode::kNotSupported, "not asked");
     if (a->ceiling) {
       std::string p = provider;
       if (p.empty()) {
@@ -304,9 +335,10 @@ void add_bench_command(CLI::App& app, Context& ctx) {
           side(write).c_str());
       if (ceiling.is_ok())
         std::printf(
-            ",\"ceiling\":{\"tool\":\"ucx_perftest ucp_am_bw\",\"msg_rate\":%.1f,\"bw_bytes\":%.0f,"
-            "\"ratio_iops\":%.3f,\"ratio_bw\":%.3f}",
-            ceiling->first, ceiling->second, iops / ceiling->first, bw / ceiling->second);
+            ",\"ceiling\":{\"tool\":\"%s\",\"msg_rate\":%.1f,\"bw_bytes\":%.0f,\"ratio_iops\":%.3f,"
+            "\"ratio_bw\":%.3f}",
+            ceiling->tool.c_str(), ceiling->msg_rate, ceiling->bw_bytes, iops / ceiling->msg_rate,
+            bw / ceiling->bw_bytes);
       std::printf("}\n");
       return;
     }
@@ -323,10 +355,9 @@ void add_bench_command(CLI::App& app, Context& ctx) {
     if (a->ceiling) {
       if (ceiling.is_ok())
         std::printf(
-            "  ceiling (ucx_perftest ucp_am_bw, %s, %llu B, loopback): %.1fk msg/s, %.1f MiB/s -> ratio "
-            "IOPS %.2f, BW %.2f\n",
-            used.c_str(), (unsigned long long)*bs, ceiling->first / 1000, ceiling->second / 1048576,
-            iops / ceiling->first, bw / ceiling->second);
+            "  ceiling (%s, %s, %llu B, loopback): %.1fk msg/s, %.1f MiB/s -> ratio IOPS %.2f, BW %.2f\n",
+            ceiling->tool.c_str(), used.c_str(), (unsigned long long)*bs, ceiling->msg_rate / 1000,
+            ceiling->bw_bytes / 1048576, iops / ceiling->msg_rate, bw / ceiling->bw_bytes);
       else
         std::printf("  ceiling: %s\n", ceiling.status().to_string().c_str());
     }
