@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "common/crc32c.h"
 #include "placement/placement.h"
@@ -457,6 +458,84 @@ Result<std::vector<ObjectId>> Container::list_objects() {
 Status Container::punch_dkey(const ObjectId& oid, std::string_view dkey) {
   wire::Request q = make_request(wire::Op::kPunchDkey, wire::Kind::kArray, oid, dkey, {});
   return impl_->roundtrip(impl_->target_of(q), q, {}, {}, nullptr);
+}
+
+Status Container::punch_akey(const ObjectId& oid, std::string_view dkey, std::string_view akey) {
+  wire::Request q = make_request(wire::Op::kPunchAkey, wire::Kind::kArray, oid, dkey, akey);
+  return impl_->roundtrip(impl_->target_of(q), q, {}, {}, nullptr);
+}
+
+Status Container::insert_value(const ObjectId& oid, std::string_view dkey, std::string_view akey,
+                               std::string_view value) {
+  for (int attempt = 0;; ++attempt) {
+    wire::Request q = make_request(wire::Op::kUpdate, wire::Kind::kSingle, oid, dkey, akey, 0, value.size());
+    q.flags = wire::kIfAbsent;
+    q.csums.push_back(crc32c(value.data(), value.size()));
+    Iov v{const_cast<char*>(value.data()), value.size()};
+    Status s = impl_->roundtrip(impl_->target_of(q), q, {&v, 1}, {}, nullptr);
+    // kBusy: another insert of this key is in flight; its outcome decides ours, so ask again shortly.
+    if (s.code() != StatusCode::kBusy || attempt >= 1000) return s;
+    std::this_thread::sleep_for(std::chrono::microseconds(100 + 50 * std::min(attempt, 40)));
+  }
+}
+
+Result<wire::KeyPage> Container::list_dkeys(const ObjectId& oid, uint32_t target, const std::string& anchor,
+                                            size_t max) {
+  if (target >= impl_->eps.size()) return error(StatusCode::kInvalidArgument, "no such target");
+  wire::Request q = make_request(wire::Op::kListDkeys, wire::Kind::kArray, oid, {}, {}, 0, max);
+  q.anchor = anchor;
+  std::string page;
+  RFOS_RETURN_IF_ERROR(impl_->roundtrip(target, q, {}, {}, nullptr, &page));
+  return wire::decode_key_page(page);
+}
+
+Result<std::vector<std::string>> Container::list_dkeys(const ObjectId& oid) {
+  std::set<std::string> all;
+  for (uint32_t t = 0; t < impl_->eps.size(); ++t) {
+    if (placement::object_class(oid) == placement::ObjectClass::kS1 && t != target_of(oid, {})) continue;
+    std::string anchor;
+    for (bool done = false; !done;) {
+      RFOS_ASSIGN_OR_RETURN(wire::KeyPage page, list_dkeys(oid, t, anchor, 1024));
+      if (!page.done && page.anchor == anchor) return error(StatusCode::kInternal, "key listing made no progress");
+      all.insert(page.keys.begin(), page.keys.end());
+      anchor = std::move(page.anchor);
+      done = page.done;
+    }
+  }
+  return std::vector<std::string>(all.begin(), all.end());
+}
+
+Result<std::vector<std::string>> Container::list_akeys(const ObjectId& oid, std::string_view dkey) {
+  std::vector<std::string> all;
+  std::string anchor;
+  for (bool done = false; !done;) {
+    wire::Request q = make_request(wire::Op::kListAkeys, wire::Kind::kArray, oid, dkey, {}, 0, 1024);
+    q.anchor = anchor;
+    std::string raw;
+    RFOS_RETURN_IF_ERROR(impl_->roundtrip(impl_->target_of(q), q, {}, {}, nullptr, &raw));
+    RFOS_ASSIGN_OR_RETURN(wire::KeyPage page, wire::decode_key_page(raw));
+    if (!page.done && page.anchor == anchor) return error(StatusCode::kInternal, "key listing made no progress");
+    std::move(page.keys.begin(), page.keys.end(), std::back_inserter(all));
+    anchor = std::move(page.anchor);
+    done = page.done;
+  }
+  return all;
+}
+
+Result<uint64_t> Container::object_end(const ObjectId& oid, std::string_view akey) {
+  uint64_t end = 0;
+  for (uint32_t t = 0; t < impl_->eps.size(); ++t) {
+    wire::Request q = make_request(wire::Op::kObjectEnd, wire::Kind::kArray, oid, {}, akey);
+    wire::Reply r;
+    RFOS_RETURN_IF_ERROR(impl_->roundtrip(t, q, {}, {}, &r));
+    end = std::max(end, r.length);
+  }
+  return end;
+}
+
+uint32_t Container::target_count() const { return static_cast<uint32_t>(impl_->eps.size()); }
+uint32_t Container::target_of(const ObjectId& oid, std::string_view dkey) const {
+  return placement::target_of(oid, dkey, target_count());
 }
 
 Status Container::punch_object(const ObjectId& oid) {

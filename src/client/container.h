@@ -84,6 +84,19 @@ class Container {
   // Every object with something visible, over all targets (an object striped over several appears once).
   Result<std::vector<ObjectId>> list_objects();
   Status punch_dkey(const ObjectId& oid, std::string_view dkey);
+  Status punch_akey(const ObjectId& oid, std::string_view dkey, std::string_view akey);
+  // Stores a single value only when (dkey, akey) has none: kAlreadyExists otherwise. Of racing inserts from
+  // any number of clients exactly one succeeds (the key's target serializes them).
+  Status insert_value(const ObjectId& oid, std::string_view dkey, std::string_view akey, std::string_view value);
+  // dkeys of an object on one target, a page at a time: pass the returned anchor back until `done`.
+  Result<wire::KeyPage> list_dkeys(const ObjectId& oid, uint32_t target, const std::string& anchor, size_t max);
+  // Every dkey of an object over all targets, in key order.
+  Result<std::vector<std::string>> list_dkeys(const ObjectId& oid);
+  Result<std::vector<std::string>> list_akeys(const ObjectId& oid, std::string_view dkey);
+  // The end of the data of a file-like object (dkey = 8-byte big-endian chunk index) over all targets.
+  Result<uint64_t> object_end(const ObjectId& oid, std::string_view akey);
+  uint32_t target_count() const;
+  uint32_t target_of(const ObjectId& oid, std::string_view dkey) const;
   Status punch_object(const ObjectId& oid);
 
   const Session& session() const;

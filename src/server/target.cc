@@ -1,5 +1,6 @@
 #include "server/target.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -223,7 +224,8 @@ class Target::Impl {
     if (!cap.is_ok()) return reply_error(in.reply_to, q.request_id, cap.status());
     if (revocations->revoked(cap->session, now))
       return reply_error(in.reply_to, q.request_id, error(StatusCode::kPermissionDenied, "the session has ended"));
-    bool writes = q.op == wire::Op::kUpdate || q.op == wire::Op::kPunchDkey || q.op == wire::Op::kPunchObject;
+    bool writes = q.op == wire::Op::kUpdate || q.op == wire::Op::kPunchDkey || q.op == wire::Op::kPunchObject ||
+                  q.op == wire::Op::kPunchAkey;
     if (writes && !(cap->rights & wire::Capability::kWrite))
       return reply_error(in.reply_to, q.request_id, error(StatusCode::kPermissionDenied, "the session is read-only"));
     auto cid = container(cap->pool, cap->cont);
@@ -265,21 +267,92 @@ class Target::Impl {
         return reply(in.reply_to, std::move(r), payload->empty() ? std::span<const Iov>() : std::span(&v, 1),
                      [payload](Status) {});
       }
+      case wire::Op::kListDkeys:
+      case wire::Op::kListAkeys: {
+        engine::Anchor anchor;
+        anchor.position = q.anchor;
+        size_t max = std::clamp<uint64_t>(q.length, 1, 1024);
+        auto keys = q.op == wire::Op::kListDkeys
+                        ? engine->list_dkeys(*cid, q.oid, engine::kEpochLatest, &anchor, max)
+                        : engine->list_akeys(*cid, q.oid, q.dkey, engine::kEpochLatest, &anchor, max);
+        if (!keys.is_ok()) return reply_error(in.reply_to, q.request_id, keys.status());
+        auto payload = std::make_shared<std::string>(
+            wire::encode_key_page({anchor.position, anchor.done, std::move(keys).value()}));
+        wire::Reply r;
+        r.request_id = q.request_id;
+        r.length = payload->size();
+        Iov v{payload->data(), payload->size()};
+        return reply(in.reply_to, std::move(r), std::span(&v, 1), [payload](Status) {});
+      }
+      case wire::Op::kObjectEnd: {
+        auto end = object_end(*cid, q.oid, q.akey);
+        if (!end.is_ok()) return reply_error(in.reply_to, q.request_id, end.status());
+        wire::Reply r;
+        r.request_id = q.request_id;
+        r.length = *end;
+        return reply(in.reply_to, std::move(r));
+      }
       case wire::Op::kPunchDkey:
+      case wire::Op::kPunchAkey:
       case wire::Op::kPunchObject: {
         uint64_t epoch = next_epoch();
         auto to = in.reply_to;
         auto id = q.request_id;
-        bool dkey = q.op == wire::Op::kPunchDkey;
         auto held = inflight_epochs.insert(epoch);
         offload<Status>(
-            [this, cid = *cid, oid = q.oid, dk = q.dkey, epoch, dkey] {
-              return dkey ? engine->punch_dkey(cid, oid, dk, epoch) : engine->punch_object(cid, oid, epoch);
+            [this, cid = *cid, oid = q.oid, dk = q.dkey, ak = q.akey, op = q.op, epoch] {
+              if (op == wire::Op::kPunchDkey) return engine->punch_dkey(cid, oid, dk, epoch);
+              if (op == wire::Op::kPunchAkey) return engine->punch_akey({cid, oid, dk, ak}, epoch);
+              return engine->punch_object(cid, oid, epoch);
             },
             write_done(to, id, epoch, held));
         return;
       }
     }
+  }
+
+  // The data end of a file striped by chunk on this target: dkeys that are 8-byte big-endian chunk indexes sort
+  // in chunk order, so the answer is the size of `akey` under the last such dkey that still has data.
+  Result<uint64_t> object_end(uint32_t cid, const ObjectId& oid, const std::string& akey) {
+    std::vector<std::string> chunks;
+    engine::Anchor anchor;
+    while (!anchor.done) {
+      RFOS_ASSIGN_OR_RETURN(auto keys, engine->list_dkeys(cid, oid, engine::kEpochLatest, &anchor, 1024));
+      for (std::string& k : keys)
+        if (k.size() == 8) chunks.push_back(std::move(k));
+    }
+    for (auto it = chunks.rbegin(); it != chunks.rend(); ++it) {
+      auto size = engine->array_size({cid, oid, *it, akey}, engine::kEpochLatest);
+      if (size.is_ok()) return *size;
+      if (size.status().code() != StatusCode::kNotFound) return size.status();
+    }
+    return uint64_t{0};
+  }
+
+  // Conditional inserts (kIfAbsent) in flight, by key: a second one on the same key waits its turn (kBusy,
+  // the client retries), so of two racing creates exactly one wins.
+  std::set<std::string> if_absent_keys;
+  struct KeyHold {
+    KeyHold(Impl* i, std::string k) : impl(i), key(std::move(k)) { impl->if_absent_keys.insert(key); }
+    KeyHold(const KeyHold&) = delete;
+    KeyHold& operator=(const KeyHold&) = delete;
+    ~KeyHold() { impl->if_absent_keys.erase(key); }
+    Impl* impl;
+    std::string key;
+  };
+
+  Result<std::shared_ptr<KeyHold>> hold_if_absent(const engine::KeyRef& k, engine::ValueKind kind) {
+    std::string key = std::to_string(k.cont) + '/' + k.oid.to_string() + '/' + std::to_string(k.dkey.size()) + '/' +
+                      std::string(k.dkey) + std::string(k.akey);
+    if (if_absent_keys.count(key)) return error(StatusCode::kBusy, "a conditional update of this key is in flight");
+    Status present = Status::ok();
+    if (kind == engine::ValueKind::kSingle)
+      present = engine->fetch_begin({k, engine::kEpochLatest, kind, 0, 0}).status();
+    else
+      present = engine->array_size(k, engine::kEpochLatest).status();
+    if (present.is_ok()) return error(StatusCode::kAlreadyExists, "the key already has a value");
+    if (present.code() != StatusCode::kNotFound) return present;
+    return std::make_shared<KeyHold>(this, std::move(key));
   }
 
   void update(Incoming& in, wire::Request& q, const engine::KeyRef& k, engine::ValueKind kind) {
@@ -290,6 +363,12 @@ class Target::Impl {
                          error(StatusCode::kInvalidArgument,
                                "payload has " + std::to_string(in.payload_bytes) + " bytes, the request says " +
                                    std::to_string(q.length) + (explicit_path ? " with a memory descriptor" : "")));
+    std::shared_ptr<KeyHold> hold;  // released when the update finished, whichever way
+    if (q.flags & wire::kIfAbsent) {
+      auto h = hold_if_absent(k, kind);
+      if (!h.is_ok()) return reply_error(in.reply_to, q.request_id, h.status());
+      hold = std::move(h).value();
+    }
     uint64_t epoch = q.epoch ? q.epoch : next_epoch();
     auto tx = engine->update_begin({k, epoch, kind, q.offset, q.length});
     if (!tx.is_ok()) return reply_error(in.reply_to, q.request_id, tx.status());
@@ -302,14 +381,14 @@ class Target::Impl {
     auto csums = std::make_shared<std::vector<uint32_t>>(std::move(q.csums));
     // The payload lands in the engine's buffers (pulled by the fabric's rendezvous, or read from the client's
     // registered memory on the explicit path); then verify, write, sync, commit, answer.
-    auto landed = [this, shared, csums, to, id, epoch, held](Status got) {
+    auto landed = [this, shared, csums, to, id, epoch, held, hold](Status got) {
       if (!got.is_ok()) {
         inflight_epochs.erase(held);
         engine->update_abort(*shared);  // the client died mid-transfer: nothing is stored
         return;
       }
       offload<Status>([this, shared, csums] { return engine->update_end(*shared, *csums); },
-                      write_done(to, id, epoch, held));
+                      [done = write_done(to, id, epoch, held), hold](Status& s) { done(s); });
     };
     Status s = explicit_path ? worker->get(to, q.remote_addr, q.rkey, dst, std::move(landed))
                              : worker->fetch_payload(in, dst, std::move(landed));

@@ -33,9 +33,12 @@ std::string encode_request(const Request& r) {
   put_le<uint16_t>(&s, static_cast<uint16_t>(r.dkey.size()));
   put_le<uint16_t>(&s, static_cast<uint16_t>(r.akey.size()));
   put_le<uint32_t>(&s, static_cast<uint32_t>(r.csums.size()));
+  put_le<uint32_t>(&s, r.flags);
+  put_le<uint16_t>(&s, static_cast<uint16_t>(r.anchor.size()));
   s += r.capability;
   s += r.dkey;
   s += r.akey;
+  s += r.anchor;
   for (uint32_t c : r.csums) put_le<uint32_t>(&s, c);
   put_le<uint64_t>(&s, r.remote_addr);
   put_le<uint16_t>(&s, static_cast<uint16_t>(r.rkey.size()));
@@ -48,25 +51,29 @@ Result<Request> decode_request(std::string_view in) {
   ByteReader r(in);
   uint32_t magic, ncsum;
   uint8_t version = 0, op = 0, kind = 0, caplen = 0;
-  uint16_t dlen, alen;
+  uint16_t dlen, alen, anlen;
   Request q;
   if (!r.get_le(&magic) || magic != kRequestMagic) return malformed("not an rfos request");
   if (!r.get_le(&version) || version != kDataPlaneVersion)
     return error(StatusCode::kNotSupported, "data-plane version " + std::to_string(version) + " is not spoken here");
   if (!r.get_le(&op) || !r.get_le(&kind) || !r.get_le(&caplen)) return malformed("truncated");
-  if (op < 1 || op > 6) return malformed("unknown op");
+  if (op < 1 || op > kMaxOp) return malformed("unknown op");
   if (kind != 1 && kind != 2) return malformed("unknown value kind");
   q.op = static_cast<Op>(op);
   q.kind = static_cast<Kind>(kind);
   if (!r.get_le(&q.request_id) || !r.get_le(&q.oid.hi) || !r.get_le(&q.oid.lo) || !r.get_le(&q.epoch) ||
-      !r.get_le(&q.offset) || !r.get_le(&q.length) || !r.get_le(&dlen) || !r.get_le(&alen) || !r.get_le(&ncsum))
+      !r.get_le(&q.offset) || !r.get_le(&q.length) || !r.get_le(&dlen) || !r.get_le(&alen) || !r.get_le(&ncsum) ||
+      !r.get_le(&q.flags) || !r.get_le(&anlen))
     return malformed("truncated");
-  if (dlen > kMaxKeyBytes || alen > kMaxKeyBytes) return malformed("key too long");
+  if (dlen > kMaxKeyBytes || alen > kMaxKeyBytes || anlen > kMaxAnchorBytes) return malformed("key too long");
+  if (q.flags & ~kIfAbsent) return malformed("unknown flags");
+  if ((q.flags & kIfAbsent) && op != static_cast<uint8_t>(Op::kUpdate)) return malformed("kIfAbsent on a non-update");
   if (!csum_count_ok(ncsum, q.length)) return malformed("too many checksums");
-  std::string_view cap, dkey, akey, csums, rkey;
+  std::string_view cap, dkey, akey, anchor, csums, rkey;
   uint16_t rklen = 0;
   if (!r.get_bytes(caplen, &cap) || !r.get_bytes(dlen, &dkey) || !r.get_bytes(alen, &akey) ||
-      !r.get_bytes(ncsum * size_t{4}, &csums) || !r.get_le(&q.remote_addr) || !r.get_le(&rklen))
+      !r.get_bytes(anlen, &anchor) || !r.get_bytes(ncsum * size_t{4}, &csums) || !r.get_le(&q.remote_addr) ||
+      !r.get_le(&rklen))
     return malformed("lengths do not match the message");
   if (rklen > kMaxRkeyBytes) return malformed("remote key too long");
   if (!r.get_bytes(rklen, &rkey) || r.remaining() != 0) return malformed("lengths do not match the message");
@@ -76,6 +83,7 @@ Result<Request> decode_request(std::string_view in) {
   q.capability.assign(cap);
   q.dkey.assign(dkey);
   q.akey.assign(akey);
+  q.anchor.assign(anchor);
   q.csums.resize(ncsum);
   if (ncsum) std::memcpy(q.csums.data(), csums.data(), csums.size());
   return q;
@@ -119,6 +127,42 @@ Result<Reply> decode_reply(std::string_view in) {
   p.message.assign(msg);
   p.csums.resize(ncsum);
   if (ncsum) std::memcpy(p.csums.data(), csums.data(), csums.size());
+  return p;
+}
+
+std::string encode_key_page(const KeyPage& p) {
+  std::string s;
+  put_le<uint8_t>(&s, p.done ? 1 : 0);
+  put_le<uint16_t>(&s, static_cast<uint16_t>(p.anchor.size()));
+  s += p.anchor;
+  put_le<uint32_t>(&s, static_cast<uint32_t>(p.keys.size()));
+  for (const std::string& k : p.keys) {
+    put_le<uint16_t>(&s, static_cast<uint16_t>(k.size()));
+    s += k;
+  }
+  return s;
+}
+
+Result<KeyPage> decode_key_page(std::string_view in) {
+  ByteReader r(in);
+  KeyPage p;
+  uint8_t done = 0;
+  uint16_t alen = 0;
+  uint32_t n = 0;
+  std::string_view anchor;
+  if (!r.get_le(&done) || done > 1 || !r.get_le(&alen) || alen > kMaxAnchorBytes || !r.get_bytes(alen, &anchor) ||
+      !r.get_le(&n) || n > in.size() / 2)
+    return malformed("key page header");
+  p.done = done == 1;
+  p.anchor.assign(anchor);
+  p.keys.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    uint16_t klen = 0;
+    std::string_view k;
+    if (!r.get_le(&klen) || klen > kMaxKeyBytes || !r.get_bytes(klen, &k)) return malformed("key page entry");
+    p.keys.emplace_back(k);
+  }
+  if (r.remaining() != 0) return malformed("key page has trailing bytes");
   return p;
 }
 

@@ -21,6 +21,7 @@ inline constexpr uint8_t kDataPlaneVersion = 1;
 inline constexpr size_t kMaxKeyBytes = 4096;
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;
 inline constexpr size_t kMaxRkeyBytes = 1024;
+inline constexpr size_t kMaxAnchorBytes = 2 * kMaxKeyBytes + 64;  // an engine anchor holds up to two keys
 
 enum class Op : uint8_t {
   kUpdate = 1,     // payload: the data; epoch 0 = the target stamps one
@@ -30,7 +31,16 @@ enum class Op : uint8_t {
   kPunchObject = 5,
   kListObjects = 6,  // dkey: resume anchor ("" to start); length: max objects. Reply payload: 16-byte oids,
                      // message: the next anchor, epoch: 1 when the enumeration is complete
+  kListDkeys = 7,    // of oid on this target; akey: resume anchor; length: max keys. Reply payload: a KeyPage
+  kListAkeys = 8,    // of (oid, dkey); akey field unused, anchor in `offset`-less KeyPage form as for dkeys
+  kPunchAkey = 9,    // punches one (dkey, akey)
+  kObjectEnd = 10,   // of oid on this target: the highest end of akey `akey` over dkeys that are 8-byte big-endian
+                     // chunk indexes (reply length), 0 when none: the data end of a file striped by chunk
 };
+inline constexpr uint8_t kMaxOp = 10;
+
+// Request flags.
+inline constexpr uint32_t kIfAbsent = 1;  // update: only when (dkey, akey) has no visible value (kAlreadyExists)
 
 enum class Kind : uint8_t { kSingle = 1, kArray = 2 };
 
@@ -46,6 +56,8 @@ struct Request {
   std::string dkey;
   std::string akey;
   std::vector<uint32_t> csums;  // update: one per checksum chunk (see common/crc32c.h)
+  uint32_t flags = 0;           // kIfAbsent
+  std::string anchor;           // list dkeys / akeys: where to resume ("" to start)
   // The explicit path: the client's registered buffer (transport::Registration), which the target reads on an
   // update or writes on a fetch instead of moving a payload with the message. rkey "" = no descriptor.
   uint64_t remote_addr = 0;
@@ -65,6 +77,15 @@ std::string encode_request(const Request& r);
 // kInvalidArgument for anything malformed: wrong magic or version, truncated, lengths out of range.
 Result<Request> decode_request(std::string_view in);
 std::string encode_reply(const Reply& r);
+
+// A page of keys (list dkeys / akeys reply payload): the next anchor, whether the enumeration is done, the keys.
+struct KeyPage {
+  std::string anchor;
+  bool done = false;
+  std::vector<std::string> keys;
+};
+std::string encode_key_page(const KeyPage& p);
+Result<KeyPage> decode_key_page(std::string_view in);
 Result<Reply> decode_reply(std::string_view in);
 
 }  // namespace rfos::wire

@@ -1,4 +1,4 @@
-// Fuzz target: data-plane request and reply headers arrive from the network.
+// Fuzz target: data-plane request and reply headers and key pages arrive from the network.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -11,5 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (q.is_ok() && rfos::wire::encode_request(*q) != in) std::abort();  // accepted means canonical
   auto p = rfos::wire::decode_reply(in);
   if (p.is_ok() && rfos::wire::encode_reply(*p) != in) std::abort();
+  auto k = rfos::wire::decode_key_page(in);
+  if (k.is_ok() && rfos::wire::encode_key_page(*k) != in) std::abort();
   return 0;
 }

@@ -18,6 +18,7 @@
 #include "common/crc32c.h"
 #include "engine/engine_testing.h"
 #include "loopback.h"
+#include "placement/placement.h"
 #include "server_process.h"
 #include "transport/transport.h"
 #include "wire/capability.h"
@@ -230,6 +231,65 @@ TEST_P(DataPlane, ExplicitPathRoundTripsAndCachesRegistrations) {
   std::string back(65536, '\0');
   ASSERT_TRUE(plain->read({15, 15}, "3", "a", 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()}).is_ok());
   EXPECT_TRUE(back == bytes_of(len, 903));
+}
+
+// What the POSIX namespace builds on: key enumeration in pages, akey punches, insert-if-absent, file ends.
+TEST_P(DataPlane, KeysInsertsAndObjectEnds) {
+  auto c = open();
+  ASSERT_TRUE(c);
+  ObjectId dir = placement::with_class({0, 77}, placement::ObjectClass::kS1);
+  for (int i = 0; i < 1500; ++i) ASSERT_TRUE(c->put_value(dir, "entry" + std::to_string(i), "e", "x").is_ok());
+  auto names = c->list_dkeys(dir);  // more than one page
+  ASSERT_TRUE(names.is_ok()) << names.status().to_string();
+  EXPECT_EQ(names->size(), 1500u);
+  EXPECT_TRUE(std::is_sorted(names->begin(), names->end()));
+  ASSERT_TRUE(c->put_value(dir, "entry7", "x1", "a").is_ok());
+  ASSERT_TRUE(c->put_value(dir, "entry7", "x2", "b").is_ok());
+  EXPECT_EQ(*c->list_akeys(dir, "entry7"), (std::vector<std::string>{"e", "x1", "x2"}));
+  ASSERT_TRUE(c->punch_akey(dir, "entry7", "x1").is_ok());
+  EXPECT_EQ(*c->list_akeys(dir, "entry7"), (std::vector<std::string>{"e", "x2"}));
+  EXPECT_EQ(c->get_value(dir, "entry7", "x1").status().code(), StatusCode::kNotFound);
+
+  // Insert-if-absent: of many racing inserts from two clients exactly one wins per key.
+  auto other = open();
+  ASSERT_TRUE(other);
+  std::atomic<int> wins{0}, exists{0}, failures{0};
+  auto racer = [&](Container* k, const std::string& who) {
+    for (int i = 0; i < 40; ++i) {
+      Status s = k->insert_value(dir, "race" + std::to_string(i), "e", who);
+      if (s.is_ok())
+        ++wins;
+      else if (s.code() == StatusCode::kAlreadyExists)
+        ++exists;
+      else
+        ++failures;
+    }
+  };
+  std::thread a(racer, c.get(), "a"), b(racer, other.get(), "b");
+  a.join();
+  b.join();
+  EXPECT_EQ(wins.load(), 40);
+  EXPECT_EQ(exists.load(), 40);
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(c->insert_value(dir, "entry1", "e", "y").code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(*c->get_value(dir, "entry1", "e"), "x");
+  ASSERT_TRUE(c->punch_dkey(dir, "entry1").is_ok());
+  EXPECT_TRUE(c->insert_value(dir, "entry1", "e", "y").is_ok());  // a punched key is absent again
+
+  // The data end of a file striped by 8-byte big-endian chunk indexes, over every target.
+  ObjectId file{0, 78};
+  auto chunk = [](uint64_t i) {
+    std::string k(8, '\0');
+    for (int b = 0; b < 8; ++b) k[b] = static_cast<char>(i >> (56 - 8 * b));
+    return k;
+  };
+  EXPECT_EQ(*c->object_end(file, "d"), 0u);
+  std::string data = bytes_of(1000, 9);
+  for (uint64_t i : {0ul, 3ul, 9ul, 4ul})
+    ASSERT_TRUE(c->write(file, chunk(i), "d", i * (1 << 20), as_span(data)).is_ok());
+  EXPECT_EQ(*c->object_end(file, "d"), 9u * (1 << 20) + 1000);
+  ASSERT_TRUE(c->punch_dkey(file, chunk(9)).is_ok());
+  EXPECT_EQ(*c->object_end(file, "d"), 4u * (1 << 20) + 1000);
 }
 
 TEST_P(DataPlane, DisconnectRevokesTheCapability) {
