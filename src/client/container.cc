@@ -465,6 +465,12 @@ Status Container::punch_akey(const ObjectId& oid, std::string_view dkey, std::st
   return impl_->roundtrip(impl_->target_of(q), q, {}, {}, nullptr);
 }
 
+Status Container::punch_extent(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
+                               uint64_t length) {
+  wire::Request q = make_request(wire::Op::kPunchExtent, wire::Kind::kArray, oid, dkey, akey, offset, length);
+  return impl_->roundtrip(impl_->target_of(q), q, {}, {}, nullptr);
+}
+
 Status Container::insert_value(const ObjectId& oid, std::string_view dkey, std::string_view akey,
                                std::string_view value) {
   for (int attempt = 0;; ++attempt) {
@@ -479,10 +485,10 @@ Status Container::insert_value(const ObjectId& oid, std::string_view dkey, std::
   }
 }
 
-Result<wire::KeyPage> Container::list_dkeys(const ObjectId& oid, uint32_t target, const std::string& anchor,
-                                            size_t max) {
+Result<wire::KeyPage> Container::list_dkeys(const ObjectId& oid, uint32_t target, const std::string& anchor, size_t max,
+                                            std::string_view value_akey) {
   if (target >= impl_->eps.size()) return error(StatusCode::kInvalidArgument, "no such target");
-  wire::Request q = make_request(wire::Op::kListDkeys, wire::Kind::kArray, oid, {}, {}, 0, max);
+  wire::Request q = make_request(wire::Op::kListDkeys, wire::Kind::kArray, oid, {}, value_akey, 0, max);
   q.anchor = anchor;
   std::string page;
   RFOS_RETURN_IF_ERROR(impl_->roundtrip(target, q, {}, {}, nullptr, &page));

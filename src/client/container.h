@@ -85,11 +85,15 @@ class Container {
   Result<std::vector<ObjectId>> list_objects();
   Status punch_dkey(const ObjectId& oid, std::string_view dkey);
   Status punch_akey(const ObjectId& oid, std::string_view dkey, std::string_view akey);
+  Status punch_extent(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
+                      uint64_t length);
   // Stores a single value only when (dkey, akey) has none: kAlreadyExists otherwise. Of racing inserts from
   // any number of clients exactly one succeeds (the key's target serializes them).
   Status insert_value(const ObjectId& oid, std::string_view dkey, std::string_view akey, std::string_view value);
   // dkeys of an object on one target, a page at a time: pass the returned anchor back until `done`.
-  Result<wire::KeyPage> list_dkeys(const ObjectId& oid, uint32_t target, const std::string& anchor, size_t max);
+  // With value_akey set, each dkey comes with its single value under that akey ("" where none).
+  Result<wire::KeyPage> list_dkeys(const ObjectId& oid, uint32_t target, const std::string& anchor, size_t max,
+                                   std::string_view value_akey = {});
   // Every dkey of an object over all targets, in key order.
   Result<std::vector<std::string>> list_dkeys(const ObjectId& oid);
   Result<std::vector<std::string>> list_akeys(const ObjectId& oid, std::string_view dkey);

@@ -18,29 +18,39 @@
 namespace rfos {
 
 // X(name, number, errno, http) -- one table for every code.
-#define RFOS_STATUS_CODES(X)             \
-  X(kOk, 0, 0, 200)                      \
-  /* generic 1..99 */                    \
-  X(kInvalidArgument, 1, EINVAL, 400)    \
-  X(kNotFound, 2, ENOENT, 404)           \
-  X(kAlreadyExists, 3, EEXIST, 409)      \
-  X(kNoSpace, 4, ENOSPC, 507)            \
-  X(kIoError, 5, EIO, 500)               \
-  X(kBusy, 6, EAGAIN, 503)               \
-  X(kCorruption, 7, EIO, 500)            \
-  X(kNotSupported, 8, EOPNOTSUPP, 501)   \
-  X(kInternal, 9, EIO, 500)              \
-  X(kTooLarge, 10, EFBIG, 413)           \
-  X(kPermissionDenied, 11, EACCES, 403)  \
-  X(kTimeout, 12, ETIMEDOUT, 504)        \
-  X(kShutdown, 13, ESHUTDOWN, 503)       \
-  /* engine 100..199 */                  \
-  X(kChecksumMismatch, 100, EIO, 500)    \
-  X(kEpochTooOld, 101, EINVAL, 409)      \
-  X(kUnknownContainer, 102, ENOENT, 404) \
-  X(kUnknownPool, 103, ENOENT, 404)      \
-  X(kWrongValueKind, 104, EINVAL, 400)   \
-  X(kEngineFailed, 105, EIO, 500)
+#define RFOS_STATUS_CODES(X)              \
+  X(kOk, 0, 0, 200)                       \
+  /* generic 1..99 */                     \
+  X(kInvalidArgument, 1, EINVAL, 400)     \
+  X(kNotFound, 2, ENOENT, 404)            \
+  X(kAlreadyExists, 3, EEXIST, 409)       \
+  X(kNoSpace, 4, ENOSPC, 507)             \
+  X(kIoError, 5, EIO, 500)                \
+  X(kBusy, 6, EAGAIN, 503)                \
+  X(kCorruption, 7, EIO, 500)             \
+  X(kNotSupported, 8, EOPNOTSUPP, 501)    \
+  X(kInternal, 9, EIO, 500)               \
+  X(kTooLarge, 10, EFBIG, 413)            \
+  X(kPermissionDenied, 11, EACCES, 403)   \
+  X(kTimeout, 12, ETIMEDOUT, 504)         \
+  X(kShutdown, 13, ESHUTDOWN, 503)        \
+  /* engine 100..199 */                   \
+  X(kChecksumMismatch, 100, EIO, 500)     \
+  X(kEpochTooOld, 101, EINVAL, 409)       \
+  X(kUnknownContainer, 102, ENOENT, 404)  \
+  X(kUnknownPool, 103, ENOENT, 404)       \
+  X(kWrongValueKind, 104, EINVAL, 400)    \
+  X(kEngineFailed, 105, EIO, 500)         \
+  /* namespace 200..299 */                \
+  X(kNotEmpty, 200, ENOTEMPTY, 409)       \
+  X(kNotDirectory, 201, ENOTDIR, 400)     \
+  X(kIsDirectory, 202, EISDIR, 400)       \
+  X(kNameTooLong, 203, ENAMETOOLONG, 400) \
+  X(kNotPermitted, 204, EPERM, 403)       \
+  X(kNoData, 205, ENODATA, 404)           \
+  X(kTooManyLinks, 206, EMLINK, 400)      \
+  X(kLoop, 207, ELOOP, 400)               \
+  X(kRange, 208, ERANGE, 400)
 
 enum class StatusCode : uint16_t {
 #define RFOS_X(name, num, err, http) name = num,

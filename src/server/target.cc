@@ -225,7 +225,7 @@ class Target::Impl {
     if (revocations->revoked(cap->session, now))
       return reply_error(in.reply_to, q.request_id, error(StatusCode::kPermissionDenied, "the session has ended"));
     bool writes = q.op == wire::Op::kUpdate || q.op == wire::Op::kPunchDkey || q.op == wire::Op::kPunchObject ||
-                  q.op == wire::Op::kPunchAkey;
+                  q.op == wire::Op::kPunchAkey || q.op == wire::Op::kPunchExtent;
     if (writes && !(cap->rights & wire::Capability::kWrite))
       return reply_error(in.reply_to, q.request_id, error(StatusCode::kPermissionDenied, "the session is read-only"));
     auto cid = container(cap->pool, cap->cont);
@@ -276,8 +276,15 @@ class Target::Impl {
                         ? engine->list_dkeys(*cid, q.oid, engine::kEpochLatest, &anchor, max)
                         : engine->list_akeys(*cid, q.oid, q.dkey, engine::kEpochLatest, &anchor, max);
         if (!keys.is_ok()) return reply_error(in.reply_to, q.request_id, keys.status());
-        auto payload = std::make_shared<std::string>(
-            wire::encode_key_page({anchor.position, anchor.done, std::move(keys).value()}));
+        wire::KeyPage page{anchor.position, anchor.done, std::move(keys).value()};
+        if (q.op == wire::Op::kListDkeys && !q.akey.empty()) {  // with each dkey's value of that akey
+          page.with_values = true;
+          for (const std::string& dk : page.keys) {
+            auto v = engine->fetch({{*cid, q.oid, dk, q.akey}, engine::kEpochLatest, engine::ValueKind::kSingle});
+            page.values.push_back(v.is_ok() ? std::move(v).value() : std::string());
+          }
+        }
+        auto payload = std::make_shared<std::string>(wire::encode_key_page(page));
         wire::Reply r;
         r.request_id = q.request_id;
         r.length = payload->size();
@@ -294,15 +301,18 @@ class Target::Impl {
       }
       case wire::Op::kPunchDkey:
       case wire::Op::kPunchAkey:
+      case wire::Op::kPunchExtent:
       case wire::Op::kPunchObject: {
         uint64_t epoch = next_epoch();
         auto to = in.reply_to;
         auto id = q.request_id;
         auto held = inflight_epochs.insert(epoch);
         offload<Status>(
-            [this, cid = *cid, oid = q.oid, dk = q.dkey, ak = q.akey, op = q.op, epoch] {
+            [this, cid = *cid, oid = q.oid, dk = q.dkey, ak = q.akey, op = q.op, off = q.offset, len = q.length,
+             epoch] {
               if (op == wire::Op::kPunchDkey) return engine->punch_dkey(cid, oid, dk, epoch);
               if (op == wire::Op::kPunchAkey) return engine->punch_akey({cid, oid, dk, ak}, epoch);
+              if (op == wire::Op::kPunchExtent) return engine->punch_extent({cid, oid, dk, ak}, epoch, off, len);
               return engine->punch_object(cid, oid, epoch);
             },
             write_done(to, id, epoch, held));

@@ -132,13 +132,17 @@ Result<Reply> decode_reply(std::string_view in) {
 
 std::string encode_key_page(const KeyPage& p) {
   std::string s;
-  put_le<uint8_t>(&s, p.done ? 1 : 0);
+  put_le<uint8_t>(&s, (p.done ? 1 : 0) | (p.with_values ? 2 : 0));
   put_le<uint16_t>(&s, static_cast<uint16_t>(p.anchor.size()));
   s += p.anchor;
   put_le<uint32_t>(&s, static_cast<uint32_t>(p.keys.size()));
-  for (const std::string& k : p.keys) {
-    put_le<uint16_t>(&s, static_cast<uint16_t>(k.size()));
-    s += k;
+  for (size_t i = 0; i < p.keys.size(); ++i) {
+    put_le<uint16_t>(&s, static_cast<uint16_t>(p.keys[i].size()));
+    s += p.keys[i];
+    if (!p.with_values) continue;
+    const std::string& v = i < p.values.size() ? p.values[i] : std::string();
+    put_le<uint32_t>(&s, static_cast<uint32_t>(v.size()));
+    s += v;
   }
   return s;
 }
@@ -150,10 +154,11 @@ Result<KeyPage> decode_key_page(std::string_view in) {
   uint16_t alen = 0;
   uint32_t n = 0;
   std::string_view anchor;
-  if (!r.get_le(&done) || done > 1 || !r.get_le(&alen) || alen > kMaxAnchorBytes || !r.get_bytes(alen, &anchor) ||
+  if (!r.get_le(&done) || done > 3 || !r.get_le(&alen) || alen > kMaxAnchorBytes || !r.get_bytes(alen, &anchor) ||
       !r.get_le(&n) || n > in.size() / 2)
     return malformed("key page header");
-  p.done = done == 1;
+  p.done = done & 1;
+  p.with_values = done & 2;
   p.anchor.assign(anchor);
   p.keys.reserve(n);
   for (uint32_t i = 0; i < n; ++i) {
@@ -161,6 +166,11 @@ Result<KeyPage> decode_key_page(std::string_view in) {
     std::string_view k;
     if (!r.get_le(&klen) || klen > kMaxKeyBytes || !r.get_bytes(klen, &k)) return malformed("key page entry");
     p.keys.emplace_back(k);
+    if (!p.with_values) continue;
+    uint32_t vlen = 0;
+    std::string_view v;
+    if (!r.get_le(&vlen) || !r.get_bytes(vlen, &v)) return malformed("key page value");
+    p.values.emplace_back(v);
   }
   if (r.remaining() != 0) return malformed("key page has trailing bytes");
   return p;

@@ -29,15 +29,17 @@ enum class Op : uint8_t {
   kArraySize = 3,  // reply length: the array's size
   kPunchDkey = 4,  // punches one dkey
   kPunchObject = 5,
-  kListObjects = 6,  // dkey: resume anchor ("" to start); length: max objects. Reply payload: 16-byte oids,
-                     // message: the next anchor, epoch: 1 when the enumeration is complete
-  kListDkeys = 7,    // of oid on this target; akey: resume anchor; length: max keys. Reply payload: a KeyPage
-  kListAkeys = 8,    // of (oid, dkey); akey field unused, anchor in `offset`-less KeyPage form as for dkeys
-  kPunchAkey = 9,    // punches one (dkey, akey)
-  kObjectEnd = 10,   // of oid on this target: the highest end of akey `akey` over dkeys that are 8-byte big-endian
-                     // chunk indexes (reply length), 0 when none: the data end of a file striped by chunk
+  kListObjects = 6,   // dkey: resume anchor ("" to start); length: max objects. Reply payload: 16-byte oids,
+                      // message: the next anchor, epoch: 1 when the enumeration is complete
+  kListDkeys = 7,     // of oid on this target; length: max keys; akey: "" or the akey whose single values to
+                      // return with the keys. Reply payload: a KeyPage
+  kListAkeys = 8,     // of (oid, dkey); length: max keys. Reply payload: a KeyPage
+  kPunchAkey = 9,     // punches one (dkey, akey)
+  kObjectEnd = 10,    // of oid on this target: the highest end of akey `akey` over dkeys that are 8-byte big-endian
+                      // chunk indexes (reply length), 0 when none: the data end of a file striped by chunk
+  kPunchExtent = 11,  // punches [offset, offset+length) of the array (dkey, akey): a hole, not counted in its size
 };
-inline constexpr uint8_t kMaxOp = 10;
+inline constexpr uint8_t kMaxOp = 11;
 
 // Request flags.
 inline constexpr uint32_t kIfAbsent = 1;  // update: only when (dkey, akey) has no visible value (kAlreadyExists)
@@ -83,6 +85,10 @@ struct KeyPage {
   std::string anchor;
   bool done = false;
   std::vector<std::string> keys;
+  // List dkeys with an akey named: each dkey's single value under that akey ("" where it has none), so a
+  // directory listing gets its entries in one round trip.
+  bool with_values = false;
+  std::vector<std::string> values;
 };
 std::string encode_key_page(const KeyPage& p);
 Result<KeyPage> decode_key_page(std::string_view in);

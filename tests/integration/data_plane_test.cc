@@ -290,6 +290,8 @@ TEST_P(DataPlane, KeysInsertsAndObjectEnds) {
   EXPECT_EQ(*c->object_end(file, "d"), 9u * (1 << 20) + 1000);
   ASSERT_TRUE(c->punch_dkey(file, chunk(9)).is_ok());
   EXPECT_EQ(*c->object_end(file, "d"), 4u * (1 << 20) + 1000);
+  ASSERT_TRUE(c->punch_extent(file, chunk(4), "d", 4u * (1 << 20) + 500, 500).is_ok());
+  EXPECT_EQ(*c->object_end(file, "d"), 4u * (1 << 20) + 500);
 }
 
 TEST_P(DataPlane, DisconnectRevokesTheCapability) {

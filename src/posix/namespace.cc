@@ -1,0 +1,784 @@
+#include "posix/namespace.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "common/coding.h"
+#include "placement/placement.h"
+
+namespace rfos::posix {
+
+using client::Container;
+using placement::ObjectClass;
+
+namespace {
+
+constexpr std::string_view kInodeDkey = "/";  // no entry name can be "/"
+constexpr std::string_view kXattrDkey = "/x";
+constexpr std::string_view kInodeAkey = "a";
+constexpr std::string_view kLinkAkey = "l";
+constexpr std::string_view kEntryAkey = "e";
+constexpr std::string_view kDataAkey = "d";
+constexpr uint8_t kInodeVersion = 1;
+constexpr uint8_t kEntryVersion = 1;
+constexpr uint32_t kDefaultChunk = 1u << 20;
+constexpr size_t kXattrValueMax = 64 * 1024;
+// Stored xattr values lead with this byte: the engine keeps no empty values, and an xattr may be empty.
+constexpr char kXattrTag = 'v';
+
+uint64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Status fail(StatusCode code, const std::string& what) { return error(code, what); }
+
+std::string encode_inode(const Attr& a, uint64_t floor) {
+  std::string s;
+  put_le<uint8_t>(&s, kInodeVersion);
+  put_le<uint32_t>(&s, a.mode);
+  put_le<uint32_t>(&s, a.uid);
+  put_le<uint32_t>(&s, a.gid);
+  put_le<uint32_t>(&s, a.nlink);
+  put_le<uint64_t>(&s, a.rdev);
+  put_le<uint64_t>(&s, floor);
+  put_le<uint64_t>(&s, a.atime_ns);
+  put_le<uint64_t>(&s, a.mtime_ns);
+  put_le<uint64_t>(&s, a.ctime_ns);
+  put_le<uint32_t>(&s, a.chunk);
+  put_le<uint64_t>(&s, a.parent.hi);
+  put_le<uint64_t>(&s, a.parent.lo);
+  return s;
+}
+
+// The inode record; `floor` is the size floor of a file (its size is max(floor, end of data)).
+Result<Attr> decode_inode(const ObjectId& oid, std::string_view in, uint64_t* floor) {
+  ByteReader r(in);
+  Attr a;
+  uint8_t version = 0;
+  a.oid = oid;
+  if (!r.get_le(&version) || version != kInodeVersion || !r.get_le(&a.mode) || !r.get_le(&a.uid) || !r.get_le(&a.gid) ||
+      !r.get_le(&a.nlink) || !r.get_le(&a.rdev) || !r.get_le(floor) || !r.get_le(&a.atime_ns) ||
+      !r.get_le(&a.mtime_ns) || !r.get_le(&a.ctime_ns) || !r.get_le(&a.chunk) || !r.get_le(&a.parent.hi) ||
+      !r.get_le(&a.parent.lo) || r.remaining() != 0)
+    return fail(StatusCode::kCorruption, "inode " + oid.to_string() + " is damaged");
+  a.size = *floor;
+  return a;
+}
+
+std::string encode_entry(const ObjectId& oid, uint32_t type) {
+  std::string s;
+  put_le<uint8_t>(&s, kEntryVersion);
+  put_le<uint32_t>(&s, type & S_IFMT);
+  put_le<uint64_t>(&s, oid.hi);
+  put_le<uint64_t>(&s, oid.lo);
+  return s;
+}
+
+Result<DirEntry> decode_entry(std::string_view name, std::string_view in) {
+  ByteReader r(in);
+  DirEntry e;
+  uint8_t version = 0;
+  e.name = name;
+  if (!r.get_le(&version) || version != kEntryVersion || !r.get_le(&e.type) || !r.get_le(&e.oid.hi) ||
+      !r.get_le(&e.oid.lo) || r.remaining() != 0)
+    return fail(StatusCode::kCorruption, "directory entry '" + std::string(name) + "' is damaged");
+  return e;
+}
+
+std::string chunk_key(uint64_t index) {
+  std::string k;
+  put_be64(&k, index);
+  return k;
+}
+
+Status check_name(std::string_view name) {
+  if (name.empty() || name == "." || name == "..")
+    return fail(StatusCode::kInvalidArgument, "'" + std::string(name) + "' cannot be created or removed");
+  if (name.size() > kNameMax) return fail(StatusCode::kNameTooLong, "a name is at most 255 bytes");
+  if (name.find('/') != std::string_view::npos || name.find('\0') != std::string_view::npos)
+    return fail(StatusCode::kInvalidArgument, "a name cannot hold '/' or NUL");
+  return Status::ok();
+}
+
+bool in_group(const Cred& c, uint32_t gid) {
+  return c.gid == gid || std::find(c.groups.begin(), c.groups.end(), gid) != c.groups.end();
+}
+
+Status denied(const std::string& what) { return fail(StatusCode::kPermissionDenied, what); }
+
+}  // namespace
+
+bool Namespace::permits(const Attr& a, const Cred& c, int mask) {
+  if (c.uid == 0) return !(mask & X_OK) || S_ISDIR(a.mode) || (a.mode & 0111);
+  uint32_t bits = c.uid == a.uid ? (a.mode >> 6) & 7 : in_group(c, a.gid) ? (a.mode >> 3) & 7 : a.mode & 7;
+  return (bits & static_cast<uint32_t>(mask)) == static_cast<uint32_t>(mask);
+}
+
+class Namespace::Impl {
+ public:
+  SessionFactory factory;
+  SpaceQuery space;
+  ObjectId root = placement::with_class({0, 1}, ObjectClass::kS1);
+
+  // Container sessions are single-threaded: each call borrows one and gives it back.
+  std::mutex mu;
+  std::vector<std::unique_ptr<Container>> idle;
+  std::mt19937_64 rng{std::random_device{}()};
+  std::map<ObjectId, uint32_t> chunk_of;  // chunk sizes never change: remembered per file
+
+  class Lease {
+   public:
+    Lease(Impl* impl, std::unique_ptr<Container> c) : impl_(impl), c_(std::move(c)) {}
+    Lease(Lease&&) = default;
+    ~Lease() {
+      if (c_) {
+        std::lock_guard lock(impl_->mu);
+        impl_->idle.push_back(std::move(c_));
+      }
+    }
+    Container* operator->() { return c_.get(); }
+
+   private:
+    Impl* impl_;
+    std::unique_ptr<Container> c_;
+  };
+
+  Result<Lease> session() {
+    {
+      std::lock_guard lock(mu);
+      if (!idle.empty()) {
+        auto c = std::move(idle.back());
+        idle.pop_back();
+        return Lease(this, std::move(c));
+      }
+    }
+    RFOS_ASSIGN_OR_RETURN(auto c, factory());
+    return Lease(this, std::move(c));
+  }
+
+  ObjectId new_oid(ObjectClass cls) {
+    std::lock_guard lock(mu);
+    ObjectId o;
+    do {
+      o.hi = rng() & ((1ull << 56) - 1);
+      o.lo = rng();
+    } while (o.hi == 0);  // hi 0 is for fixed objects (the root)
+    return placement::with_class(o, cls);
+  }
+
+  // The inode record and its size floor.
+  Result<Attr> inode(Lease& c, const ObjectId& oid, uint64_t* floor) {
+    auto raw = c->get_value(oid, kInodeDkey, kInodeAkey);
+    if (!raw.is_ok()) {
+      if (raw.status().code() == StatusCode::kNotFound) return fail(StatusCode::kNotFound, "no such inode");
+      return raw.status();
+    }
+    return decode_inode(oid, *raw, floor);
+  }
+
+  Result<Attr> attr(Lease& c, const ObjectId& oid) {
+    uint64_t floor = 0;
+    RFOS_ASSIGN_OR_RETURN(Attr a, inode(c, oid, &floor));
+    if (S_ISREG(a.mode)) {
+      RFOS_ASSIGN_OR_RETURN(uint64_t end, c->object_end(oid, kDataAkey));
+      a.size = std::max(floor, end);
+    } else if (S_ISDIR(a.mode)) {
+      a.size = 4096;
+    }
+    return a;
+  }
+
+  Status put_inode(Lease& c, const Attr& a, uint64_t floor) {
+    return c->put_value(a.oid, kInodeDkey, kInodeAkey, encode_inode(a, floor));
+  }
+
+  // Read-modify-write of an inode record (attributes other clients may change meanwhile are taken as read).
+  template <typename F>
+  Result<Attr> update_inode(Lease& c, const ObjectId& oid, F change) {
+    uint64_t floor = 0;
+    RFOS_ASSIGN_OR_RETURN(Attr a, inode(c, oid, &floor));
+    RFOS_RETURN_IF_ERROR(change(a, floor));
+    RFOS_RETURN_IF_ERROR(put_inode(c, a, floor));
+    return a;
+  }
+
+  Result<Attr> directory(Lease& c, const ObjectId& dir) {
+    RFOS_ASSIGN_OR_RETURN(Attr d, attr(c, dir));
+    if (!S_ISDIR(d.mode)) return fail(StatusCode::kNotDirectory, "not a directory");
+    return d;
+  }
+
+  Result<DirEntry> entry(Lease& c, const ObjectId& dir, std::string_view name) {
+    auto raw = c->get_value(dir, name, kEntryAkey);
+    if (!raw.is_ok()) {
+      if (raw.status().code() == StatusCode::kNotFound)
+        return fail(StatusCode::kNotFound, "'" + std::string(name) + "' does not exist");
+      return raw.status();
+    }
+    return decode_entry(name, *raw);
+  }
+
+  // A directory the caller may add entries to or remove them from.
+  Result<Attr> writable_dir(Lease& c, const ObjectId& dir, const Cred& cred) {
+    RFOS_ASSIGN_OR_RETURN(Attr d, directory(c, dir));
+    if (!permits(d, cred, W_OK | X_OK)) return denied("no write and search permission on the directory");
+    return d;
+  }
+
+  // The sticky bit: in such a directory only the owner of an entry, of the directory, or root removes it.
+  static Status sticky_ok(const Attr& dir, const Attr& victim, const Cred& cred) {
+    if (!(dir.mode & S_ISVTX) || cred.uid == 0 || cred.uid == dir.uid || cred.uid == victim.uid) return Status::ok();
+    return denied("the directory is sticky and the entry is someone else's");
+  }
+
+  Status dir_changed(Lease& c, const ObjectId& dir, int nlink_delta) {
+    uint64_t t = now_ns();
+    return update_inode(c, dir,
+                        [&](Attr& d, uint64_t&) {
+                          d.mtime_ns = d.ctime_ns = t;
+                          d.nlink = static_cast<uint32_t>(static_cast<int64_t>(d.nlink) + nlink_delta);
+                          return Status::ok();
+                        })
+        .status();
+  }
+
+  Result<bool> dir_empty(Lease& c, const ObjectId& dir) {
+    std::string anchor;
+    for (;;) {
+      RFOS_ASSIGN_OR_RETURN(auto page, c->list_dkeys(dir, c->target_of(dir, {}), anchor, 16));
+      for (const std::string& k : page.keys)
+        if (k != kInodeDkey && k != kXattrDkey) return false;
+      if (page.done) return true;
+      anchor = page.anchor;
+    }
+  }
+
+  // Creates an inode and its entry: the inode first, so an entry never names a missing inode; if the name
+  // turns out to be taken, the new inode goes again.
+  Result<Attr> create(const ObjectId& dir, std::string_view name, uint32_t mode, uint64_t rdev,
+                      std::string_view link_target, const Cred& cred) {
+    RFOS_RETURN_IF_ERROR(check_name(name));
+    RFOS_ASSIGN_OR_RETURN(Lease c, session());
+    RFOS_ASSIGN_OR_RETURN(Attr d, writable_dir(c, dir, cred));
+    bool is_dir = S_ISDIR(mode);
+    Attr a;
+    a.oid = new_oid(S_ISREG(mode) ? ObjectClass::kSX : ObjectClass::kS1);
+    a.mode = (mode & S_IFMT) | (mode & 07777);
+    a.uid = cred.uid;
+    a.gid = cred.gid;
+    if (d.mode & S_ISGID) {  // setgid directories pass on their group, and to subdirectories the bit itself
+      a.gid = d.gid;
+      if (is_dir) a.mode |= S_ISGID;
+    }
+    if (!is_dir && !in_group(cred, a.gid) && cred.uid != 0) a.mode &= ~static_cast<uint32_t>(S_ISGID);
+    a.nlink = is_dir ? 2 : 1;
+    a.rdev = rdev;
+    a.atime_ns = a.mtime_ns = a.ctime_ns = now_ns();
+    a.chunk = S_ISREG(mode) ? kDefaultChunk : 0;
+    if (is_dir) a.parent = dir;
+    if (!link_target.empty()) RFOS_RETURN_IF_ERROR(c->put_value(a.oid, kInodeDkey, kLinkAkey, link_target));
+    RFOS_RETURN_IF_ERROR(put_inode(c, a, 0));
+    Status s = c->insert_value(dir, name, kEntryAkey, encode_entry(a.oid, a.mode));
+    if (!s.is_ok()) {
+      (void)c->punch_object(a.oid);
+      if (s.code() == StatusCode::kAlreadyExists)
+        return fail(StatusCode::kAlreadyExists, "'" + std::string(name) + "' exists");
+      return s;
+    }
+    RFOS_RETURN_IF_ERROR(dir_changed(c, dir, is_dir ? 1 : 0));
+    if (S_ISLNK(a.mode)) a.size = link_target.size();
+    if (is_dir) a.size = 4096;
+    return a;
+  }
+
+  Result<uint32_t> chunk_size(Lease& c, const ObjectId& oid) {
+    {
+      std::lock_guard lock(mu);
+      auto it = chunk_of.find(oid);
+      if (it != chunk_of.end()) return it->second;
+    }
+    uint64_t floor = 0;
+    RFOS_ASSIGN_OR_RETURN(Attr a, inode(c, oid, &floor));
+    if (S_ISDIR(a.mode)) return fail(StatusCode::kIsDirectory, "is a directory");
+    if (!S_ISREG(a.mode)) return fail(StatusCode::kInvalidArgument, "not a regular file");
+    std::lock_guard lock(mu);
+    if (chunk_of.size() > 65536) chunk_of.clear();
+    chunk_of[oid] = a.chunk ? a.chunk : kDefaultChunk;
+    return chunk_of[oid];
+  }
+
+  // Truncates or extends a file to `size`: punches what lies beyond, then moves the floor.
+  Status resize(Lease& c, Attr& a, uint64_t& floor, uint64_t size) {
+    uint64_t chunk = a.chunk ? a.chunk : kDefaultChunk;
+    if (size < a.size) {
+      RFOS_ASSIGN_OR_RETURN(auto keys, c->list_dkeys(a.oid));
+      for (const std::string& k : keys) {
+        if (k.size() != 8) continue;
+        uint64_t start = get_be64(k.data()) * chunk;
+        if (start >= size)
+          RFOS_RETURN_IF_ERROR(c->punch_dkey(a.oid, k));
+        else if (start + chunk > size) {
+          Status s = c->punch_extent(a.oid, k, kDataAkey, size, start + chunk - size);
+          if (!s.is_ok() && s.code() != StatusCode::kNotFound) return s;
+        }
+      }
+    }
+    floor = size;
+    a.size = size;
+    return Status::ok();
+  }
+};
+
+Namespace::Namespace(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Namespace::~Namespace() = default;
+ObjectId Namespace::root() const { return impl_->root; }
+
+Result<std::unique_ptr<Namespace>> Namespace::open(SessionFactory open_session, SpaceQuery space, uint32_t root_mode) {
+  auto impl = std::make_unique<Impl>();
+  impl->factory = std::move(open_session);
+  impl->space = std::move(space);
+  {
+    RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl->session());
+    uint64_t floor = 0;
+    auto root = impl->inode(c, impl->root, &floor);
+    if (!root.is_ok() && root.status().code() != StatusCode::kNotFound) return root.status();
+    if (!root.is_ok()) {  // a fresh container: make the root (insert-if-absent, so racing mounts agree)
+      Attr a;
+      a.oid = impl->root;
+      a.mode = S_IFDIR | (root_mode & 07777);
+      a.nlink = 2;
+      a.atime_ns = a.mtime_ns = a.ctime_ns = now_ns();
+      a.parent = impl->root;
+      Status s = c->insert_value(a.oid, kInodeDkey, kInodeAkey, encode_inode(a, 0));
+      if (!s.is_ok() && s.code() != StatusCode::kAlreadyExists) return s;
+    } else if (!S_ISDIR(root->mode)) {
+      return fail(StatusCode::kCorruption, "the container's root is not a directory");
+    }
+  }
+  return std::unique_ptr<Namespace>(new Namespace(std::move(impl)));
+}
+
+Result<Attr> Namespace::getattr(const ObjectId& oid) {
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  return impl_->attr(c, oid);
+}
+
+Result<Attr> Namespace::lookup(const ObjectId& dir, std::string_view name, const Cred& cred) {
+  if (name.size() > kNameMax) return fail(StatusCode::kNameTooLong, "a name is at most 255 bytes");
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  RFOS_ASSIGN_OR_RETURN(Attr d, impl_->directory(c, dir));
+  if (!permits(d, cred, X_OK)) return denied("no search permission on the directory");
+  if (name == ".") return d;
+  if (name == "..") return impl_->attr(c, d.parent);
+  RFOS_ASSIGN_OR_RETURN(DirEntry e, impl_->entry(c, dir, name));
+  auto a = impl_->attr(c, e.oid);
+  if (!a.is_ok() && a.status().code() == StatusCode::kNotFound)  // an entry whose inode a crash left behind
+    return fail(StatusCode::kNotFound, "'" + std::string(name) + "' has no inode");
+  return a;
+}
+
+Result<Attr> Namespace::resolve(std::string_view path, const Cred& cred) {
+  RFOS_ASSIGN_OR_RETURN(Attr cur, getattr(impl_->root));
+  size_t pos = 0;
+  while (pos < path.size()) {
+    size_t slash = path.find('/', pos);
+    std::string_view part = path.substr(pos, slash == std::string_view::npos ? std::string_view::npos : slash - pos);
+    pos = slash == std::string_view::npos ? path.size() : slash + 1;
+    if (part.empty() || part == ".") continue;
+    RFOS_ASSIGN_OR_RETURN(cur, lookup(cur.oid, part, cred));
+  }
+  return cur;
+}
+
+Result<Attr> Namespace::mkdir(const ObjectId& dir, std::string_view name, uint32_t mode, const Cred& cred) {
+  return impl_->create(dir, name, S_IFDIR | (mode & 07777), 0, {}, cred);
+}
+
+Result<Attr> Namespace::mknod(const ObjectId& dir, std::string_view name, uint32_t mode, uint64_t rdev,
+                              const Cred& cred) {
+  uint32_t type = mode & S_IFMT;
+  if (type == 0) type = S_IFREG;
+  if (type == S_IFDIR || type == S_IFLNK) return fail(StatusCode::kInvalidArgument, "mknod makes no dirs or links");
+  if ((type == S_IFCHR || type == S_IFBLK) && cred.uid != 0)
+    return fail(StatusCode::kNotPermitted, "only root makes device nodes");
+  return impl_->create(dir, name, type | (mode & 07777), rdev, {}, cred);
+}
+
+Result<Attr> Namespace::symlink(const ObjectId& dir, std::string_view name, std::string_view target, const Cred& cred) {
+  if (target.empty()) return fail(StatusCode::kNotFound, "a symlink needs a target");
+  if (target.size() > kSymlinkMax) return fail(StatusCode::kNameTooLong, "a symlink target is at most 4095 bytes");
+  return impl_->create(dir, name, S_IFLNK | 0777, 0, target, cred);
+}
+
+Result<std::string> Namespace::readlink(const ObjectId& oid) {
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  uint64_t floor = 0;
+  RFOS_ASSIGN_OR_RETURN(Attr a, impl_->inode(c, oid, &floor));
+  if (!S_ISLNK(a.mode)) return fail(StatusCode::kInvalidArgument, "not a symlink");
+  return c->get_value(oid, kInodeDkey, kLinkAkey);
+}
+
+Result<Attr> Namespace::link(const ObjectId& oid, const ObjectId& dir, std::string_view name, const Cred& cred) {
+  RFOS_RETURN_IF_ERROR(check_name(name));
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  RFOS_ASSIGN_OR_RETURN(Attr d, impl_->writable_dir(c, dir, cred));
+  (void)d;
+  uint64_t floor = 0;
+  RFOS_ASSIGN_OR_RETURN(Attr a, impl_->inode(c, oid, &floor));
+  if (S_ISDIR(a.mode)) return fail(StatusCode::kNotPermitted, "directories cannot be hard-linked");
+  if (a.nlink == 0) return fail(StatusCode::kNotFound, "the inode was removed");
+  if (a.nlink >= 65000) return fail(StatusCode::kTooManyLinks, "too many links");
+  Status s = c->insert_value(dir, name, kEntryAkey, encode_entry(oid, a.mode));
+  if (s.code() == StatusCode::kAlreadyExists)
+    return fail(StatusCode::kAlreadyExists, "'" + std::string(name) + "' exists");
+  RFOS_RETURN_IF_ERROR(s);
+  uint64_t t = now_ns();
+  RFOS_ASSIGN_OR_RETURN(a, impl_->update_inode(c, oid, [&](Attr& x, uint64_t&) {
+    ++x.nlink;
+    x.ctime_ns = t;
+    return Status::ok();
+  }));
+  RFOS_RETURN_IF_ERROR(impl_->dir_changed(c, dir, 0));
+  return impl_->attr(c, oid);
+}
+
+Result<Attr> Namespace::unlink(const ObjectId& dir, std::string_view name, const Cred& cred) {
+  RFOS_RETURN_IF_ERROR(check_name(name));
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  RFOS_ASSIGN_OR_RETURN(Attr d, impl_->writable_dir(c, dir, cred));
+  RFOS_ASSIGN_OR_RETURN(DirEntry e, impl_->entry(c, dir, name));
+  if (S_ISDIR(e.type)) return fail(StatusCode::kIsDirectory, "'" + std::string(name) + "' is a directory");
+  uint64_t floor = 0;
+  auto victim = impl_->inode(c, e.oid, &floor);
+  if (victim.is_ok()) RFOS_RETURN_IF_ERROR(Impl::sticky_ok(d, *victim, cred));
+  RFOS_RETURN_IF_ERROR(c->punch_dkey(dir, name));
+  RFOS_RETURN_IF_ERROR(impl_->dir_changed(c, dir, 0));
+  if (!victim.is_ok()) {  // the entry had lost its inode: the name is gone, nothing else to do
+    Attr gone;
+    gone.oid = e.oid;
+    return gone;
+  }
+  uint64_t t = now_ns();
+  return impl_->update_inode(c, e.oid, [&](Attr& x, uint64_t&) {
+    if (x.nlink > 0) --x.nlink;
+    x.ctime_ns = t;
+    return Status::ok();
+  });
+}
+
+Status Namespace::forget(const ObjectId& oid) {
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  uint64_t floor = 0;
+  auto a = impl_->inode(c, oid, &floor);
+  if (!a.is_ok()) return a.status().code() == StatusCode::kNotFound ? Status::ok() : a.status();
+  if (a->nlink > 0) return Status::ok();  // linked again meanwhile
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->chunk_of.erase(oid);
+  }
+  Status s = c->punch_object(oid);
+  return s.code() == StatusCode::kNotFound ? Status::ok() : s;
+}
+
+Status Namespace::rmdir(const ObjectId& dir, std::string_view name, const Cred& cred) {
+  RFOS_RETURN_IF_ERROR(check_name(name));
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  RFOS_ASSIGN_OR_RETURN(Attr d, impl_->writable_dir(c, dir, cred));
+  RFOS_ASSIGN_OR_RETURN(DirEntry e, impl_->entry(c, dir, name));
+  if (!S_ISDIR(e.type)) return fail(StatusCode::kNotDirectory, "'" + std::string(name) + "' is not a directory");
+  uint64_t floor = 0;
+  RFOS_ASSIGN_OR_RETURN(Attr victim, impl_->inode(c, e.oid, &floor));
+  RFOS_RETURN_IF_ERROR(Impl::sticky_ok(d, victim, cred));
+  RFOS_ASSIGN_OR_RETURN(bool empty, impl_->dir_empty(c, e.oid));
+  if (!empty) return fail(StatusCode::kNotEmpty, "'" + std::string(name) + "' is not empty");
+  RFOS_RETURN_IF_ERROR(c->punch_dkey(dir, name));
+  RFOS_RETURN_IF_ERROR(impl_->dir_changed(c, dir, -1));
+  Status s = c->punch_object(e.oid);
+  return s.code() == StatusCode::kNotFound ? Status::ok() : s;
+}
+
+Status Namespace::rename(const ObjectId& src_dir, std::string_view src, const ObjectId& dst_dir, std::string_view dst,
+                         unsigned flags, const Cred& cred) {
+  RFOS_RETURN_IF_ERROR(check_name(src));
+  RFOS_RETURN_IF_ERROR(check_name(dst));
+  if ((flags & kRenameNoReplace) && (flags & kRenameExchange))
+    return fail(StatusCode::kInvalidArgument, "RENAME_NOREPLACE and RENAME_EXCHANGE exclude each other");
+  if (flags & ~(kRenameNoReplace | kRenameExchange)) return fail(StatusCode::kInvalidArgument, "unknown flags");
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  RFOS_ASSIGN_OR_RETURN(Attr sd, impl_->writable_dir(c, src_dir, cred));
+  RFOS_ASSIGN_OR_RETURN(Attr dd, impl_->writable_dir(c, dst_dir, cred));
+  RFOS_ASSIGN_OR_RETURN(DirEntry se, impl_->entry(c, src_dir, src));
+  uint64_t floor = 0;
+  RFOS_ASSIGN_OR_RETURN(Attr sa, impl_->inode(c, se.oid, &floor));
+  RFOS_RETURN_IF_ERROR(Impl::sticky_ok(sd, sa, cred));
+  if (src_dir == dst_dir && src == dst) return Status::ok();
+  bool moving_dir = S_ISDIR(se.type);
+
+  // A directory may not move below itself: walk up from the destination.
+  if (moving_dir && src_dir != dst_dir) {
+    for (ObjectId at = dst_dir; at != impl_->root;) {
+      if (at == se.oid) return fail(StatusCode::kInvalidArgument, "a directory cannot move into itself");
+      RFOS_ASSIGN_OR_RETURN(Attr up, impl_->inode(c, at, &floor));
+      if (up.parent == at) break;
+      at = up.parent;
+    }
+  }
+  auto de = impl_->entry(c, dst_dir, dst);
+  if (!de.is_ok() && de.status().code() != StatusCode::kNotFound) return de.status();
+  uint64_t t = now_ns();
+
+  if (flags & kRenameExchange) {
+    if (!de.is_ok()) return de.status();
+    RFOS_RETURN_IF_ERROR(c->put_value(dst_dir, dst, kEntryAkey, encode_entry(se.oid, se.type)));
+    RFOS_RETURN_IF_ERROR(c->put_value(src_dir, src, kEntryAkey, encode_entry(de->oid, de->type)));
+    if (src_dir != dst_dir) {
+      int delta = (moving_dir ? 1 : 0) - (S_ISDIR(de->type) ? 1 : 0);
+      auto reparent = [&](const ObjectId& oid, const ObjectId& parent) {
+        return impl_->update_inode(c, oid, [&](Attr& x, uint64_t&) {
+          x.parent = parent;
+          x.ctime_ns = t;
+          return Status::ok();
+        });
+      };
+      if (moving_dir) RFOS_RETURN_IF_ERROR(reparent(se.oid, dst_dir).status());
+      if (S_ISDIR(de->type)) RFOS_RETURN_IF_ERROR(reparent(de->oid, src_dir).status());
+      RFOS_RETURN_IF_ERROR(impl_->dir_changed(c, src_dir, -delta));
+      RFOS_RETURN_IF_ERROR(impl_->dir_changed(c, dst_dir, delta));
+    } else {
+      RFOS_RETURN_IF_ERROR(impl_->dir_changed(c, src_dir, 0));
+    }
+    return Status::ok();
+  }
+
+  ObjectId replaced;
+  bool replaced_dir = false;
+  if (de.is_ok()) {
+    if (flags & kRenameNoReplace) return fail(StatusCode::kAlreadyExists, "'" + std::string(dst) + "' exists");
+    if (de->oid == se.oid) return Status::ok();  // two links of one inode: nothing to do
+    if (moving_dir && !S_ISDIR(de->type))
+      return fail(StatusCode::kNotDirectory, "'" + std::string(dst) + "' is not a directory");
+    if (!moving_dir && S_ISDIR(de->type))
+      return fail(StatusCode::kIsDirectory, "'" + std::string(dst) + "' is a directory");
+    auto da = impl_->inode(c, de->oid, &floor);
+    if (da.is_ok()) RFOS_RETURN_IF_ERROR(Impl::sticky_ok(dd, *da, cred));
+    if (S_ISDIR(de->type)) {
+      RFOS_ASSIGN_OR_RETURN(bool empty, impl_->dir_empty(c, de->oid));
+      if (!empty) return fail(StatusCode::kNotEmpty, "'" + std::string(dst) + "' is not empty");
+    }
+    RFOS_RETURN_IF_ERROR(c->put_value(dst_dir, dst, kEntryAkey, encode_entry(se.oid, se.type)));
+    replaced = de->oid;
+    replaced_dir = S_ISDIR(de->type);
+  } else {
+    Status s = c->insert_value(dst_dir, dst, kEntryAkey, encode_entry(se.oid, se.type));
+    if (s.code() == StatusCode::kAlreadyExists) return fail(StatusCode::kBusy, "the destination appeared meanwhile");
+    RFOS_RETURN_IF_ERROR(s);
+  }
+  RFOS_RETURN_IF_ERROR(c->punch_dkey(src_dir, src));
+
+  if (moving_dir && src_dir != dst_dir)
+    RFOS_RETURN_IF_ERROR(impl_
+                             ->update_inode(c, se.oid,
+                                            [&](Attr& x, uint64_t&) {
+                                              x.parent = dst_dir;
+                                              x.ctime_ns = t;
+                                              return Status::ok();
+                                            })
+                             .status());
+  if (src_dir == dst_dir) {
+    RFOS_RETURN_IF_ERROR(impl_->dir_changed(c, src_dir, replaced_dir ? -1 : 0));
+  } else {
+    RFOS_RETURN_IF_ERROR(impl_->dir_changed(c, src_dir, moving_dir ? -1 : 0));
+    RFOS_RETURN_IF_ERROR(impl_->dir_changed(c, dst_dir, (moving_dir ? 1 : 0) - (replaced_dir ? 1 : 0)));
+  }
+  if (replaced != ObjectId{}) {
+    if (replaced_dir) {
+      (void)c->punch_object(replaced);
+    } else {
+      auto left = impl_->update_inode(c, replaced, [&](Attr& x, uint64_t&) {
+        if (x.nlink > 0) --x.nlink;
+        x.ctime_ns = t;
+        return Status::ok();
+      });
+      if (left.is_ok() && left->nlink == 0) (void)c->punch_object(replaced);
+    }
+  }
+  return Status::ok();
+}
+
+Result<Attr> Namespace::setattr(const ObjectId& oid, const SetAttr& set, const Cred& cred) {
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  RFOS_ASSIGN_OR_RETURN(Attr cur, impl_->attr(c, oid));
+  bool owner = cred.uid == 0 || cred.uid == cur.uid;
+  if (set.set_mode && !owner) return fail(StatusCode::kNotPermitted, "only the owner changes the mode");
+  if (set.set_uid && set.uid != cur.uid && cred.uid != 0)
+    return fail(StatusCode::kNotPermitted, "only root changes the owner");
+  if (set.set_gid && set.gid != cur.gid && cred.uid != 0 && !(cred.uid == cur.uid && in_group(cred, set.gid)))
+    return fail(StatusCode::kNotPermitted, "the owner may only pick a group of their own");
+  if (set.set_size) {
+    if (S_ISDIR(cur.mode)) return fail(StatusCode::kIsDirectory, "is a directory");
+    if (!S_ISREG(cur.mode)) return fail(StatusCode::kInvalidArgument, "not a regular file");
+    if (!permits(cur, cred, W_OK)) return denied("no write permission");
+  }
+  if ((set.set_atime || set.set_mtime) && !owner && !permits(cur, cred, W_OK))
+    return denied("only the owner or a writer sets times");
+  uint64_t t = now_ns();
+  return impl_->update_inode(c, oid, [&](Attr& a, uint64_t& floor) -> Status {
+    a.size = cur.size;
+    if (set.set_mode) {
+      a.mode = (a.mode & S_IFMT) | (set.mode & 07777);
+      if (cred.uid != 0 && !in_group(cred, a.gid)) a.mode &= ~static_cast<uint32_t>(S_ISGID);
+    }
+    bool chown = (set.set_uid && set.uid != a.uid) || (set.set_gid && set.gid != a.gid);
+    if (set.set_uid) a.uid = set.uid;
+    if (set.set_gid) a.gid = set.gid;
+    if (chown && !S_ISDIR(a.mode)) {  // as Linux: a change of owner drops setuid, and setgid of group-executables
+      a.mode &= ~static_cast<uint32_t>(S_ISUID);
+      if (a.mode & S_IXGRP) a.mode &= ~static_cast<uint32_t>(S_ISGID);
+    }
+    if (set.set_size) {
+      RFOS_RETURN_IF_ERROR(impl_->resize(c, a, floor, set.size));
+      a.mtime_ns = t;
+    }
+    if (set.set_atime) a.atime_ns = set.atime_ns;
+    if (set.set_mtime) a.mtime_ns = set.mtime_ns;
+    a.ctime_ns = t;
+    return Status::ok();
+  });
+}
+
+Result<size_t> Namespace::read(const ObjectId& oid, uint64_t offset, std::span<uint8_t> out) {
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  RFOS_ASSIGN_OR_RETURN(uint32_t chunk, impl_->chunk_size(c, oid));
+  RFOS_ASSIGN_OR_RETURN(Attr a, impl_->attr(c, oid));
+  if (offset >= a.size) return size_t{0};
+  size_t n = static_cast<size_t>(std::min<uint64_t>(out.size(), a.size - offset));
+  for (size_t pos = 0; pos < n;) {
+    uint64_t at = offset + pos;
+    uint64_t index = at / chunk;
+    size_t len = static_cast<size_t>(std::min<uint64_t>(n - pos, (index + 1) * uint64_t{chunk} - at));
+    Status s = c->read(oid, chunk_key(index), kDataAkey, at, out.subspan(pos, len));
+    if (s.code() == StatusCode::kNotFound)
+      std::memset(out.data() + pos, 0, len);  // a chunk never written: a hole
+    else
+      RFOS_RETURN_IF_ERROR(s);
+    pos += len;
+  }
+  return n;
+}
+
+Status Namespace::write(const ObjectId& oid, uint64_t offset, std::span<const uint8_t> data) {
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  RFOS_ASSIGN_OR_RETURN(uint32_t chunk, impl_->chunk_size(c, oid));
+  if (offset + data.size() < offset) return fail(StatusCode::kTooLarge, "offset overflows");
+  for (size_t pos = 0; pos < data.size();) {
+    uint64_t at = offset + pos;
+    uint64_t index = at / chunk;
+    size_t len = static_cast<size_t>(std::min<uint64_t>(data.size() - pos, (index + 1) * uint64_t{chunk} - at));
+    RFOS_RETURN_IF_ERROR(c->write(oid, chunk_key(index), kDataAkey, at, data.subspan(pos, len)));
+    pos += len;
+  }
+  return Status::ok();
+}
+
+Status Namespace::touch_written(const ObjectId& oid) {
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  uint64_t t = now_ns();
+  return impl_
+      ->update_inode(c, oid,
+                     [&](Attr& a, uint64_t&) {
+                       a.mtime_ns = a.ctime_ns = t;
+                       return Status::ok();
+                     })
+      .status();
+}
+
+Result<DirPage> Namespace::readdir(const ObjectId& dir, const std::string& anchor, size_t max) {
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  DirPage out;
+  out.anchor = anchor;
+  while (!out.done && out.entries.size() < max) {
+    RFOS_ASSIGN_OR_RETURN(auto page, c->list_dkeys(dir, c->target_of(dir, {}), out.anchor,
+                                                   std::max<size_t>(max - out.entries.size(), 1), kEntryAkey));
+    if (!page.with_values || page.values.size() != page.keys.size())
+      return fail(StatusCode::kInternal, "the server listed entries without their values");
+    for (size_t i = 0; i < page.keys.size(); ++i) {
+      if (page.keys[i] == kInodeDkey || page.keys[i] == kXattrDkey || page.values[i].empty()) continue;
+      auto e = decode_entry(page.keys[i], page.values[i]);
+      if (e.is_ok()) out.entries.push_back(std::move(e).value());
+    }
+    if (!page.done && page.anchor == out.anchor) return fail(StatusCode::kInternal, "listing made no progress");
+    out.anchor = std::move(page.anchor);
+    out.done = page.done;
+  }
+  return out;
+}
+
+namespace {
+Status check_xattr_name(std::string_view name) {
+  if (name.empty() || name.size() > kNameMax) return fail(StatusCode::kRange, "xattr names are 1..255 bytes");
+  for (std::string_view ns : {"user.", "trusted.", "security.", "system."})
+    if (name.substr(0, ns.size()) == ns && name.size() > ns.size()) return Status::ok();
+  return fail(StatusCode::kNotSupported, "xattr names start with user., trusted., security. or system.");
+}
+}  // namespace
+
+Status Namespace::setxattr(const ObjectId& oid, std::string_view name, std::string_view value, int flags,
+                           const Cred& cred) {
+  RFOS_RETURN_IF_ERROR(check_xattr_name(name));
+  if (value.size() > kXattrValueMax) return fail(StatusCode::kTooLarge, "xattr values are at most 64 KiB");
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  RFOS_ASSIGN_OR_RETURN(Attr a, impl_->attr(c, oid));
+  if (name.substr(0, 8) == "trusted." && cred.uid != 0) return fail(StatusCode::kNotPermitted, "trusted.* is root's");
+  if (!permits(a, cred, W_OK) && cred.uid != a.uid) return denied("no write permission");
+  constexpr int kCreate = 1, kReplace = 2;  // XATTR_CREATE, XATTR_REPLACE
+  std::string stored = kXattrTag + std::string(value);
+  if (flags & kCreate) {
+    Status s = c->insert_value(oid, kXattrDkey, name, stored);
+    if (s.code() == StatusCode::kAlreadyExists) return fail(StatusCode::kAlreadyExists, "the xattr exists");
+    return s;
+  }
+  if (flags & kReplace) {
+    auto old = c->get_value(oid, kXattrDkey, name);
+    if (!old.is_ok())
+      return old.status().code() == StatusCode::kNotFound ? fail(StatusCode::kNoData, "no such xattr") : old.status();
+  }
+  return c->put_value(oid, kXattrDkey, name, stored);
+}
+
+Result<std::string> Namespace::getxattr(const ObjectId& oid, std::string_view name) {
+  RFOS_RETURN_IF_ERROR(check_xattr_name(name));
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  auto v = c->get_value(oid, kXattrDkey, name);
+  if (!v.is_ok() && v.status().code() == StatusCode::kNotFound) return fail(StatusCode::kNoData, "no such xattr");
+  RFOS_RETURN_IF_ERROR(v.status());
+  if (v->empty() || (*v)[0] != kXattrTag) return fail(StatusCode::kCorruption, "xattr value is damaged");
+  return v->substr(1);
+}
+
+Result<std::vector<std::string>> Namespace::listxattr(const ObjectId& oid) {
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  auto names = c->list_akeys(oid, kXattrDkey);
+  if (!names.is_ok() && names.status().code() == StatusCode::kNotFound) return std::vector<std::string>();
+  return names;
+}
+
+Status Namespace::removexattr(const ObjectId& oid, std::string_view name, const Cred& cred) {
+  RFOS_RETURN_IF_ERROR(check_xattr_name(name));
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  RFOS_ASSIGN_OR_RETURN(Attr a, impl_->attr(c, oid));
+  if (!permits(a, cred, W_OK) && cred.uid != a.uid) return denied("no write permission");
+  Status s = c->punch_akey(oid, kXattrDkey, name);
+  if (s.code() == StatusCode::kNotFound) return fail(StatusCode::kNoData, "no such xattr");
+  return s;
+}
+
+Result<StatFs> Namespace::statfs() { return impl_->space(); }
+
+}  // namespace rfos::posix

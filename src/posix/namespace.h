@@ -1,0 +1,147 @@
+// The POSIX namespace over objects (DAOS's dfs, our layout): directories, files, symlinks and hard links in
+// one container, shared by any number of clients. Layout (docs/posix.md):
+//
+//   every inode is an object; its attributes live under dkey "/" (no file name can be "/"):
+//     akey "a": the inode record (mode, uid, gid, nlink, rdev, size floor, times, chunk size, parent)
+//     akey "l": a symlink's target
+//   xattrs: dkey "/x", one akey per name
+//   a directory (class S1: every entry on one target) has one dkey per entry name, akey "e": the entry
+//     (file type and the inode's object id), created insert-if-absent, so racing creates get EEXIST
+//   a file (class SX: striped) keeps its bytes in akey "d" under dkey = 8-byte big-endian chunk index, at
+//     array offset = file offset; its size is max(size floor, end of the data), so writers never update the
+//     inode to grow a file, and truncate moves the floor and punches what lies beyond
+//
+// Operations take the caller's credentials and check permissions the way Linux does (owner, group and
+// supplementary groups, mode bits, sticky and setgid directories; uid 0 passes). Errors are Statuses whose
+// to_errno() is what a Linux file system answers (ENOENT, EEXIST, ENOTEMPTY, ENOTDIR, EISDIR, ...).
+//
+// Thread-safety: a Namespace may be used from many threads; it hands each call a container session of its own.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "client/container.h"
+#include "common/ids.h"
+#include "common/status.h"
+
+namespace rfos::posix {
+
+struct Cred {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::vector<uint32_t> groups;  // supplementary
+};
+
+struct Attr {
+  ObjectId oid;
+  uint32_t mode = 0;  // S_IFMT bits included
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t nlink = 0;
+  uint64_t rdev = 0;
+  uint64_t size = 0;
+  uint64_t atime_ns = 0, mtime_ns = 0, ctime_ns = 0;
+  uint32_t chunk = 0;  // file chunk size
+  ObjectId parent;     // directories: the directory holding them
+};
+
+struct DirEntry {
+  std::string name;
+  ObjectId oid;
+  uint32_t type = 0;  // S_IFMT bits
+};
+
+struct DirPage {
+  std::vector<DirEntry> entries;
+  std::string anchor;  // pass back to continue
+  bool done = false;
+};
+
+// setattr: which fields to change.
+struct SetAttr {
+  bool set_mode = false, set_uid = false, set_gid = false, set_size = false, set_atime = false, set_mtime = false;
+  uint32_t mode = 0, uid = 0, gid = 0;
+  uint64_t size = 0, atime_ns = 0, mtime_ns = 0;
+};
+
+struct StatFs {
+  uint64_t total_bytes = 0, free_bytes = 0;
+  uint32_t block_size = 4096;
+  uint32_t name_max = 255;
+};
+
+inline constexpr size_t kNameMax = 255;
+inline constexpr size_t kSymlinkMax = 4095;
+inline constexpr unsigned kRenameNoReplace = 1;  // RENAME_NOREPLACE
+inline constexpr unsigned kRenameExchange = 2;   // RENAME_EXCHANGE
+
+class Namespace {
+ public:
+  // Opens a container session per thread as needed through `open_session`; creates the root directory the
+  // first time (owner root, mode 0755 unless root_mode says otherwise).
+  using SessionFactory = std::function<Result<std::unique_ptr<client::Container>>()>;
+  using SpaceQuery = std::function<Result<StatFs>()>;  // the pool's space, for statfs
+  static Result<std::unique_ptr<Namespace>> open(SessionFactory open_session, SpaceQuery space,
+                                                 uint32_t root_mode = 0755);
+  ~Namespace();
+
+  ObjectId root() const;
+
+  Result<Attr> lookup(const ObjectId& dir, std::string_view name, const Cred& cred);
+  Result<Attr> getattr(const ObjectId& oid);
+  // Walks an absolute or root-relative path ("/" = root), following no symlink in the last component.
+  Result<Attr> resolve(std::string_view path, const Cred& cred);
+
+  Result<Attr> mkdir(const ObjectId& dir, std::string_view name, uint32_t mode, const Cred& cred);
+  // A regular file (or, with mknod's S_IFMT bits, a fifo, socket or device node). EEXIST when the name exists.
+  Result<Attr> mknod(const ObjectId& dir, std::string_view name, uint32_t mode, uint64_t rdev, const Cred& cred);
+  Result<Attr> symlink(const ObjectId& dir, std::string_view name, std::string_view target, const Cred& cred);
+  Result<std::string> readlink(const ObjectId& oid);
+  Result<Attr> link(const ObjectId& oid, const ObjectId& dir, std::string_view name, const Cred& cred);
+  // Removes a name; returns the inode's attributes after it (nlink 0: it is gone once nobody holds it open,
+  // see forget()).
+  Result<Attr> unlink(const ObjectId& dir, std::string_view name, const Cred& cred);
+  Status rmdir(const ObjectId& dir, std::string_view name, const Cred& cred);
+  Status rename(const ObjectId& src_dir, std::string_view src, const ObjectId& dst_dir, std::string_view dst,
+                unsigned flags, const Cred& cred);
+  Result<Attr> setattr(const ObjectId& oid, const SetAttr& set, const Cred& cred);
+  // Deletes the object of an inode whose link count is 0 (after its last user let go).
+  Status forget(const ObjectId& oid);
+
+  // File data. read returns the bytes read (short at end of file). write is durable on return.
+  Result<size_t> read(const ObjectId& oid, uint64_t offset, std::span<uint8_t> out);
+  Status write(const ObjectId& oid, uint64_t offset, std::span<const uint8_t> data);
+  // Updates the times of a file written through this namespace (mtime/ctime = now).
+  Status touch_written(const ObjectId& oid);
+
+  // Directory listing in name order, a page at a time; stable under concurrent changes (an entry present
+  // throughout appears exactly once; the anchor is the last name returned).
+  Result<DirPage> readdir(const ObjectId& dir, const std::string& anchor, size_t max);
+
+  Status setxattr(const ObjectId& oid, std::string_view name, std::string_view value, int flags, const Cred& cred);
+  Result<std::string> getxattr(const ObjectId& oid, std::string_view name);
+  Result<std::vector<std::string>> listxattr(const ObjectId& oid);
+  Status removexattr(const ObjectId& oid, std::string_view name, const Cred& cred);
+
+  Result<StatFs> statfs();
+
+  // Permission check as the kernel does it: mask of R_OK, W_OK, X_OK.
+  static bool permits(const Attr& a, const Cred& c, int mask);
+
+  class Impl;
+
+ private:
+  explicit Namespace(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rfos::posix
