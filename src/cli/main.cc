@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   rfos::cli::add_fsck_command(app, ctx);
   rfos::cli::add_object_commands(app, ctx);
   rfos::cli::add_bench_command(app, ctx);
+  rfos::cli::add_fs_commands(app, ctx);
   CLI11_PARSE(app, argc, argv);
   return ctx.exit_code;
 }

@@ -654,11 +654,15 @@ Result<Attr> Namespace::setattr(const ObjectId& oid, const SetAttr& set, const C
 }
 
 Result<size_t> Namespace::read(const ObjectId& oid, uint64_t offset, std::span<uint8_t> out) {
+  RFOS_ASSIGN_OR_RETURN(Attr a, getattr(oid));
+  return read(oid, offset, out, a.size);
+}
+
+Result<size_t> Namespace::read(const ObjectId& oid, uint64_t offset, std::span<uint8_t> out, uint64_t size) {
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   RFOS_ASSIGN_OR_RETURN(uint32_t chunk, impl_->chunk_size(c, oid));
-  RFOS_ASSIGN_OR_RETURN(Attr a, impl_->attr(c, oid));
-  if (offset >= a.size) return size_t{0};
-  size_t n = static_cast<size_t>(std::min<uint64_t>(out.size(), a.size - offset));
+  if (offset >= size) return size_t{0};
+  size_t n = static_cast<size_t>(std::min<uint64_t>(out.size(), size - offset));
   for (size_t pos = 0; pos < n;) {
     uint64_t at = offset + pos;
     uint64_t index = at / chunk;

@@ -119,11 +119,13 @@ class Namespace {
 
   // File data. read returns the bytes read (short at end of file). write is durable on return.
   Result<size_t> read(const ObjectId& oid, uint64_t offset, std::span<uint8_t> out);
+  // The same with the file's size as the caller knows it (a mount's open file): no size query to the targets.
+  Result<size_t> read(const ObjectId& oid, uint64_t offset, std::span<uint8_t> out, uint64_t size);
   Status write(const ObjectId& oid, uint64_t offset, std::span<const uint8_t> data);
   // Updates the times of a file written through this namespace (mtime/ctime = now).
   Status touch_written(const ObjectId& oid);
 
-  // Directory listing in name order, a page at a time; stable under concurrent changes (an entry present
+  // Directory listing in the engine's key order, a page at a time; stable under concurrent changes (an entry present
   // throughout appears exactly once; the anchor is the last name returned).
   Result<DirPage> readdir(const ObjectId& dir, const std::string& anchor, size_t max);
 

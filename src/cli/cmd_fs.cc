@@ -1,0 +1,324 @@
+// rfos mount and rfos fs: a container's POSIX namespace through FUSE, and copying files in and out of it
+// without a mount (like `daos fs copy`).
+//
+//   rfos mount [--pool P] [--cont C] [--foreground] [--direct-io] [--attr-timeout S] [-o OPTS] MOUNTPOINT
+//   rfos fs copy SRC DST       paths in the container are written rfos:/path; directories are copied whole
+//   rfos fs ls [rfos:/PATH]
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "cli/cli.h"
+#include "fuse/mount.h"
+#include "posix/namespace.h"
+
+namespace rfos::cli {
+namespace {
+
+struct FsArgs {
+  std::string pool = "default";
+  std::string cont = "default";
+  std::string provider;
+};
+
+// A namespace with the control client its sessions are opened through.
+struct Mounted {
+  std::unique_ptr<client::ControlClient> control;
+  std::unique_ptr<posix::Namespace> ns;
+};
+
+Result<Mounted> open_namespace(const Context& ctx, const FsArgs& a) {
+  Mounted m;
+  m.control = ctx.control();
+  RFOS_RETURN_IF_ERROR(m.control->cont_query(a.pool, a.cont).status());  // a clear error before anything else
+  client::ContainerOptions o;
+  o.provider = a.provider.empty() && std::getenv("RFOS_PROVIDER") ? std::getenv("RFOS_PROVIDER") : a.provider;
+  auto* control = m.control.get();
+  std::string pool = a.pool, cont = a.cont;
+  RFOS_ASSIGN_OR_RETURN(m.ns, posix::Namespace::open([control, pool, cont,
+                                                      o]() { return client::Container::open(*control, pool, cont, o); },
+                                                     [control, pool]() -> Result<posix::StatFs> {
+                                                       RFOS_ASSIGN_OR_RETURN(auto info, control->pool_query(pool));
+                                                       posix::StatFs s;
+                                                       s.total_bytes = info.total_bytes;
+                                                       s.free_bytes = info.free_bytes;
+                                                       return s;
+                                                     }));
+  return m;
+}
+
+posix::Cred my_cred() {
+  posix::Cred c{static_cast<uint32_t>(geteuid()), static_cast<uint32_t>(getegid()), {}};
+  gid_t groups[256];
+  int n = getgroups(256, groups);
+  for (int i = 0; i < n; ++i) c.groups.push_back(groups[i]);
+  return c;
+}
+
+constexpr std::string_view kPrefix = "rfos:";
+bool in_container(const std::string& p) { return p.rfind(kPrefix, 0) == 0; }
+std::string_view inner(const std::string& p) { return std::string_view(p).substr(kPrefix.size()); }
+
+Status errno_error(const std::string& what) { return error(StatusCode::kIoError, what + ": " + std::strerror(errno)); }
+
+// Local file or directory tree -> container path (created; an existing directory receives it by name).
+Status copy_in(posix::Namespace& ns, const posix::Cred& cred, const std::filesystem::path& src, const ObjectId& dir,
+               const std::string& name, uint64_t* files) {
+  struct stat st {};
+  if (lstat(src.c_str(), &st) != 0) return errno_error(src.string());
+  if (S_ISDIR(st.st_mode)) {
+    auto d = ns.mkdir(dir, name, st.st_mode & 07777, cred);
+    if (!d.is_ok() && d.status().code() == StatusCode::kAlreadyExists) d = ns.lookup(dir, name, cred);
+    RFOS_RETURN_IF_ERROR(d.status());
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(src, ec))
+      RFOS_RETURN_IF_ERROR(copy_in(ns, cred, e.path(), d->oid, e.path().filename().string(), files));
+    if (ec) return error(StatusCode::kIoError, src.string() + ": " + ec.message());
+    return Status::ok();
+  }
+  if (S_ISLNK(st.st_mode)) {
+    std::string target(4096, '\0');
+    ssize_t n = readlink(src.c_str(), target.data(), target.size());
+    if (n < 0) return errno_error(src.string());
+    target.resize(static_cast<size_t>(n));
+    ++*files;
+    return ns.symlink(dir, name, target, cred).status();
+  }
+  if (!S_ISREG(st.st_mode)) return Status::ok();  // devices, fifos and sockets are not copied
+  int fd = ::open(src.c_str(), O_RDONLY);
+  if (fd < 0) return errno_error(src.string());
+  auto f = ns.mknod(dir, name, S_IFREG | (st.st_mode & 07777), 0, cred);
+  if (!f.is_ok() && f.status().code() == StatusCode::kAlreadyExists) {  // replace what is there
+    f = ns.lookup(dir, name, cred);
+    if (f.is_ok()) {
+      posix::SetAttr t;
+      t.set_size = true;
+      f = ns.setattr(f->oid, t, cred);
+    }
+  }
+  if (!f.is_ok()) {
+    ::close(fd);
+    return f.status();
+  }
+  std::vector<uint8_t> buf(4u << 20);
+  uint64_t off = 0;
+  Status s = Status::ok();
+  for (;;) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0) s = errno_error(src.string());
+    if (n <= 0) break;
+    s = ns.write(f->oid, off, {buf.data(), static_cast<size_t>(n)});
+    if (!s.is_ok()) break;
+    off += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  ++*files;
+  if (s.is_ok()) s = ns.touch_written(f->oid);
+  return s;
+}
+
+// Container path -> local path.
+Status copy_out(posix::Namespace& ns, const posix::Cred& cred, const posix::Attr& a, const std::filesystem::path& dst,
+                uint64_t* files) {
+  if (S_ISDIR(a.mode)) {
+    if (::mkdir(dst.c_str(), a.mode & 07777) != 0 && errno != EEXIST) return errno_error(dst.string());
+    std::string anchor;
+    for (bool done = false; !done;) {
+      RFOS_ASSIGN_OR_RETURN(auto page, ns.readdir(a.oid, anchor, 1024));
+      for (const auto& e : page.entries) {
+        RFOS_ASSIGN_OR_RETURN(auto child, ns.getattr(e.oid));
+        RFOS_RETURN_IF_ERROR(copy_out(ns, cred, child, dst / e.name, files));
+      }
+      anchor = page.anchor;
+      done = page.done;
+    }
+    return Status::ok();
+  }
+  if (S_ISLNK(a.mode)) {
+    RFOS_ASSIGN_OR_RETURN(std::string target, ns.readlink(a.oid));
+    ++*files;
+    if (::symlink(target.c_str(), dst.c_str()) != 0) return errno_error(dst.string());
+    return Status::ok();
+  }
+  if (!S_ISREG(a.mode)) return Status::ok();
+  int fd = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_TRUNC, a.mode & 07777);
+  if (fd < 0) return errno_error(dst.string());
+  std::vector<uint8_t> buf(4u << 20);
+  Status s = Status::ok();
+  for (uint64_t off = 0; off < a.size && s.is_ok();) {
+    auto n =
+        ns.read(a.oid, off, {buf.data(), static_cast<size_t>(std::min<uint64_t>(buf.size(), a.size - off))}, a.size);
+    if (!n.is_ok()) {
+      s = n.status();
+      break;
+    }
+    if (*n == 0) break;
+    if (::write(fd, buf.data(), *n) != static_cast<ssize_t>(*n)) s = errno_error(dst.string());
+    off += *n;
+  }
+  if (s.is_ok() && ::fsync(fd) != 0) s = errno_error(dst.string());
+  ::close(fd);
+  ++*files;
+  return s;
+}
+
+// The directory that will hold `path` and the last name in it.
+Result<std::pair<posix::Attr, std::string>> parent_of(posix::Namespace& ns, const posix::Cred& cred,
+                                                      std::string_view path) {
+  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  size_t slash = path.rfind('/');
+  std::string_view dir = slash == std::string_view::npos ? "" : path.substr(0, slash);
+  std::string name(slash == std::string_view::npos ? path : path.substr(slash + 1));
+  RFOS_ASSIGN_OR_RETURN(posix::Attr d, ns.resolve(dir, cred));
+  return std::make_pair(d, name);
+}
+
+}  // namespace
+
+void add_fs_commands(CLI::App& app, Context& ctx) {
+  auto a = std::make_shared<FsArgs>();
+  auto common = [a](CLI::App* cmd) {
+    cmd->add_option("--pool", a->pool, "pool label or uuid")->capture_default_str();
+    cmd->add_option("--cont", a->cont, "container label or uuid")->capture_default_str();
+    cmd->add_option("--provider", a->provider, "data-plane provider (default: $RFOS_PROVIDER or the pool's)");
+  };
+
+  auto m = std::make_shared<fuse::MountOptions>();
+  auto foreground = std::make_shared<bool>(false);
+  auto* mount = app.add_subcommand("mount", "mount a container as a POSIX file system (FUSE)");
+  common(mount);
+  mount->add_option("mountpoint", m->mountpoint, "an empty directory")->required();
+  mount->add_flag("--foreground,-f", *foreground, "stay in the foreground (default: return once mounted)");
+  mount->add_flag("--direct-io", m->direct_io, "bypass the page cache for file data");
+  mount->add_option("--attr-timeout", m->attr_timeout_s, "seconds the kernel caches attributes")->capture_default_str();
+  mount->add_option("--entry-timeout", m->entry_timeout_s, "seconds the kernel caches names")->capture_default_str();
+  mount->add_option("-o", m->extra_options, "more FUSE mount options (dev, suid, ...)");
+  mount->callback([&ctx, a, m, foreground] {
+    // Daemonize before any client thread exists: the parent waits for the child's word that it mounted.
+    int pipefd[2] = {-1, -1};
+    if (!*foreground) {
+      if (pipe(pipefd) != 0) return (void)ctx.check(errno_error("pipe"), "mount");
+      pid_t pid = fork();
+      if (pid < 0) return (void)ctx.check(errno_error("fork"), "mount");
+      if (pid > 0) {
+        ::close(pipefd[1]);
+        char msg[1024] = {};
+        ssize_t n = ::read(pipefd[0], msg, sizeof(msg) - 1);
+        if (n > 0 && std::strncmp(msg, "ok", 2) == 0) return;
+        std::fprintf(stderr, "%s", n > 0 ? msg : "rfos mount: the mount process died\n");
+        ctx.exit_code = 1;
+        return;
+      }
+      ::close(pipefd[0]);
+      setsid();
+    }
+    auto tell = [fd = pipefd[1]](const std::string& what) {
+      if (fd < 0) return;
+      (void)!::write(fd, what.data(), what.size());
+      ::close(fd);
+    };
+    m->fsname = "rfos:" + a->pool + "/" + a->cont;
+    auto opened = open_namespace(ctx, *a);
+    if (!opened.is_ok()) {
+      tell("rfos mount: " + opened.status().to_string() + "\n");
+      ctx.check(opened.status(), "mount");
+      return;
+    }
+    bool told = false;
+    m->on_mounted = [&](const Status& s) {
+      if (told) return;
+      told = true;
+      if (s.is_ok() && *foreground)
+        std::printf("rfos mount: %s mounted on %s\n", m->fsname.c_str(), m->mountpoint.c_str());
+      std::fflush(stdout);
+      tell(s.is_ok() ? std::string("ok") : "rfos mount: " + s.to_string() + "\n");
+      if (s.is_ok() && !*foreground) {  // detach from the terminal
+        int null = ::open("/dev/null", O_RDWR);
+        if (null >= 0) {
+          dup2(null, STDIN_FILENO);
+          dup2(null, STDOUT_FILENO);
+          dup2(null, STDERR_FILENO);
+          if (null > 2) ::close(null);
+        }
+      }
+    };
+    Status s = fuse::run_mount(*opened->ns, *m);
+    if (!told) tell("rfos mount: " + s.to_string() + "\n");
+    ctx.check(s, "mount");
+  });
+
+  auto* fs = app.add_subcommand("fs", "files in a container without a mount");
+  fs->require_subcommand(1);
+  auto src = std::make_shared<std::string>(), dst = std::make_shared<std::string>();
+  auto* copy = fs->add_subcommand("copy", "copy a file or directory tree in or out (container paths: rfos:/PATH)");
+  common(copy);
+  copy->add_option("src", *src, "source")->required();
+  copy->add_option("dst", *dst, "destination")->required();
+  copy->callback([&ctx, a, src, dst] {
+    if (in_container(*src) == in_container(*dst))
+      return (void)ctx.check(error(StatusCode::kInvalidArgument, "exactly one of SRC and DST is an rfos:/ path"),
+                             "fs copy");
+    auto opened = open_namespace(ctx, *a);
+    if (!ctx.check(opened.status(), "fs copy")) return;
+    posix::Namespace& ns = *opened->ns;
+    posix::Cred cred = my_cred();
+    uint64_t files = 0;
+    Status s;
+    if (in_container(*dst)) {
+      std::filesystem::path from(*src);
+      auto target = ns.resolve(inner(*dst), cred);
+      if (target.is_ok() && S_ISDIR(target->mode)) {  // into an existing directory, by the source's name
+        s = copy_in(ns, cred, from, target->oid,
+                    from.filename().empty() ? from.parent_path().filename().string() : from.filename().string(),
+                    &files);
+      } else {
+        auto parent = parent_of(ns, cred, inner(*dst));
+        s = parent.is_ok() ? copy_in(ns, cred, from, parent->first.oid, parent->second, &files) : parent.status();
+      }
+    } else {
+      auto from = ns.resolve(inner(*src), cred);
+      std::filesystem::path to(*dst);
+      if (from.is_ok() && std::filesystem::is_directory(to) && !S_ISDIR(from->mode))
+        to /= std::filesystem::path(std::string(inner(*src))).filename();
+      s = from.is_ok() ? copy_out(ns, cred, *from, to, &files) : from.status();
+    }
+    if (!ctx.check(s, "fs copy")) return;
+    std::printf("copied %llu files\n", static_cast<unsigned long long>(files));
+  });
+
+  auto path = std::make_shared<std::string>("rfos:/");
+  auto* ls = fs->add_subcommand("ls", "list a directory of the container");
+  common(ls);
+  ls->add_option("path", *path, "rfos:/PATH")->capture_default_str();
+  ls->callback([&ctx, a, path] {
+    if (!in_container(*path))
+      return (void)ctx.check(error(StatusCode::kInvalidArgument, "paths are written rfos:/PATH"), "fs ls");
+    auto opened = open_namespace(ctx, *a);
+    if (!ctx.check(opened.status(), "fs ls")) return;
+    posix::Namespace& ns = *opened->ns;
+    auto dir = ns.resolve(inner(*path), my_cred());
+    if (!ctx.check(dir.status(), "fs ls")) return;
+    std::string anchor;
+    for (bool done = !S_ISDIR(dir->mode); !done;) {
+      auto page = ns.readdir(dir->oid, anchor, 1024);
+      if (!ctx.check(page.status(), "fs ls")) return;
+      for (const auto& e : page->entries) {
+        auto at = ns.getattr(e.oid);
+        if (!at.is_ok()) continue;
+        std::printf("%06o %6u %6u %12llu  %s%s\n", at->mode, at->uid, at->gid,
+                    static_cast<unsigned long long>(at->size), e.name.c_str(), S_ISDIR(at->mode) ? "/" : "");
+      }
+      anchor = page->anchor;
+      done = page->done;
+    }
+  });
+}
+
+}  // namespace rfos::cli

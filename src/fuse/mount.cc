@@ -1,0 +1,597 @@
+#define FUSE_USE_VERSION 34
+#include "fuse/mount.h"
+
+#include <fuse_lowlevel.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace rfos::fuse {
+namespace {
+
+using posix::Attr;
+using posix::Cred;
+using posix::Namespace;
+
+// What the kernel holds of an inode: lookups it has not forgotten and open files. An inode whose last name
+// was removed lives on until both are gone, then its object is deleted.
+struct Node {
+  ObjectId oid;
+  uint64_t lookups = 0;
+  uint32_t opens = 0;
+  bool unlinked = false;
+};
+
+struct FileHandle {
+  ObjectId oid;
+  std::mutex mu;
+  uint64_t size = 0;  // as last seen; refreshed when a read goes past it
+  bool written = false;
+};
+
+struct DirHandle {
+  ObjectId oid;
+  std::mutex mu;
+  std::vector<posix::DirEntry> entries;  // fetched so far: offsets index into it, so they stay stable
+  std::string anchor;
+  bool done = false;
+};
+
+class Fs {
+ public:
+  Fs(Namespace& ns, const MountOptions& o) : ns_(ns), opt_(o) {
+    nodes_[FUSE_ROOT_ID] = Node{ns.root(), 1, 0, false};
+    inos_[ns.root()] = FUSE_ROOT_ID;
+  }
+
+  Namespace& ns() { return ns_; }
+  const MountOptions& options() const { return opt_; }
+
+  Result<ObjectId> oid(fuse_ino_t ino) {
+    std::lock_guard lock(mu_);
+    auto it = nodes_.find(ino);
+    if (it == nodes_.end()) return error(StatusCode::kNotFound, "stale inode number");
+    return it->second.oid;
+  }
+
+  // The inode number of `oid`, one lookup more.
+  fuse_ino_t remember(const ObjectId& oid) {
+    std::lock_guard lock(mu_);
+    auto it = inos_.find(oid);
+    fuse_ino_t ino = it != inos_.end() ? it->second : next_ino_++;
+    if (it == inos_.end()) {
+      inos_[oid] = ino;
+      nodes_[ino] = Node{oid, 0, 0, false};
+    }
+    ++nodes_[ino].lookups;
+    return ino;
+  }
+
+  void forget(fuse_ino_t ino, uint64_t n) {
+    ObjectId purge;
+    {
+      std::lock_guard lock(mu_);
+      auto it = nodes_.find(ino);
+      if (it == nodes_.end() || ino == FUSE_ROOT_ID) return;
+      it->second.lookups -= std::min(n, it->second.lookups);
+      if (!release_if_unused(it, &purge)) return;
+    }
+    if (purge != ObjectId{}) (void)ns_.forget(purge);
+  }
+
+  void opened(fuse_ino_t ino, int delta) {
+    ObjectId purge;
+    {
+      std::lock_guard lock(mu_);
+      auto it = nodes_.find(ino);
+      if (it == nodes_.end()) return;
+      it->second.opens += delta;
+      if (!release_if_unused(it, &purge)) return;
+    }
+    if (purge != ObjectId{}) (void)ns_.forget(purge);
+  }
+
+  // An inode lost its last name: its object goes once the kernel lets go of it (now, if it holds nothing).
+  void unlinked(const ObjectId& oid) {
+    {
+      std::lock_guard lock(mu_);
+      auto it = inos_.find(oid);
+      if (it != inos_.end()) {
+        nodes_[it->second].unlinked = true;
+        return;
+      }
+    }
+    (void)ns_.forget(oid);
+  }
+
+  fuse_ino_t ino_hint(const ObjectId& oid) {
+    std::lock_guard lock(mu_);
+    auto it = inos_.find(oid);
+    return it != inos_.end() ? it->second : (oid.lo ^ oid.hi) | (1ull << 63);
+  }
+
+  struct stat to_stat(const Attr& a, fuse_ino_t ino) const {
+    struct stat st {};
+    st.st_ino = ino;
+    st.st_mode = a.mode;
+    st.st_nlink = a.nlink;
+    st.st_uid = a.uid;
+    st.st_gid = a.gid;
+    st.st_rdev = a.rdev;
+    st.st_size = static_cast<off_t>(a.size);
+    st.st_blksize = 1 << 20;
+    st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
+    st.st_atim = {static_cast<time_t>(a.atime_ns / 1000000000), static_cast<long>(a.atime_ns % 1000000000)};
+    st.st_mtim = {static_cast<time_t>(a.mtime_ns / 1000000000), static_cast<long>(a.mtime_ns % 1000000000)};
+    st.st_ctim = {static_cast<time_t>(a.ctime_ns / 1000000000), static_cast<long>(a.ctime_ns % 1000000000)};
+    return st;
+  }
+
+  void reply_entry(fuse_req_t req, const Attr& a) {
+    fuse_entry_param e{};
+    e.ino = remember(a.oid);
+    e.attr = to_stat(a, e.ino);
+    e.attr_timeout = opt_.attr_timeout_s;
+    e.entry_timeout = opt_.entry_timeout_s;
+    if (fuse_reply_entry(req, &e) != 0) forget(e.ino, 1);  // the kernel did not take it
+  }
+
+ private:
+  // Drops a node nobody holds; sets *purge when its object must go too.
+  bool release_if_unused(std::unordered_map<fuse_ino_t, Node>::iterator it, ObjectId* purge) {
+    if (it->second.lookups > 0 || it->second.opens > 0) return false;
+    if (it->second.unlinked) *purge = it->second.oid;
+    inos_.erase(it->second.oid);
+    nodes_.erase(it);
+    return true;
+  }
+
+  Namespace& ns_;
+  MountOptions opt_;
+  std::mutex mu_;
+  std::unordered_map<fuse_ino_t, Node> nodes_;
+  std::map<ObjectId, fuse_ino_t> inos_;
+  fuse_ino_t next_ino_ = FUSE_ROOT_ID + 1;
+};
+
+Fs* fs_of(fuse_req_t req) { return static_cast<Fs*>(fuse_req_userdata(req)); }
+
+Cred cred_of(fuse_req_t req) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  Cred c{ctx->uid, ctx->gid, {}};
+  gid_t groups[64];
+  int n = fuse_req_getgroups(req, 64, groups);
+  for (int i = 0; i < std::min(n, 64); ++i) c.groups.push_back(groups[i]);
+  return c;
+}
+
+void reply_status(fuse_req_t req, const Status& s) { fuse_reply_err(req, s.is_ok() ? 0 : s.to_errno()); }
+
+// The object behind `ino`, or an ESTALE reply.
+#define RFOS_FUSE_OID(var, req, ino)   \
+  auto var##_r = fs_of(req)->oid(ino); \
+  if (!var##_r.is_ok()) {              \
+    fuse_reply_err(req, ESTALE);       \
+    return;                            \
+  }                                    \
+  ObjectId var = *var##_r
+
+void op_init(void* userdata, fuse_conn_info* conn) {
+  auto* fs = static_cast<Fs*>(userdata);
+  conn->max_write = 1u << 20;
+  conn->max_readahead = fs->options().readahead_bytes;
+  if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
+  conn->want &= ~static_cast<unsigned>(FUSE_CAP_WRITEBACK_CACHE);  // other clients must see writes at once
+}
+
+void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  RFOS_FUSE_OID(dir, req, parent);
+  auto a = fs_of(req)->ns().lookup(dir, name, cred_of(req));
+  if (!a.is_ok()) return reply_status(req, a.status());
+  fs_of(req)->reply_entry(req, *a);
+}
+
+void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t n) {
+  fs_of(req)->forget(ino, n);
+  fuse_reply_none(req);
+}
+
+void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  for (size_t i = 0; i < count; ++i) fs_of(req)->forget(forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
+}
+
+void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  RFOS_FUSE_OID(oid, req, ino);
+  auto a = fs_of(req)->ns().getattr(oid);
+  if (!a.is_ok()) return reply_status(req, a.status());
+  struct stat st = fs_of(req)->to_stat(*a, ino);
+  fuse_reply_attr(req, &st, fs_of(req)->options().attr_timeout_s);
+}
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
+  RFOS_FUSE_OID(oid, req, ino);
+  posix::SetAttr s;
+  s.set_mode = to_set & FUSE_SET_ATTR_MODE;
+  s.mode = attr->st_mode;
+  s.set_uid = to_set & FUSE_SET_ATTR_UID;
+  s.uid = attr->st_uid;
+  s.set_gid = to_set & FUSE_SET_ATTR_GID;
+  s.gid = attr->st_gid;
+  s.set_size = to_set & FUSE_SET_ATTR_SIZE;
+  s.size = static_cast<uint64_t>(attr->st_size);
+  s.set_atime = to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW);
+  s.atime_ns =
+      (to_set & FUSE_SET_ATTR_ATIME_NOW) ? now_ns() : attr->st_atim.tv_sec * 1000000000ull + attr->st_atim.tv_nsec;
+  s.set_mtime = to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW);
+  s.mtime_ns =
+      (to_set & FUSE_SET_ATTR_MTIME_NOW) ? now_ns() : attr->st_mtim.tv_sec * 1000000000ull + attr->st_mtim.tv_nsec;
+  Cred cred = cred_of(req);
+  Result<Attr> a = error(StatusCode::kInternal, "unset");
+  if (fi && s.set_size) {
+    // ftruncate through a descriptor the kernel opened for writing: the size (and the times that come with
+    // it) change whatever the file's mode says now; owner and mode changes still need the caller's rights.
+    posix::SetAttr size_only;
+    size_only.set_size = true;
+    size_only.size = s.size;
+    size_only.set_atime = s.set_atime;
+    size_only.atime_ns = s.atime_ns;
+    size_only.set_mtime = s.set_mtime;
+    size_only.mtime_ns = s.mtime_ns;
+    a = fs_of(req)->ns().setattr(oid, size_only, Cred{0, 0, {}});
+    s.set_size = s.set_atime = s.set_mtime = false;
+    if (a.is_ok() && (s.set_mode || s.set_uid || s.set_gid)) a = fs_of(req)->ns().setattr(oid, s, cred);
+    s.set_size = true;
+  } else {
+    a = fs_of(req)->ns().setattr(oid, s, cred);
+  }
+  if (!a.is_ok()) return reply_status(req, a.status());
+  if (fi && fi->fh && s.set_size) {
+    auto* h = reinterpret_cast<FileHandle*>(fi->fh);
+    std::lock_guard lock(h->mu);
+    h->size = s.size;
+  }
+  struct stat st = fs_of(req)->to_stat(*a, ino);
+  fuse_reply_attr(req, &st, fs_of(req)->options().attr_timeout_s);
+}
+
+void op_readlink(fuse_req_t req, fuse_ino_t ino) {
+  RFOS_FUSE_OID(oid, req, ino);
+  auto t = fs_of(req)->ns().readlink(oid);
+  if (!t.is_ok()) return reply_status(req, t.status());
+  fuse_reply_readlink(req, t->c_str());
+}
+
+void op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  RFOS_FUSE_OID(dir, req, parent);
+  auto a = fs_of(req)->ns().mknod(dir, name, mode, rdev, cred_of(req));
+  if (!a.is_ok()) return reply_status(req, a.status());
+  fs_of(req)->reply_entry(req, *a);
+}
+
+void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  RFOS_FUSE_OID(dir, req, parent);
+  auto a = fs_of(req)->ns().mkdir(dir, name, mode, cred_of(req));
+  if (!a.is_ok()) return reply_status(req, a.status());
+  fs_of(req)->reply_entry(req, *a);
+}
+
+void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  RFOS_FUSE_OID(dir, req, parent);
+  auto a = fs_of(req)->ns().unlink(dir, name, cred_of(req));
+  if (!a.is_ok()) return reply_status(req, a.status());
+  if (a->nlink == 0) fs_of(req)->unlinked(a->oid);
+  fuse_reply_err(req, 0);
+}
+
+void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  RFOS_FUSE_OID(dir, req, parent);
+  reply_status(req, fs_of(req)->ns().rmdir(dir, name, cred_of(req)));
+}
+
+void op_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  RFOS_FUSE_OID(dir, req, parent);
+  auto a = fs_of(req)->ns().symlink(dir, name, link, cred_of(req));
+  if (!a.is_ok()) return reply_status(req, a.status());
+  fs_of(req)->reply_entry(req, *a);
+}
+
+void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
+               unsigned int flags) {
+  RFOS_FUSE_OID(from, req, parent);
+  RFOS_FUSE_OID(to, req, newparent);
+  unsigned f =
+      (flags & RENAME_NOREPLACE ? posix::kRenameNoReplace : 0) | (flags & RENAME_EXCHANGE ? posix::kRenameExchange : 0);
+  if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) return (void)fuse_reply_err(req, EINVAL);
+  reply_status(req, fs_of(req)->ns().rename(from, name, to, newname, f, cred_of(req)));
+}
+
+void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  RFOS_FUSE_OID(oid, req, ino);
+  RFOS_FUSE_OID(dir, req, newparent);
+  auto a = fs_of(req)->ns().link(oid, dir, newname, cred_of(req));
+  if (!a.is_ok()) return reply_status(req, a.status());
+  fs_of(req)->reply_entry(req, *a);
+}
+
+void open_file(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, const Attr& a) {
+  auto* h = new FileHandle;
+  h->oid = a.oid;
+  h->size = a.size;
+  fi->fh = reinterpret_cast<uint64_t>(h);
+  fi->direct_io = fs_of(req)->options().direct_io;
+  fi->keep_cache = 0;  // what another client wrote since is read afresh
+  fs_of(req)->opened(ino, 1);
+}
+
+void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  RFOS_FUSE_OID(oid, req, ino);
+  auto a = fs_of(req)->ns().getattr(oid);
+  if (!a.is_ok()) return reply_status(req, a.status());
+  if (S_ISDIR(a->mode)) return (void)fuse_reply_err(req, EISDIR);
+  open_file(req, ino, fi, *a);
+  if (fuse_reply_open(req, fi) != 0) {
+    fs_of(req)->opened(ino, -1);
+    delete reinterpret_cast<FileHandle*>(fi->fh);
+  }
+}
+
+void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  RFOS_FUSE_OID(dir, req, parent);
+  Fs* fs = fs_of(req);
+  auto a = fs->ns().mknod(dir, name, S_IFREG | (mode & 07777), 0, cred_of(req));
+  if (!a.is_ok()) return reply_status(req, a.status());
+  fuse_entry_param e{};
+  e.ino = fs->remember(a->oid);
+  e.attr = fs->to_stat(*a, e.ino);
+  e.attr_timeout = fs->options().attr_timeout_s;
+  e.entry_timeout = fs->options().entry_timeout_s;
+  open_file(req, e.ino, fi, *a);
+  if (fuse_reply_create(req, &e, fi) != 0) {
+    fs->opened(e.ino, -1);
+    fs->forget(e.ino, 1);
+    delete reinterpret_cast<FileHandle*>(fi->fh);
+  }
+}
+
+void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  auto* h = reinterpret_cast<FileHandle*>(fi->fh);
+  Fs* fs = fs_of(req);
+  uint64_t known;
+  {
+    std::lock_guard lock(h->mu);
+    known = h->size;
+  }
+  if (static_cast<uint64_t>(off) + size > known) {  // past what we knew: another client may have grown it
+    auto a = fs->ns().getattr(h->oid);
+    if (!a.is_ok()) return reply_status(req, a.status());
+    std::lock_guard lock(h->mu);
+    h->size = std::max(h->size, a->size);
+    known = h->size;
+  }
+  std::unique_ptr<uint8_t[]> buf(new uint8_t[size]);
+  auto n = fs->ns().read(h->oid, static_cast<uint64_t>(off), {buf.get(), size}, known);
+  if (!n.is_ok()) return reply_status(req, n.status());
+  fuse_reply_buf(req, reinterpret_cast<const char*>(buf.get()), *n);
+}
+
+void op_write(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t off, fuse_file_info* fi) {
+  auto* h = reinterpret_cast<FileHandle*>(fi->fh);
+  Status s = fs_of(req)->ns().write(h->oid, static_cast<uint64_t>(off), {reinterpret_cast<const uint8_t*>(data), size});
+  if (!s.is_ok()) return reply_status(req, s);
+  {
+    std::lock_guard lock(h->mu);
+    h->size = std::max<uint64_t>(h->size, static_cast<uint64_t>(off) + size);
+    h->written = true;
+  }
+  fuse_reply_write(req, size);
+}
+
+// Writes are durable when they return; what flush and fsync still owe is the file's mtime.
+Status settle(Fs* fs, FileHandle* h) {
+  bool written;
+  {
+    std::lock_guard lock(h->mu);
+    written = h->written;
+    h->written = false;
+  }
+  return written ? fs->ns().touch_written(h->oid) : Status::ok();
+}
+
+void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  reply_status(req, settle(fs_of(req), reinterpret_cast<FileHandle*>(fi->fh)));
+}
+
+void op_fsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
+  reply_status(req, settle(fs_of(req), reinterpret_cast<FileHandle*>(fi->fh)));
+}
+
+void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  auto* h = reinterpret_cast<FileHandle*>(fi->fh);
+  Status s = settle(fs_of(req), h);
+  delete h;
+  fs_of(req)->opened(ino, -1);
+  reply_status(req, s);
+}
+
+void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  RFOS_FUSE_OID(oid, req, ino);
+  auto a = fs_of(req)->ns().getattr(oid);
+  if (!a.is_ok()) return reply_status(req, a.status());
+  if (!S_ISDIR(a->mode)) return (void)fuse_reply_err(req, ENOTDIR);
+  auto* d = new DirHandle;
+  d->oid = oid;
+  fi->fh = reinterpret_cast<uint64_t>(d);
+  if (fuse_reply_open(req, fi) != 0) delete d;
+}
+
+// Offsets: 1 after ".", 2 after "..", 3 + i after entry i of the handle's list, which only grows, so an
+// offset means the same entry for the life of the handle (seekdir/telldir hold).
+void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  auto* d = reinterpret_cast<DirHandle*>(fi->fh);
+  Fs* fs = fs_of(req);
+  std::lock_guard lock(d->mu);
+  std::vector<char> buf(size);
+  size_t used = 0;
+  auto add = [&](const char* name, uint32_t mode, fuse_ino_t e_ino, off_t next) {
+    struct stat st {};
+    st.st_ino = e_ino;
+    st.st_mode = mode;
+    size_t need = fuse_add_direntry(req, buf.data() + used, size - used, name, &st, next);
+    if (need > size - used) return false;
+    used += need;
+    return true;
+  };
+  if (off == 0 && !add(".", S_IFDIR, ino, 1)) return (void)fuse_reply_buf(req, buf.data(), used);
+  if (off <= 1 && !add("..", S_IFDIR, ino, 2)) return (void)fuse_reply_buf(req, buf.data(), used);
+  for (size_t i = off > 2 ? static_cast<size_t>(off - 2) : 0;; ++i) {
+    while (i >= d->entries.size() && !d->done) {
+      auto page = fs->ns().readdir(d->oid, d->anchor, 256);
+      if (!page.is_ok()) return reply_status(req, page.status());
+      std::move(page->entries.begin(), page->entries.end(), std::back_inserter(d->entries));
+      d->anchor = std::move(page->anchor);
+      d->done = page->done;
+    }
+    if (i >= d->entries.size()) break;
+    const posix::DirEntry& e = d->entries[i];
+    if (!add(e.name.c_str(), e.type, fs->ino_hint(e.oid), static_cast<off_t>(i + 3))) break;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  delete reinterpret_cast<DirHandle*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void op_statfs(fuse_req_t req, fuse_ino_t) {
+  auto s = fs_of(req)->ns().statfs();
+  if (!s.is_ok()) return reply_status(req, s.status());
+  struct statvfs st {};
+  st.f_bsize = st.f_frsize = s->block_size;
+  st.f_blocks = s->total_bytes / s->block_size;
+  st.f_bfree = st.f_bavail = s->free_bytes / s->block_size;
+  st.f_files = 1ull << 40;
+  st.f_ffree = st.f_favail = 1ull << 40;
+  st.f_namemax = s->name_max;
+  fuse_reply_statfs(req, &st);
+}
+
+void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
+  RFOS_FUSE_OID(oid, req, ino);
+  reply_status(req, fs_of(req)->ns().setxattr(oid, name, {value, size}, flags, cred_of(req)));
+}
+
+void reply_sized(fuse_req_t req, const std::string& bytes, size_t size) {
+  if (size == 0) return (void)fuse_reply_xattr(req, bytes.size());
+  if (bytes.size() > size) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, bytes.data(), bytes.size());
+}
+
+void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  RFOS_FUSE_OID(oid, req, ino);
+  auto v = fs_of(req)->ns().getxattr(oid, name);
+  if (!v.is_ok()) return reply_status(req, v.status());
+  reply_sized(req, *v, size);
+}
+
+void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  RFOS_FUSE_OID(oid, req, ino);
+  auto names = fs_of(req)->ns().listxattr(oid);
+  if (!names.is_ok()) return reply_status(req, names.status());
+  std::string all;
+  for (const std::string& n : *names) all.append(n).push_back('\0');
+  reply_sized(req, all, size);
+}
+
+void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  RFOS_FUSE_OID(oid, req, ino);
+  reply_status(req, fs_of(req)->ns().removexattr(oid, name, cred_of(req)));
+}
+
+}  // namespace
+
+Status run_mount(posix::Namespace& ns, const MountOptions& options) {
+  struct stat st {};
+  if (options.mountpoint.empty() || stat(options.mountpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return error(StatusCode::kInvalidArgument, "mount point '" + options.mountpoint + "' is not a directory");
+  fuse_lowlevel_ops ops{};
+  ops.init = op_init;
+  ops.lookup = op_lookup;
+  ops.forget = op_forget;
+  ops.forget_multi = op_forget_multi;
+  ops.getattr = op_getattr;
+  ops.setattr = op_setattr;
+  ops.readlink = op_readlink;
+  ops.mknod = op_mknod;
+  ops.mkdir = op_mkdir;
+  ops.unlink = op_unlink;
+  ops.rmdir = op_rmdir;
+  ops.symlink = op_symlink;
+  ops.rename = op_rename;
+  ops.link = op_link;
+  ops.open = op_open;
+  ops.create = op_create;
+  ops.read = op_read;
+  ops.write = op_write;
+  ops.flush = op_flush;
+  ops.fsync = op_fsync;
+  ops.release = op_release;
+  ops.opendir = op_opendir;
+  ops.readdir = op_readdir;
+  ops.releasedir = op_releasedir;
+  ops.statfs = op_statfs;
+  ops.setxattr = op_setxattr;
+  ops.getxattr = op_getxattr;
+  ops.listxattr = op_listxattr;
+  ops.removexattr = op_removexattr;
+
+  std::string o = "fsname=" + options.fsname + ",subtype=rfos,default_permissions";
+  if (options.allow_other) o += ",allow_other";
+  if (!options.extra_options.empty()) o += "," + options.extra_options;
+  std::vector<std::string> argv_s = {"rfos", "-o", o};
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+
+  Fs fs(ns, options);
+  fuse_session* se = fuse_session_new(&args, &ops, sizeof(ops), &fs);
+  if (!se) return error(StatusCode::kInvalidArgument, "FUSE refused the options '" + o + "'");
+  Status result = Status::ok();
+  if (fuse_set_signal_handlers(se) != 0) {
+    result = error(StatusCode::kIoError, "cannot install signal handlers");
+  } else {
+    if (fuse_session_mount(se, options.mountpoint.c_str()) != 0) {
+      result = error(StatusCode::kIoError,
+                     "cannot mount on '" + options.mountpoint + "' (is /dev/fuse there, and may this user mount?)");
+    } else {
+      if (options.on_mounted) options.on_mounted(Status::ok());
+      fuse_loop_config config{};
+      config.clone_fd = 0;
+      config.max_idle_threads = options.max_idle_threads;
+      if (fuse_session_loop_mt(se, &config) != 0) result = error(StatusCode::kIoError, "the FUSE loop failed");
+      fuse_session_unmount(se);
+    }
+    fuse_remove_signal_handlers(se);
+  }
+  fuse_session_destroy(se);
+  if (!result.is_ok() && options.on_mounted) options.on_mounted(result);
+  return result;
+}
+
+}  // namespace rfos::fuse

@@ -1,0 +1,37 @@
+// `rfos mount`: a container's POSIX namespace through FUSE (libfuse3's low-level API, multi-threaded).
+//
+// Every local user works on the mount: it is mounted with allow_other and default_permissions, so the kernel
+// checks owner, group, supplementary groups and mode bits for whoever calls, and the namespace library checks
+// again with the caller's credentials (sticky and setgid directories included). Large requests (1 MiB),
+// attribute and entry caching with timeouts, optional direct I/O, kernel readahead; page-cache contents are
+// dropped on open and when the attributes (mtime, size) another client changed come back after their timeout.
+//
+// Thread-safety: run_mount owns its threads; nothing here is shared with callers.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "posix/namespace.h"
+
+namespace rfos::fuse {
+
+struct MountOptions {
+  std::string mountpoint;
+  std::string fsname = "rfos";  // shown in /proc/mounts
+  double attr_timeout_s = 1.0;
+  double entry_timeout_s = 1.0;
+  bool direct_io = false;     // bypass the page cache on every open file
+  bool allow_other = true;    // every local user, not just the one who mounted
+  std::string extra_options;  // more -o options passed to FUSE (dev, suid, ...)
+  unsigned max_idle_threads = 16;
+  unsigned readahead_bytes = 1u << 20;
+  // Called once the file system is mounted (for daemonizing parents and tests).
+  std::function<void(const Status&)> on_mounted;
+};
+
+// Mounts, serves until unmounted (fusermount3 -u, umount) or SIGINT/SIGTERM/SIGHUP, unmounts. Errors:
+// kInvalidArgument (bad mount point), kIoError (FUSE refused: no /dev/fuse, not permitted).
+Status run_mount(posix::Namespace& ns, const MountOptions& options);
+
+}  // namespace rfos::fuse

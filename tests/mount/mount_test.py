@@ -1,0 +1,394 @@
+#!/usr/bin/env python3
+"""`rfos mount` through the kernel: a POSIX behaviour suite of syscalls, other local users, unmodified tools
+(cp, tar, find, rsync, git, fio with verify=crc32c), two mounts of one container, and a server killed under a
+writer (every fsync'ed file must read back after a restart).
+
+  mount_test.py RFOS_BINARY        (needs root and /dev/fuse; exits 77, a skip, without them)
+
+Real processes on loopback: an `rfos server` on 127.0.0.1 with ucx+tcp pinned to lo, `rfos mount -f`.
+"""
+import errno
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+RFOS = None
+ENV = dict(os.environ, UCX_NET_DEVICES="lo", FI_TCP_IFACE="lo", FI_NET_IFACE="lo")
+
+
+class Server:
+    def __init__(self, data_dir, port=0):
+        self.data_dir = data_dir
+        self.proc = subprocess.Popen(
+            [RFOS, "server", "--data-dir", data_dir, "--control-addr", "127.0.0.1:%d" % port, "--targets", "2",
+             "--target-bytes", str(256 << 20), "--provider", "ucx+tcp"],
+            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.addr = None
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            if "listening on " in line:
+                self.addr = line.split("listening on ")[1].split()[0]
+                break
+        if not self.addr:
+            raise RuntimeError("rfos server did not start")
+
+    def cli(self, *args, check=True):
+        out = subprocess.run([RFOS, "--addr", self.addr] + list(args), env=ENV, capture_output=True, text=True)
+        if check and out.returncode != 0:
+            raise RuntimeError("rfos %s: %s" % (" ".join(args), out.stderr))
+        return out
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait()
+        self.proc.stdout.close()
+
+
+class Mount:
+    def __init__(self, server, mountpoint, *extra):
+        self.mountpoint = mountpoint
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen([RFOS, "--addr", server.addr, "mount", "-f", "--pool", "p", "--cont", "c"] +
+                                     list(extra) + [mountpoint], env=ENV, stdout=subprocess.DEVNULL,
+                                     stderr=self.log, text=True)
+        deadline = time.time() + 30
+        while not os.path.ismount(mountpoint):
+            if self.proc.poll() is not None or time.time() > deadline:
+                self.log.seek(0)
+                raise RuntimeError("rfos mount failed: %s" % self.log.read())
+            time.sleep(0.05)
+
+    def unmount(self):
+        if os.path.ismount(self.mountpoint):
+            subprocess.run(["fusermount3", "-u", "-z", self.mountpoint], check=False)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def as_user(uid, gid, groups, fn):
+    """Runs fn() in a child process with these credentials; returns its errno (0 when fn succeeded)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.setgroups(groups)
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            fn()
+        except OSError as e:
+            code = e.errno
+        except Exception:  # noqa: BLE001 - anything else is a test failure
+            code = 255
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.WEXITSTATUS(status)
+
+
+class MountTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.work = tempfile.mkdtemp(prefix="rfos-mount-", dir=os.environ.get("RFOS_TEST_DIR", "/var/tmp"))
+        os.chmod(cls.work, 0o755)
+        cls.server = Server(os.path.join(cls.work, "data"))
+        cls.server.cli("pool", "create", "p")
+        cls.server.cli("cont", "create", "--pool", "p", "c")
+        cls.mnt = os.path.join(cls.work, "mnt")
+        os.mkdir(cls.mnt)
+        cls.mount = Mount(cls.server, cls.mnt)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.mount.unmount()
+        cls.server.stop()
+        shutil.rmtree(cls.work, ignore_errors=True)
+
+    def path(self, *parts):
+        return os.path.join(self.mnt, *parts)
+
+    def expect_errno(self, err, fn, *args):
+        with self.assertRaises(OSError) as ctx:
+            fn(*args)
+        self.assertEqual(ctx.exception.errno, err, "%s%r" % (fn.__name__, args))
+
+    def test_files_and_directories(self):
+        d = self.path("t1")
+        os.mkdir(d)
+        self.expect_errno(errno.EEXIST, os.mkdir, d)
+        f = os.path.join(d, "f")
+        with open(f, "wb") as out:
+            out.write(b"hello")
+            out.seek(3 << 20)  # sparse, past a chunk boundary
+            out.write(b"tail")
+        st = os.stat(f)
+        self.assertEqual(st.st_size, (3 << 20) + 4)
+        with open(f, "rb") as inp:
+            data = inp.read()
+        self.assertEqual(data[:5], b"hello")
+        self.assertEqual(data[5:4096], bytes(4091))
+        self.assertEqual(data[-4:], b"tail")
+        fd = os.open(f, os.O_RDWR)
+        os.pwrite(fd, b"XY", 1)
+        os.ftruncate(fd, 4)
+        os.fsync(fd)
+        os.close(fd)
+        with open(f, "rb") as inp:
+            self.assertEqual(inp.read(), b"hXYl")
+        os.truncate(f, 10)
+        with open(f, "rb") as inp:
+            self.assertEqual(inp.read(), b"hXYl" + bytes(6))
+        self.expect_errno(errno.ENOTEMPTY, os.rmdir, d)
+        self.expect_errno(errno.ENOTDIR, os.listdir, f)
+        self.expect_errno(errno.EISDIR, os.unlink, d)
+        self.expect_errno(errno.ENOENT, os.stat, os.path.join(d, "missing"))
+        self.expect_errno(errno.ENAMETOOLONG, os.mkdir, os.path.join(d, "n" * 256))
+        self.expect_errno(errno.EISDIR, open, d, "w")
+        os.chmod(f, 0o600)
+        self.assertEqual(stat.S_IMODE(os.stat(f).st_mode), 0o600)
+        os.chown(f, 1234, 5678)
+        self.assertEqual((os.stat(f).st_uid, os.stat(f).st_gid), (1234, 5678))
+        os.utime(f, ns=(1_000_000_000_123, 2_000_000_000_456))
+        st = os.stat(f)
+        self.assertEqual((st.st_atime_ns, st.st_mtime_ns), (1_000_000_000_123, 2_000_000_000_456))
+        os.unlink(f)
+        os.rmdir(d)
+        self.assertFalse(os.path.exists(d))
+
+    def test_links_rename_xattrs(self):
+        d = self.path("t2")
+        os.mkdir(d)
+        a, b = os.path.join(d, "a"), os.path.join(d, "b")
+        with open(a, "w") as out:
+            out.write("A")
+        os.link(a, b)
+        self.assertEqual(os.stat(a).st_nlink, 2)
+        os.unlink(a)
+        self.assertEqual(os.stat(b).st_nlink, 1)
+        os.symlink("b", a)
+        self.assertEqual(os.readlink(a), "b")
+        with open(a) as inp:
+            self.assertEqual(inp.read(), "A")
+        # An open file survives its unlink.
+        fd = os.open(b, os.O_RDONLY)
+        os.unlink(b)
+        self.assertEqual(os.pread(fd, 1, 0), b"A")
+        os.close(fd)
+        with open(b, "w") as out:
+            out.write("B")
+        c = os.path.join(d, "c")
+        with open(c, "w") as out:
+            out.write("C")
+        os.rename(b, c)  # replaces
+        with open(c) as inp:
+            self.assertEqual(inp.read(), "B")
+        sub = os.path.join(d, "sub")
+        os.mkdir(sub)
+        os.rename(c, os.path.join(sub, "moved"))
+        self.assertEqual(os.listdir(sub), ["moved"])
+        self.expect_errno(errno.EINVAL, os.rename, d, os.path.join(sub, "inside"))
+        os.setxattr(sub, "user.k", b"v")
+        self.assertEqual(os.getxattr(sub, "user.k"), b"v")
+        self.assertIn("user.k", os.listxattr(sub))
+        os.removexattr(sub, "user.k")
+        self.expect_errno(errno.ENODATA, os.getxattr, sub, "user.k")
+        shutil.rmtree(d)
+
+    def test_rename_flags(self):
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        d = self.path("t3")
+        os.mkdir(d)
+        x, y = os.path.join(d, "x"), os.path.join(d, "y")
+        for p, v in ((x, "X"), (y, "Y")):
+            with open(p, "w") as out:
+                out.write(v)
+        at = -100  # AT_FDCWD
+        rc = libc.renameat2(at, x.encode(), at, y.encode(), 1)  # RENAME_NOREPLACE
+        self.assertEqual((rc, ctypes.get_errno()), (-1, errno.EEXIST))
+        self.assertEqual(libc.renameat2(at, x.encode(), at, y.encode(), 2), 0)  # RENAME_EXCHANGE
+        with open(x) as inp:
+            self.assertEqual(inp.read(), "Y")
+        with open(y) as inp:
+            self.assertEqual(inp.read(), "X")
+        shutil.rmtree(d)
+
+    def test_other_users_and_permissions(self):
+        d = self.path("t4")
+        os.mkdir(d, 0o755)
+        os.chown(d, 1000, 1000)
+        alice = lambda fn: as_user(1000, 1000, [1000], fn)  # noqa: E731
+        bob = lambda fn: as_user(1001, 1001, [1001, 50], fn)  # noqa: E731
+        f = os.path.join(d, "alice.txt")
+        self.assertEqual(alice(lambda: open(f, "w").write("mine")), 0)
+        self.assertEqual(os.stat(f).st_uid, 1000)
+        self.assertEqual(bob(lambda: open(os.path.join(d, "bob.txt"), "w")), errno.EACCES)
+        self.assertEqual(bob(lambda: open(f, "a")), errno.EACCES)
+        self.assertEqual(bob(lambda: os.chmod(f, 0o666)), errno.EPERM)
+        # Supplementary groups count.
+        shared = self.path("t4-shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o770)  # not through mkdir's mode, which the umask trims
+        os.chown(shared, 0, 50)
+        self.assertEqual(bob(lambda: open(os.path.join(shared, "b"), "w").write("b")), 0)
+        self.assertEqual(alice(lambda: os.listdir(shared)), errno.EACCES)
+        # Sticky directories.
+        tmp = self.path("t4-tmp")
+        os.mkdir(tmp)
+        os.chmod(tmp, 0o1777)
+        self.assertEqual(alice(lambda: open(os.path.join(tmp, "a"), "w").write("a")), 0)
+        self.assertEqual(bob(lambda: os.unlink(os.path.join(tmp, "a"))), errno.EPERM)
+        self.assertEqual(alice(lambda: os.unlink(os.path.join(tmp, "a"))), 0)
+        # Setgid directories.
+        os.chmod(shared, 0o2770)
+        self.assertEqual(bob(lambda: os.mkdir(os.path.join(shared, "sub"))), 0)
+        st = os.stat(os.path.join(shared, "sub"))
+        self.assertEqual(st.st_gid, 50)
+        self.assertTrue(st.st_mode & stat.S_ISGID)
+
+    def test_readdir_large_and_stable(self):
+        d = self.path("t5")
+        os.mkdir(d)
+        for i in range(1200):
+            open(os.path.join(d, "f%05d" % i), "w").close()
+        names = os.listdir(d)
+        self.assertEqual(len(names), 1200)
+        self.assertEqual(len(set(names)), 1200)
+        found = subprocess.run(["find", d, "-type", "f"], capture_output=True, text=True, check=True)
+        self.assertEqual(len(found.stdout.split()), 1200)
+        shutil.rmtree(d)
+        self.assertFalse(os.path.exists(d))
+
+    def test_tools(self):
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "posix")
+        dst = self.path("t6")
+        os.mkdir(dst)
+        subprocess.run(["cp", "-a", src, os.path.join(dst, "cp")], check=True)
+        subprocess.run(["tar", "cf", os.path.join(dst, "x.tar"), "-C", src, "."], check=True)
+        os.mkdir(os.path.join(dst, "untar"))
+        subprocess.run(["tar", "xf", os.path.join(dst, "x.tar"), "-C", os.path.join(dst, "untar")], check=True)
+        subprocess.run(["diff", "-r", src, os.path.join(dst, "untar")], check=True)
+        if shutil.which("rsync"):
+            subprocess.run(["rsync", "-a", src + "/", os.path.join(dst, "rsync")], check=True)
+            subprocess.run(["diff", "-r", src, os.path.join(dst, "rsync")], check=True)
+        if shutil.which("git"):
+            repo = os.path.join(dst, "repo")
+            g = dict(ENV, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+                     GIT_COMMITTER_EMAIL="t@t")
+            subprocess.run(["git", "init", "-q", repo], check=True, env=g)
+            shutil.copy(os.path.join(src, "namespace.h"), repo)
+            subprocess.run(["git", "-C", repo, "add", "."], check=True, env=g)
+            subprocess.run(["git", "-C", repo, "commit", "-qm", "x"], check=True, env=g)
+            subprocess.run(["git", "clone", "-q", repo, os.path.join(dst, "clone")], check=True, env=g)
+            subprocess.run(["git", "-C", os.path.join(dst, "clone"), "fsck", "--no-progress"], check=True, env=g)
+            subprocess.run(["cmp", os.path.join(src, "namespace.h"), os.path.join(dst, "clone", "namespace.h")],
+                           check=True)
+
+    def test_fio_verify(self):
+        if not shutil.which("fio"):
+            self.skipTest("fio is not installed")
+        for engine, rw, bs in (("psync", "write", "1m"), ("io_uring", "randwrite", "4k"), ("psync", "randrw", "64k")):
+            out = subprocess.run(
+                ["fio", "--name=verify", "--filename=" + self.path("fio-" + engine + rw), "--size=24m",
+                 "--bs=" + bs, "--rw=" + rw, "--ioengine=" + engine, "--iodepth=8", "--verify=crc32c",
+                 "--do_verify=1", "--verify_fatal=1"], capture_output=True, text=True)
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+            self.assertIn("err= 0", out.stdout)
+
+    def test_two_mounts_see_each_other(self):
+        other_mnt = os.path.join(self.work, "mnt2")
+        os.makedirs(other_mnt, exist_ok=True)
+        other = Mount(self.server, other_mnt, "--attr-timeout", "0.2", "--entry-timeout", "0.2")
+        try:
+            with open(self.path("shared"), "w") as out:
+                out.write("one")
+            with open(os.path.join(other_mnt, "shared")) as inp:
+                self.assertEqual(inp.read(), "one")
+            with open(os.path.join(other_mnt, "shared"), "w") as out:
+                out.write("two!")
+            time.sleep(1.2)  # past the first mount's attribute timeout
+            with open(self.path("shared")) as inp:
+                self.assertEqual(inp.read(), "two!")
+            os.unlink(os.path.join(other_mnt, "shared"))
+            time.sleep(1.2)
+            self.assertFalse(os.path.exists(self.path("shared")))
+        finally:
+            other.unmount()
+
+    def test_errors_and_signals(self):
+        out = subprocess.run([RFOS, "--addr", self.server.addr, "mount", "--pool", "nope", self.work], env=ENV,
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("nope", out.stderr)
+        out = subprocess.run([RFOS, "--addr", self.server.addr, "mount", "--pool", "p", "--cont", "c",
+                              os.path.join(self.work, "no-such-dir")], env=ENV, capture_output=True, text=True)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("not a directory", out.stderr)
+        # Background by default: returns once mounted; SIGTERM to the daemon unmounts cleanly.
+        mnt = os.path.join(self.work, "mnt3")
+        os.makedirs(mnt, exist_ok=True)
+        out = subprocess.run([RFOS, "--addr", self.server.addr, "mount", "--pool", "p", "--cont", "c", mnt], env=ENV,
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertTrue(os.path.ismount(mnt))
+        pid = int(subprocess.run(["pgrep", "-f", "mount --pool p --cont c " + mnt], capture_output=True,
+                                 text=True).stdout.split()[0])
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.time() + 10
+        while os.path.ismount(mnt) and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertFalse(os.path.ismount(mnt))
+
+    def test_zz_server_killed_under_a_writer(self):
+        """Runs last: every file fsync'ed before the server died reads back after a restart."""
+        d = self.path("crash")
+        os.mkdir(d)
+        synced = {}
+        for i in range(20):
+            data = os.urandom(100_000 + i)
+            p = os.path.join(d, "f%d" % i)
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
+            os.write(fd, data)
+            os.fsync(fd)
+            os.close(fd)
+            synced["f%d" % i] = data
+        port = int(self.server.addr.rsplit(":", 1)[1])
+        self.server.kill()
+        self.mount.unmount()
+        type(self).server = Server(self.server.data_dir, port)
+        type(self).mount = Mount(self.server, self.mnt)
+        for name, data in synced.items():
+            with open(os.path.join(d, name), "rb") as inp:
+                self.assertEqual(inp.read(), data, name)
+
+
+def main():
+    global RFOS
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    RFOS = os.path.abspath(sys.argv.pop(1))
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):
+        print("skipped: needs root, /dev/fuse and fusermount3")
+        sys.exit(77)
+    unittest.main(verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
