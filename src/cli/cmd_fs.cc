@@ -197,9 +197,13 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
   mount->add_option("mountpoint", m->mountpoint, "an empty directory")->required();
   mount->add_flag("--foreground,-f", *foreground, "stay in the foreground (default: return once mounted)");
   mount->add_flag("--direct-io", m->direct_io, "bypass the page cache for file data");
+  mount->add_flag("--writeback-cache", m->writeback_cache,
+                  "let the kernel gather buffered writes (others see them after fsync or close)");
   mount->add_option("--attr-timeout", m->attr_timeout_s, "seconds the kernel caches attributes")->capture_default_str();
   mount->add_option("--entry-timeout", m->entry_timeout_s, "seconds the kernel caches names")->capture_default_str();
   mount->add_option("-o", m->extra_options, "more FUSE mount options (dev, suid, ...)");
+  mount->add_option("--readahead", m->readahead_bytes, "bytes the kernel reads ahead on sequential reads")
+      ->capture_default_str();
   mount->callback([&ctx, a, m, foreground] {
     // Daemonize before any client thread exists: the parent waits for the child's word that it mounted.
     int pipefd[2] = {-1, -1};

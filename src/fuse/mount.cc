@@ -2,12 +2,15 @@
 #include "fuse/mount.h"
 
 #include <fuse_lowlevel.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -190,7 +193,12 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   conn->max_write = 1u << 20;
   conn->max_readahead = fs->options().readahead_bytes;
   if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
-  conn->want &= ~static_cast<unsigned>(FUSE_CAP_WRITEBACK_CACHE);  // other clients must see writes at once
+  // Off by default: other clients must see a write once it returned. With it, the kernel gathers buffered
+  // writes and sends them in parallel, and they reach the store at the latest on fsync and close.
+  if (fs->options().writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
+    conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+  else
+    conn->want &= ~static_cast<unsigned>(FUSE_CAP_WRITEBACK_CACHE);
 }
 
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -524,6 +532,60 @@ void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   reply_status(req, fs_of(req)->ns().removexattr(oid, name, cred_of(req)));
 }
 
+// The kernel caps a FUSE mount's readahead at 128 KiB whatever init asks for; its bdi setting (root may write
+// it) raises it, so sequential reads arrive as large requests. Best effort: without it reads still work.
+// The device number comes from /proc/self/mountinfo: stat() on the mount point would ask this very process,
+// whose loop is not serving yet.
+void set_readahead(const MountOptions& o) {
+  char real[PATH_MAX];
+  if (!realpath(o.mountpoint.c_str(), real)) return;
+  FILE* info = std::fopen("/proc/self/mountinfo", "r");
+  if (!info) return;
+  std::string dev;
+  char line[4096];
+  while (std::fgets(line, sizeof(line), info)) {  // "id parent MAJ:MIN root mountpoint ..."; the last one wins
+    char majmin[64], root[PATH_MAX], point[PATH_MAX];
+    if (std::sscanf(line, "%*u %*u %63s %4095s %4095s", majmin, root, point) == 3 && std::strcmp(point, real) == 0)
+      dev = majmin;
+  }
+  std::fclose(info);
+  if (dev.empty()) return;
+  std::string path = "/sys/class/bdi/" + dev + "/read_ahead_kb";
+  if (FILE* f = std::fopen(path.c_str(), "w")) {
+    std::fprintf(f, "%u\n", o.readahead_bytes / 1024);
+    std::fclose(f);
+  }
+}
+
+// SIGINT, SIGTERM and SIGHUP end the loop, which then unmounts. Installed unconditionally: libfuse's own
+// fuse_set_signal_handlers leaves alone a signal that already has a handler, and the client libraries install
+// one for SIGTERM that exits without unmounting.
+fuse_session* g_session = nullptr;
+void on_signal(int) {
+  if (g_session) fuse_session_exit(g_session);
+}
+
+class SignalsEndTheLoop {
+ public:
+  explicit SignalsEndTheLoop(fuse_session* se) {
+    g_session = se;
+    struct sigaction sa{};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;  // no SA_RESTART: the loop's read of /dev/fuse returns EINTR and sees the exit
+    for (size_t i = 0; i < 3; ++i) sigaction(kSignals[i], &sa, &old_[i]);
+    signal(SIGPIPE, SIG_IGN);
+  }
+  ~SignalsEndTheLoop() {
+    for (size_t i = 0; i < 3; ++i) sigaction(kSignals[i], &old_[i], nullptr);
+    g_session = nullptr;
+  }
+
+ private:
+  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction old_[3]{};
+};
+
 }  // namespace
 
 Status run_mount(posix::Namespace& ns, const MountOptions& options) {
@@ -573,13 +635,13 @@ Status run_mount(posix::Namespace& ns, const MountOptions& options) {
   fuse_session* se = fuse_session_new(&args, &ops, sizeof(ops), &fs);
   if (!se) return error(StatusCode::kInvalidArgument, "FUSE refused the options '" + o + "'");
   Status result = Status::ok();
-  if (fuse_set_signal_handlers(se) != 0) {
-    result = error(StatusCode::kIoError, "cannot install signal handlers");
-  } else {
+  {
+    SignalsEndTheLoop signals(se);
     if (fuse_session_mount(se, options.mountpoint.c_str()) != 0) {
       result = error(StatusCode::kIoError,
                      "cannot mount on '" + options.mountpoint + "' (is /dev/fuse there, and may this user mount?)");
     } else {
+      set_readahead(options);
       if (options.on_mounted) options.on_mounted(Status::ok());
       fuse_loop_config config{};
       config.clone_fd = 0;
@@ -587,7 +649,6 @@ Status run_mount(posix::Namespace& ns, const MountOptions& options) {
       if (fuse_session_loop_mt(se, &config) != 0) result = error(StatusCode::kIoError, "the FUSE loop failed");
       fuse_session_unmount(se);
     }
-    fuse_remove_signal_handlers(se);
   }
   fuse_session_destroy(se);
   if (!result.is_ok() && options.on_mounted) options.on_mounted(result);

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""fio on `rfos mount` against `rfos bench` on the native client: same server, same provider, same pattern,
+jobs and depth, in one run; then an mdtest-like metadata run through the mount.
+
+  bench/mount_bench.py [--build build] [--runtime 5] [--provider ucx+tcp] [--files 2000]
+
+Needs root and /dev/fuse (FUSE), fio. Prints a Markdown table: each mount figure beside the native one and
+their ratio; then creates / stats / unlinks per second for N files in one directory and spread over many.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+# mode (how fio reaches the mount), rw, bs, numjobs, iodepth, size per job. Modes: "buffered" (page cache,
+# the default mount), "direct" (fio --direct=1), "writeback" (a mount with --writeback-cache; fio fsyncs at the
+# end so every byte reached the store inside the measured time).
+CASES = [
+    ("buffered", "read", "1m", 1, 4, "256m"),
+    ("direct", "read", "1m", 1, 4, "256m"),
+    ("buffered", "write", "1m", 1, 4, "256m"),
+    ("direct", "write", "1m", 1, 4, "256m"),
+    ("writeback", "write", "1m", 1, 4, "256m"),
+    ("buffered", "randread", "4k", 4, 1, "64m"),
+    ("buffered", "randwrite", "4k", 4, 1, "64m"),
+]
+
+
+def fio_on_mount(mnt, mode, rw, bs, jobs, depth, size, runtime):
+    cmd = ["fio", "--name=mount", "--directory=" + mnt, "--rw=" + rw, "--bs=" + bs, "--numjobs=%d" % jobs,
+           "--iodepth=%d" % depth, "--ioengine=io_uring" if depth > 1 else "--ioengine=psync", "--size=" + size,
+           "--runtime=%g" % runtime, "--time_based", "--group_reporting", "--output-format=json"]
+    if mode == "direct":
+        cmd.append("--direct=1")
+    if mode == "writeback":
+        cmd.append("--end_fsync=1")
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("mount_bench: %s failed: %s" % (" ".join(cmd), out.stderr))
+    side = json.loads(out.stdout)["jobs"][0]["write" if "write" in rw else "read"]
+    return side["iops"], side["bw_bytes"], " ".join(cmd)
+
+
+def native(rfos, env, rw, bs, jobs, depth, size, runtime):
+    cmd = [rfos, "bench", "--pool", "p", "--cont", "c", "--rw", rw, "--bs", bs, "--numjobs", str(jobs), "--iodepth",
+           str(depth), "--size", size, "--runtime", str(runtime), "--output-format", "json"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("mount_bench: %s failed: %s" % (" ".join(cmd), out.stderr))
+    side = json.loads(out.stdout)["jobs"][0]["write" if "write" in rw else "read"]
+    return side["iops"], side["bw_bytes"], " ".join(cmd)
+
+
+def metadata(mnt, files, dirs):
+    """Creates, stats and unlinks `files` files spread over `dirs` directories; returns ops/s of each phase."""
+    root = os.path.join(mnt, "md-%d-%d" % (dirs, random.randint(0, 1 << 30)))
+    os.mkdir(root)
+    paths = []
+    for d in range(dirs):
+        os.mkdir(os.path.join(root, "d%d" % d))
+    for i in range(files):
+        paths.append(os.path.join(root, "d%d" % (i % dirs), "f%d" % i))
+    rates = []
+    for phase in (lambda p: os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)), os.stat, os.unlink):
+        t0 = time.perf_counter()
+        for p in paths:
+            phase(p)
+        rates.append(len(paths) / (time.perf_counter() - t0))
+    shutil.rmtree(root)
+    return rates
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default="build")
+    p.add_argument("--runtime", type=float, default=5)
+    p.add_argument("--provider", default="ucx+tcp")
+    p.add_argument("--files", type=int, default=2000)
+    p.add_argument("--dir", default="/var/tmp")
+    args = p.parse_args()
+    if shutil.which("fio") is None:
+        sys.exit("mount_bench: fio is not installed (scripts/install-deps installs it)")
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        sys.exit("mount_bench: needs root and /dev/fuse")
+    rfos = os.path.abspath(os.path.join(args.build, "bin", "rfos"))
+    env = dict(os.environ)
+    env.setdefault("UCX_NET_DEVICES", "lo")
+    env.setdefault("FI_TCP_IFACE", "lo")
+    env.setdefault("FI_NET_IFACE", "lo")
+    work = tempfile.mkdtemp(prefix="rfos-mount-bench-", dir=args.dir)
+    env["RFOS_ADDR"] = "127.0.0.1:%d" % random.randint(20000, 40000)
+    server = subprocess.Popen([rfos, "server", "--data-dir", os.path.join(work, "data"), "--control-addr",
+                               env["RFOS_ADDR"], "--provider", args.provider, "--target-bytes", str(2 << 30)],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    mounts = {}
+    rows = []
+    try:
+        for _ in range(240):
+            if subprocess.run([rfos, "pool", "create", "p"], env=env, capture_output=True).returncode == 0:
+                break
+            time.sleep(0.5)
+        subprocess.run([rfos, "cont", "create", "--pool", "p", "c"], env=env, check=True, capture_output=True)
+        mounts = {}
+        for mode, extra in (("buffered", []), ("writeback", ["--writeback-cache"])):
+            point = os.path.join(work, "mnt-" + mode)
+            os.mkdir(point)
+            mounts[mode] = (point, subprocess.Popen([rfos, "mount", "-f", "--pool", "p", "--cont", "c"] + extra +
+                                                    [point], env=env, stdout=subprocess.DEVNULL,
+                                                    stderr=subprocess.DEVNULL))
+            for _ in range(200):
+                if os.path.ismount(point):
+                    break
+                time.sleep(0.05)
+        mounts["direct"] = mounts["buffered"]
+        mnt = mounts["buffered"][0]
+        for mode, rw, bs, jobs, depth, size in CASES:
+            n_iops, n_bw, n_cmd = native(rfos, env, rw, bs, jobs, depth, size, args.runtime)
+            m_iops, m_bw, m_cmd = fio_on_mount(mounts[mode][0], mode, rw, bs, jobs, depth, size, args.runtime)
+            rows.append((mode, rw, bs, jobs, depth, n_iops, n_bw, m_iops, m_bw))
+            print("%-9s %-9s %-3s jobs %d qd%-2d native %9.0f IOPS %7.1f MiB/s | mount %9.0f IOPS %7.1f MiB/s | %.2f"
+                  % (mode, rw, bs, jobs, depth, n_iops, n_bw / 2**20, m_iops, m_bw / 2**20, m_iops / n_iops),
+                  flush=True)
+            for f in os.listdir(mnt):
+                os.unlink(os.path.join(mnt, f))
+        md = [(1, metadata(mnt, args.files, 1)), (50, metadata(mnt, args.files, 50))]
+    finally:
+        for mode in ("buffered", "writeback"):
+            if mode in mounts:
+                subprocess.run(["fusermount3", "-u", "-z", mounts[mode][0]], check=False)
+                mounts[mode][1].wait(timeout=30)
+        server.terminate()
+        server.wait()
+        shutil.rmtree(work, ignore_errors=True)
+    print("\n| fio on the mount | pattern | bs | jobs | depth | native IOPS | native MiB/s | mount IOPS | mount MiB/s |"
+          " mount / native |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for mode, rw, bs, jobs, depth, n_iops, n_bw, m_iops, m_bw in rows:
+        print("| %s | %s | %s | %d | %d | %.0f | %.1f | %.0f | %.1f | **%.2f** |"
+              % (mode, rw, bs, jobs, depth, n_iops, n_bw / 2**20, m_iops, m_bw / 2**20, m_iops / n_iops))
+    print("\n| metadata, %d files | creates/s | stats/s | unlinks/s |\n|---|---|---|---|" % args.files)
+    for dirs, (c, s, u) in md:
+        print("| in %d director%s | %.0f | %.0f | %.0f |" % (dirs, "y" if dirs == 1 else "ies", c, s, u))
+
+
+if __name__ == "__main__":
+    main()
