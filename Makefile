@@ -6,7 +6,7 @@ BUILD_TYPE ?= RelWithDebInfo
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build test test-asan fuzz run bench-engine bench-engine-quick format clean
+.PHONY: all deps build test test-asan fuzz run bench-engine bench-engine-quick bench-matrix bench-matrix-full format clean
 
 all: build
 
@@ -51,3 +51,10 @@ format:
 
 clean:
 	rm -rf $(BUILD) build-asan build-fuzz
+
+# The evaluation matrix (media, transport, end to end; heatmaps and a report in matrix-out/): about 5 minutes.
+bench-matrix: build
+	/usr/bin/python3 bench/matrix.py --quick --build $(BUILD) --out matrix-out
+
+bench-matrix-full: build
+	/usr/bin/python3 bench/matrix.py --full --build $(BUILD) --out matrix-out

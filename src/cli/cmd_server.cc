@@ -18,7 +18,9 @@ void add_server_command(CLI::App& app, Context& ctx) {
                   "data-plane provider: ucx+tcp, ucx+shm, ofi+tcp, ... (default ucx+tcp)");
   cmd->add_option("--targets", flags->targets, "number of targets (default: one per core; fixed at first start)");
   cmd->add_option("--target-bytes", flags->target_bytes, "block file size of each target (default 1 GiB)");
-  cmd->add_option("--media-threads", flags->media_threads, "engine operations in flight per target (default 4)");
+  cmd->add_option("--media-threads", flags->media_threads, "engine operations in flight per target (default 16)");
+  cmd->add_flag("--bypass-media", flags->bypass_media,
+                "benchmarks only: answer reads with zeros and drop writes, to measure the data plane alone");
   auto defaults = std::make_shared<bool>(false);
   cmd->add_flag("--create-defaults", *defaults,
                 "create a pool and a container labelled 'default' unless they exist (what `make run` does)");
@@ -31,6 +33,9 @@ void add_server_command(CLI::App& app, Context& ctx) {
     if (cmd->count("--targets")) config->targets = flags->targets;
     if (cmd->count("--target-bytes")) config->target_bytes = flags->target_bytes;
     if (cmd->count("--media-threads")) config->media_threads = flags->media_threads;
+    if (cmd->count("--bypass-media")) config->bypass_media = true;
+    if (config->bypass_media)
+      std::fprintf(stderr, "rfos server: --bypass-media: nothing written is stored (data-plane benchmarks only)\n");
     auto on_started = [&ctx, defaults](const std::string& addr) {
       if (!*defaults) return;
       auto cc = client::ControlClient::create(addr, ctx.timeout_ms);

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -35,8 +36,14 @@ class Container::Impl {
     std::string* sized_by_reply = nullptr;  // or a string sized from the reply (single values)
     std::chrono::steady_clock::time_point deadline;
     uintptr_t region = 0;  // explicit path: the registered region the target reads or writes
+    // A target out of engine buffers answers Busy: the request goes again after a backoff, within its deadline.
+    std::string header;
+    std::vector<Iov> payload;
+    int attempts = 0;
+    std::optional<std::chrono::steady_clock::time_point> retry_at;
     bool done() const { return replied && sent; }
   };
+  static constexpr int kMaxBusyRetries = 200;
   std::map<uint64_t, Call> calls;
   std::vector<Completion> completed;                                  // finished, not yet handed out
   std::map<uint64_t, std::pair<uint64_t, std::span<uint8_t>>> reads;  // async reads to verify: offset, bytes
@@ -49,6 +56,11 @@ class Container::Impl {
     Call& call = it->second;
     uint64_t id = it->first;
     call.reply = std::move(r).value();
+    if (call.reply.status == StatusCode::kBusy && call.attempts < kMaxBusyRetries) {
+      auto backoff = std::chrono::microseconds(200 * std::min(++call.attempts, 25));
+      call.retry_at = std::chrono::steady_clock::now() + backoff;
+      return;
+    }
     if (call.reply.status != StatusCode::kOk) {
       call.status = error(call.reply.status, call.reply.message);
       call.replied = true;
@@ -192,7 +204,19 @@ class Container::Impl {
     call.into = into;
     call.sized_by_reply = sized;
     call.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeout_ms);
-    Status s = worker->send(eps[t], wire::encode_request(q), payload, [this, id](Status st) {
+    call.header = wire::encode_request(q);
+    call.payload.assign(payload.begin(), payload.end());
+    Status s = send(id, call);
+    if (!s.is_ok()) {
+      calls.erase(id);
+      return s;
+    }
+    return id;
+  }
+
+  Status send(uint64_t id, Call& call) {
+    call.sent = false;
+    return worker->send(eps[call.target], call.header, call.payload, [this, id](Status st) {
       auto c = calls.find(id);
       if (c == calls.end()) return;
       c->second.sent = true;
@@ -201,11 +225,6 @@ class Container::Impl {
         c->second.replied = true;
       }
     });
-    if (!s.is_ok()) {
-      calls.erase(id);
-      return s;
-    }
-    return id;
   }
 
   // Moves finished and timed-out calls to `completed`.
@@ -213,9 +232,21 @@ class Container::Impl {
     auto now = std::chrono::steady_clock::now();
     for (auto it = calls.begin(); it != calls.end();) {
       Call& c = it->second;
+      if (c.retry_at && c.sent && now >= *c.retry_at && now <= c.deadline) {
+        c.retry_at.reset();
+        Status s = send(it->first, c);
+        if (!s.is_ok()) {
+          c.status = s;
+          c.replied = c.sent = true;
+        }
+      }
       if (!c.done() && now > c.deadline) {
-        c.status = error(StatusCode::kTimeout, "target " + std::to_string(c.target) + " did not answer within " +
-                                                   std::to_string(options.timeout_ms) + " ms");
+        c.status = c.retry_at
+                       ? error(StatusCode::kBusy, "target " + std::to_string(c.target) +
+                                                      " stayed busy (out of engine buffers) for " +
+                                                      std::to_string(options.timeout_ms) + " ms")
+                       : error(StatusCode::kTimeout, "target " + std::to_string(c.target) + " did not answer within " +
+                                                         std::to_string(options.timeout_ms) + " ms");
         c.replied = c.sent = true;  // a late reply or send completion finds nothing and is dropped
         // A target still holding the descriptor must not write into the buffer once the caller has it back:
         // the registration goes (RDMA revokes the key; UCX's tcp and shm emulation cannot).
@@ -240,7 +271,7 @@ class Container::Impl {
           return c;
         }
       }
-      if (worker->progress() == 0) worker->wait(10);
+      if (worker->progress() == 0) worker->wait(1);
       reap();
     }
   }

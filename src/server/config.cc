@@ -26,7 +26,8 @@ Status load_config_file(const std::string& path, ServerConfig* config) {
   if (!root.IsMap()) return error(StatusCode::kInvalidArgument, "config file " + path + " must be a mapping");
   static const std::set<std::string> kKeys = {"data_dir",      "control_addr", "provider",
                                               "targets",       "target_bytes", "capability_ttl_s",
-                                              "media_threads", "tls_cert",     "tls_key"};
+                                              "media_threads", "tls_cert",     "tls_key",
+                                              "bypass_media"};
   try {
     for (const auto& kv : root) {
       std::string key = kv.first.as<std::string>();
@@ -41,6 +42,7 @@ Status load_config_file(const std::string& path, ServerConfig* config) {
     if (root["media_threads"]) config->media_threads = root["media_threads"].as<uint32_t>();
     if (root["tls_cert"]) config->tls_cert = root["tls_cert"].as<std::string>();
     if (root["tls_key"]) config->tls_key = root["tls_key"].as<std::string>();
+    if (root["bypass_media"]) config->bypass_media = root["bypass_media"].as<bool>();
   } catch (const YAML::Exception& e) {
     return error(StatusCode::kInvalidArgument, "config file " + path + ": " + e.what());
   }

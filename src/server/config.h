@@ -24,6 +24,9 @@ struct ServerConfig {
   uint32_t media_threads = 16;  // per target: engine operations in flight against the media
   std::string tls_cert;         // PEM files: TLS on the control channel when both are set
   std::string tls_key;
+  // Benchmarks only: targets answer reads with zeros and drop written bytes, never touching the engine, so the
+  // data plane alone is measured (3FS's bypass_disk_io). Nothing written is kept.
+  bool bypass_media = false;
 };
 
 // The data-plane providers rfos knows; the verbs ones need RDMA hardware.

@@ -13,6 +13,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/crc32c.h"
+#include "common/fault.h"
 #include "engine/engine.h"
 #include "transport/transport.h"
 #include "wire/capability.h"
@@ -235,6 +237,8 @@ class Target::Impl {
     }
     engine::KeyRef k{*cid, q.oid, q.dkey, q.akey};
     auto kind = q.kind == wire::Kind::kSingle ? engine::ValueKind::kSingle : engine::ValueKind::kArray;
+    if (bypass_media && kind == engine::ValueKind::kArray && (q.op == wire::Op::kUpdate || q.op == wire::Op::kFetch))
+      return bypass(in, q, cap->pool, cap->cont);
     switch (q.op) {
       case wire::Op::kUpdate:
         return update(in, q, k, kind);
@@ -365,6 +369,53 @@ class Target::Impl {
     return std::make_shared<KeyHold>(this, std::move(key));
   }
 
+  // --bypass-media: the data plane without the engine. Updates land in scratch memory and are dropped; fetches
+  // answer zeros with their true checksums. Everything before (decode, capability, rights, container) still runs.
+  bool bypass_media = false;
+  std::vector<uint8_t> zeros;                                   // 1 MiB, shared by every bypassed fetch
+  std::map<std::pair<Uuid, Uuid>, uint32_t> bypass_csum_chunk;  // per container, looked up once
+
+  void bypass(Incoming& in, wire::Request& q, const Uuid& pool, const Uuid& cont) {
+    if (zeros.empty()) zeros.assign(1u << 20, 0);
+    uint64_t len = q.op == wire::Op::kUpdate ? (q.rkey.empty() ? in.payload_bytes : q.length) : q.length;
+    if (len == 0 || len > zeros.size())
+      return reply_error(in.reply_to, q.request_id, error(StatusCode::kTooLarge, "bypass: 1 B .. 1 MiB per request"));
+    auto to = in.reply_to;
+    wire::Reply r;
+    r.request_id = q.request_id;
+    if (q.op == wire::Op::kFetch) {
+      auto known = bypass_csum_chunk.find({pool, cont});
+      if (known == bypass_csum_chunk.end()) {
+        auto info = engine->cont_open(pool, cont);
+        uint32_t c = info.is_ok() && info->props.csum_chunk_bytes ? info->props.csum_chunk_bytes : 4096;
+        known = bypass_csum_chunk.emplace(std::make_pair(pool, cont), c).first;
+      }
+      uint32_t chunk = known->second;
+      r.length = len;
+      chunk_crcs(q.offset, {zeros.data(), len}, chunk, &r.csums);
+      Iov v{zeros.data(), len};
+      if (!q.rkey.empty()) {
+        uint64_t id = q.request_id;
+        Status s = worker->put(to, {&v, 1}, q.remote_addr, q.rkey, [this, to, r](Status put) mutable {
+          if (!put.is_ok()) return reply_error(to, r.request_id, put);
+          reply(to, std::move(r));
+        });
+        if (!s.is_ok()) reply_error(to, id, s);
+        return;
+      }
+      return reply(to, std::move(r), {&v, 1});
+    }
+    auto buf = std::make_shared<std::vector<uint8_t>>(len);
+    Iov v{buf->data(), len};
+    auto done = [this, to, r, buf](Status got) mutable {
+      if (!got.is_ok()) return;  // the client died mid-transfer: nothing to answer
+      reply(to, std::move(r));
+    };
+    Status s = q.rkey.empty() ? worker->fetch_payload(in, {&v, 1}, std::move(done))
+                              : worker->get(to, q.remote_addr, q.rkey, {&v, 1}, std::move(done));
+    if (!s.is_ok()) reply_error(to, q.request_id, s);
+  }
+
   void update(Incoming& in, wire::Request& q, const engine::KeyRef& k, engine::ValueKind kind) {
     bool explicit_path = !q.rkey.empty();  // the data stays in the client's memory until the target reads it
     uint64_t carried = explicit_path ? q.length : in.payload_bytes;
@@ -380,6 +431,8 @@ class Target::Impl {
       hold = std::move(h).value();
     }
     uint64_t epoch = q.epoch ? q.epoch : next_epoch();
+    if (RFOS_FAULT("target.busy"))
+      return reply_error(in.reply_to, q.request_id, error(StatusCode::kBusy, "engine buffers exhausted (injected)"));
     auto tx = engine->update_begin({k, epoch, kind, q.offset, q.length});
     if (!tx.is_ok()) return reply_error(in.reply_to, q.request_id, tx.status());
     auto held = inflight_epochs.insert(epoch);
@@ -447,8 +500,9 @@ class Target::Impl {
 
 Result<std::unique_ptr<Target>> Target::start(uint32_t index, Engine* engine, const std::string& provider,
                                               const std::string& secret, uint32_t media_threads,
-                                              std::shared_ptr<Revocations> revocations) {
+                                              std::shared_ptr<Revocations> revocations, bool bypass_media) {
   auto impl = std::make_unique<Impl>();
+  impl->bypass_media = bypass_media;
   impl->index = index;
   impl->engine = engine;
   impl->secret = secret;

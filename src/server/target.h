@@ -43,7 +43,7 @@ class Target {
   // Errors from the transport (kNotSupported: provider unavailable here).
   static Result<std::unique_ptr<Target>> start(uint32_t index, engine::Engine* engine, const std::string& provider,
                                                const std::string& secret, uint32_t media_threads,
-                                               std::shared_ptr<Revocations> revocations);
+                                               std::shared_ptr<Revocations> revocations, bool bypass_media = false);
   ~Target();
   // The worker address clients connect to (binary; published in the pool map).
   const std::string& address() const;

@@ -294,6 +294,26 @@ TEST_P(DataPlane, KeysInsertsAndObjectEnds) {
   EXPECT_EQ(*c->object_end(file, "d"), 4u * (1 << 20) + 500);
 }
 
+// A target out of engine buffers answers Busy; the client sends the request again after a backoff.
+TEST_P(DataPlane, BusyTargetsAreRetried) {
+  server_->stop();
+  setenv("RFOS_FAULTS", "target.busy=2", 1);  // the server's second update finds no buffers, once
+  server_ = std::make_unique<testing::ServerProcess>(dir_.path(), std::vector<std::string>{"--provider", GetParam()});
+  bool started = server_->start();
+  unsetenv("RFOS_FAULTS");
+  ASSERT_TRUE(started);
+  control_ = ControlClient::create(server_->address());
+  auto c = open();
+  ASSERT_TRUE(c);
+  for (int i = 0; i < 4; ++i) {
+    std::string data = bytes_of(70000, 300 + i), back(70000, '\0');
+    Status s = c->write({16, 16}, std::to_string(i), "a", 0, as_span(data));
+    ASSERT_TRUE(s.is_ok()) << i << ": " << s.to_string();
+    ASSERT_TRUE(c->read({16, 16}, std::to_string(i), "a", 0, {reinterpret_cast<uint8_t*>(back.data()), 70000}).is_ok());
+    EXPECT_TRUE(back == data) << i;
+  }
+}
+
 TEST_P(DataPlane, DisconnectRevokesTheCapability) {
   auto c = open();
   ASSERT_TRUE(c);

@@ -307,6 +307,20 @@ class MountTest(unittest.TestCase):
             subprocess.run(["cmp", os.path.join(src, "namespace.h"), os.path.join(dst, "clone", "namespace.h")],
                            check=True)
 
+    def test_fs_copy_without_a_mount(self):
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "posix")
+        out = self.server.cli("fs", "copy", "--pool", "p", "--cont", "c", src, "rfos:/t7")
+        self.assertIn("copied", out.stdout)
+        subprocess.run(["diff", "-r", src, self.path("t7")], check=True)  # seen through the mount
+        back = os.path.join(self.work, "back")
+        self.server.cli("fs", "copy", "--pool", "p", "--cont", "c", "rfos:/t7", back)
+        subprocess.run(["diff", "-r", src, back], check=True)
+        listing = self.server.cli("fs", "ls", "--pool", "p", "--cont", "c", "rfos:/t7").stdout
+        self.assertIn("namespace.cc", listing)
+        missing = self.server.cli("fs", "copy", "--pool", "p", "--cont", "c", "rfos:/nope", back, check=False)
+        self.assertEqual(missing.returncode, 1)
+        self.assertIn("NotFound", missing.stderr)
+
     def test_fio_verify(self):
         if not shutil.which("fio"):
             self.skipTest("fio is not installed")

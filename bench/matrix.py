@@ -1,0 +1,473 @@
+#!/usr/bin/python3
+"""rfos's evaluation matrix in one command: media, transport and end-to-end figures, each end-to-end cell beside
+its media and transport ceilings from the same run, with the bottleneck named.
+
+  bench/matrix.py [--quick | --full | --smoke] [--out DIR] [--providers ucx+tcp,ucx+shm,...]
+                  [--addr HOST:PORT --bypass-addr HOST:PORT] [--media-dir DIR] [--device /dev/nvme0n1]
+
+Stages (each cell records the exact command that produced it):
+  1. media:     fio (io_uring, O_DIRECT; --fdatasync=1 on writes, as rfos acknowledges durable writes) on the
+                file system of the server's data directory (--media-dir), and on --device when given (reads only);
+  2. transport: the rfos data plane alone, against a server started with --bypass-media (3FS's
+                bypass_disk_io), and the fabric's own tool (ucx_perftest ucp_am_bw / fi_pingpong), per provider,
+                varying client threads (jobs); the server's threads are its targets;
+  3. end to end: `rfos bench` per provider, and fio on `rfos mount` (root and /dev/fuse), per jobs.
+The client axis has one value today ("host"); the offloaded agent will be another value of the same column.
+
+Output in --out: cells.json, cells.csv, heatmap-*.png and .svg, report.md.
+Local by default: the tool starts its servers on 127.0.0.1 (pinned to lo). With --addr it measures an existing
+server instead (end to end), with --bypass-addr one started with `rfos server --bypass-media` (transport);
+fabric-tool ceilings then need their peers on that cluster and are left out.
+"""
+import argparse
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+PATTERNS = ["read", "write", "randread", "randwrite"]
+DEPTH = {"4k": 16, "1m": 4}
+PROFILES = {  # jobs, runtime per cell (s), bytes per job per block size, providers
+    "smoke": ([1, 2], 0.3, {"4k": "4m", "1m": "8m"}, ["ucx+tcp"]),
+    "quick": ([1, 4, 16], 1.0, {"4k": "8m", "1m": "32m"}, ["ucx+tcp", "ucx+shm"]),
+    "full": ([1, 2, 4, 8, 16], 5.0, {"4k": "64m", "1m": "256m"}, ["ucx+tcp", "ucx+shm", "ofi+tcp", "ofi+shm"]),
+}
+INSTALL = {"fio": "fio", "ucx_perftest": "ucx-utils", "fi_pingpong": "libfabric-bin", "fusermount3": "fuse3"}
+
+
+# ---- parsers (unit-tested on recorded outputs: tests/bench/matrix_test.py) ----
+
+def parse_fio_json(text, rw):
+    """fio --output-format=json (also `rfos bench --output-format json`, which follows fio's layout)."""
+    start = text.find("{")
+    j = json.loads(text[start:])
+    side = j["jobs"][0]["write" if "write" in rw else "read"]
+    pct = side.get("clat_ns", {}).get("percentile", {})
+    p50 = pct.get("50.000000", 0) / 1000.0
+    return {"iops": float(side["iops"]), "bw_bytes": float(side["bw_bytes"]), "p50_us": p50}
+
+
+def parse_ucx_perftest(text):
+    """ucx_perftest: the "Final:" line (iters, lat50, lat avg, lat overall, bw avg MB/s, bw overall, msgrate avg,
+    msgrate overall; with -T > 1: iters, overhead, bw, msgrate); its MB are MiB."""
+    for line in text.splitlines():
+        if line.startswith("Final:"):
+            v = [float(x) for x in re.findall(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", line)]
+            if len(v) >= 8:
+                return {"iops": v[7], "bw_bytes": v[5] * 2**20, "p50_us": v[1]}
+            if len(v) == 4:  # multi-threaded runs (-T > 1): iterations, overhead, bandwidth, message rate
+                return {"iops": v[3], "bw_bytes": v[2] * 2**20, "p50_us": v[1]}
+    raise ValueError("no Final: line in ucx_perftest output: " + text[-300:])
+
+
+def parse_fi_pingpong(text):
+    """fi_pingpong: 'bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec' (MB = 10^6 bytes)."""
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) >= 8 and re.fullmatch(r"\d+[kmg]?", f[0]) and f[2].startswith("="):
+            usec = float(f[6])
+            return {"iops": 1e6 / usec, "bw_bytes": float(f[5]) * 1e6, "p50_us": usec}
+    raise ValueError("no result line in fi_pingpong output")
+
+
+# ---- running ----
+
+class Runner:
+    def __init__(self, args, env):
+        self.args, self.env, self.cells = args, env, []
+
+    def run(self, cmd, timeout=600, shell=False):
+        out = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout, shell=shell)
+        if out.returncode != 0:
+            raise RuntimeError("%s failed (%d): %s" % (cmd if shell else " ".join(cmd), out.returncode,
+                                                       (out.stderr or out.stdout).strip()[-500:]))
+        return out.stdout
+
+    def add(self, stage, source, provider, pattern, bs, jobs, result, command, client="host"):
+        cell = {"stage": stage, "source": source, "provider": provider, "client": client, "pattern": pattern,
+                "bs": bs, "jobs": jobs, "iodepth": DEPTH[bs], "iops": round(result["iops"], 1),
+                "bw_bytes": round(result["bw_bytes"]), "p50_us": round(result["p50_us"], 1), "command": command}
+        self.cells.append(cell)
+        print("%-10s %-12s %-8s %-9s %-3s jobs %-2d  %10.0f IOPS %9.1f MiB/s" % (
+            stage, source, provider, pattern, bs, jobs, result["iops"], result["bw_bytes"] / 2**20), flush=True)
+
+
+def fio_cmd(target, rw, bs, jobs, size, runtime, direct=True, durable=True, is_device=False):
+    cmd = ["fio", "--name=matrix", "--rw=" + rw, "--bs=" + bs, "--numjobs=%d" % jobs, "--iodepth=%d" % DEPTH[bs],
+           "--ioengine=io_uring", "--size=" + size, "--runtime=%g" % runtime, "--time_based",
+           "--group_reporting", "--output-format=json"]
+    cmd.append(("--filename=" if is_device else "--directory=") + target)
+    if direct:
+        cmd.append("--direct=1")
+    if durable and "write" in rw:
+        cmd.append("--fdatasync=1")
+    return cmd
+
+
+def stage_media(r, jobs_list, runtime, sizes):
+    if not r.args.media_dir:
+        print("media: no --media-dir (the server's data file system) given for a remote server: skipped")
+        return
+    work = tempfile.mkdtemp(prefix="rfos-matrix-fio-", dir=r.args.media_dir)
+    try:
+        for bs in ("4k", "1m"):
+            for rw in PATTERNS:
+                for jobs in jobs_list:
+                    cmd = fio_cmd(work, rw, bs, jobs, sizes[bs], runtime)
+                    r.add("media", "fio", "-", rw, bs, jobs, parse_fio_json(r.run(cmd), rw), " ".join(cmd))
+                    for f in os.listdir(work):
+                        os.unlink(os.path.join(work, f))
+        if r.args.device:
+            for bs in ("4k", "1m"):
+                for rw in ("read", "randread"):  # never write to a device the user named
+                    for jobs in jobs_list:
+                        cmd = fio_cmd(r.args.device, rw, bs, jobs, sizes[bs], runtime, is_device=True)
+                        r.add("media", "fio-device", "-", rw, bs, jobs, parse_fio_json(r.run(cmd), rw), " ".join(cmd))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def rfos_bench(r, addr, provider, rw, bs, jobs, size, runtime):
+    cmd = [r.args.rfos, "--addr", addr, "bench", "--pool", "matrix", "--cont", "matrix", "--provider", provider,
+           "--rw", rw, "--bs", bs, "--numjobs", str(jobs), "--iodepth", str(DEPTH[bs]), "--size", size,
+           "--runtime", str(runtime), "--output-format", "json"]
+    return parse_fio_json(r.run(cmd), rw), " ".join(cmd)
+
+
+def fabric_tool(r, provider, bs, threads):
+    size = str(4096 if bs == "4k" else 1 << 20)
+    port = str(20000 + os.getpid() % 20000)
+    if provider.startswith("ucx+"):
+        tls = {"ucx+tcp": "tcp", "ucx+shm": "sm,self"}.get(provider)
+        if not tls:
+            return None
+        args = "-t ucp_am_bw -s %s -O %d -T %d -p %s -n %s" % (size, DEPTH[bs], threads, port,
+                                                                  "20000" if bs == "4k" else "1000")
+        env = "UCX_TLS=%s UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}" % tls
+        tool, parse = "ucx_perftest", parse_ucx_perftest
+        server, client = "%s timeout 60 ucx_perftest %s" % (env, args), "%s timeout 60 ucx_perftest 127.0.0.1 %s" % (
+            env, args)
+    else:
+        prov = {"ofi+tcp": "tcp;ofi_rxm", "ofi+shm": "shm"}.get(provider)
+        if not prov or threads != 1:  # a ping-pong has one thread
+            return None
+        args = "-p '%s' -e rdm -S %s -I %s" % (prov, size, "5000" if bs == "4k" else "300")
+        env = "FI_TCP_IFACE=${FI_TCP_IFACE:-lo} FI_NET_IFACE=${FI_NET_IFACE:-lo}"
+        tool, parse = "fi_pingpong", parse_fi_pingpong
+        server = "%s timeout 60 fi_pingpong %s -B %s" % (env, args, port)
+        client = "%s timeout 60 fi_pingpong %s -P %s 127.0.0.1" % (env, args, port)
+    peer = subprocess.Popen(server, shell=True, env=r.env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    time.sleep(0.4)
+    try:
+        out = r.run(client, shell=True)
+    finally:
+        peer.wait(timeout=70)
+    return tool, parse(out), client
+
+
+def stage_transport(r, servers, jobs_list, runtime, sizes):
+    for provider in r.providers:
+        addr = servers.bypass(provider)
+        for bs in ("4k", "1m"):
+            for rw in ("read", "write"):
+                for jobs in jobs_list:
+                    if addr:
+                        res, cmd = rfos_bench(r, addr, provider, rw, bs, jobs, sizes[bs], runtime)
+                        r.add("transport", "rfos-bypass", provider, rw, bs, jobs, res, cmd)
+            if not servers.local:
+                continue
+            for threads in sorted({1, min(4, max(jobs_list))}):
+                got = fabric_tool(r, provider, bs, threads)
+                if got:
+                    tool, res, cmd = got
+                    for rw in ("read", "write"):
+                        r.add("transport", tool, provider, rw, bs, threads, res, cmd)
+
+
+def stage_e2e(r, servers, jobs_list, runtime, sizes):
+    for provider in r.providers:
+        addr = servers.normal(provider)
+        for bs in ("4k", "1m"):
+            for rw in PATTERNS:
+                for jobs in jobs_list:
+                    res, cmd = rfos_bench(r, addr, provider, rw, bs, jobs, sizes[bs], runtime)
+                    r.add("e2e", "rfos-bench", provider, rw, bs, jobs, res, cmd)
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):
+        print("e2e: fio on rfos mount needs root, /dev/fuse and fusermount3: skipped")
+        return
+    provider = r.providers[0]
+    mnt = tempfile.mkdtemp(prefix="rfos-matrix-mnt-")
+    mount = subprocess.Popen([r.args.rfos, "--addr", servers.normal(provider), "mount", "-f", "--pool", "matrix",
+                              "--cont", "matrix", "--provider", provider, mnt], env=r.env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(400):
+            if os.path.ismount(mnt):
+                break
+            time.sleep(0.05)
+        d = os.path.join(mnt, "fio")
+        os.makedirs(d, exist_ok=True)
+        for bs in ("4k", "1m"):
+            for rw in PATTERNS:
+                for jobs in jobs_list:
+                    cmd = fio_cmd(d, rw, bs, jobs, sizes[bs], runtime, direct=False, durable=False)
+                    r.add("e2e", "fio-mount", provider, rw, bs, jobs, parse_fio_json(r.run(cmd), rw), " ".join(cmd))
+                    for f in os.listdir(d):
+                        os.unlink(os.path.join(d, f))
+    finally:
+        subprocess.run(["fusermount3", "-u", "-z", mnt], check=False)
+        mount.wait(timeout=30)
+        os.rmdir(mnt)
+
+
+class Servers:
+    """Local servers (one normal and one --bypass-media per provider, started on demand), or given addresses."""
+
+    def __init__(self, r, work):
+        self.r, self.work, self.procs, self.addrs = r, work, [], {}
+        self.local = not r.args.addr
+
+    def _start(self, provider, bypass):
+        key = (provider, bypass)
+        if key in self.addrs:
+            return self.addrs[key]
+        for p in list(self.procs):  # one server at a time: two cores
+            p.terminate()
+            p.wait()
+            self.procs.remove(p)
+        self.addrs.clear()
+        data = os.path.join(self.work, "data-%s-%d" % (provider.replace("+", "_"), bypass))
+        cmd = [self.r.args.rfos, "server", "--data-dir", data, "--control-addr", "127.0.0.1:0", "--provider",
+               provider, "--targets", "2", "--target-bytes", str(self.r.args.target_bytes)]
+        if bypass:
+            cmd.append("--bypass-media")
+        proc = subprocess.Popen(cmd, env=self.r.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.procs.append(proc)
+        addr = None
+        while addr is None:
+            line = proc.stdout.readline()
+            if not line:
+                raise RuntimeError("rfos server for %s did not start" % provider)
+            if "listening on " in line:
+                addr = line.split("listening on ")[1].split()[0]
+        self._prepare(addr)
+        self.addrs[key] = addr
+        return addr
+
+    def _prepare(self, addr):
+        rfos = self.r.args.rfos
+        if subprocess.run([rfos, "--addr", addr, "pool", "query", "matrix"], env=self.r.env,
+                          capture_output=True).returncode != 0:
+            self.r.run([rfos, "--addr", addr, "pool", "create", "matrix"])
+        if subprocess.run([rfos, "--addr", addr, "cont", "query", "--pool", "matrix", "matrix"], env=self.r.env,
+                          capture_output=True).returncode != 0:
+            self.r.run([rfos, "--addr", addr, "cont", "create", "--pool", "matrix", "matrix"])
+
+    def normal(self, provider):
+        if not self.local:
+            self._prepare(self.r.args.addr)
+            return self.r.args.addr
+        return self._start(provider, False)
+
+    def bypass(self, provider):
+        if not self.local:
+            if self.r.args.bypass_addr:
+                self._prepare(self.r.args.bypass_addr)
+            return self.r.args.bypass_addr
+        return self._start(provider, True)
+
+    def stop(self):
+        for p in self.procs:
+            p.terminate()
+            p.wait()
+            p.stdout.close()
+
+
+# ---- the report ----
+
+def ceilings(cells, cell):
+    """The media and transport ceilings of an end-to-end cell (IOPS), from the same run; None where not measured."""
+    def find(stage, source, provider, pattern):
+        for c in cells:
+            if (c["stage"], c["source"], c["provider"], c["pattern"], c["bs"], c["jobs"]) == (
+                    stage, source, provider, pattern, cell["bs"], cell["jobs"]):
+                return c["iops"]
+        return None
+    media = find("media", "fio", "-", cell["pattern"])
+    direction = "write" if "write" in cell["pattern"] else "read"
+    transport = find("transport", "rfos-bypass", cell["provider"], direction)
+    return media, transport
+
+
+def bottleneck(iops, media, transport):
+    bounds = [(v, n) for v, n in ((media, "media"), (transport, "transport")) if v]
+    if not bounds:
+        return None, "no ceiling measured"
+    lower, name = min(bounds)
+    ratio = iops / lower
+    if ratio >= 0.7:
+        return ratio, name
+    return ratio, "rfos (%.0f%% of the %s ceiling)" % (100 * ratio, name)
+
+
+def heatmaps(cells, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    files = []
+    groups = sorted({(c["stage"], c["source"], c["provider"], c["client"]) for c in cells})
+    for stage, source, provider, client in groups:
+        for bs in ("4k", "1m"):
+            sel = [c for c in cells if (c["stage"], c["source"], c["provider"], c["client"], c["bs"]) ==
+                   (stage, source, provider, client, bs)]
+            if not sel:
+                continue
+            rows = [p for p in PATTERNS if any(c["pattern"] == p for c in sel)]
+            cols = sorted({c["jobs"] for c in sel})
+            grid = [[None] * len(cols) for _ in rows]
+            for c in sel:
+                v = c["iops"] / 1000 if bs == "4k" else c["bw_bytes"] / 2**30
+                grid[rows.index(c["pattern"])][cols.index(c["jobs"])] = v
+            fig, ax = plt.subplots(figsize=(1.2 + 1.0 * len(cols), 0.8 + 0.55 * len(rows)))
+            data = [[v if v is not None else float("nan") for v in row] for row in grid]
+            im = ax.imshow(data, cmap="viridis", aspect="auto")
+            ax.set_xticks(range(len(cols)), [str(j) for j in cols])
+            ax.set_yticks(range(len(rows)), rows)
+            ax.set_xlabel("jobs")
+            unit = "kIOPS" if bs == "4k" else "GiB/s"
+            ax.set_title("%s %s %s %s (%s)" % (stage, source, provider if provider != "-" else "", bs, unit),
+                         fontsize=9)
+            lo = min(v for row in grid for v in row if v is not None)
+            hi = max(v for row in grid for v in row if v is not None)
+            for i, row in enumerate(grid):
+                for j, v in enumerate(row):
+                    if v is not None:  # dark text on the bright end of the colour map
+                        ax.text(j, i, "%.1f" % v if v < 100 else "%.0f" % v, ha="center", va="center",
+                                color="black" if v > lo + 0.6 * (hi - lo) else "white", fontsize=8)
+            fig.colorbar(im, ax=ax, fraction=0.05)
+            fig.tight_layout()
+            name = "heatmap-%s-%s-%s-%s-%s" % (stage, source, provider.replace("+", "_").replace("-", "none"),
+                                               client, bs)
+            for ext in ("png", "svg"):
+                fig.savefig(os.path.join(out, name + "." + ext))
+            plt.close(fig)
+            files.append(name)
+    return files
+
+
+def write_outputs(cells, out, meta):
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "cells.json"), "w") as f:
+        json.dump({"meta": meta, "cells": cells}, f, indent=1)
+    fields = ["stage", "source", "provider", "client", "pattern", "bs", "jobs", "iodepth", "iops", "bw_bytes",
+              "p50_us", "command"]
+    with open(os.path.join(out, "cells.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for c in cells:
+            w.writerow({k: c[k] for k in fields})
+    maps = heatmaps(cells, out)
+    lines = ["# rfos evaluation matrix", "",
+             "Profile `%s`, %s, on %s. Every figure comes from this run; commands are in cells.json / cells.csv." %
+             (meta["profile"], meta["date"], meta["host"]), "",
+             "## End to end beside its ceilings", "",
+             "Ratio = end-to-end IOPS / the lower of the media ceiling (fio on the data file system, same pattern, "
+             "block size, jobs and depth) and the transport ceiling (the rfos data plane alone, `--bypass-media`, "
+             "same provider, direction, block size and jobs). The bottleneck is the lower ceiling when the cell "
+             "reaches 70% of it, else rfos itself.", "",
+             "| source | provider | client | pattern | bs | jobs | IOPS | MiB/s | media IOPS | transport IOPS | ratio |"
+             " bottleneck |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cells:
+        if c["stage"] != "e2e":
+            continue
+        media, transport = ceilings(cells, c)
+        ratio, neck = bottleneck(c["iops"], media, transport)
+        lines.append("| %s | %s | %s | %s | %s | %d | %.0f | %.1f | %s | %s | %s | %s |" % (
+            c["source"], c["provider"], c["client"], c["pattern"], c["bs"], c["jobs"], c["iops"],
+            c["bw_bytes"] / 2**20, "%.0f" % media if media else "-", "%.0f" % transport if transport else "-",
+            "**%.2f**" % ratio if ratio is not None else "-", neck))
+    lines += ["", "## Transport", "", "| source | provider | direction | bs | jobs | IOPS | MiB/s |",
+              "|---|---|---|---|---|---|---|"]
+    lines += ["| %s | %s | %s | %s | %d | %.0f | %.1f |" % (c["source"], c["provider"], c["pattern"], c["bs"],
+                                                           c["jobs"], c["iops"], c["bw_bytes"] / 2**20)
+              for c in cells if c["stage"] == "transport"]
+    lines += ["", "## Media", "", "| source | pattern | bs | jobs | IOPS | MiB/s | p50 us |", "|---|---|---|---|---|---|---|"]
+    lines += ["| %s | %s | %s | %d | %.0f | %.1f | %.0f |" % (c["source"], c["pattern"], c["bs"], c["jobs"], c["iops"],
+                                                            c["bw_bytes"] / 2**20, c["p50_us"])
+              for c in cells if c["stage"] == "media"]
+    lines += ["", "## Heatmaps", ""] + ["![%s](%s.png)" % (m, m) for m in maps]
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return maps
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_const", dest="profile", const="quick", help="about 5 minutes (default)")
+    g.add_argument("--full", action="store_const", dest="profile", const="full", help="jobs 1..16, longer cells")
+    g.add_argument("--smoke", action="store_const", dest="profile", const="smoke", help="seconds, tiny sizes (CI)")
+    p.set_defaults(profile="quick")
+    p.add_argument("--out", default="matrix-out")
+    p.add_argument("--build", default="build")
+    p.add_argument("--providers", help="comma-separated (default per profile)")
+    p.add_argument("--addr", help="an existing server's control address (end to end); default: start local ones")
+    p.add_argument("--bypass-addr", help="an existing server started with --bypass-media (transport)")
+    p.add_argument("--media-dir", help="a directory on the server's data file system (default: local servers')")
+    p.add_argument("--device", help="also read a block device with fio (read patterns only)")
+    p.add_argument("--target-bytes", type=int, default=2 << 30)
+    p.add_argument("--stages", default="media,transport,e2e")
+    args = p.parse_args()
+    jobs_list, runtime, sizes, providers = PROFILES[args.profile]
+    if args.profile == "smoke":
+        args.target_bytes = min(args.target_bytes, 256 << 20)
+    args.rfos = os.path.abspath(os.path.join(args.build, "bin", "rfos"))
+    if not os.path.exists(args.rfos):
+        sys.exit("matrix: %s is not built (make build)" % args.rfos)
+    needed = ["fio"] + (["ucx_perftest", "fi_pingpong"] if not args.addr else [])
+    missing = [t for t in needed if shutil.which(t) is None]
+    if missing:
+        sys.exit("matrix: %s not installed: apt-get install %s (or scripts/install-deps)" % (
+            ", ".join(missing), " ".join(INSTALL[t] for t in missing)))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        sys.exit("matrix: matplotlib is missing: apt-get install python3-matplotlib, and run with /usr/bin/python3")
+    env = dict(os.environ)
+    for k, v in (("UCX_NET_DEVICES", "lo"), ("FI_TCP_IFACE", "lo"), ("FI_NET_IFACE", "lo")):
+        if not args.addr:
+            env.setdefault(k, v)
+    r = Runner(args, env)
+    r.providers = args.providers.split(",") if args.providers else providers
+    work = tempfile.mkdtemp(prefix="rfos-matrix-", dir=os.environ.get("RFOS_TEST_DIR", "/var/tmp"))
+    if not args.addr and not args.media_dir:
+        args.media_dir = work  # local servers keep their data here
+    servers = Servers(r, work)
+    stages = args.stages.split(",")
+    t0 = time.time()
+    try:
+        if "media" in stages:
+            stage_media(r, jobs_list, runtime, sizes)
+        if "transport" in stages:
+            stage_transport(r, servers, jobs_list, runtime, sizes)
+        if "e2e" in stages:
+            stage_e2e(r, servers, jobs_list, runtime, sizes)
+    finally:
+        servers.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    meta = {"profile": args.profile, "date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": os.uname().nodename,
+            "cores": os.cpu_count(), "seconds": round(time.time() - t0), "providers": r.providers,
+            "addr": args.addr or "local"}
+    maps = write_outputs(r.cells, args.out, meta)
+    print("matrix: %d cells, %d heatmaps, %d s -> %s/report.md" % (len(r.cells), len(maps), meta["seconds"],
+                                                                   args.out))
+
+
+if __name__ == "__main__":
+    main()
