@@ -202,6 +202,8 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
   mount->add_option("--attr-timeout", m->attr_timeout_s, "seconds the kernel caches attributes")->capture_default_str();
   mount->add_option("--entry-timeout", m->entry_timeout_s, "seconds the kernel caches names")->capture_default_str();
   mount->add_option("-o", m->extra_options, "more FUSE mount options (dev, suid, ...)");
+  mount->add_flag("--sync-writes", m->sync_writes,
+                  "store each write before write() returns (default: write-behind; fsync and close wait)");
   mount->add_option("--readahead", m->readahead_bytes, "bytes the kernel reads ahead on sequential reads")
       ->capture_default_str();
   mount->callback([&ctx, a, m, foreground] {

@@ -1,5 +1,6 @@
 #define FUSE_USE_VERSION 34
 #include "fuse/mount.h"
+#include "fuse/write_behind.h"
 
 #include <fuse_lowlevel.h>
 #include <signal.h>
@@ -8,8 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -54,9 +55,13 @@ class Fs {
   Fs(Namespace& ns, const MountOptions& o) : ns_(ns), opt_(o) {
     nodes_[FUSE_ROOT_ID] = Node{ns.root(), 1, 0, false};
     inos_[ns.root()] = FUSE_ROOT_ID;
+    if (!o.sync_writes) writes_ = std::make_unique<WriteBehind>(ns, o.writer_threads, 16u << 20);
   }
 
   Namespace& ns() { return ns_; }
+  // Write-behind (null with --sync-writes): what reads and attribute queries of a file wait for.
+  WriteBehind* writes() { return writes_.get(); }
+  bool wait_writes(const ObjectId& oid) { return writes_ && writes_->wait(oid); }
   const MountOptions& options() const { return opt_; }
 
   Result<ObjectId> oid(fuse_ino_t ino) {
@@ -160,6 +165,7 @@ class Fs {
 
   Namespace& ns_;
   MountOptions opt_;
+  std::unique_ptr<WriteBehind> writes_;
   std::mutex mu_;
   std::unordered_map<fuse_ino_t, Node> nodes_;
   std::map<ObjectId, fuse_ino_t> inos_;
@@ -204,6 +210,7 @@ void op_init(void* userdata, fuse_conn_info* conn) {
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   RFOS_FUSE_OID(dir, req, parent);
   auto a = fs_of(req)->ns().lookup(dir, name, cred_of(req));
+  if (a.is_ok() && fs_of(req)->wait_writes(a->oid)) a = fs_of(req)->ns().getattr(a->oid);  // its size, landed
   if (!a.is_ok()) return reply_status(req, a.status());
   fs_of(req)->reply_entry(req, *a);
 }
@@ -220,6 +227,7 @@ void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
 
 void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   RFOS_FUSE_OID(oid, req, ino);
+  fs_of(req)->wait_writes(oid);
   auto a = fs_of(req)->ns().getattr(oid);
   if (!a.is_ok()) return reply_status(req, a.status());
   struct stat st = fs_of(req)->to_stat(*a, ino);
@@ -234,6 +242,7 @@ uint64_t now_ns() {
 
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
   RFOS_FUSE_OID(oid, req, ino);
+  fs_of(req)->wait_writes(oid);  // a truncate is not overtaken by earlier writes landing after it
   posix::SetAttr s;
   s.set_mode = to_set & FUSE_SET_ATTR_MODE;
   s.mode = attr->st_mode;
@@ -385,6 +394,7 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
     std::lock_guard lock(h->mu);
     known = h->size;
   }
+  fs->wait_writes(h->oid);
   if (static_cast<uint64_t>(off) + size > known) {  // past what we knew: another client may have grown it
     auto a = fs->ns().getattr(h->oid);
     if (!a.is_ok()) return reply_status(req, a.status());
@@ -400,8 +410,13 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
 
 void op_write(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t off, fuse_file_info* fi) {
   auto* h = reinterpret_cast<FileHandle*>(fi->fh);
-  Status s = fs_of(req)->ns().write(h->oid, static_cast<uint64_t>(off), {reinterpret_cast<const uint8_t*>(data), size});
-  if (!s.is_ok()) return reply_status(req, s);
+  Fs* fs = fs_of(req);
+  if (fs->writes()) {
+    fs->writes()->submit(h->oid, static_cast<uint64_t>(off), std::string(data, size));
+  } else {
+    Status s = fs->ns().write(h->oid, static_cast<uint64_t>(off), {reinterpret_cast<const uint8_t*>(data), size});
+    if (!s.is_ok()) return reply_status(req, s);
+  }
   {
     std::lock_guard lock(h->mu);
     h->size = std::max<uint64_t>(h->size, static_cast<uint64_t>(off) + size);
@@ -410,8 +425,9 @@ void op_write(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t o
   fuse_reply_write(req, size);
 }
 
-// Writes are durable when they return; what flush and fsync still owe is the file's mtime.
+// flush and fsync: every write of the file landed (write-behind) and the file's mtime set.
 Status settle(Fs* fs, FileHandle* h) {
+  if (fs->writes()) RFOS_RETURN_IF_ERROR(fs->writes()->settle(h->oid));
   bool written;
   {
     std::lock_guard lock(h->mu);
@@ -569,7 +585,7 @@ class SignalsEndTheLoop {
  public:
   explicit SignalsEndTheLoop(fuse_session* se) {
     g_session = se;
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = 0;  // no SA_RESTART: the loop's read of /dev/fuse returns EINTR and sees the exit

@@ -9,6 +9,7 @@ Real processes on loopback: an `rfos server` on 127.0.0.1 with ucx+tcp pinned to
 """
 import errno
 import os
+import re
 import shutil
 import signal
 import stat
@@ -306,6 +307,35 @@ class MountTest(unittest.TestCase):
             subprocess.run(["git", "-C", os.path.join(dst, "clone"), "fsck", "--no-progress"], check=True, env=g)
             subprocess.run(["cmp", os.path.join(src, "namespace.h"), os.path.join(dst, "clone", "namespace.h")],
                            check=True)
+
+    def test_full_pool_reaches_the_writer(self):
+        """Writes are stored behind write(): a failure (here a full pool) reaches the writer at fsync at the
+        latest, and its space comes back once the file is gone."""
+        def free_mib():
+            out = self.server.cli("pool", "query", "p").stdout
+            return float(re.search(r"([\d.]+) MiB free of", out).group(1))
+        before = free_mib()
+        p = self.path("huge")
+        fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
+        chunk = os.urandom(1 << 20)
+        err = None
+        try:
+            for _ in range(700):  # the pool has 512 MiB
+                os.write(fd, chunk)
+            os.fsync(fd)
+        except OSError as e:
+            err = e.errno
+        finally:
+            try:
+                os.close(fd)
+            except OSError as e:
+                err = err or e.errno
+        self.assertEqual(err, errno.ENOSPC)
+        os.unlink(p)
+        deadline = time.time() + 30
+        while free_mib() < before - 1 and time.time() < deadline:
+            time.sleep(0.2)
+        self.assertGreaterEqual(free_mib(), before - 1, "the removed file's space did not come back")
 
     def test_fs_copy_without_a_mount(self):
         src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "posix")

@@ -1,0 +1,88 @@
+#include "fuse/write_behind.h"
+
+#include <algorithm>
+
+namespace rfos::fuse {
+
+WriteBehind::WriteBehind(posix::Namespace& ns, unsigned threads, uint64_t max_bytes) : ns_(ns), max_bytes_(max_bytes) {
+  for (unsigned i = 0; i < std::max(1u, threads); ++i) threads_.emplace_back([this] { run(); });
+}
+
+WriteBehind::~WriteBehind() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+std::shared_ptr<WriteBehind::File> WriteBehind::file_locked(const ObjectId& oid) {
+  auto& f = files_[oid];
+  if (!f) f = std::make_shared<File>();
+  return f;
+}
+
+void WriteBehind::submit(const ObjectId& oid, uint64_t offset, std::string data) {
+  uint64_t end = offset + data.size();
+  std::unique_lock lock(mu_);
+  std::shared_ptr<File> f = file_locked(oid);
+  cv_.wait(lock, [&] {
+    bool room = f->ranges.empty() || f->bytes + data.size() <= max_bytes_;
+    bool overlap = std::any_of(f->ranges.begin(), f->ranges.end(),
+                               [&](const auto& r) { return r.first < end && offset < r.second; });
+    return room && !overlap;
+  });
+  f->ranges.emplace_back(offset, end);
+  f->bytes += data.size();
+  jobs_.push_back({oid, offset, std::move(data), f});
+  cv_.notify_all();
+}
+
+void WriteBehind::run() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, and everything queued has landed
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    Status s = ns_.write(job.oid, job.offset, {reinterpret_cast<const uint8_t*>(job.data.data()), job.data.size()});
+    {
+      std::lock_guard lock(mu_);
+      File& f = *job.file;
+      auto it = std::find(f.ranges.begin(), f.ranges.end(),
+                          std::make_pair(job.offset, job.offset + uint64_t{job.data.size()}));
+      if (it != f.ranges.end()) f.ranges.erase(it);
+      f.bytes -= job.data.size();
+      if (!s.is_ok() && f.failed.is_ok()) f.failed = s;
+    }
+    cv_.notify_all();
+  }
+}
+
+bool WriteBehind::wait(const ObjectId& oid) {
+  std::unique_lock lock(mu_);
+  auto it = files_.find(oid);
+  if (it == files_.end() || it->second->ranges.empty()) return false;
+  std::shared_ptr<File> f = it->second;
+  cv_.wait(lock, [&] { return f->ranges.empty(); });
+  return true;
+}
+
+Status WriteBehind::settle(const ObjectId& oid) {
+  std::unique_lock lock(mu_);
+  auto it = files_.find(oid);
+  if (it == files_.end()) return Status::ok();
+  std::shared_ptr<File> f = it->second;
+  cv_.wait(lock, [&] { return f->ranges.empty(); });
+  Status failed = f->failed;
+  f->failed = Status::ok();
+  auto again = files_.find(oid);  // idle and reported: forget it (a submit meanwhile would hold ranges)
+  if (again != files_.end() && again->second->ranges.empty() && again->second->failed.is_ok()) files_.erase(again);
+  return failed;
+}
+
+}  // namespace rfos::fuse

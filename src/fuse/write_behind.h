@@ -1,0 +1,65 @@
+// Write-behind for the mount, as NFS's unstable writes: write() returns once its bytes are copied and queued;
+// a few writer threads store them (durably) in parallel. fsync and close (flush) wait until every write of the
+// file has landed and report the first that failed; reads, attribute queries, truncates and removals wait too,
+// so nothing ever sees the file without its own earlier writes. Overlapping writes of one file never run at the
+// same time (the later waits), so the last write wins as the application issued them.
+//
+// Why: the kernel serializes writes to one file and sends each as one FUSE request; storing each before
+// answering would leave one request in flight per file, a fraction of what the data plane moves.
+//
+// Thread-safety: every member may be called from any FUSE thread.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "posix/namespace.h"
+
+namespace rfos::fuse {
+
+class WriteBehind {
+ public:
+  // max_bytes: bytes of one file in flight before write() waits.
+  WriteBehind(posix::Namespace& ns, unsigned threads, uint64_t max_bytes);
+  ~WriteBehind();  // lets queued writes land first
+
+  void submit(const ObjectId& oid, uint64_t offset, std::string data);
+  // Waits until no write of `oid` is in flight. settle() also returns, and forgets, the first failure since the
+  // last settle (fsync and close report it); wait() leaves it for them.
+  // Returns whether there was anything to wait for.
+  bool wait(const ObjectId& oid);
+  Status settle(const ObjectId& oid);
+
+ private:
+  struct File {
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [begin, end) of writes in flight
+    uint64_t bytes = 0;
+    Status failed = Status::ok();
+  };
+  struct Job {
+    ObjectId oid;
+    uint64_t offset = 0;
+    std::string data;
+    std::shared_ptr<File> file;
+  };
+
+  void run();
+  std::shared_ptr<File> file_locked(const ObjectId& oid);
+
+  posix::Namespace& ns_;
+  const uint64_t max_bytes_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<ObjectId, std::shared_ptr<File>> files_;
+  std::deque<Job> jobs_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace rfos::fuse
