@@ -10,7 +10,8 @@ Stages (each cell records the exact command that produced it):
                 file system of the server's data directory (--media-dir), and on --device when given (reads only);
   2. transport: the rfos data plane alone, against a server started with --bypass-media (3FS's
                 bypass_disk_io), and the fabric's own tool (ucx_perftest ucp_am_bw / fi_pingpong), per provider,
-                varying client threads (jobs); the server's threads are its targets;
+                varying client threads (jobs) and server threads (targets, each one network thread:
+                --server-targets);
   3. end to end: `rfos bench` per provider, and fio on `rfos mount` (root and /dev/fuse), per jobs.
 The client axis has one value today ("host"); the offloaded agent will be another value of the same column.
 
@@ -88,9 +89,10 @@ class Runner:
                                                        (out.stderr or out.stdout).strip()[-500:]))
         return out.stdout
 
-    def add(self, stage, source, provider, pattern, bs, jobs, result, command, client="host"):
+    def add(self, stage, source, provider, pattern, bs, jobs, result, command, client="host", targets=None):
         cell = {"stage": stage, "source": source, "provider": provider, "client": client, "pattern": pattern,
-                "bs": bs, "jobs": jobs, "iodepth": DEPTH[bs], "iops": round(result["iops"], 1),
+                "bs": bs, "jobs": jobs, "iodepth": DEPTH[bs], "targets": targets or self.args.targets,
+                "iops": round(result["iops"], 1),
                 "bw_bytes": round(result["bw_bytes"]), "p50_us": round(result["p50_us"], 1), "command": command}
         self.cells.append(cell)
         print("%-10s %-12s %-8s %-9s %-3s jobs %-2d  %10.0f IOPS %9.1f MiB/s" % (
@@ -173,13 +175,15 @@ def fabric_tool(r, provider, bs, threads):
 
 def stage_transport(r, servers, jobs_list, runtime, sizes):
     for provider in r.providers:
-        addr = servers.bypass(provider)
+        for targets in (r.args.server_targets if servers.local else [r.args.targets]):
+            addr = servers.bypass(provider, targets)
+            for bs in ("4k", "1m"):
+                for rw in ("read", "write"):
+                    for jobs in jobs_list:
+                        if addr:
+                            res, cmd = rfos_bench(r, addr, provider, rw, bs, jobs, sizes[bs], runtime)
+                            r.add("transport", "rfos-bypass", provider, rw, bs, jobs, res, cmd, targets=targets)
         for bs in ("4k", "1m"):
-            for rw in ("read", "write"):
-                for jobs in jobs_list:
-                    if addr:
-                        res, cmd = rfos_bench(r, addr, provider, rw, bs, jobs, sizes[bs], runtime)
-                        r.add("transport", "rfos-bypass", provider, rw, bs, jobs, res, cmd)
             if not servers.local:
                 continue
             for threads in sorted({1, min(4, max(jobs_list))}):
@@ -233,8 +237,8 @@ class Servers:
         self.r, self.work, self.procs, self.addrs = r, work, [], {}
         self.local = not r.args.addr
 
-    def _start(self, provider, bypass):
-        key = (provider, bypass)
+    def _start(self, provider, bypass, targets):
+        key = (provider, bypass, targets)
         if key in self.addrs:
             return self.addrs[key]
         for p in list(self.procs):  # one server at a time: two cores
@@ -242,9 +246,9 @@ class Servers:
             p.wait()
             self.procs.remove(p)
         self.addrs.clear()
-        data = os.path.join(self.work, "data-%s-%d" % (provider.replace("+", "_"), bypass))
+        data = os.path.join(self.work, "data-%s-%d-%d" % (provider.replace("+", "_"), bypass, targets))
         cmd = [self.r.args.rfos, "server", "--data-dir", data, "--control-addr", "127.0.0.1:0", "--provider",
-               provider, "--targets", "2", "--target-bytes", str(self.r.args.target_bytes)]
+               provider, "--targets", str(targets), "--target-bytes", str(self.r.args.target_bytes)]
         if bypass:
             cmd.append("--bypass-media")
         proc = subprocess.Popen(cmd, env=self.r.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -273,14 +277,14 @@ class Servers:
         if not self.local:
             self._prepare(self.r.args.addr)
             return self.r.args.addr
-        return self._start(provider, False)
+        return self._start(provider, False, self.r.args.targets)
 
-    def bypass(self, provider):
+    def bypass(self, provider, targets):
         if not self.local:
             if self.r.args.bypass_addr:
                 self._prepare(self.r.args.bypass_addr)
             return self.r.args.bypass_addr
-        return self._start(provider, True)
+        return self._start(provider, True, targets)
 
     def stop(self):
         for p in self.procs:
@@ -296,7 +300,8 @@ def ceilings(cells, cell):
     def find(stage, source, provider, pattern):
         for c in cells:
             if (c["stage"], c["source"], c["provider"], c["pattern"], c["bs"], c["jobs"]) == (
-                    stage, source, provider, pattern, cell["bs"], cell["jobs"]):
+                    stage, source, provider, pattern, cell["bs"], cell["jobs"]) and (
+                    stage != "transport" or c.get("targets", 2) == cell.get("targets", 2)):
                 return c["iops"]
         return None
     media = find("media", "fio", "-", cell["pattern"])
@@ -321,11 +326,12 @@ def heatmaps(cells, out):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     files = []
-    groups = sorted({(c["stage"], c["source"], c["provider"], c["client"]) for c in cells})
-    for stage, source, provider, client in groups:
+    groups = sorted({(c["stage"], c["source"], c["provider"], c["client"], c.get("targets", 2)) for c in cells})
+    many_targets = len({c.get("targets", 2) for c in cells}) > 1
+    for stage, source, provider, client, targets in groups:
         for bs in ("4k", "1m"):
-            sel = [c for c in cells if (c["stage"], c["source"], c["provider"], c["client"], c["bs"]) ==
-                   (stage, source, provider, client, bs)]
+            sel = [c for c in cells if (c["stage"], c["source"], c["provider"], c["client"], c.get("targets", 2),
+                                        c["bs"]) == (stage, source, provider, client, targets, bs)]
             if not sel:
                 continue
             rows = [p for p in PATTERNS if any(c["pattern"] == p for c in sel)]
@@ -354,6 +360,8 @@ def heatmaps(cells, out):
             fig.tight_layout()
             name = "heatmap-%s-%s-%s-%s-%s" % (stage, source, provider.replace("+", "_").replace("-", "none"),
                                                client, bs)
+            if many_targets:
+                name += "-t%d" % targets
             for ext in ("png", "svg"):
                 fig.savefig(os.path.join(out, name + "." + ext))
             plt.close(fig)
@@ -365,13 +373,13 @@ def write_outputs(cells, out, meta):
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "cells.json"), "w") as f:
         json.dump({"meta": meta, "cells": cells}, f, indent=1)
-    fields = ["stage", "source", "provider", "client", "pattern", "bs", "jobs", "iodepth", "iops", "bw_bytes",
-              "p50_us", "command"]
+    fields = ["stage", "source", "provider", "client", "targets", "pattern", "bs", "jobs", "iodepth", "iops",
+              "bw_bytes", "p50_us", "command"]
     with open(os.path.join(out, "cells.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         for c in cells:
-            w.writerow({k: c[k] for k in fields})
+            w.writerow({k: c.get(k, 2 if k == "targets" else "") for k in fields})
     maps = heatmaps(cells, out)
     lines = ["# rfos evaluation matrix", "",
              "Profile `%s`, %s, on %s. Every figure comes from this run; commands are in cells.json / cells.csv." %
@@ -392,11 +400,12 @@ def write_outputs(cells, out, meta):
             c["source"], c["provider"], c["client"], c["pattern"], c["bs"], c["jobs"], c["iops"],
             c["bw_bytes"] / 2**20, "%.0f" % media if media else "-", "%.0f" % transport if transport else "-",
             "**%.2f**" % ratio if ratio is not None else "-", neck))
-    lines += ["", "## Transport", "", "| source | provider | direction | bs | jobs | IOPS | MiB/s |",
-              "|---|---|---|---|---|---|---|"]
-    lines += ["| %s | %s | %s | %s | %d | %.0f | %.1f |" % (c["source"], c["provider"], c["pattern"], c["bs"],
-                                                           c["jobs"], c["iops"], c["bw_bytes"] / 2**20)
-              for c in cells if c["stage"] == "transport"]
+    lines += ["", "## Transport", "", "Jobs are client threads; targets the server's (one network thread each; "
+              "for the fabric tools, jobs are ucx_perftest threads).", "",
+              "| source | provider | targets | direction | bs | jobs | IOPS | MiB/s |", "|---|---|---|---|---|---|---|---|"]
+    lines += ["| %s | %s | %s | %s | %s | %d | %.0f | %.1f |" % (
+        c["source"], c["provider"], c.get("targets", 2) if c["source"] == "rfos-bypass" else "-", c["pattern"],
+        c["bs"], c["jobs"], c["iops"], c["bw_bytes"] / 2**20) for c in cells if c["stage"] == "transport"]
     lines += ["", "## Media", "", "| source | pattern | bs | jobs | IOPS | MiB/s | p50 us |", "|---|---|---|---|---|---|---|"]
     lines += ["| %s | %s | %s | %d | %.0f | %.1f | %.0f |" % (c["source"], c["pattern"], c["bs"], c["jobs"], c["iops"],
                                                             c["bw_bytes"] / 2**20, c["p50_us"])
@@ -422,9 +431,13 @@ def main():
     p.add_argument("--media-dir", help="a directory on the server's data file system (default: local servers')")
     p.add_argument("--device", help="also read a block device with fio (read patterns only)")
     p.add_argument("--target-bytes", type=int, default=2 << 30)
+    p.add_argument("--targets", type=int, default=2, help="targets of the servers the tool starts")
+    p.add_argument("--server-targets", help="targets to try in the transport stage, e.g. 1,2 (default per profile)")
     p.add_argument("--stages", default="media,transport,e2e")
     args = p.parse_args()
     jobs_list, runtime, sizes, providers = PROFILES[args.profile]
+    args.server_targets = [int(t) for t in args.server_targets.split(",")] if args.server_targets else (
+        [1, args.targets] if args.profile == "full" else [args.targets])
     if args.profile == "smoke":
         args.target_bytes = min(args.target_bytes, 256 << 20)
     args.rfos = os.path.abspath(os.path.join(args.build, "bin", "rfos"))
