@@ -195,6 +195,9 @@ def stage_transport(r, servers, jobs_list, runtime, sizes):
 
 
 def stage_e2e(r, servers, jobs_list, runtime, sizes):
+    can_mount = os.geteuid() == 0 and os.path.exists("/dev/fuse") and shutil.which("fusermount3")
+    if not can_mount:
+        print("e2e: fio on rfos mount needs root, /dev/fuse and fusermount3: skipped")
     for provider in r.providers:
         addr = servers.normal(provider)
         for bs in ("4k", "1m"):
@@ -202,14 +205,15 @@ def stage_e2e(r, servers, jobs_list, runtime, sizes):
                 for jobs in jobs_list:
                     res, cmd = rfos_bench(r, addr, provider, rw, bs, jobs, sizes[bs], runtime)
                     r.add("e2e", "rfos-bench", provider, rw, bs, jobs, res, cmd)
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):
-        print("e2e: fio on rfos mount needs root, /dev/fuse and fusermount3: skipped")
-        return
-    provider = r.providers[0]
+        if can_mount:
+            fio_on_mount(r, addr, provider, jobs_list, runtime, sizes)
+
+
+def fio_on_mount(r, addr, provider, jobs_list, runtime, sizes):
     mnt = tempfile.mkdtemp(prefix="rfos-matrix-mnt-")
-    mount = subprocess.Popen([r.args.rfos, "--addr", servers.normal(provider), "mount", "-f", "--pool", "matrix",
-                              "--cont", "matrix", "--provider", provider, mnt], env=r.env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    mount = subprocess.Popen([r.args.rfos, "--addr", addr, "mount", "-f", "--pool", "matrix", "--cont", "matrix",
+                              "--provider", provider, mnt], env=r.env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
     try:
         for _ in range(400):
             if os.path.ismount(mnt):
