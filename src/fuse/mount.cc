@@ -649,7 +649,10 @@ Status run_mount(posix::Namespace& ns, const MountOptions& options) {
 
   Fs fs(ns, options);
   fuse_session* se = fuse_session_new(&args, &ops, sizeof(ops), &fs);
-  if (!se) return error(StatusCode::kInvalidArgument, "FUSE refused the options '" + o + "'");
+  if (!se) {
+    fuse_opt_free_args(&args);
+    return error(StatusCode::kInvalidArgument, "FUSE refused the options '" + o + "'");
+  }
   Status result = Status::ok();
   {
     SignalsEndTheLoop signals(se);
@@ -667,6 +670,7 @@ Status run_mount(posix::Namespace& ns, const MountOptions& options) {
     }
   }
   fuse_session_destroy(se);
+  fuse_opt_free_args(&args);  // libfuse may have copied and grown them
   if (!result.is_ok() && options.on_mounted) options.on_mounted(result);
   return result;
 }
