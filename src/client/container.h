@@ -1,7 +1,8 @@
 // A connected container: the data-plane client. Connects through the control plane (session, capability,
 // pool map), opens one endpoint per target, places every (oid, dkey) with the pool map, computes checksums on
 // update and verifies them on fetch (end to end), and answers with a clear error, never a hang, when a server
-// is gone (every call has a deadline).
+// is gone (every call has a deadline). A target out of engine buffers answers Busy; the request is sent again
+// after a growing backoff, within the same deadline.
 //
 // Two forms: synchronous calls (write, read, ...), and an event queue: submit_write / submit_read return a
 // ticket at once, many may be in flight at a time, and poll() hands out their completions.

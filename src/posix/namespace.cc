@@ -523,8 +523,10 @@ Status Namespace::rename(const ObjectId& src_dir, std::string_view src, const Ob
 
   // A directory may not move below itself: walk up from the destination.
   if (moving_dir && src_dir != dst_dir) {
+    int depth = 0;
     for (ObjectId at = dst_dir; at != impl_->root;) {
       if (at == se.oid) return fail(StatusCode::kInvalidArgument, "a directory cannot move into itself");
+      if (++depth > 4096) return fail(StatusCode::kLoop, "the parent links of the destination form a loop");
       RFOS_ASSIGN_OR_RETURN(Attr up, impl_->inode(c, at, &floor));
       if (up.parent == at) break;
       at = up.parent;
