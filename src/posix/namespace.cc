@@ -126,6 +126,7 @@ class Namespace::Impl {
   SessionFactory factory;
   SpaceQuery space;
   ObjectId root = placement::with_class({0, 1}, ObjectClass::kS1);
+  uint32_t default_chunk = kDefaultChunk;  // the container's chunk property
 
   // Container sessions are single-threaded: each call borrows one and gives it back.
   std::mutex mu;
@@ -263,7 +264,7 @@ class Namespace::Impl {
   // Creates an inode and its entry: the inode first, so an entry never names a missing inode; if the name
   // turns out to be taken, the new inode goes again.
   Result<Attr> create(const ObjectId& dir, std::string_view name, uint32_t mode, uint64_t rdev,
-                      std::string_view link_target, const Cred& cred) {
+                      std::string_view link_target, const Cred& cred, uint32_t chunk = 0) {
     RFOS_RETURN_IF_ERROR(check_name(name));
     RFOS_ASSIGN_OR_RETURN(Lease c, session());
     RFOS_ASSIGN_OR_RETURN(Attr d, writable_dir(c, dir, cred));
@@ -281,7 +282,7 @@ class Namespace::Impl {
     a.nlink = is_dir ? 2 : 1;
     a.rdev = rdev;
     a.atime_ns = a.mtime_ns = a.ctime_ns = now_ns();
-    a.chunk = S_ISREG(mode) ? kDefaultChunk : 0;
+    a.chunk = S_ISREG(mode) ? (chunk ? chunk : default_chunk) : 0;
     if (is_dir) a.parent = dir;
     if (!link_target.empty()) RFOS_RETURN_IF_ERROR(c->put_value(a.oid, kInodeDkey, kLinkAkey, link_target));
     RFOS_RETURN_IF_ERROR(put_inode(c, a, 0));
@@ -346,6 +347,7 @@ Result<std::unique_ptr<Namespace>> Namespace::open(SessionFactory open_session, 
   impl->space = std::move(space);
   {
     RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl->session());
+    if (uint32_t chunk = c->session().cont.props.chunk_bytes; chunk) impl->default_chunk = chunk;
     uint64_t floor = 0;
     auto root = impl->inode(c, impl->root, &floor);
     if (!root.is_ok() && root.status().code() != StatusCode::kNotFound) return root.status();
@@ -402,13 +404,15 @@ Result<Attr> Namespace::mkdir(const ObjectId& dir, std::string_view name, uint32
 }
 
 Result<Attr> Namespace::mknod(const ObjectId& dir, std::string_view name, uint32_t mode, uint64_t rdev,
-                              const Cred& cred) {
+                              const Cred& cred, uint32_t chunk) {
   uint32_t type = mode & S_IFMT;
   if (type == 0) type = S_IFREG;
   if (type == S_IFDIR || type == S_IFLNK) return fail(StatusCode::kInvalidArgument, "mknod makes no dirs or links");
   if ((type == S_IFCHR || type == S_IFBLK) && cred.uid != 0)
     return fail(StatusCode::kNotPermitted, "only root makes device nodes");
-  return impl_->create(dir, name, type | (mode & 07777), rdev, {}, cred);
+  if (chunk && (chunk < kMinChunk || chunk > kMaxChunk || chunk % kMinChunk))
+    return fail(StatusCode::kInvalidArgument, "a chunk size is a multiple of 4 KiB, 4 KiB .. 1 GiB");
+  return impl_->create(dir, name, type | (mode & 07777), rdev, {}, cred, chunk);
 }
 
 Result<Attr> Namespace::symlink(const ObjectId& dir, std::string_view name, std::string_view target, const Cred& cred) {
@@ -743,6 +747,24 @@ Status Namespace::setxattr(const ObjectId& oid, std::string_view name, std::stri
   RFOS_ASSIGN_OR_RETURN(Attr a, impl_->attr(c, oid));
   if (name.substr(0, 8) == "trusted." && cred.uid != 0) return fail(StatusCode::kNotPermitted, "trusted.* is root's");
   if (!permits(a, cred, W_OK) && cred.uid != a.uid) return denied("no write permission");
+  if (name == kChunkXattr) {  // the file's layout, not a stored xattr: only while it holds no data
+    uint64_t chunk = 0;
+    for (char ch : value) chunk = (ch >= '0' && ch <= '9' && chunk < kMaxChunk) ? chunk * 10 + (ch - '0') : ~0ull;
+    if (value.empty() || chunk < kMinChunk || chunk > kMaxChunk || chunk % kMinChunk)
+      return fail(StatusCode::kInvalidArgument, "a chunk size is a multiple of 4 KiB, 4 KiB .. 1 GiB");
+    if (!S_ISREG(a.mode) || a.size != 0)
+      return fail(StatusCode::kInvalidArgument, "the chunk size is set on an empty regular file");
+    RFOS_RETURN_IF_ERROR(impl_
+                             ->update_inode(c, oid,
+                                            [&](Attr& x, uint64_t&) {
+                                              x.chunk = static_cast<uint32_t>(chunk);
+                                              return Status::ok();
+                                            })
+                             .status());
+    std::lock_guard lock(impl_->mu);
+    impl_->chunk_of.erase(oid);
+    return Status::ok();
+  }
   constexpr int kCreate = 1, kReplace = 2;  // XATTR_CREATE, XATTR_REPLACE
   std::string stored = kXattrTag + std::string(value);
   if (flags & kCreate) {
@@ -761,6 +783,12 @@ Status Namespace::setxattr(const ObjectId& oid, std::string_view name, std::stri
 Result<std::string> Namespace::getxattr(const ObjectId& oid, std::string_view name) {
   RFOS_RETURN_IF_ERROR(check_xattr_name(name));
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  if (name == kChunkXattr) {
+    uint64_t floor = 0;
+    RFOS_ASSIGN_OR_RETURN(Attr a, impl_->inode(c, oid, &floor));
+    if (!S_ISREG(a.mode)) return fail(StatusCode::kNoData, "only regular files have a chunk size");
+    return std::to_string(a.chunk ? a.chunk : kDefaultChunk);
+  }
   auto v = c->get_value(oid, kXattrDkey, name);
   if (!v.is_ok() && v.status().code() == StatusCode::kNotFound) return fail(StatusCode::kNoData, "no such xattr");
   RFOS_RETURN_IF_ERROR(v.status());

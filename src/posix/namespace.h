@@ -81,8 +81,10 @@ struct StatFs {
 
 inline constexpr size_t kNameMax = 255;
 inline constexpr size_t kSymlinkMax = 4095;
-inline constexpr unsigned kRenameNoReplace = 1;  // RENAME_NOREPLACE
-inline constexpr unsigned kRenameExchange = 2;   // RENAME_EXCHANGE
+inline constexpr std::string_view kChunkXattr = "user.rfos.chunk_size";
+inline constexpr uint32_t kMinChunk = 4096, kMaxChunk = 1u << 30;  // a multiple of 4 KiB in between
+inline constexpr unsigned kRenameNoReplace = 1;                    // RENAME_NOREPLACE
+inline constexpr unsigned kRenameExchange = 2;                     // RENAME_EXCHANGE
 
 class Namespace {
  public:
@@ -103,7 +105,9 @@ class Namespace {
 
   Result<Attr> mkdir(const ObjectId& dir, std::string_view name, uint32_t mode, const Cred& cred);
   // A regular file (or, with mknod's S_IFMT bits, a fifo, socket or device node). EEXIST when the name exists.
-  Result<Attr> mknod(const ObjectId& dir, std::string_view name, uint32_t mode, uint64_t rdev, const Cred& cred);
+  // chunk: a regular file's chunk size (0: the container's, 1 MiB unless its chunk property says otherwise).
+  Result<Attr> mknod(const ObjectId& dir, std::string_view name, uint32_t mode, uint64_t rdev, const Cred& cred,
+                     uint32_t chunk = 0);
   Result<Attr> symlink(const ObjectId& dir, std::string_view name, std::string_view target, const Cred& cred);
   Result<std::string> readlink(const ObjectId& oid);
   Result<Attr> link(const ObjectId& oid, const ObjectId& dir, std::string_view name, const Cred& cred);
@@ -129,6 +133,7 @@ class Namespace {
   // throughout appears exactly once; the anchor is the last name returned).
   Result<DirPage> readdir(const ObjectId& dir, const std::string& anchor, size_t max);
 
+  // The xattr `user.rfos.chunk_size` (decimal bytes) reads and, on an empty regular file, sets its chunk size.
   Status setxattr(const ObjectId& oid, std::string_view name, std::string_view value, int flags, const Cred& cred);
   Result<std::string> getxattr(const ObjectId& oid, std::string_view name);
   Result<std::vector<std::string>> listxattr(const ObjectId& oid);

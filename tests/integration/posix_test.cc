@@ -127,6 +127,28 @@ TEST_F(Posix, FilesDirectoriesAndTheirErrors) {
   EXPECT_EQ(ns_->getattr(root_)->nlink, 2u);
 }
 
+TEST_F(Posix, ChunkSizePerFile) {
+  // The container's default, a size given at create, and one set through the xattr while the file is empty;
+  // data crosses chunk boundaries of each and reads back.
+  auto def = ns_->mknod(root_, "default", S_IFREG | 0644, 0, kRoot);
+  auto small = ns_->mknod(root_, "small", S_IFREG | 0644, 0, kRoot, 64 * 1024);
+  auto later = ns_->mknod(root_, "later", S_IFREG | 0644, 0, kRoot);
+  ASSERT_TRUE(def.is_ok() && small.is_ok() && later.is_ok());
+  EXPECT_EQ(*ns_->getxattr(def->oid, kChunkXattr), std::to_string(1 << 20));
+  EXPECT_EQ(*ns_->getxattr(small->oid, kChunkXattr), "65536");
+  ASSERT_TRUE(ns_->setxattr(later->oid, kChunkXattr, "8192", 0, kRoot).is_ok());
+  EXPECT_EQ(*ns_->getxattr(later->oid, kChunkXattr), "8192");
+  EXPECT_EQ(ns_->setxattr(later->oid, kChunkXattr, "5000", 0, kRoot).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ns_->mknod(root_, "bad", S_IFREG | 0644, 0, kRoot, 100).status().code(), StatusCode::kInvalidArgument);
+  std::string data = engine::testing::pattern(11, 300000);
+  for (const auto& f : {*def, *small, *later}) {
+    ASSERT_TRUE(ns_->write(f.oid, 1000, bytes(data)).is_ok());
+    EXPECT_EQ(read_all(*ns_, f.oid), std::string(1000, '\0') + data);
+  }
+  EXPECT_EQ(ns_->setxattr(later->oid, kChunkXattr, "4096", 0, kRoot).code(), StatusCode::kInvalidArgument);  // has data
+  EXPECT_EQ(*ns_->listxattr(later->oid), std::vector<std::string>{});  // a layout, not a stored xattr
+}
+
 TEST_F(Posix, SymlinksHardLinksAndXattrs) {
   auto f = ns_->mknod(root_, "f", S_IFREG | 0644, 0, kRoot);
   ASSERT_TRUE(f.is_ok());
