@@ -46,6 +46,7 @@ void add_server_command(CLI::App& app, Context& ctx) {
           "rfos server: pool 'default' and container 'default' are ready. From another terminal:\n"
           "  build/bin/rfos put KEY FILE      # store a file (or - for stdin) as object KEY\n"
           "  build/bin/rfos get KEY OUT       # read it back (- for stdout)\n"
+          "  build/bin/rfos mount DIR         # the container as files and directories (FUSE, as root)\n"
           "  build/bin/rfos pool list         # more: build/bin/rfos --help\n"
           "(control plane %s; set RFOS_ADDR or --addr when it is not 127.0.0.1:10001)\n",
           addr.c_str());
