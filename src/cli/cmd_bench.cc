@@ -6,8 +6,9 @@
 // Each job is a thread with its own session and transport worker and its own object, laid out like a file
 // (dkey = 1 MiB chunk index, akey "d", array offset = file offset). Read patterns lay the objects out first.
 // --ceiling also runs the transport's own tool for the same transport and message size on this host
-// (loopback: ucx_perftest for UCX, fi_pingpong for libfabric) and prints the ratio. The JSON follows fio's layout (jobs[].read / jobs[].write with
-// io_bytes, bw_bytes, iops, runtime, clat_ns.percentile), so tools that parse fio parse it.
+// (loopback: ucx_perftest for UCX, fi_pingpong for libfabric) and prints the ratio. The JSON follows fio's layout
+// (jobs[].read / jobs[].write with io_bytes, bw_bytes, iops, runtime, clat_ns.percentile), so tools that parse fio
+// parse it.
 #include <unistd.h>
 #include <algorithm>
 #include <atomic>
@@ -112,8 +113,8 @@ Status pump(client::Container& c, const ObjectId& oid, bool write, uint64_t bs, 
 
 struct Ceiling {
   std::string tool;
-  double msg_rate = 0;   // messages per second
-  double bw_bytes = 0;   // bytes per second
+  double msg_rate = 0;  // messages per second
+  double bw_bytes = 0;  // bytes per second
 };
 
 // Runs a two-sided benchmark tool on loopback: a server copy in the background, then the client; returns the
@@ -168,8 +169,10 @@ Result<Ceiling> transport_ceiling(const std::string& provider, uint64_t bs, uint
   // "Final: iters lat50 lat_avg lat_overall bw_avg(MB/s) bw_overall msgrate_avg msgrate_overall"
   auto at = out.find("Final:");
   double v[8] = {};
-  if (at == std::string::npos || std::sscanf(out.c_str() + at + 6, "%lf %lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1],
-                                             &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) != 8 || v[7] <= 0)
+  if (at == std::string::npos ||
+      std::sscanf(out.c_str() + at + 6, "%lf %lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                  &v[6], &v[7]) != 8 ||
+      v[7] <= 0)
     return error(StatusCode::kInternal, "ucx_perftest gave no result");
   return Ceiling{"ucx_perftest ucp_am_bw", v[7], v[5] * 1024 * 1024};  // ucx_perftest's MB is MiB
 }
@@ -354,10 +357,9 @@ void add_bench_command(CLI::App& app, Context& ctx) {
         pct(1) / 1e3, pct(50) / 1e3, pct(90) / 1e3, pct(99) / 1e3, pct(99.9) / 1e3);
     if (a->ceiling) {
       if (ceiling.is_ok())
-        std::printf(
-            "  ceiling (%s, %s, %llu B, loopback): %.1fk msg/s, %.1f MiB/s -> ratio IOPS %.2f, BW %.2f\n",
-            ceiling->tool.c_str(), used.c_str(), (unsigned long long)*bs, ceiling->msg_rate / 1000,
-            ceiling->bw_bytes / 1048576, iops / ceiling->msg_rate, bw / ceiling->bw_bytes);
+        std::printf("  ceiling (%s, %s, %llu B, loopback): %.1fk msg/s, %.1f MiB/s -> ratio IOPS %.2f, BW %.2f\n",
+                    ceiling->tool.c_str(), used.c_str(), (unsigned long long)*bs, ceiling->msg_rate / 1000,
+                    ceiling->bw_bytes / 1048576, iops / ceiling->msg_rate, bw / ceiling->bw_bytes);
       else
         std::printf("  ceiling: %s\n", ceiling.status().to_string().c_str());
     }

@@ -24,10 +24,9 @@ Status load_config_file(const std::string& path, ServerConfig* config) {
   }
   if (root.IsNull()) return Status::ok();
   if (!root.IsMap()) return error(StatusCode::kInvalidArgument, "config file " + path + " must be a mapping");
-  static const std::set<std::string> kKeys = {"data_dir",      "control_addr", "provider",
-                                              "targets",       "target_bytes", "capability_ttl_s",
-                                              "media_threads", "tls_cert",     "tls_key",
-                                              "bypass_media"};
+  static const std::set<std::string> kKeys = {"data_dir",     "control_addr",     "provider",      "targets",
+                                              "target_bytes", "capability_ttl_s", "media_threads", "tls_cert",
+                                              "tls_key",      "bypass_media"};
   try {
     for (const auto& kv : root) {
       std::string key = kv.first.as<std::string>();
