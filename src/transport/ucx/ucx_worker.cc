@@ -270,9 +270,13 @@ class UcxWorker final : public Worker {
   };
 
   // The endpoint that reaches the peer behind `ep` for RMA: the one its hello made, or `ep` itself.
-  ucp_ep_h rma_ep(EpHandle ep) {
+  // Only endpoints this worker created can do RMA: one its connect() made, or the one a peer's hello made.
+  // A reply endpoint of a peer that sent no hello would trip UCX's assertion (and end the process): refused.
+  Result<ucp_ep_h> rma_ep(EpHandle ep) {
     auto it = rma_eps_.find(ep);
-    return reinterpret_cast<ucp_ep_h>(it != rma_eps_.end() ? it->second : ep);
+    if (it != rma_eps_.end()) return reinterpret_cast<ucp_ep_h>(it->second);
+    if (eps_.count(ep)) return reinterpret_cast<ucp_ep_h>(ep);
+    return error(StatusCode::kInvalidArgument, "the peer did not introduce itself (no hello): no remote memory access");
   }
 
   static ucs_status_t hello_cb(void* arg, const void* header, size_t header_length, void*, size_t,
@@ -310,7 +314,7 @@ class UcxWorker final : public Worker {
 
   Status rma(bool put, EpHandle ep, uint64_t remote_addr, std::string_view packed, std::span<const Iov> local,
              Done done) {
-    ucp_ep_h to = rma_ep(ep);
+    RFOS_ASSIGN_OR_RETURN(ucp_ep_h to, rma_ep(ep));
     RFOS_ASSIGN_OR_RETURN(ucp_rkey_h rk, rkey_for(to, packed));
     auto* op = new Rma{this, std::move(done), 1, Status::ok(), put ? to : nullptr};
     for (const Iov& v : local) {
