@@ -280,7 +280,10 @@ class Target::Impl {
                         ? engine->list_dkeys(*cid, q.oid, engine::kEpochLatest, &anchor, max)
                         : engine->list_akeys(*cid, q.oid, q.dkey, engine::kEpochLatest, &anchor, max);
         if (!keys.is_ok()) return reply_error(in.reply_to, q.request_id, keys.status());
-        wire::KeyPage page{anchor.position, anchor.done, std::move(keys).value()};
+        wire::KeyPage page;
+        page.anchor = anchor.position;
+        page.done = anchor.done;
+        page.keys = std::move(keys).value();
         if (q.op == wire::Op::kListDkeys && !q.akey.empty()) {  // with each dkey's value of that akey
           page.with_values = true;
           for (const std::string& dk : page.keys) {
@@ -372,6 +375,25 @@ class Target::Impl {
   // --bypass-media: the data plane without the engine. Updates land in scratch memory and are dropped; fetches
   // answer zeros with their true checksums. Everything before (decode, capability, rights, container) still runs.
   bool bypass_media = false;
+  // Lands an update's bytes in dst: the message's payload (rendezvous), or on the explicit path a get from the
+  // client's registered memory.
+  Status land(Incoming& in, const wire::Request& q, std::span<const Iov> dst, transport::Done done) {
+    return q.rkey.empty() ? worker->fetch_payload(in, dst, std::move(done))
+                          : worker->get(in.reply_to, q.remote_addr, q.rkey, dst, std::move(done));
+  }
+
+  // A fetch's answer on the explicit path: write src into the client's memory, then the reply (no payload) once
+  // the bytes are visible there. `keep` holds src's buffers until the transport is done with them.
+  void put_then_reply(transport::EpHandle to, std::span<const Iov> src, uint64_t remote_addr, const std::string& rkey,
+                      wire::Reply r, std::shared_ptr<const void> keep) {
+    uint64_t id = r.request_id;
+    Status s = worker->put(to, src, remote_addr, rkey, [this, to, keep, r = std::move(r)](Status put) mutable {
+      if (!put.is_ok()) return reply_error(to, r.request_id, put);
+      reply(to, std::move(r));
+    });
+    if (!s.is_ok()) reply_error(to, id, s);
+  }
+
   std::vector<uint8_t> zeros;                                   // 1 MiB, shared by every bypassed fetch
   std::map<std::pair<Uuid, Uuid>, uint32_t> bypass_csum_chunk;  // per container, looked up once
 
@@ -394,15 +416,7 @@ class Target::Impl {
       r.length = len;
       chunk_crcs(q.offset, {zeros.data(), len}, chunk, &r.csums);
       Iov v{zeros.data(), len};
-      if (!q.rkey.empty()) {
-        uint64_t id = q.request_id;
-        Status s = worker->put(to, {&v, 1}, q.remote_addr, q.rkey, [this, to, r](Status put) mutable {
-          if (!put.is_ok()) return reply_error(to, r.request_id, put);
-          reply(to, std::move(r));
-        });
-        if (!s.is_ok()) reply_error(to, id, s);
-        return;
-      }
+      if (!q.rkey.empty()) return put_then_reply(to, {&v, 1}, q.remote_addr, q.rkey, std::move(r), nullptr);
       return reply(to, std::move(r), {&v, 1});
     }
     auto buf = std::make_shared<std::vector<uint8_t>>(len);
@@ -411,8 +425,7 @@ class Target::Impl {
       if (!got.is_ok()) return;  // the client died mid-transfer: nothing to answer
       reply(to, std::move(r));
     };
-    Status s = q.rkey.empty() ? worker->fetch_payload(in, {&v, 1}, std::move(done))
-                              : worker->get(to, q.remote_addr, q.rkey, {&v, 1}, std::move(done));
+    Status s = land(in, q, {&v, 1}, std::move(done));
     if (!s.is_ok()) reply_error(to, q.request_id, s);
   }
 
@@ -453,8 +466,7 @@ class Target::Impl {
       offload<Status>([this, shared, csums] { return engine->update_end(*shared, *csums); },
                       [done = write_done(to, id, epoch, held), hold](Status& s) { done(s); });
     };
-    Status s = explicit_path ? worker->get(to, q.remote_addr, q.rkey, dst, std::move(landed))
-                             : worker->fetch_payload(in, dst, std::move(landed));
+    Status s = land(in, q, dst, std::move(landed));
     if (!s.is_ok()) {
       inflight_epochs.erase(held);
       engine->update_abort(*shared);
@@ -486,14 +498,7 @@ class Target::Impl {
           for (const engine::IoBuf& b : shared->buffers()) src.push_back({b.data, b.len});
           // The engine buffers stay pinned until the transport is done with them.
           if (descriptor->second.empty()) return reply(to, std::move(r), src, [shared](Status) {});
-          // Explicit path: write into the client's memory first; the reply (no payload) follows once the bytes
-          // are visible there.
-          Status s = worker->put(to, src, descriptor->first, descriptor->second,
-                                 [this, to, shared, r = std::move(r)](Status put) mutable {
-                                   if (!put.is_ok()) return reply_error(to, r.request_id, put);
-                                   reply(to, std::move(r));
-                                 });
-          if (!s.is_ok()) reply_error(to, id, s);
+          put_then_reply(to, src, descriptor->first, descriptor->second, std::move(r), shared);
         });
   }
 };
