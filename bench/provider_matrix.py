@@ -48,7 +48,9 @@ def main():
     p.add_argument("--runtime", type=float, default=5)
     p.add_argument("--providers", default="ucx+tcp,ucx+shm,ofi+tcp,ofi+shm")
     p.add_argument("--dir", default="/var/tmp")
+    p.add_argument("--rw", default="randread,randwrite,read,write", help="patterns to run (comma-separated)")
     args = p.parse_args()
+    cases = [c for c in CASES if c[0] in args.rw.split(",")]
     for tool in ("fio", "ucx_perftest", "fi_pingpong"):
         if shutil.which(tool) is None:
             sys.exit("provider_matrix: %s is not installed (scripts/install-deps installs it)" % tool)
@@ -62,7 +64,7 @@ def main():
     env["RFOS_ADDR"] = addr
     rows = []
     try:
-        media = {c[0]: fio(work, c[0], c[2], c[3], args.runtime) for c in CASES}
+        media = {c[0]: fio(work, c[0], c[2], c[3], args.runtime) for c in cases}
         for prov in args.providers.split(","):
             data = os.path.join(work, "data")
             shutil.rmtree(data, ignore_errors=True)
@@ -75,7 +77,7 @@ def main():
                                       capture_output=True).returncode == 0:
                         break
                     time.sleep(0.5)
-                for rw, bs_text, bs, depth, size in CASES:
+                for rw, bs_text, bs, depth, size in cases:
                     cmd = [rfos, "bench", "--rw", rw, "--bs", bs_text, "--iodepth", str(depth), "--size", size,
                            "--runtime", str(args.runtime), "--output-format", "json"]
                     cmd.append("--ceiling")

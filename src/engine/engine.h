@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -136,6 +137,27 @@ struct AggregateStats {
 class Engine;
 struct UpdateState;
 struct FetchState;
+struct FetchPlan;
+namespace blockio {
+class AsyncRing;
+}
+
+// The media ring of a thread that runs its own event loop (a target's), for fetch_submit: the thread polls
+// it beside its other event sources, and finished fetches call back from poll() on that thread. Never
+// shared between threads. Destroying it waits for the reads in flight and drops their callbacks.
+class IoRing {
+ public:
+  ~IoRing();
+  int poll();                // runs the callbacks of finished fetches; returns how many
+  void drain();              // blocks until every submitted fetch has called back
+  bool ready() const;        // poll() would find work (no system call)
+  int event_fd() const;      // readable while completions wait (for poll(2) with other sources)
+  size_t in_flight() const;  // fetches submitted and not called back
+
+ private:
+  friend class Engine;
+  std::unique_ptr<blockio::AsyncRing> ring_;
+};
 
 // An update between begin and end. Move-only; destroying one that was not ended aborts it.
 class UpdateTx {
@@ -177,6 +199,7 @@ class FetchTx {
 
  private:
   friend class Engine;
+  friend struct FetchPlan;
   std::unique_ptr<FetchState> state_;
 };
 
@@ -218,6 +241,11 @@ class Engine {
   Result<FetchTx> fetch_begin(const FetchOp& op);
   void fetch_end(FetchTx& tx);
   Result<std::string> fetch(const FetchOp& op, std::vector<uint32_t>* csums = nullptr);
+  // fetch_begin without blocking the caller on the media: the index work runs now, on the caller's thread;
+  // the block reads go to `ring`, and `done` gets what fetch_begin would have returned, from ring.poll()
+  // (or right here when nothing needed reading).
+  void fetch_submit(IoRing& ring, const FetchOp& op, std::function<void(Result<FetchTx>)> done);
+  Result<std::unique_ptr<IoRing>> make_io_ring();  // Errors: kIoError
 
   // ---- punch (durable on return) ----
   Status punch_object(uint32_t cont, const ObjectId& oid, Epoch epoch);
@@ -260,6 +288,9 @@ class Engine {
 
  private:
   explicit Engine(std::unique_ptr<Impl> impl);
+  // fetch_begin's halves: the index work and buffers, then (after the reads) verification and checksums.
+  Status plan_fetch(const FetchOp& op, FetchPlan* plan);
+  Result<FetchTx> finish_fetch(FetchPlan& plan, Status read_status);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -322,21 +322,59 @@ Result<std::string> Engine::fetch(const FetchOp& op, std::vector<uint32_t>* csum
   return tx.to_string();
 }
 
-Result<FetchTx> Engine::fetch_begin(const FetchOp& op) {
+// A fetch between its index work and its media reads: fetch_begin waits for the reads, fetch_submit lets a
+// ring call back. Blocks it reads cannot be reclaimed and reused until it has its bytes (the reclaim lock).
+struct FetchPlan {
+  // A visible segment to verify against its record's checksums: the whole checksum chunks it touches.
+  struct Verify {
+    const Engine::Impl::ExtentRef* ref;
+    uint64_t x, y;    // chunk-aligned (or record-bounded) logical range to verify
+    uint8_t* mem;     // where logical x is in memory
+    uint8_t* bounce;  // owned bounce buffer, or null
+    size_t bounce_bytes;
+    uint64_t sx, sy;  // the segment to copy out of a bounce buffer
+  };
+
+  Engine::Impl* impl = nullptr;
+  FetchTx tx;
+  bool complete = false;  // a single value: tx already holds it
+  uint64_t a = 0, b = 0;  // the logical range fetched
+  std::vector<Engine::Impl::ExtentRef> recs;
+  std::vector<ExtentMap::Segment> segs;
+  std::vector<Verify> verifies;
+  std::vector<blockio::IoRequest> reads;
+  std::shared_lock<std::shared_mutex> reclaim;
+  size_t piece_of = 0;  // out_ptr's cursor
+
+  ~FetchPlan() {
+    for (Verify& v : verifies) impl->arena->free(v.bounce, v.bounce_bytes);
+  }
+
+  // Where logical byte x of the fetch lands.
+  uint8_t* out_ptr(uint64_t x) {
+    std::vector<Piece>& pieces = tx.state_->pieces;
+    while (x >= pieces[piece_of].start + pieces[piece_of].len) ++piece_of;
+    while (x < pieces[piece_of].start) --piece_of;
+    const Piece& p = pieces[piece_of];
+    return p.data + (x - p.start);
+  }
+};
+
+Status Engine::plan_fetch(const FetchOp& op, FetchPlan* plan) {
   Impl& im = *impl_;
   RFOS_RETURN_IF_ERROR(validate_key(op.key, true));
   RFOS_RETURN_IF_ERROR(validate_io(im, op.kind, op.offset, op.length, false));
   RFOS_ASSIGN_OR_RETURN(index::ContRecord rec, im.open_for_read(op.key.cont, op.epoch));
 
-  FetchTx tx;
+  plan->impl = &im;
+  FetchTx& tx = plan->tx;
   tx.state_ = std::make_unique<FetchState>();
   FetchState& st = *tx.state_;
   st.impl = &im;
   st.chunk = rec.csum_chunk_bytes;
   auto busy = [] { return error(StatusCode::kBusy, "engine buffers exhausted, retry later"); };
 
-  // Blocks read below cannot be reclaimed and reused until this fetch has its bytes.
-  std::shared_lock reclaim(im.reclaim_mu);
+  plan->reclaim = std::shared_lock(im.reclaim_mu);
   std::unique_ptr<rocksdb::Iterator> it(im.db->NewIterator(rocksdb::ReadOptions()));
   Version floor = Impl::akey_floor(it.get(), op.key, op.epoch);
   std::string prefix = akey_prefix(op.key);
@@ -374,11 +412,14 @@ Result<FetchTx> Engine::fetch_begin(const FetchOp& op) {
     st.iobufs.push_back({p.data, p.len});
     st.csums.push_back(r.csum);
     st.length = p.len;
-    return tx;
+    plan->complete = true;
+    return Status::ok();
   }
 
   uint64_t a = op.offset, b = op.offset + op.length;
-  std::vector<Impl::ExtentRef> recs;
+  plan->a = a;
+  plan->b = b;
+  std::vector<Impl::ExtentRef>& recs = plan->recs;
   RFOS_RETURN_IF_ERROR(Impl::visible_extents(it.get(), prefix, floor, op.epoch, a, b, &recs));
   if (recs.empty() && !kind_of_other(kExtentTag)) {
     RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "index read"));
@@ -403,50 +444,27 @@ Result<FetchTx> Engine::fetch_begin(const FetchOp& op) {
   ExtentMap map(a, b);
   for (size_t i = 0; i < recs.size(); ++i)
     map.assign(recs[i].start, recs[i].start + recs[i].rec.length, static_cast<int>(i));
-  std::vector<ExtentMap::Segment> segs = map.segments();
-
-  // Where logical byte x of the fetch lands.
-  size_t piece_of = 0;
-  auto out_ptr = [&](uint64_t x) -> uint8_t* {
-    while (x >= st.pieces[piece_of].start + st.pieces[piece_of].len) ++piece_of;
-    while (x < st.pieces[piece_of].start) --piece_of;
-    const Piece& p = st.pieces[piece_of];
-    return p.data + (x - p.start);
-  };
+  plan->segs = map.segments();
 
   // Reads: each visible segment needs the whole checksum chunks of its record that it touches, to verify
   // them. They go straight into the output buffer when that clobbers no other segment, else into a bounce.
-  struct Verify {
-    const Impl::ExtentRef* ref;
-    uint64_t x, y;    // chunk-aligned (or record-bounded) logical range to verify
-    uint8_t* mem;     // where logical x is in memory
-    uint8_t* bounce;  // owned bounce buffer, or null
-    size_t bounce_bytes;
-    uint64_t sx, sy;  // the segment to copy out of a bounce buffer
-  };
-  std::vector<Verify> verifies;
-  std::vector<blockio::IoRequest> reads;
-  auto free_bounces = [&] {
-    for (Verify& v : verifies) im.arena->free(v.bounce, v.bounce_bytes);
-  };
-  for (size_t si = 0; si < segs.size(); ++si) {
-    const ExtentMap::Segment& s = segs[si];
+  for (const ExtentMap::Segment& s : plan->segs) {
     if (s.owner < 0) continue;
     const Impl::ExtentRef& ref = recs[s.owner];
     if (ref.rec.flags & ExtentRecord::kHole) continue;
     uint64_t rs = ref.start, re = ref.start + ref.rec.length;
     uint32_t chunk = ref.rec.csum_chunk_bytes;
     uint64_t x = std::max(rs, align_down(s.start, chunk)), y = std::min(re, align_up(s.end, chunk));
-    Verify v{&ref, x, y, nullptr, nullptr, 0, s.start, s.end};
+    FetchPlan::Verify v{&ref, x, y, nullptr, nullptr, 0, s.start, s.end};
     if (ref.rec.flags & ExtentRecord::kInline) {
       v.mem = reinterpret_cast<uint8_t*>(const_cast<char*>(ref.rec.inline_data.data())) + (x - rs);
-      verifies.push_back(v);
+      plan->verifies.push_back(v);
       continue;
     }
     uint64_t bx = align_down(x, kBlockBytes), by = align_up(y, kBlockBytes);
     // Direct when [bx, by) stays inside this segment's piece buffer and, within [a, b), inside the segment.
-    out_ptr(s.start);  // positions piece_of on the segment's piece
-    const Piece& p = st.pieces[piece_of];
+    plan->out_ptr(s.start);  // positions the cursor on the segment's piece
+    const Piece& p = st.pieces[plan->piece_of];
     bool direct = bx >= align_down(p.start, kBlockBytes) && by <= align_up(p.start + p.len, kBlockBytes) &&
                   std::max(bx, a) >= s.start && std::min(by, b) <= s.end;
     uint8_t* dst;
@@ -455,20 +473,21 @@ Result<FetchTx> Engine::fetch_begin(const FetchOp& op) {
     } else {
       v.bounce_bytes = by - bx;
       v.bounce = im.arena->alloc(v.bounce_bytes);
-      if (v.bounce == nullptr) {
-        free_bounces();
-        return busy();
-      }
+      if (v.bounce == nullptr) return busy();
       dst = v.bounce;
     }
     v.mem = dst + (x - bx);
-    DiskMap{ref.rec, rs}.reads(x, y, dst, &reads);
-    verifies.push_back(v);
+    DiskMap{ref.rec, rs}.reads(x, y, dst, &plan->reads);
+    plan->verifies.push_back(v);
   }
-  Status s = reads.empty() ? Status::ok() : im.dev->submit_and_wait(reads);
-  reclaim.unlock();
+  return Status::ok();
+}
 
-  for (const Verify& v : verifies) {
+Result<FetchTx> Engine::finish_fetch(FetchPlan& plan, Status s) {
+  if (plan.reclaim.owns_lock()) plan.reclaim.unlock();
+  if (plan.complete) return std::move(plan.tx);
+  FetchState& st = *plan.tx.state_;
+  for (const FetchPlan::Verify& v : plan.verifies) {
     if (!s.is_ok()) break;
     const ExtentRecord& r = v.ref->rec;
     uint32_t chunk = r.csum_chunk_bytes;
@@ -483,26 +502,27 @@ Result<FetchTx> Engine::fetch_begin(const FetchOp& op) {
     }
     if (s.is_ok() && (v.bounce != nullptr || (r.flags & ExtentRecord::kInline))) {
       // Copy the segment out, piece by piece (a segment never crosses a grain, so one piece).
-      std::memcpy(out_ptr(v.sx), v.mem + (v.sx - v.x), v.sy - v.sx);
+      std::memcpy(plan.out_ptr(v.sx), v.mem + (v.sx - v.x), v.sy - v.sx);
     }
   }
-  free_bounces();
   RFOS_RETURN_IF_ERROR(s);
 
   // Holes read as zeros; then the checksums of what is returned, reusing stored ones where a chunk of the
   // output is exactly a verified chunk of one record.
+  const std::vector<ExtentMap::Segment>& segs = plan.segs;
+  const std::vector<Impl::ExtentRef>& recs = plan.recs;
   for (const ExtentMap::Segment& seg : segs) {
     if (seg.owner >= 0 && !(recs[seg.owner].rec.flags & ExtentRecord::kHole)) continue;
     for (uint64_t x = seg.start; x < seg.end;) {
       uint64_t e = std::min(seg.end, align_down(x, kGrainBytes) + kGrainBytes);
-      std::memset(out_ptr(x), 0, e - x);
+      std::memset(plan.out_ptr(x), 0, e - x);
       x = e;
     }
   }
   uint32_t chunk = st.chunk;
   size_t si = 0;
-  for (uint64_t x = a; x < b;) {
-    uint64_t e = std::min(b, align_down(x, chunk) + chunk);
+  for (uint64_t x = plan.a; x < plan.b;) {
+    uint64_t e = std::min(plan.b, align_down(x, chunk) + chunk);
     while (segs[si].end <= x) ++si;
     const ExtentMap::Segment& seg = segs[si];
     bool reused = false;
@@ -518,12 +538,42 @@ Result<FetchTx> Engine::fetch_begin(const FetchOp& op) {
     }
     if (!reused) {
       // The output chunk may span two pieces only if the chunk crossed a grain, which it cannot (chunk <= grain).
-      st.csums.push_back(crc32c(out_ptr(x), e - x));
+      st.csums.push_back(crc32c(plan.out_ptr(x), e - x));
     }
     x = e;
   }
   for (const Piece& p : st.pieces) st.iobufs.push_back({p.data, p.len});
-  return tx;
+  return std::move(plan.tx);
 }
+
+Result<FetchTx> Engine::fetch_begin(const FetchOp& op) {
+  FetchPlan plan;
+  RFOS_RETURN_IF_ERROR(plan_fetch(op, &plan));
+  Status s = plan.reads.empty() ? Status::ok() : impl_->dev->submit_and_wait(plan.reads);
+  return finish_fetch(plan, s);
+}
+
+void Engine::fetch_submit(IoRing& ring, const FetchOp& op, std::function<void(Result<FetchTx>)> done) {
+  auto plan = std::make_shared<FetchPlan>();
+  Status planned = plan_fetch(op, plan.get());
+  if (!planned.is_ok()) return done(planned);
+  if (plan->reads.empty()) return done(finish_fetch(*plan, Status::ok()));
+  std::vector<blockio::IoRequest> reads = std::move(plan->reads);
+  ring.ring_->submit(std::move(reads),
+                     [this, plan, done = std::move(done)](Status s) { done(finish_fetch(*plan, s)); });
+}
+
+Result<std::unique_ptr<IoRing>> Engine::make_io_ring() {
+  auto ring = std::make_unique<IoRing>();
+  RFOS_ASSIGN_OR_RETURN(ring->ring_, impl_->dev->make_async_ring());
+  return ring;
+}
+
+IoRing::~IoRing() = default;
+int IoRing::poll() { return ring_->poll(); }
+void IoRing::drain() { ring_->drain(); }
+bool IoRing::ready() const { return ring_->ready(); }
+int IoRing::event_fd() const { return ring_->event_fd(); }
+size_t IoRing::in_flight() const { return ring_->in_flight(); }
 
 }  // namespace rfos::engine

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "common/crc32c.h"
@@ -294,6 +295,63 @@ TEST_F(EngineTest, ContainerDestroyFreesSpace) {
   ASSERT_TRUE(engine_->check().is_ok());
   ASSERT_TRUE(engine_->pool_destroy(pool_).is_ok());
   EXPECT_TRUE(engine_->pool_list().empty());
+}
+
+// fetch_submit answers exactly what fetch_begin does, on the caller's own ring: arrays with holes, unaligned
+// ranges (bounce buffers), inline pieces, single values and errors; more fetches at once than the ring holds
+// (queue depth 32 here); and a media error reaches the fetch that hit it.
+TEST_F(EngineTest, SubmittedFetchesMatchBlockingOnes) {
+  ASSERT_TRUE(put_array(key("big"), 1, 0, pattern(1, 3 << 20)).is_ok());
+  ASSERT_TRUE(put_array(key("big"), 2, 5000, pattern(2, 70000)).is_ok());
+  ASSERT_TRUE(put_array(key("small"), 1, 100, pattern(3, 300)).is_ok());  // inline, with a hole before it
+  ASSERT_TRUE(put_single(key("one"), 1, "single value").is_ok());
+  auto ring = engine_->make_io_ring();
+  ASSERT_TRUE(ring.is_ok()) << ring.status().to_string();
+
+  struct Case {
+    FetchOp op;
+    Result<std::string> want;
+    std::vector<uint32_t> want_csums;
+    std::optional<Result<std::string>> got;
+    std::vector<uint32_t> got_csums;
+  };
+  std::vector<Case> cases;
+  auto add = [&](std::string_view dkey, ValueKind kind, uint64_t off, uint64_t len) {
+    FetchOp op{key(dkey), kEpochLatest, kind, off, len};
+    std::vector<uint32_t> csums;
+    auto want = engine_->fetch(op, &csums);
+    cases.push_back({op, std::move(want), std::move(csums), std::nullopt, {}});
+  };
+  for (int i = 0; i < 40; ++i) add("big", ValueKind::kArray, (i * 77777) % (3 << 20), 1 + (i * 4099) % (1 << 20));
+  add("small", ValueKind::kArray, 0, 8192);
+  add("one", ValueKind::kSingle, 0, 0);
+  add("none", ValueKind::kArray, 0, 4096);
+  add("one", ValueKind::kArray, 0, 4096);
+  for (Case& c : cases) {
+    engine_->fetch_submit(**ring, c.op, [&c](Result<FetchTx> tx) {
+      if (tx.is_ok()) c.got_csums.assign(tx->csums().begin(), tx->csums().end());
+      c.got.emplace(tx.is_ok() ? Result<std::string>(tx->to_string()) : Result<std::string>(tx.status()));
+    });
+  }
+  (*ring)->drain();
+  EXPECT_EQ((*ring)->in_flight(), 0u);
+  for (const Case& c : cases) {
+    ASSERT_TRUE(c.got.has_value());
+    ASSERT_EQ(c.got->status().code(), c.want.status().code()) << c.got->status().to_string();
+    if (!c.want.is_ok()) continue;
+    EXPECT_TRUE(**c.got == *c.want);
+    EXPECT_EQ(c.got_csums, c.want_csums);
+  }
+
+  fault::arm("blockio.read");
+  std::optional<Status> failed;
+  engine_->fetch_submit(**ring, {key("big"), kEpochLatest, ValueKind::kArray, 0, 8192},
+                        [&](Result<FetchTx> tx) { failed = tx.status(); });
+  (*ring)->drain();
+  fault::disarm_all();
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_EQ(failed->code(), StatusCode::kIoError);
+  ASSERT_TRUE(engine_->check().is_ok());
 }
 
 }  // namespace

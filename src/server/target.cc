@@ -144,18 +144,25 @@ class Target::Impl {
         });
   }
 
+  // The target's own media ring (fetches) and how its loop sleeps on it beside the transport.
+  std::unique_ptr<engine::IoRing> ring;
+  transport::WakeSource ring_wake;
+
   void run() {
     while (!stopping.load(std::memory_order_relaxed)) {
       maybe_aggregate();
-      worker->progress();
+      int events = worker->progress();
+      // poll() also drains the ring's event counter, so a wait on it sleeps until new completions.
+      if (ring->in_flight() > 0) events += ring->poll();
       std::vector<std::function<void()>> ready;
       {
         std::lock_guard lock(finished_mu);
         ready.swap(finished);
       }
       for (auto& f : ready) f();
-      if (ready.empty()) worker->wait(100);
+      if (ready.empty() && events == 0) worker->wait(100, ring->in_flight() > 0 ? &ring_wake : nullptr);
     }
+    ring->drain();  // reads in flight answer (or fail) before the target goes
   }
 
   // A hybrid logical clock per target: wall-clock nanoseconds, strictly increasing.
@@ -474,32 +481,26 @@ class Target::Impl {
     }
   }
 
+  // Fetches run on the target thread: the index lookup now, the block reads on the target's own ring, the
+  // reply from the ring's completion (no hand-off to a media thread and back).
   void fetch(Incoming& in, wire::Request& q, const engine::KeyRef& k, engine::ValueKind kind) {
-    // The key views point into q, which dies with this call: the media thread gets its own copies.
-    auto key = std::make_shared<std::pair<std::string, std::string>>(q.dkey, q.akey);
-    engine::FetchOp op{{k.cont, k.oid, {}, {}}, q.epoch ? q.epoch : engine::kEpochLatest, kind, q.offset, q.length};
+    engine::FetchOp op{k, q.epoch ? q.epoch : engine::kEpochLatest, kind, q.offset, q.length};
     auto to = in.reply_to;
     auto id = q.request_id;
     auto descriptor = std::make_shared<std::pair<uint64_t, std::string>>(q.remote_addr, std::move(q.rkey));
-    offload<Result<engine::FetchTx>>(
-        [this, key, op]() mutable {
-          op.key.dkey = key->first;
-          op.key.akey = key->second;
-          return engine->fetch_begin(op);
-        },
-        [this, to, id, descriptor](Result<engine::FetchTx>& tx) {
-          if (!tx.is_ok()) return reply_error(to, id, tx.status());
-          auto shared = std::make_shared<engine::FetchTx>(std::move(tx).value());
-          wire::Reply r;
-          r.request_id = id;
-          r.length = shared->length();
-          r.csums.assign(shared->csums().begin(), shared->csums().end());
-          std::vector<Iov> src;
-          for (const engine::IoBuf& b : shared->buffers()) src.push_back({b.data, b.len});
-          // The engine buffers stay pinned until the transport is done with them.
-          if (descriptor->second.empty()) return reply(to, std::move(r), src, [shared](Status) {});
-          put_then_reply(to, src, descriptor->first, descriptor->second, std::move(r), shared);
-        });
+    engine->fetch_submit(*ring, op, [this, to, id, descriptor](Result<engine::FetchTx> tx) {
+      if (!tx.is_ok()) return reply_error(to, id, tx.status());
+      auto shared = std::make_shared<engine::FetchTx>(std::move(tx).value());
+      wire::Reply r;
+      r.request_id = id;
+      r.length = shared->length();
+      r.csums.assign(shared->csums().begin(), shared->csums().end());
+      std::vector<Iov> src;
+      for (const engine::IoBuf& b : shared->buffers()) src.push_back({b.data, b.len});
+      // The engine buffers stay pinned until the transport is done with them.
+      if (descriptor->second.empty()) return reply(to, std::move(r), src, [shared](Status) {});
+      put_then_reply(to, src, descriptor->first, descriptor->second, std::move(r), shared);
+    });
   }
 };
 
@@ -513,6 +514,9 @@ Result<std::unique_ptr<Target>> Target::start(uint32_t index, Engine* engine, co
   impl->secret = secret;
   impl->revocations = std::move(revocations);
   RFOS_ASSIGN_OR_RETURN(impl->worker, transport::Worker::create(provider));
+  RFOS_ASSIGN_OR_RETURN(impl->ring, engine->make_io_ring());
+  engine::IoRing* ring = impl->ring.get();
+  impl->ring_wake = {ring->event_fd(), [ring] { return ring->ready(); }};
   impl->address = impl->worker->address();
   Impl* raw = impl.get();
   impl->worker->on_message([raw](Incoming& in) { raw->handle(in); });

@@ -1,11 +1,13 @@
 // A target's data plane: one thread that owns a transport worker and serves data-plane requests against the
 // target's engine. Every request's capability is checked (signature, expiry, container, rights) before the
 // engine is touched. Update payloads land straight in the engine's buffers (update_begin); fetch replies are
-// sent from them (fetch_begin).
+// sent from them.
 //
-// Engine calls that wait on media run on a few helper threads per target (the engine's API is synchronous):
-// the target thread only serves the network and runs their continuations, so many requests are in flight
-// per target and its updates share group commits.
+// Fetches run to completion on the target thread: the index lookup inline, the block reads on the target's
+// own io_uring (Engine::fetch_submit), polled by the same loop that polls the transport. Updates and punches
+// still wait on the media (write, then the group commit's sync) on a few helper threads per target, whose
+// continuations come back to the target thread; many requests are in flight per target and its updates
+// share group commits.
 //
 // Thread-safety: start/stop from the owner; everything else runs on the target's thread.
 #pragma once

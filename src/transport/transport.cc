@@ -1,5 +1,8 @@
 #include "transport/transport.h"
 
+#include <poll.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -15,12 +18,21 @@ Result<std::unique_ptr<Worker>> Worker::create(const std::string& provider) {
   return error(StatusCode::kNotSupported, "unknown data-plane provider '" + provider + "'");
 }
 
-void poll_then_nap(const std::function<int()>& progress, std::atomic<bool>& signaled, int timeout_ms) {
-  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-  while (std::chrono::steady_clock::now() < until && !signaled.load(std::memory_order_relaxed))
-    if (progress() != 0) return;
+void poll_then_nap(const std::function<int()>& progress, std::atomic<bool>& signaled, int timeout_ms,
+                   const WakeSource* also) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(1000);
+  while (std::chrono::steady_clock::now() < until && !signaled.load(std::memory_order_relaxed)) {
+    if (progress() != 0 || (also && also->ready())) return;
+    // Spinning must not starve a thread that would produce the event (the peer on the same core): when
+    // another thread is runnable here, it runs now.
+    sched_yield();
+  }
   signaled = false;
-  std::this_thread::sleep_for(std::chrono::microseconds(std::min(timeout_ms * 1000, 50)));
+  int nap_us = std::min(timeout_ms * 1000, 50);
+  if (also == nullptr || also->fd < 0) return std::this_thread::sleep_for(std::chrono::microseconds(nap_us));
+  pollfd pfd{also->fd, POLLIN, 0};
+  timespec ts{0, nap_us * 1000L};
+  ppoll(&pfd, 1, &ts, nullptr);
 }
 
 }  // namespace rfos::transport

@@ -56,6 +56,13 @@ struct Registration {
   std::string rkey;          // opaque; peers hand it to get()/put()
 };
 
+// Another event source the thread sleeping in Worker::wait() serves (a target's media ring): wait() returns
+// when it is ready as well.
+struct WakeSource {
+  int fd = -1;                  // readable when ready (poll(2))
+  std::function<bool()> ready;  // the same, checked without a system call
+};
+
 class Worker {
  public:
   virtual ~Worker() = default;
@@ -91,14 +98,17 @@ class Worker {
 
   // Makes progress; returns how many events it handled.
   virtual int progress() = 0;
-  // Sleeps until there may be something to progress, or timeout_ms passes.
-  virtual void wait(int timeout_ms) = 0;
+  // Sleeps until there may be something to progress, or `also` is ready, or timeout_ms passes.
+  virtual void wait(int timeout_ms, const WakeSource* also = nullptr) = 0;
   // Wakes a thread blocked in wait() (safe from any thread).
   virtual void signal() = 0;
 };
 
 // wait() for workers with no event to sleep on (UCX 1.13 shm, libfabric with FI_WAIT_NONE): progress for up
-// to 200 us (a reply is usually microseconds away), then nap up to 50 us, or less when `signaled` is set.
-void poll_then_nap(const std::function<int()>& progress, std::atomic<bool>& signaled, int timeout_ms);
+// to 1 ms (a reply is usually microseconds away), yielding the core between tries to any other runnable
+// thread (on a small machine that is often the peer that will answer), then nap up to 50 us, or less when
+// `also` becomes ready; `signaled` ends the spinning early.
+void poll_then_nap(const std::function<int()>& progress, std::atomic<bool>& signaled, int timeout_ms,
+                   const WakeSource* also);
 
 }  // namespace rfos::transport

@@ -2,11 +2,13 @@
 
 #include <fcntl.h>
 #include <liburing.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <set>
 
 #include "common/fault.h"
 
@@ -109,6 +111,40 @@ Result<std::unique_ptr<Ring>> BlockDevice::make_ring() {
   return ring;
 }
 
+void BlockDevice::prep(io_uring_sqe* sqe, const IoRequest& r, uint32_t done, uint64_t user_data) const {
+  uint8_t* buf = r.buf + done;
+  uint64_t off = r.offset + done;
+  unsigned len = r.len - done;
+  int index = arena_->slot_index(r.buf);
+  if (r.write)
+    io_uring_prep_write_fixed(sqe, 0, buf, len, off, index);
+  else
+    io_uring_prep_read_fixed(sqe, 0, buf, len, off, index);
+  sqe->flags |= IOSQE_FIXED_FILE;
+  io_uring_sqe_set_data64(sqe, user_data);
+}
+
+bool BlockDevice::account(const IoRequest& r, int res, uint32_t* done, Status* status) {
+  if (RFOS_FAULT(r.write ? "blockio.write" : "blockio.read")) res = -EIO;
+  if (res == -EAGAIN || res == -EINTR) return true;
+  if (res < 0) {
+    if (status->is_ok())
+      *status = errno_status(std::string(r.write ? "write" : "read") + " at offset " + std::to_string(r.offset), -res);
+  } else if (res == 0) {
+    if (status->is_ok()) *status = error(StatusCode::kIoError, "unexpected end of block file");
+  } else {
+    *done += static_cast<uint32_t>(res);
+    return *done < r.len;
+  }
+  return false;
+}
+
+Status BlockDevice::check_range(const IoRequest& r) const {
+  if (r.offset + r.len > bytes_ || r.len == 0)
+    return error(StatusCode::kInternal, "block I/O out of range at offset " + std::to_string(r.offset));
+  return Status::ok();
+}
+
 Status BlockDevice::submit_and_wait(std::span<const IoRequest> requests) {
   std::unique_ptr<Ring> ring;
   {
@@ -126,9 +162,7 @@ Status BlockDevice::submit_and_wait(std::span<const IoRequest> requests) {
   std::vector<uint32_t> done(requests.size(), 0);
   std::vector<size_t> pending;
   for (size_t i = 0; i < requests.size(); ++i) {
-    const IoRequest& r = requests[i];
-    if (r.offset + r.len > bytes_ || r.len == 0)
-      return error(StatusCode::kInternal, "block I/O out of range at offset " + std::to_string(r.offset));
+    RFOS_RETURN_IF_ERROR(check_range(requests[i]));
     pending.push_back(i);
   }
   Status status;
@@ -139,17 +173,7 @@ Status BlockDevice::submit_and_wait(std::span<const IoRequest> requests) {
       size_t i = pending.back();
       pending.pop_back();
       const IoRequest& r = requests[i];
-      io_uring_sqe* sqe = io_uring_get_sqe(uring);
-      uint8_t* buf = r.buf + done[i];
-      uint64_t off = r.offset + done[i];
-      unsigned len = r.len - done[i];
-      int index = arena_->slot_index(r.buf);
-      if (r.write)
-        io_uring_prep_write_fixed(sqe, 0, buf, len, off, index);
-      else
-        io_uring_prep_read_fixed(sqe, 0, buf, len, off, index);
-      sqe->flags |= IOSQE_FIXED_FILE;
-      io_uring_sqe_set_data64(sqe, i);
+      prep(io_uring_get_sqe(uring), r, done[i], i);
       ++inflight;
     }
     int rc = io_uring_submit_and_wait(uring, 1);  // one syscall submits and waits for the first completion
@@ -164,28 +188,150 @@ Status BlockDevice::submit_and_wait(std::span<const IoRequest> requests) {
       int res = cqe->res;
       io_uring_cqe_seen(uring, cqe);
       --inflight;
-      const IoRequest& r = requests[i];
-      bool injected = RFOS_FAULT(r.write ? "blockio.write" : "blockio.read");
-      if (injected) res = -EIO;
-      if (res < 0) {
-        if (res == -EAGAIN || res == -EINTR) {
-          pending.push_back(i);
-        } else if (status.is_ok()) {
-          status =
-              errno_status(std::string(r.write ? "write" : "read") + " at offset " + std::to_string(r.offset), -res);
-        }
-      } else if (res == 0) {
-        if (status.is_ok()) status = error(StatusCode::kIoError, "unexpected end of block file");
-      } else {
-        done[i] += static_cast<uint32_t>(res);
-        if (done[i] < r.len) pending.push_back(i);
-      }
+      if (account(requests[i], res, &done[i], &status)) pending.push_back(i);
     }
     if (!status.is_ok()) break;
   }
   std::lock_guard lock(mu_);
   idle_rings_.push_back(std::move(ring));
   return status;
+}
+
+// ---- AsyncRing ----
+
+struct AsyncRing::Batch {
+  std::vector<IoRequest> requests;
+  std::vector<uint32_t> done;  // bytes transferred so far, per request
+  size_t open = 0;             // requests not finished
+  Status status;
+  std::function<void(Status)> callback;
+};
+
+Result<std::unique_ptr<AsyncRing>> BlockDevice::make_async_ring() {
+  RFOS_ASSIGN_OR_RETURN(std::unique_ptr<Ring> ring, make_ring());
+  int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (efd < 0) return errno_status("eventfd", errno);
+  int rc = io_uring_register_eventfd(&ring->ring_, efd);
+  if (rc < 0) {
+    ::close(efd);
+    return errno_status("io_uring_register_eventfd", -rc);
+  }
+  return std::unique_ptr<AsyncRing>(new AsyncRing(std::move(ring), efd, this));
+}
+
+AsyncRing::AsyncRing(std::unique_ptr<Ring> ring, int event_fd, const BlockDevice* dev)
+    : ring_(std::move(ring)), event_fd_(event_fd), dev_(dev) {}
+
+AsyncRing::~AsyncRing() {
+  // The kernel may still be writing into arena buffers: wait for it, but run nobody's callback.
+  std::set<Batch*> orphans;
+  io_uring_submit(&ring_->ring_);
+  while (sq_inflight_ > 0) {
+    io_uring_cqe* cqe = nullptr;
+    int rc = io_uring_wait_cqe(&ring_->ring_, &cqe);
+    if (rc == -EINTR) continue;
+    if (rc < 0) break;
+    auto* slot = reinterpret_cast<Slot*>(io_uring_cqe_get_data64(cqe));
+    orphans.insert(slot->batch);
+    delete slot;
+    io_uring_cqe_seen(&ring_->ring_, cqe);
+    --sq_inflight_;
+  }
+  for (const Slot& s : backlog_) orphans.insert(s.batch);
+  for (Batch* b : orphans) delete b;
+  ::close(event_fd_);
+}
+
+void AsyncRing::submit(std::vector<IoRequest> requests, std::function<void(Status)> done) {
+  auto* b = new Batch{std::move(requests), {}, 0, Status::ok(), std::move(done)};
+  for (const IoRequest& r : b->requests) {
+    Status s = dev_->check_range(r);
+    if (!s.is_ok()) {
+      b->callback(s);
+      delete b;
+      return;
+    }
+  }
+  b->done.assign(b->requests.size(), 0);
+  b->open = b->requests.size();
+  ++batches_;
+  if (b->open == 0) {  // nothing to read or write: finished at the next poll
+    backlog_.push_back({b, SIZE_MAX});
+    return;
+  }
+  for (size_t i = 0; i < b->requests.size(); ++i) push(b, i);
+  flush();
+}
+
+void AsyncRing::push(Batch* b, size_t i) {
+  io_uring_sqe* sqe = sq_inflight_ < dev_->queue_depth_ ? io_uring_get_sqe(&ring_->ring_) : nullptr;
+  if (sqe == nullptr) {
+    backlog_.push_back({b, i});
+    return;
+  }
+  // The completion finds its batch and request through the slot in the ring's user data.
+  auto* slot = new Slot{b, i};
+  dev_->prep(sqe, b->requests[i], b->done[i], reinterpret_cast<uint64_t>(slot));
+  ++sq_inflight_;
+}
+
+void AsyncRing::flush() {
+  // A refused submission (the kernel short of memory, or its completion queue overflowing) stays queued and
+  // goes again at the next poll: ready() keeps the loop coming back.
+  if (io_uring_sq_ready(&ring_->ring_) > 0) io_uring_submit(&ring_->ring_);
+}
+
+bool AsyncRing::ready() const {
+  return io_uring_cq_ready(&ring_->ring_) > 0 || io_uring_sq_ready(&ring_->ring_) > 0 || !backlog_.empty();
+}
+
+int AsyncRing::poll() {
+  uint64_t ignored;
+  while (::read(event_fd_, &ignored, sizeof ignored) > 0) {
+  }
+  std::vector<Batch*> finished;
+  io_uring_cqe* cqe = nullptr;
+  while (io_uring_peek_cqe(&ring_->ring_, &cqe) == 0) {
+    auto* slot = reinterpret_cast<Slot*>(io_uring_cqe_get_data64(cqe));
+    int res = cqe->res;
+    io_uring_cqe_seen(&ring_->ring_, cqe);
+    --sq_inflight_;
+    Batch* b = slot->batch;
+    size_t i = slot->index;
+    delete slot;
+    if (BlockDevice::account(b->requests[i], res, &b->done[i], &b->status)) {
+      backlog_.push_back({b, i});  // short or interrupted: the rest goes again
+    } else if (--b->open == 0) {
+      finished.push_back(b);
+    }
+  }
+  // Requests that waited for room (or a resubmission) go in now.
+  std::vector<Slot> waiting;
+  waiting.swap(backlog_);
+  for (const Slot& s : waiting) {
+    if (s.index == SIZE_MAX)
+      finished.push_back(s.batch);
+    else
+      push(s.batch, s.index);
+  }
+  flush();
+  for (Batch* b : finished) {
+    --batches_;
+    auto callback = std::move(b->callback);
+    Status st = b->status;
+    delete b;
+    callback(st);
+  }
+  return static_cast<int>(finished.size());
+}
+
+void AsyncRing::drain() {
+  while (batches_ > 0) {
+    if (poll() > 0 || sq_inflight_ == 0) continue;
+    io_uring_cqe* cqe = nullptr;
+    int rc = io_uring_wait_cqe(&ring_->ring_, &cqe);  // leaves it for poll() to reap
+    if (rc < 0 && rc != -EINTR) break;
+  }
 }
 
 Status BlockDevice::sync() {

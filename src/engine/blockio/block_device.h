@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -18,6 +19,8 @@
 
 #include "common/status.h"
 #include "engine/blockio/buffer_arena.h"
+
+struct io_uring_sqe;
 
 namespace rfos::engine::blockio {
 
@@ -38,6 +41,47 @@ struct BlockDeviceOptions {
 };
 
 class Ring;
+class BlockDevice;
+
+// The ring of one thread that runs its own event loop (a target's): batches are submitted without waiting,
+// and poll() reaps what completed (resubmitting short transfers) and runs each finished batch's callback on
+// that thread. Never shared between threads.
+class AsyncRing {
+ public:
+  ~AsyncRing();  // waits for the I/O still in flight (its buffers must outlive it), dropping the callbacks
+  AsyncRing(const AsyncRing&) = delete;
+  AsyncRing& operator=(const AsyncRing&) = delete;
+
+  // `done` runs from a later poll() with the batch's first error (kIoError), after all its requests ended.
+  void submit(std::vector<IoRequest> requests, std::function<void(Status)> done);
+  // Reaps completions without blocking; returns how many batches finished.
+  int poll();
+  // Blocks until every batch has finished (running their callbacks).
+  void drain();
+  // Readable while completions wait to be reaped (for poll(2) beside other event sources).
+  int event_fd() const { return event_fd_; }
+  // True when poll() would find something, without a system call.
+  bool ready() const;
+  size_t in_flight() const { return batches_; }
+
+ private:
+  friend class BlockDevice;
+  struct Batch;
+  struct Slot {  // one request of a batch in the ring
+    Batch* batch;
+    size_t index;
+  };
+  AsyncRing(std::unique_ptr<Ring> ring, int event_fd, const BlockDevice* dev);
+  void push(Batch* b, size_t i);
+  void flush();
+
+  std::unique_ptr<Ring> ring_;
+  int event_fd_ = -1;
+  const BlockDevice* dev_;
+  uint32_t sq_inflight_ = 0;
+  size_t batches_ = 0;
+  std::vector<Slot> backlog_;  // requests waiting for room in the ring
+};
 
 class BlockDevice {
  public:
@@ -52,14 +96,23 @@ class BlockDevice {
   Status submit_and_wait(std::span<const IoRequest> requests);
   // Makes completed writes durable (fdatasync).
   Status sync();
+  // A ring for one event-loop thread (see AsyncRing). Errors: kIoError.
+  Result<std::unique_ptr<AsyncRing>> make_async_ring();
 
   uint64_t block_count() const { return bytes_ / kBlockBytes; }
   bool direct_io() const { return direct_; }
   bool created() const { return created_; }
 
  private:
+  friend class AsyncRing;
   BlockDevice(int fd, uint64_t bytes, bool direct, bool created, BufferArena* arena, uint32_t depth);
   Result<std::unique_ptr<Ring>> make_ring();
+  Status check_range(const IoRequest& r) const;
+  // Fills `sqe` for what is left of `r` after `done` bytes.
+  void prep(io_uring_sqe* sqe, const IoRequest& r, uint32_t done, uint64_t user_data) const;
+  // Accounts one completion (`res` as the kernel gave it) of `r`: true when the rest must be submitted again;
+  // a failure goes to *status unless it already holds one.
+  static bool account(const IoRequest& r, int res, uint32_t* done, Status* status);
 
   const int fd_;
   const uint64_t bytes_;

@@ -226,9 +226,9 @@ class OfiWorker final : public Worker {
     return n;
   }
 
-  void wait(int timeout_ms) override {
+  void wait(int timeout_ms, const WakeSource* also) override {
     // No wait object (FI_WAIT_NONE keeps every provider usable).
-    poll_then_nap([this] { return progress(); }, signaled_, timeout_ms);
+    poll_then_nap([this] { return progress(); }, signaled_, timeout_ms, also);
   }
 
   void signal() override { signaled_ = true; }

@@ -226,14 +226,15 @@ class UcxWorker final : public Worker {
     return n;
   }
 
-  void wait(int timeout_ms) override {
-    if (ucp_worker_progress(worker_) != 0) return;
+  void wait(int timeout_ms, const WakeSource* also) override {
+    if (ucp_worker_progress(worker_) != 0 || (also && also->ready())) return;
     if (!use_events_)
-      return poll_then_nap([this] { return static_cast<int>(ucp_worker_progress(worker_)); }, signaled_, timeout_ms);
+      return poll_then_nap([this] { return static_cast<int>(ucp_worker_progress(worker_)); }, signaled_, timeout_ms,
+                           also);
     ucs_status_t s = ucp_worker_arm(worker_);
     if (s == UCS_ERR_BUSY) return;  // events pending: progress again
-    pollfd pfd{efd_, POLLIN, 0};
-    poll(&pfd, 1, timeout_ms);
+    pollfd pfd[2] = {{efd_, POLLIN, 0}, {also ? also->fd : -1, POLLIN, 0}};
+    poll(pfd, 2, timeout_ms);
   }
 
   void signal() override {
@@ -270,23 +271,34 @@ class UcxWorker final : public Worker {
   };
 
   // The endpoint that reaches the peer behind `ep` for RMA: the one its hello made, or `ep` itself.
-  // Only endpoints this worker created can do RMA: one its connect() made, or the one a peer's hello made.
+  // Only endpoints this worker created can do RMA: one its connect() made, or one made from a peer's hello.
   // A reply endpoint of a peer that sent no hello would trip UCX's assertion (and end the process): refused.
+  // The hello's endpoint is made on the first RMA, not on the hello: most peers never ask for RMA, and UCX 1.13
+  // aborts the process when a peer dies while an endpoint to it is still in wireup (a short-lived client that
+  // exits right after its request would otherwise kill the server).
   Result<ucp_ep_h> rma_ep(EpHandle ep) {
     auto it = rma_eps_.find(ep);
     if (it != rma_eps_.end()) return reinterpret_cast<ucp_ep_h>(it->second);
     if (eps_.count(ep)) return reinterpret_cast<ucp_ep_h>(ep);
-    return error(StatusCode::kInvalidArgument, "the peer did not introduce itself (no hello): no remote memory access");
+    auto addr = hello_addrs_.find(ep);
+    if (addr == hello_addrs_.end())
+      return error(StatusCode::kInvalidArgument,
+                   "the peer did not introduce itself (no hello): no remote memory access");
+    std::string peer = std::move(addr->second);
+    hello_addrs_.erase(addr);
+    // A peer whose address is garbage gets no RMA.
+    RFOS_ASSIGN_OR_RETURN(EpHandle own, create_ep(peer));
+    rma_eps_[ep] = own;
+    return reinterpret_cast<ucp_ep_h>(own);
   }
 
   static ucs_status_t hello_cb(void* arg, const void* header, size_t header_length, void*, size_t,
                                const ucp_am_recv_param_t* param) {
     auto* self = static_cast<UcxWorker*>(arg);
-    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) || header_length > kMaxHelloBytes) return UCS_OK;
     auto reply = reinterpret_cast<EpHandle>(param->reply_ep);
     if (self->rma_eps_.count(reply)) return UCS_OK;
-    auto own = self->create_ep({static_cast<const char*>(header), header_length});
-    if (own.is_ok()) self->rma_eps_[reply] = *own;  // a peer whose address is garbage gets no RMA
+    self->hello_addrs_[reply].assign(static_cast<const char*>(header), header_length);
     return UCS_OK;
   }
 
@@ -397,8 +409,14 @@ class UcxWorker final : public Worker {
     auto* self = static_cast<UcxWorker*>(arg);
     auto h = reinterpret_cast<EpHandle>(ep);
     self->forget_rkeys(h);
-    // An endpoint a hello made is ours to close (later, outside UCX's callback).
-    if (std::erase_if(self->rma_eps_, [h](const auto& e) { return e.second == h; })) self->failed_.push_back(h);
+    self->hello_addrs_.erase(h);
+    // An endpoint a hello made is ours to close (later, outside UCX's callback), whether it failed itself or
+    // the reply endpoint it stands beside did.
+    std::erase_if(self->rma_eps_, [self, h](const auto& e) {
+      if (e.first != h && e.second != h) return false;
+      self->failed_.push_back(e.second);
+      return true;
+    });
     if (self->failure_) self->failure_(reinterpret_cast<EpHandle>(ep), ucs_error(status, "peer failed"));
   }
 
@@ -425,7 +443,9 @@ class UcxWorker final : public Worker {
   static constexpr size_t kMaxRkeys = 4096;
   std::map<std::pair<EpHandle, std::string>, ucp_rkey_h> rkeys_;  // unpacked remote keys per peer
   std::map<EpHandle, EpHandle> rma_eps_;                          // reply endpoint -> our own, from hellos
-  std::vector<EpHandle> failed_;                                  // hello endpoints whose peer failed
+  static constexpr size_t kMaxHelloBytes = 64 << 10;
+  std::map<EpHandle, std::string> hello_addrs_;  // reply endpoint -> its peer's address, until RMA needs it
+  std::vector<EpHandle> failed_;                 // hello endpoints whose peer failed
 };
 
 }  // namespace
