@@ -3,7 +3,8 @@
 
 For every pattern it measures
   - the media: fio (io_uring, O_DIRECT, the same block size and depth, --fdatasync=1 on writes) on the file
-    system of the server's data directory;
+    system of the server's data directory, right before and right after each rfos cell, the higher of the two
+    taken as the ceiling (a shared virtual disk moves by 2-3x within minutes);
   - the transport (through `rfos bench --ceiling`): ucx_perftest ucp_am_bw for UCX providers, with the same size
     and window; fi_pingpong for libfabric ones, which is one message in flight, so it is shown but not used as
     a ceiling at depth > 1;
@@ -11,6 +12,7 @@ For every pattern it measures
 and prints a Markdown table with the ratio to the lower ceiling.
 
   bench/provider_matrix.py [--build build] [--runtime 5] [--providers ucx+tcp,ucx+shm,ofi+tcp,ofi+shm]
+                           [--rw randread,randwrite,read,write]
 """
 import argparse
 import json
@@ -64,7 +66,6 @@ def main():
     env["RFOS_ADDR"] = addr
     rows = []
     try:
-        media = {c[0]: fio(work, c[0], c[2], c[3], args.runtime) for c in cases}
         for prov in args.providers.split(","):
             data = os.path.join(work, "data")
             shutil.rmtree(data, ignore_errors=True)
@@ -81,20 +82,22 @@ def main():
                     cmd = [rfos, "bench", "--rw", rw, "--bs", bs_text, "--iodepth", str(depth), "--size", size,
                            "--runtime", str(args.runtime), "--output-format", "json"]
                     cmd.append("--ceiling")
+                    before = fio(work, rw, bs, depth, args.runtime)[0]
                     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                    after = fio(work, rw, bs, depth, args.runtime)[0]
                     if out.returncode != 0:
                         sys.exit("provider_matrix: %s failed: %s" % (" ".join(cmd), out.stderr.strip()))
                     j = json.loads(out.stdout)
                     side = j["jobs"][0]["write" if "write" in rw else "read"]
                     transport = j.get("ceiling", {}).get("msg_rate")
-                    media_iops = media[rw][0]
+                    media_iops = max(before, after)
                     bounds = transport and (prov.startswith("ucx+") or depth == 1)  # a ping-pong bounds depth 1 only
                     lower = min(media_iops, transport) if bounds else media_iops
                     rows.append((prov, rw, bs_text, depth, side["iops"], side["bw_bytes"],
                                  side["clat_ns"]["percentile"]["50.000000"], media_iops, transport,
                                  side["iops"] / lower))
-                    print("%-8s %-9s %-3s qd%-2d rfos %9.0f IOPS %8.1f MiB/s | media %9.0f | transport %9s | ratio %.2f"
-                          % (prov, rw, bs_text, depth, side["iops"], side["bw_bytes"] / 2**20, media_iops,
+                    print("%-8s %-9s %-3s qd%-2d rfos %9.0f IOPS %8.1f MiB/s | media %6.0f / %6.0f | transport %9s "
+                          "| ratio %.2f" % (prov, rw, bs_text, depth, side["iops"], side["bw_bytes"] / 2**20, before, after,
                              "%.0f" % transport if transport else "-", rows[-1][-1]), flush=True)
             finally:
                 server.terminate()

@@ -20,15 +20,26 @@ Result<std::unique_ptr<Worker>> Worker::create(const std::string& provider) {
 
 void poll_then_nap(const std::function<int()>& progress, std::atomic<bool>& signaled, int timeout_ms,
                    const WakeSource* also) {
-  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(1000);
+  // Naps in a row with nothing to do on this thread: after about 100 ms of that the thread stops spinning
+  // and naps longer, so an idle server does not burn its cores; the next event brings the spinning back.
+  thread_local int idle_naps = 0;
+  bool idle = idle_naps >= 100;
+  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(idle ? 20 : 1000);
   while (std::chrono::steady_clock::now() < until && !signaled.load(std::memory_order_relaxed)) {
-    if (progress() != 0 || (also && also->ready())) return;
+    if (progress() != 0 || (also && also->ready())) {
+      idle_naps = 0;
+      return;
+    }
     // Spinning must not starve a thread that would produce the event (the peer on the same core): when
     // another thread is runnable here, it runs now.
     sched_yield();
   }
-  signaled = false;
-  int nap_us = std::min(timeout_ms * 1000, 50);
+  if (signaled.exchange(false)) {
+    idle_naps = 0;
+    return;
+  }
+  ++idle_naps;
+  int nap_us = std::min(timeout_ms * 1000, idle ? 1000 : 50);
   if (also == nullptr || also->fd < 0) return std::this_thread::sleep_for(std::chrono::microseconds(nap_us));
   pollfd pfd{also->fd, POLLIN, 0};
   timespec ts{0, nap_us * 1000L};

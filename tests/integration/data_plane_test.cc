@@ -467,6 +467,34 @@ void DataPlane::kill_a_writer(const char* path) {
   EXPECT_TRUE(back == data);
 }
 
+// Clients that come and go at once (a CLI put, a crashed job) must not take the server down: a peer that
+// disappears while endpoints to it are still being wired up once aborted the server inside UCX.
+TEST_P(DataPlane, ClientsThatVanishAtOnceLeaveTheServerServing) {
+  std::vector<pid_t> kids;
+  for (int i = 0; i < 12; ++i) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      execl("/proc/self/exe", "data_plane_test", "--vanish", server_->address().c_str(), GetParam().c_str(),
+            i % 2 ? "request" : "connect", nullptr);
+      _exit(127);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t pid : kids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a vanishing client failed: " << status;
+  }
+  auto c = open();
+  ASSERT_TRUE(c);
+  std::string data = bytes_of(300000, 5), back(data.size(), '\0');
+  Status w = c->write({12, 12}, "d", "a", 0, as_span(data));
+  ASSERT_TRUE(w.is_ok()) << w.to_string();
+  ASSERT_TRUE(c->read({12, 12}, "d", "a", 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()}).is_ok());
+  EXPECT_TRUE(back == data);
+}
+
 TEST_P(DataPlane, RestartKeepsAcknowledgedData) {
   {
     auto c = open();
@@ -522,9 +550,26 @@ int writer_main(const std::string& addr, const std::string& provider, const std:
   }
 }
 
+// A client of ClientsThatVanishAtOnceLeaveTheServerServing: connects to every target, sends requests (or
+// nothing), and exits without waiting for an answer or disconnecting.
+int vanish_main(const std::string& addr, const std::string& provider, const std::string& what) {
+  auto control = rfos::client::ControlClient::create(addr);
+  rfos::client::ContainerOptions o;
+  o.provider = provider;
+  auto c = rfos::client::Container::open(*control, "p", "c", o);
+  if (!c.is_ok()) return 2;
+  static const std::string data = rfos::engine::testing::pattern(9, 64 << 10);
+  for (uint64_t i = 0; what == "request" && i < 8; ++i)
+    if (!(*c)->submit_write({99, i}, "d", "a", 0, {reinterpret_cast<const uint8_t*>(data.data()), data.size()})
+             .is_ok())
+      return 3;
+  _exit(0);
+}
+
 int main(int argc, char** argv) {
   rfos::testing::pin_fabrics_to_loopback();
   if (argc == 5 && std::string(argv[1]) == "--writer") return writer_main(argv[2], argv[3], argv[4]);
+  if (argc == 5 && std::string(argv[1]) == "--vanish") return vanish_main(argv[2], argv[3], argv[4]);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
