@@ -18,7 +18,8 @@ void add_server_command(CLI::App& app, Context& ctx) {
                   "data-plane provider: ucx+tcp, ucx+shm, ofi+tcp, ... (default ucx+tcp)");
   cmd->add_option("--targets", flags->targets, "number of targets (default: one per core; fixed at first start)");
   cmd->add_option("--target-bytes", flags->target_bytes, "block file size of each target (default 1 GiB)");
-  cmd->add_option("--media-threads", flags->media_threads, "engine operations in flight per target (default 16)");
+  cmd->add_option("--media-threads", flags->media_threads,
+                  "helper threads per target for engine calls that block: punches, aggregation (default 2)");
   cmd->add_flag("--bypass-media", flags->bypass_media,
                 "benchmarks only: answer reads with zeros and drop writes, to measure the data plane alone");
   auto defaults = std::make_shared<bool>(false);

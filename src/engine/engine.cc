@@ -60,6 +60,12 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
 Engine::Impl::~Impl() {
+  {
+    std::lock_guard lock(commit_mu);
+    committer_stop = true;
+  }
+  commit_cv.notify_all();
+  if (committer.joinable()) committer.join();
   if (db) db->Close().PermitUncheckedError();
   db.reset();
   dev.reset();
@@ -207,12 +213,15 @@ Status Engine::Impl::open() {
 // ---------------------------------------------------------------------------------------------------------
 // Commit queue
 
-void Engine::Impl::data_write_started() {
+bool Engine::Impl::data_write_started(uint64_t bytes) {
+  if (bytes > opts.group_commit_wait_bytes) return false;
   std::lock_guard lock(commit_mu);
   ++writing_data;
+  return true;
 }
 
-void Engine::Impl::data_write_abandoned() {
+void Engine::Impl::data_write_abandoned(bool counted) {
+  if (!counted) return;
   std::lock_guard lock(commit_mu);
   --writing_data;
   commit_cv.notify_all();
@@ -220,12 +229,34 @@ void Engine::Impl::data_write_abandoned() {
 
 Status Engine::Impl::commit(Writer* w) {
   std::unique_lock lock(commit_mu);
-  if (w->wrote_data) --writing_data;
+  if (w->awaited) --writing_data;
   writers.push_back(w);
   commit_cv.notify_all();  // a leader may be waiting for this writer
   while (!w->done && w != writers.front()) commit_cv.wait(lock);
   if (w->done) return w->status;
+  lead(lock);
+  return w->status;
+}
 
+void Engine::Impl::commit_async(Writer* w) {
+  std::lock_guard lock(commit_mu);
+  if (w->awaited) --writing_data;
+  writers.push_back(w);
+  if (!committer.joinable()) committer = std::thread([this] { committer_loop(); });
+  commit_cv.notify_all();
+}
+
+void Engine::Impl::committer_loop() {
+  std::unique_lock lock(commit_mu);
+  for (;;) {
+    // A group whose first writer waits in commit() is led by that writer's thread.
+    commit_cv.wait(lock, [&] { return (!writers.empty() && writers.front()->on_done) || committer_stop; });
+    if (writers.empty()) return;  // stopping, nothing left
+    if (writers.front()->on_done) lead(lock);
+  }
+}
+
+void Engine::Impl::lead(std::unique_lock<std::mutex>& lock) {
   // This thread leads. Updates still writing their data would otherwise each pay a sync of their own right
   // after this one: wait a little for them to join.
   if (writing_data > 0 && opts.group_commit_wait_us > 0 && opts.sync) {
@@ -295,13 +326,18 @@ Status Engine::Impl::commit(Writer* w) {
 
   lock.lock();
   if (!st.is_ok() && failed.is_ok()) failed = st;
+  std::vector<std::function<void()>> finished;  // of async writers; each may free its writer
   for (Writer* g : group) {
     if (g->prepared && !st.is_ok()) g->status = st;
     g->done = true;
+    if (g->on_done) finished.push_back(std::move(g->on_done));
     writers.pop_front();
   }
   commit_cv.notify_all();
-  return w->status;
+  if (finished.empty()) return;
+  lock.unlock();
+  for (auto& f : finished) f();
+  lock.lock();
 }
 
 Result<ContState> Engine::Impl::container(uint32_t cid) const {

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <set>
 #include <shared_mutex>
+#include <thread>
 
 #include "engine/blockio/allocator.h"
 #include "engine/blockio/block_device.h"
@@ -65,10 +66,14 @@ struct Writer {
   std::vector<Run> commit_runs;  // reserved runs the puts now own
   std::vector<Run> free_runs;    // runs the deletes give back
   bool wrote_data = false;       // block file data must be synced before the index commit
+  bool awaited = false;          // its data write counted in writing_data (data_write_started)
 
   Status status;
   bool done = false;
   bool prepared = false;  // prepare() succeeded (the allocator changes were applied)
+  // Set for a writer queued by commit_async: called on the commit thread once `done` (the writer is not
+  // touched by the queue afterwards).
+  std::function<void()> on_done;
 };
 
 class Engine::Impl {
@@ -80,9 +85,14 @@ class Engine::Impl {
   // Queues `w` and returns once its batch is durable (or refused). Group commit: one thread leads a group,
   // syncs the block file once and writes one RocksDB batch with one WAL sync for all of it.
   Status commit(Writer* w);
-  // Brackets an update's data write, so a commit leader knows whom it may wait for.
-  void data_write_started();
-  void data_write_abandoned();
+  // Queues `w` without waiting: the commit thread leads its group (unless a waiting committer gets there
+  // first) and calls w->on_done.
+  void commit_async(Writer* w);
+  // Brackets an update's data write, so a commit leader knows whom it may wait for: writes of up to
+  // group_commit_wait_bytes count (the return value says whether this one does; pass it on to
+  // Writer::awaited or data_write_abandoned).
+  bool data_write_started(uint64_t bytes);
+  void data_write_abandoned(bool counted);
 
   // Metadata lookups under meta_mu.
   Result<ContState> container(uint32_t cid) const;
@@ -132,7 +142,14 @@ class Engine::Impl {
   std::mutex commit_mu;
   std::condition_variable commit_cv;
   std::deque<Writer*> writers;
-  int writing_data = 0;  // updates between their data write and joining the queue (under commit_mu)
+  int writing_data = 0;  // awaited updates between their data write and joining the queue (under commit_mu)
+  // Leads groups whose first writer came through commit_async (started with the first of them).
+  std::thread committer;
+  bool committer_stop = false;
+  // Commits the group at the front of `writers`, whose first writer the caller owns (commit_mu held; released
+  // while the batch is written).
+  void lead(std::unique_lock<std::mutex>& lock);
+  void committer_loop();
   uint64_t seq = 0;
   Status failed;  // sticky: a failed commit leaves memory and disk unknown; reopen to recover
 };

@@ -1,5 +1,11 @@
 // Engine: the two-phase update and fetch paths.
+#include <poll.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 
 #include "common/crc32c.h"
 #include "engine/engine_impl.h"
@@ -218,43 +224,59 @@ Result<UpdateTx> Engine::update_begin(const UpdateOp& op) {
 
 void Engine::update_abort(UpdateTx& tx) { tx.state_.reset(); }
 
-Status Engine::update_end(UpdateTx& tx, std::span<const uint32_t> csums) {
-  if (!tx.state_) return error(StatusCode::kInvalidArgument, "update already ended");
-  std::unique_ptr<UpdateState> st = std::move(tx.state_);  // any return below releases the reservation
-  Impl& im = *impl_;
-  const UpdateOp& op = st->op;
-  uint32_t chunk = st->cont.csum_chunk_bytes;
+namespace {
 
-  // Checksums of what the buffers hold now; they must match the caller's before anything is stored.
+// The checksums of what the buffers hold now, laid out as update_end expects them.
+std::vector<uint32_t> buffer_csums(const UpdateState& st) {
   std::vector<uint32_t> computed;
-  computed.reserve(st->ncsum);
-  for (const Piece& p : st->pieces) {
-    if (op.kind == ValueKind::kSingle)
+  computed.reserve(st.ncsum);
+  for (const Piece& p : st.pieces) {
+    if (st.op.kind == ValueKind::kSingle)
       computed.push_back(crc32c(p.data, p.len));
     else
-      chunk_crcs(p.start, {p.data, p.len}, chunk, &computed);
+      chunk_crcs(p.start, {p.data, p.len}, st.cont.csum_chunk_bytes, &computed);
   }
-  if (st->cont.csum) {
-    if (csums.size() != computed.size())
+  return computed;
+}
+
+// The caller's checksums must match the bytes before anything is stored.
+Status verify_update(const UpdateState& st, std::span<const uint32_t> csums) {
+  std::vector<uint32_t> computed = buffer_csums(st);
+  for (size_t i = 0; i < computed.size(); ++i)
+    if (csums[i] != computed[i])
+      return error(StatusCode::kChecksumMismatch,
+                   "checksum mismatch in chunk " + std::to_string(i) + " of the update: data damaged in transit");
+  return Status::ok();
+}
+
+// update_end's first half, shared with update_submit: lays out the data writes and the index records (`w`),
+// with the caller's checksums (verified here when `verify`; update_submit verifies them while the data is
+// being written) or, for a container without checksums, the engine's own. Nothing is stored yet.
+Status plan_update(Engine::Impl& im, UpdateState& st, std::span<const uint32_t> csums, bool verify,
+                   std::vector<blockio::IoRequest>* writes, Writer* w) {
+  const UpdateOp& op = st.op;
+  uint32_t chunk = st.cont.csum_chunk_bytes;
+  std::vector<uint32_t> stored;
+  if (st.cont.csum) {
+    if (csums.size() != st.ncsum)
       return error(StatusCode::kInvalidArgument,
-                   "expected " + std::to_string(computed.size()) + " checksums, got " + std::to_string(csums.size()));
-    for (size_t i = 0; i < computed.size(); ++i)
-      if (csums[i] != computed[i])
-        return error(StatusCode::kChecksumMismatch,
-                     "checksum mismatch in chunk " + std::to_string(i) + " of the update: data damaged in transit");
+                   "expected " + std::to_string(st.ncsum) + " checksums, got " + std::to_string(csums.size()));
+    if (verify) RFOS_RETURN_IF_ERROR(verify_update(st, csums));
+    stored.assign(csums.begin(), csums.end());
+  } else {
+    stored = buffer_csums(st);
   }
+  const std::vector<uint32_t>& computed = stored;
 
   // Data first: the index must never name blocks whose data is not on disk.
-  std::vector<blockio::IoRequest> writes;
-  Writer w;
   std::string prefix = akey_prefix(op.key);
   size_t ci = 0;
-  for (Piece& p : st->pieces) {
+  for (Piece& p : st.pieces) {
     std::string key = prefix;
     if (op.kind == ValueKind::kSingle) {
       key.push_back(kSingleTag);
       append_version(&key, op.epoch, 0);
-      w.puts.push_back({std::move(key), encode_single(computed[0], {reinterpret_cast<char*>(p.data), p.len}), true});
+      w->puts.push_back({std::move(key), encode_single(computed[0], {reinterpret_cast<char*>(p.data), p.len}), true});
       continue;
     }
     ExtentRecord r;
@@ -272,32 +294,124 @@ Status Engine::update_end(UpdateTx& tx, std::span<const uint32_t> csums) {
       std::memset(p.data + p.len, 0, p.buf + p.buf_bytes - (p.data + p.len));
       uint8_t* src = p.buf;
       for (const Run& run : p.runs) {
-        writes.push_back({true, src, run.block * kBlockBytes, run.nblocks * kBlockBytes});
+        writes->push_back({true, src, run.block * kBlockBytes, run.nblocks * kBlockBytes});
         src += static_cast<size_t>(run.nblocks) * kBlockBytes;
       }
       r.runs = p.runs;
-      w.commit_runs.insert(w.commit_runs.end(), p.runs.begin(), p.runs.end());
+      w->commit_runs.insert(w->commit_runs.end(), p.runs.begin(), p.runs.end());
     }
     append_extent_start(&key, p.start);
     append_version(&key, op.epoch, 0);
-    w.puts.push_back({std::move(key), encode_extent(r), true});
+    w->puts.push_back({std::move(key), encode_extent(r), true});
   }
+  make_versioned_writer(&im, w, op.key.cont, op.epoch);
+  return Status::ok();
+}
+
+// After the commit: runs the index took are no longer a reservation to give back.
+void settle_update(UpdateState& st, const Writer& w) {
+  if (w.prepared)
+    for (Piece& p : st.pieces) p.runs.clear();
+}
+
+}  // namespace
+
+Status Engine::update_end(UpdateTx& tx, std::span<const uint32_t> csums) {
+  if (!tx.state_) return error(StatusCode::kInvalidArgument, "update already ended");
+  std::unique_ptr<UpdateState> st = std::move(tx.state_);  // any return below releases the reservation
+  Impl& im = *impl_;
+  std::vector<blockio::IoRequest> writes;
+  Writer w;
+  RFOS_RETURN_IF_ERROR(plan_update(im, *st, csums, true, &writes, &w));
   if (!writes.empty()) {
-    im.data_write_started();
+    w.awaited = im.data_write_started(st->op.length);
     Status ws = im.dev->submit_and_wait(writes);
     if (!ws.is_ok()) {
-      im.data_write_abandoned();
+      im.data_write_abandoned(w.awaited);
       return ws;
     }
     w.wrote_data = true;  // commit() ends the bracket
   }
-  make_versioned_writer(&im, &w, op.key.cont, op.epoch);
   Status s = im.commit(&w);
-  if (w.prepared) {
-    // The runs belong to the index now (or the engine failed): never give them back as a reservation.
-    for (Piece& p : st->pieces) p.runs.clear();
-  }
+  settle_update(*st, w);
   return s;
+}
+
+// Completions the commit thread hands to a ring's thread: each finishes one update there (IoRing::poll).
+struct IoRing::Commits {
+  int event_fd = -1;  // the ring's: the thread sleeping on it wakes for these too
+  std::mutex mu;
+  std::condition_variable cv;  // for ~IoRing
+  std::vector<std::function<void()>> ready;
+  std::atomic<bool> any{false};
+
+  void post(std::function<void()> f) {
+    {
+      std::lock_guard lock(mu);
+      ready.push_back(std::move(f));
+      any.store(true, std::memory_order_release);
+      // Under the lock: once ~IoRing has seen this completion, nothing here touches the ring's descriptor.
+      uint64_t one = 1;
+      [[maybe_unused]] ssize_t n = ::write(event_fd, &one, sizeof one);
+    }
+    cv.notify_all();
+  }
+  std::vector<std::function<void()>> take() {
+    std::lock_guard lock(mu);
+    any.store(false, std::memory_order_relaxed);
+    return std::move(ready);
+  }
+};
+
+void Engine::update_submit(IoRing& ring, UpdateTx tx, std::vector<uint32_t> csums, std::function<void(Status)> done) {
+  if (!tx.state_) return done(error(StatusCode::kInvalidArgument, "update already ended"));
+  Impl& im = *impl_;
+  // Shared by the steps below, which run on this thread (the ring's callbacks) and on the commit thread
+  // (on_done), never at the same time.
+  struct Pending {
+    std::unique_ptr<UpdateState> state;
+    Writer writer;
+    std::function<void(Status)> done;
+  };
+  auto p = std::make_shared<Pending>();
+  p->state = std::move(tx.state_);
+  p->done = std::move(done);
+  std::vector<blockio::IoRequest> writes;
+  Status planned = plan_update(im, *p->state, csums, false, &writes, &p->writer);
+  if (!planned.is_ok()) return p->done(planned);  // p's state releases the reservation
+
+  IoRing* r = &ring;
+  auto commit = [&im, r, p] {
+    ++r->committing_;
+    std::shared_ptr<IoRing::Commits> commits = r->commits_;
+    p->writer.on_done = [p, commits, r] {
+      settle_update(*p->state, p->writer);  // before anyone may drop p
+      commits->post([p, r] {
+        --r->committing_;
+        p->state.reset();
+        p->done(p->writer.status);
+      });
+    };
+    im.commit_async(&p->writer);
+  };
+  bool csum = p->state->cont.csum;
+  if (writes.empty()) {
+    Status verified = csum ? verify_update(*p->state, csums) : Status::ok();
+    return verified.is_ok() ? commit() : p->done(verified);
+  }
+  // The checksums are verified while the kernel writes the data; a mismatch commits nothing once the write
+  // is over (the blocks stay reserved until then, and the reservation goes back with the state).
+  p->writer.awaited = im.data_write_started(p->state->op.length);
+  auto verified = std::make_shared<Status>();
+  ring.ring_->submit(std::move(writes), [&im, p, commit, verified](Status ws) {
+    if (!ws.is_ok() || !verified->is_ok()) {
+      im.data_write_abandoned(p->writer.awaited);
+      return p->done(ws.is_ok() ? *verified : ws);
+    }
+    p->writer.wrote_data = true;  // commit_async ends the bracket
+    commit();
+  });
+  if (csum) *verified = verify_update(*p->state, csums);
 }
 
 Status Engine::update(const UpdateOp& op, std::span<const uint8_t> data, std::span<const uint32_t> csums) {
@@ -566,14 +680,48 @@ void Engine::fetch_submit(IoRing& ring, const FetchOp& op, std::function<void(Re
 Result<std::unique_ptr<IoRing>> Engine::make_io_ring() {
   auto ring = std::make_unique<IoRing>();
   RFOS_ASSIGN_OR_RETURN(ring->ring_, impl_->dev->make_async_ring());
+  ring->commits_ = std::make_shared<IoRing::Commits>();
+  ring->commits_->event_fd = ring->ring_->event_fd();
   return ring;
 }
 
-IoRing::~IoRing() = default;
-int IoRing::poll() { return ring_->poll(); }
-void IoRing::drain() { ring_->drain(); }
-bool IoRing::ready() const { return ring_->ready(); }
+IoRing::~IoRing() {
+  // Commits in flight name this ring: wait for each to be handed back, then drop it (its update's reservation
+  // was settled on the commit thread, so dropping only frees buffers).
+  if (commits_) {
+    std::unique_lock lock(commits_->mu);
+    while (committing_ > 0) {
+      commits_->cv.wait(lock, [&] { return !commits_->ready.empty(); });
+      committing_ -= std::min(committing_, commits_->ready.size());
+      commits_->ready.clear();
+    }
+  }
+}
+
+int IoRing::poll() {
+  int n = ring_->poll();
+  if (!commits_->any.load(std::memory_order_acquire)) return n;
+  for (auto& f : commits_->take()) {
+    f();
+    ++n;
+  }
+  return n;
+}
+
+void IoRing::drain() {
+  while (in_flight() > 0) {
+    if (poll() > 0) continue;
+    if (ring_->in_flight() > 0) {
+      ring_->drain();
+      continue;
+    }
+    pollfd pfd{event_fd(), POLLIN, 0};
+    ::poll(&pfd, 1, 10);
+  }
+}
+
+bool IoRing::ready() const { return ring_->ready() || commits_->any.load(std::memory_order_acquire); }
 int IoRing::event_fd() const { return ring_->event_fd(); }
-size_t IoRing::in_flight() const { return ring_->in_flight(); }
+size_t IoRing::in_flight() const { return ring_->in_flight() + committing_; }
 
 }  // namespace rfos::engine

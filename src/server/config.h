@@ -21,8 +21,8 @@ struct ServerConfig {
   uint32_t targets = 0;                // 0: one per core
   uint64_t target_bytes = 1ull << 30;  // block file size of each target
   uint32_t capability_ttl_s = 3600;
-  uint32_t media_threads = 16;  // per target: engine operations in flight against the media
-  std::string tls_cert;         // PEM files: TLS on the control channel when both are set
+  uint32_t media_threads = 2;  // per target: helper threads for engine calls that block (punches, aggregation)
+  std::string tls_cert;        // PEM files: TLS on the control channel when both are set
   std::string tls_key;
   // Benchmarks only: targets answer reads with zeros and drop written bytes, never touching the engine, so the
   // data plane alone is measured (3FS's bypass_disk_io). Nothing written is kept.

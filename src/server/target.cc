@@ -62,9 +62,10 @@ class Target::Impl {
   uint64_t last_epoch = 0;
   std::map<std::pair<Uuid, Uuid>, uint32_t> conts;  // (pool, cont) -> engine handle
 
-  // Engine calls that wait on the media (update_end's write and sync, fetch_begin's read, punches) run on
-  // helper threads (ServerConfig::media_threads per target), so the target thread keeps serving the network and one
-  // target has many updates in its group commit. Their continuations come back to the target thread through `finished`.
+  // Engine calls that still block on the media (punches, aggregation) run on helper threads
+  // (ServerConfig::media_threads per target), so the target thread keeps serving the network. Their
+  // continuations come back to the target thread through `finished`. Updates and fetches never leave it: their
+  // I/O goes to the target's ring and their commits to the engine's commit thread.
   std::vector<std::thread> media;
   std::mutex media_mu;
   std::condition_variable media_cv;
@@ -402,6 +403,7 @@ class Target::Impl {
   }
 
   std::vector<uint8_t> zeros;                                   // 1 MiB, shared by every bypassed fetch
+  std::vector<uint8_t> sink;                                    // 1 MiB, where every bypassed update lands
   std::map<std::pair<Uuid, Uuid>, uint32_t> bypass_csum_chunk;  // per container, looked up once
 
   void bypass(Incoming& in, wire::Request& q, const Uuid& pool, const Uuid& cont) {
@@ -426,9 +428,10 @@ class Target::Impl {
       if (!q.rkey.empty()) return put_then_reply(to, {&v, 1}, q.remote_addr, q.rkey, std::move(r), nullptr);
       return reply(to, std::move(r), {&v, 1});
     }
-    auto buf = std::make_shared<std::vector<uint8_t>>(len);
-    Iov v{buf->data(), len};
-    auto done = [this, to, r, buf](Status got) mutable {
+    // Every bypassed update lands in the same scratch buffer: its bytes are dropped anyway.
+    if (sink.empty()) sink.resize(zeros.size());
+    Iov v{sink.data(), len};
+    auto done = [this, to, r](Status got) mutable {
       if (!got.is_ok()) return;  // the client died mid-transfer: nothing to answer
       reply(to, std::move(r));
     };
@@ -463,15 +466,16 @@ class Target::Impl {
     auto id = q.request_id;
     auto csums = std::make_shared<std::vector<uint32_t>>(std::move(q.csums));
     // The payload lands in the engine's buffers (pulled by the fabric's rendezvous, or read from the client's
-    // registered memory on the explicit path); then verify, write, sync, commit, answer.
+    // registered memory on the explicit path); then verify, write (on the target's ring), commit (a group
+    // commit on the engine's commit thread), answer (back on this thread).
     auto landed = [this, shared, csums, to, id, epoch, held, hold](Status got) {
       if (!got.is_ok()) {
         inflight_epochs.erase(held);
         engine->update_abort(*shared);  // the client died mid-transfer: nothing is stored
         return;
       }
-      offload<Status>([this, shared, csums] { return engine->update_end(*shared, *csums); },
-                      [done = write_done(to, id, epoch, held), hold](Status& s) { done(s); });
+      engine->update_submit(*ring, std::move(*shared), std::move(*csums),
+                            [done = write_done(to, id, epoch, held), hold](Status s) { done(s); });
     };
     Status s = land(in, q, dst, std::move(landed));
     if (!s.is_ok()) {

@@ -3,11 +3,11 @@
 // engine is touched. Update payloads land straight in the engine's buffers (update_begin); fetch replies are
 // sent from them.
 //
-// Fetches run to completion on the target thread: the index lookup inline, the block reads on the target's
-// own io_uring (Engine::fetch_submit), polled by the same loop that polls the transport. Updates and punches
-// still wait on the media (write, then the group commit's sync) on a few helper threads per target, whose
-// continuations come back to the target thread; many requests are in flight per target and its updates
-// share group commits.
+// Updates and fetches run to completion on the target thread: index work and checksums inline, block reads
+// and writes on the target's own io_uring (Engine::fetch_submit / update_submit), polled by the same loop
+// that polls the transport; an update's index commit joins the engine's group commit (its commit thread) and
+// comes back to this loop. Many requests are in flight per target. Punches and aggregation still block on
+// the media, on a few helper threads per target whose continuations come back to the target thread.
 //
 // Thread-safety: start/stop from the owner; everything else runs on the target's thread.
 #pragma once

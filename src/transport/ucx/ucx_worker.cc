@@ -190,11 +190,11 @@ class UcxWorker final : public Worker {
     auto* p = new Pending{std::move(done), {}, {}};
     for (const Iov& v : dst) p->iov.push_back({v.data, v.len});
     ucp_request_param_t rp{};
-    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     rp.cb.recv_am = &UcxWorker::recv_done_cb;
     rp.user_data = p;
-    rp.datatype = ucp_dt_make_iov();
-    void* req = ucp_am_recv_data_nbx(worker_, in.rndv, p->iov.data(), p->iov.size(), &rp);
+    auto [buffer, count] = datatype(p->iov, rp);
+    void* req = ucp_am_recv_data_nbx(worker_, in.rndv, buffer, count, &rp);
     return finish(req, p, "receive payload");
   }
 
@@ -206,12 +206,9 @@ class UcxWorker final : public Worker {
     rp.cb.send = &UcxWorker::send_done_cb;
     rp.user_data = p;
     rp.flags = UCP_AM_SEND_FLAG_REPLY;
-    if (!p->iov.empty()) {  // UCX refuses an empty iov: header-only messages go as contiguous nothing
-      rp.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
-      rp.datatype = ucp_dt_make_iov();
-    }
-    void* req = ucp_am_send_nbx(reinterpret_cast<ucp_ep_h>(ep), kAmId, p->header.data(), p->header.size(),
-                                p->iov.empty() ? nullptr : p->iov.data(), p->iov.size(), &rp);
+    auto [buffer, count] = datatype(p->iov, rp);
+    void* req =
+        ucp_am_send_nbx(reinterpret_cast<ucp_ep_h>(ep), kAmId, p->header.data(), p->header.size(), buffer, count, &rp);
     return finish(req, p, "send");
   }
 
@@ -245,6 +242,17 @@ class UcxWorker final : public Worker {
   }
 
  private:
+  // How a payload goes to UCX: one piece (the usual case) or none as a contiguous buffer, several as an iov.
+  // UCX 1.13 moves iov payloads with its copying protocols only (bounce buffers and a send() per segment on
+  // tcp), while a contiguous one goes zero-copy (sendmsg straight from the buffer; RDMA on rc): measured here,
+  // 1 MiB writes over tcp cost the client 3x the kernel time per byte as an iov of one piece.
+  static std::pair<void*, size_t> datatype(std::vector<ucp_dt_iov_t>& iov, ucp_request_param_t& rp) {
+    if (iov.size() <= 1) return {iov.empty() ? nullptr : iov[0].buffer, iov.empty() ? 0 : iov[0].length};
+    rp.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+    rp.datatype = ucp_dt_make_iov();
+    return {iov.data(), iov.size()};
+  }
+
   // Completes immediately-finished operations inline; errors out failed ones; leaves the rest to callbacks.
   Status finish(void* req, Pending* p, const char* what) {
     if (req == nullptr) {
