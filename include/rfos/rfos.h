@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,6 +52,32 @@ int rfos_write(rfos_cont_t* cont, rfos_oid_t oid, const char* dkey, const char* 
 int rfos_read(rfos_cont_t* cont, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t offset, void* buf,
               size_t len);
 int rfos_array_size(rfos_cont_t* cont, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t* size);
+
+/* A byte range of an array. */
+typedef struct {
+  uint64_t offset;
+  uint64_t length;
+} rfos_extent_t;
+
+/* Scatter-gather array I/O: the extents' bytes, in order, are the concatenation of the iovecs (the totals must
+ * match: -EINVAL). Durable on return / read and verified on return. */
+int rfos_writev(rfos_cont_t* cont, rfos_oid_t oid, const char* dkey, const char* akey, const rfos_extent_t* extents,
+                size_t nextents, const struct iovec* iov, size_t niov);
+int rfos_readv(rfos_cont_t* cont, rfos_oid_t oid, const char* dkey, const char* akey, const rfos_extent_t* extents,
+               size_t nextents, const struct iovec* iov, size_t niov);
+/* The array's extents that hold data, in offset order, coalesced: up to cap of them into out, their number in
+ * *count; -ENOBUFS when cap is too small (then *count says how many there are). */
+int rfos_list_extents(rfos_cont_t* cont, rfos_oid_t oid, const char* dkey, const char* akey, rfos_extent_t* out,
+                      size_t cap, size_t* count);
+
+/* Snapshots, named by their epoch. rfos_snapshot_list: oldest first, as rfos_list_extents fills its array.
+ * rfos_set_read_epoch: reads through `cont` from now on see the snapshot at `epoch` (0: the latest state);
+ * while it is set, writes and punches fail with -EINVAL. */
+int rfos_snapshot_create(rfos_client_t* client, const char* pool, const char* cont, uint64_t* epoch);
+int rfos_snapshot_list(rfos_client_t* client, const char* pool, const char* cont, uint64_t* out, size_t cap,
+                       size_t* count);
+int rfos_snapshot_destroy(rfos_client_t* client, const char* pool, const char* cont, uint64_t epoch);
+int rfos_set_read_epoch(rfos_cont_t* cont, uint64_t epoch);
 
 /* Single values (up to 1 MiB). rfos_get_value copies at most cap bytes and stores the value's size in *len;
  * -ENOBUFS when cap is too small (then *len says how much is needed). */

@@ -1,4 +1,4 @@
-// rfos cont create|list|query|destroy
+// rfos cont create|list|query|destroy, rfos cont snap create|list|destroy
 #include <cstdio>
 
 #include "cli/cli.h"
@@ -52,6 +52,32 @@ void add_cont_commands(CLI::App& app, Context& ctx) {
   destroy->add_option("--pool", *pool, "pool label or uuid")->required();
   destroy->add_option("cont", *id, "container label or uuid")->required();
   destroy->callback([&ctx, pool, id] { ctx.check(ctx.control()->cont_destroy(*pool, *id), "cont destroy"); });
+
+  // Snapshots: named by their epoch, which `rfos get --snapshot` and `rfos ls --snapshot` read at.
+  auto* snap = cont->add_subcommand("snap", "container snapshots: create, list, destroy");
+  snap->require_subcommand(1);
+  auto epoch = std::make_shared<uint64_t>(0);
+  auto* snap_create = snap->add_subcommand("create", "pin the container's current state; prints its epoch");
+  snap_create->add_option("--pool", *pool, "pool label or uuid")->required();
+  snap_create->add_option("cont", *id, "container label or uuid")->required();
+  snap_create->callback([&ctx, pool, id] {
+    auto e = ctx.control()->snapshot_create(*pool, *id);
+    if (ctx.check(e.status(), "cont snap create")) std::printf("%llu\n", static_cast<unsigned long long>(*e));
+  });
+  auto* snap_list = snap->add_subcommand("list", "the container's snapshots, oldest first");
+  snap_list->add_option("--pool", *pool, "pool label or uuid")->required();
+  snap_list->add_option("cont", *id, "container label or uuid")->required();
+  snap_list->callback([&ctx, pool, id] {
+    auto es = ctx.control()->snapshot_list(*pool, *id);
+    if (!ctx.check(es.status(), "cont snap list")) return;
+    for (uint64_t e : *es) std::printf("%llu\n", static_cast<unsigned long long>(e));
+  });
+  auto* snap_destroy = snap->add_subcommand("destroy", "drop a snapshot (aggregation reclaims what only it kept)");
+  snap_destroy->add_option("--pool", *pool, "pool label or uuid")->required();
+  snap_destroy->add_option("cont", *id, "container label or uuid")->required();
+  snap_destroy->add_option("--epoch", *epoch, "the snapshot's epoch (from snap create or snap list)")->required();
+  snap_destroy->callback(
+      [&ctx, pool, id, epoch] { ctx.check(ctx.control()->snapshot_destroy(*pool, *id, *epoch), "cont snap destroy"); });
 }
 
 }  // namespace rfos::cli

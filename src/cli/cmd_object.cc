@@ -26,6 +26,7 @@ struct ObjectArgs {
   std::string provider;
   std::string key;
   std::string path = "-";
+  uint64_t snapshot = 0;  // read at this snapshot's epoch (0: latest)
 };
 
 void add_target_options(CLI::App* cmd, ObjectArgs& a) {
@@ -41,7 +42,9 @@ Result<std::unique_ptr<client::Container>> open_cont(Context& ctx, const ObjectA
   o.provider = a.provider;
   if (o.provider.empty() && std::getenv("RFOS_PROVIDER")) o.provider = std::getenv("RFOS_PROVIDER");
   auto control = ctx.control();
-  return client::Container::open(*control, a.pool, a.cont, o);
+  auto c = client::Container::open(*control, a.pool, a.cont, o);
+  if (c.is_ok() && a.snapshot) (*c)->set_read_epoch(a.snapshot);
+  return c;
 }
 
 }  // namespace
@@ -52,6 +55,7 @@ void add_object_commands(CLI::App& app, Context& ctx) {
   ls->add_option("--pool", ls_args->pool, "pool label or uuid")->capture_default_str();
   ls->add_option("--cont", ls_args->cont, "container label or uuid")->capture_default_str();
   ls->add_option("--provider", ls_args->provider, "data-plane provider (default: $RFOS_PROVIDER or the pool's)");
+  ls->add_option("--snapshot", ls_args->snapshot, "list the container as of this snapshot (its epoch)");
   ls->callback([&ctx, ls_args] {
     auto cont = open_cont(ctx, *ls_args, false);
     if (!ctx.check(cont.status(), "ls")) return;
@@ -105,6 +109,7 @@ void add_object_commands(CLI::App& app, Context& ctx) {
   auto* get = app.add_subcommand("get", "read an object into a file (or stdout); exit 0 once all of it is verified");
   add_target_options(get, *get_args);
   get->add_option("FILE", get_args->path, "file to write, - for stdout")->capture_default_str();
+  get->add_option("--snapshot", get_args->snapshot, "read the object as of this snapshot (its epoch)");
   get->callback([&ctx, get_args] {
     const ObjectArgs& a = *get_args;
     auto cont = open_cont(ctx, a, false);

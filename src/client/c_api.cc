@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "client/container.h"
 #include "client/control_client.h"
@@ -37,6 +38,22 @@ bool bad(const void* p, const char* what) {
   if (p != nullptr) return false;
   last_error = std::string("InvalidArgument: ") + what + " is NULL";
   return true;
+}
+
+std::vector<rfos::client::Extent> extents_of(const rfos_extent_t* e, size_t n) {
+  std::vector<rfos::client::Extent> out;
+  for (size_t i = 0; i < n; ++i) out.push_back({e[i].offset, e[i].length});
+  return out;
+}
+
+// Copies what fits of `all` into out[0..cap), the full count into *count: -ENOBUFS when some did not fit.
+template <typename T, typename Out, typename F>
+int fill(const std::vector<T>& all, Out* out, size_t cap, size_t* count, F convert) {
+  *count = all.size();
+  for (size_t i = 0; i < all.size() && i < cap; ++i) out[i] = convert(all[i]);
+  if (all.size() <= cap) return 0;
+  last_error = "NoBuffer: " + std::to_string(all.size()) + " entries, room for " + std::to_string(cap);
+  return -ENOBUFS;
 }
 
 }  // namespace
@@ -174,6 +191,66 @@ int rfos_register(rfos_cont_t* c, const void* buf, size_t len) {
 int rfos_unregister(rfos_cont_t* c, const void* buf) {
   if (bad(c, "cont") || bad(buf, "buf")) return -EINVAL;
   return result(c->cont->unregister_memory(buf));
+}
+
+int rfos_writev(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* akey, const rfos_extent_t* extents,
+                size_t nextents, const struct iovec* iov, size_t niov) {
+  if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || (nextents && bad(extents, "extents")) ||
+      (niov && bad(iov, "iov")))
+    return -EINVAL;
+  std::vector<rfos::client::Extent> ext = extents_of(extents, nextents);
+  std::vector<std::span<const uint8_t>> sgl;
+  for (size_t i = 0; i < niov; ++i) sgl.emplace_back(static_cast<const uint8_t*>(iov[i].iov_base), iov[i].iov_len);
+  return result(c->cont->write(oid_of(oid), dkey, akey, ext, sgl));
+}
+
+int rfos_readv(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* akey, const rfos_extent_t* extents,
+               size_t nextents, const struct iovec* iov, size_t niov) {
+  if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || (nextents && bad(extents, "extents")) ||
+      (niov && bad(iov, "iov")))
+    return -EINVAL;
+  std::vector<rfos::client::Extent> ext = extents_of(extents, nextents);
+  std::vector<std::span<uint8_t>> sgl;
+  for (size_t i = 0; i < niov; ++i) sgl.emplace_back(static_cast<uint8_t*>(iov[i].iov_base), iov[i].iov_len);
+  return result(c->cont->read(oid_of(oid), dkey, akey, ext, sgl));
+}
+
+int rfos_list_extents(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* akey, rfos_extent_t* out,
+                      size_t cap, size_t* count) {
+  if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || bad(count, "count") || (cap && bad(out, "out")))
+    return -EINVAL;
+  auto all = c->cont->list_extents(oid_of(oid), dkey, akey);
+  if (!all.is_ok()) return fail(all.status());
+  return fill(*all, out, cap, count, [](const rfos::client::Extent& e) { return rfos_extent_t{e.offset, e.length}; });
+}
+
+int rfos_snapshot_create(rfos_client_t* client, const char* pool, const char* cont, uint64_t* epoch) {
+  if (bad(client, "client") || bad(pool, "pool") || bad(cont, "cont") || bad(epoch, "epoch")) return -EINVAL;
+  auto e = client->control->snapshot_create(pool, cont);
+  if (!e.is_ok()) return fail(e.status());
+  *epoch = *e;
+  return 0;
+}
+
+int rfos_snapshot_list(rfos_client_t* client, const char* pool, const char* cont, uint64_t* out, size_t cap,
+                       size_t* count) {
+  if (bad(client, "client") || bad(pool, "pool") || bad(cont, "cont") || bad(count, "count") ||
+      (cap && bad(out, "out")))
+    return -EINVAL;
+  auto all = client->control->snapshot_list(pool, cont);
+  if (!all.is_ok()) return fail(all.status());
+  return fill(*all, out, cap, count, [](uint64_t e) { return e; });
+}
+
+int rfos_snapshot_destroy(rfos_client_t* client, const char* pool, const char* cont, uint64_t epoch) {
+  if (bad(client, "client") || bad(pool, "pool") || bad(cont, "cont")) return -EINVAL;
+  return result(client->control->snapshot_destroy(pool, cont, epoch));
+}
+
+int rfos_set_read_epoch(rfos_cont_t* c, uint64_t epoch) {
+  if (bad(c, "cont")) return -EINVAL;
+  c->cont->set_read_epoch(epoch);
+  return 0;
 }
 
 }  // extern "C"

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -16,6 +17,32 @@ namespace rfos::client {
 
 using transport::Iov;
 
+namespace {
+constexpr size_t kMaxRequestBytes = 1u << 20;  // one engine grain per request
+
+wire::Request make_request(wire::Op op, wire::Kind kind, const ObjectId& oid, std::string_view dkey,
+                           std::string_view akey, uint64_t offset = 0, uint64_t length = 0) {
+  wire::Request q;
+  q.op = op;
+  q.kind = kind;
+  q.oid = oid;
+  q.dkey = dkey;
+  q.akey = akey;
+  q.offset = offset;
+  q.length = length;
+  return q;
+}
+
+// Bytes from `at` up to the end of its 1 MiB-aligned range, at most `left`.
+size_t piece_at(uint64_t at, size_t left) {
+  return static_cast<size_t>(std::min<uint64_t>(left, (at / kMaxRequestBytes + 1) * kMaxRequestBytes - at));
+}
+
+bool within_one_piece(uint64_t offset, size_t len) {
+  return len > 0 && len <= kMaxRequestBytes && offset / kMaxRequestBytes == (offset + len - 1) / kMaxRequestBytes;
+}
+}  // namespace
+
 class Container::Impl {
  public:
   Session session;
@@ -24,6 +51,13 @@ class Container::Impl {
   std::vector<transport::EpHandle> eps;
   uint64_t next_id = 1;
   uint32_t csum_chunk = 4096;
+  uint64_t read_epoch = 0;  // 0: latest; else a snapshot's epoch (read-only view)
+
+  Status writable() const {
+    if (read_epoch == 0) return Status::ok();
+    return error(StatusCode::kInvalidArgument,
+                 "this handle reads snapshot epoch " + std::to_string(read_epoch) + ", which is read-only");
+  }
 
   // One request in flight: done when its reply (and reply payload) arrived and its own send completed.
   struct Call {
@@ -41,9 +75,13 @@ class Container::Impl {
     std::vector<Iov> payload;
     int attempts = 0;
     std::optional<std::chrono::steady_clock::time_point> retry_at;
+    // An update or punch the target stamps: refused as too old when a snapshot overtook it in flight, it is
+    // sent again and gets a newer epoch.
+    bool restamp = false;
     bool done() const { return replied && sent; }
   };
   static constexpr int kMaxBusyRetries = 200;
+  static constexpr int kMaxRestamps = 16;
   std::map<uint64_t, Call> calls;
   std::vector<Completion> completed;                                  // finished, not yet handed out
   std::map<uint64_t, std::pair<uint64_t, std::span<uint8_t>>> reads;  // async reads to verify: offset, bytes
@@ -59,6 +97,11 @@ class Container::Impl {
     if (call.reply.status == StatusCode::kBusy && call.attempts < kMaxBusyRetries) {
       auto backoff = std::chrono::microseconds(200 * std::min(++call.attempts, 25));
       call.retry_at = std::chrono::steady_clock::now() + backoff;
+      return;
+    }
+    if (call.reply.status == StatusCode::kEpochTooOld && call.restamp && call.attempts < kMaxRestamps) {
+      ++call.attempts;
+      call.retry_at = std::chrono::steady_clock::now();
       return;
     }
     if (call.reply.status != StatusCode::kOk) {
@@ -203,6 +246,9 @@ class Container::Impl {
     call.region = region;
     call.into = into;
     call.sized_by_reply = sized;
+    bool writes = q.op == wire::Op::kUpdate || q.op == wire::Op::kPunchDkey || q.op == wire::Op::kPunchAkey ||
+                  q.op == wire::Op::kPunchExtent || q.op == wire::Op::kPunchObject;
+    call.restamp = writes && q.epoch == 0;
     call.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeout_ms);
     call.header = wire::encode_request(q);
     call.payload.assign(payload.begin(), payload.end());
@@ -299,6 +345,100 @@ class Container::Impl {
     if (out) *out = std::move(c.reply);
     return Status::ok();
   }
+
+  Result<uint64_t> write_piece(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
+                               std::span<const uint8_t> data) {
+    wire::Request q = make_request(wire::Op::kUpdate, wire::Kind::kArray, oid, dkey, akey, offset, data.size());
+    chunk_crcs(offset, data, csum_chunk, &q.csums);
+    RFOS_ASSIGN_OR_RETURN(uintptr_t region, describe(q, data.data(), data.size()));
+    Iov v{const_cast<uint8_t*>(data.data()), data.size()};
+    return submit(target_of(q), q, region ? std::span<const Iov>() : std::span<const Iov>(&v, 1), {}, nullptr, region);
+  }
+
+  Result<uint64_t> read_piece(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
+                              std::span<uint8_t> out) {
+    wire::Request q = make_request(wire::Op::kFetch, wire::Kind::kArray, oid, dkey, akey, offset, out.size());
+    q.epoch = read_epoch;
+    RFOS_ASSIGN_OR_RETURN(uintptr_t region, describe(q, out.data(), out.size()));
+    auto id = submit(target_of(q), q, {}, out, nullptr, region);
+    if (id.is_ok()) reads[*id] = {offset, out};
+    return id;
+  }
+
+  // Synchronous array I/O: the extents cut at 1 MiB-aligned boundaries, each piece a request, up to
+  // kSyncWindow of them in flight. `sgl` is written from (write) or read into; a piece that straddles two of
+  // its buffers goes through a bounce buffer. Returns the first failure, once nothing is in flight.
+  static constexpr size_t kSyncWindow = 8;
+  Status scatter_gather(bool write, const ObjectId& oid, std::string_view dkey, std::string_view akey,
+                        std::span<const Extent> extents, std::span<const std::span<uint8_t>> sgl) {
+    uint64_t want = 0, have = 0;
+    for (const Extent& e : extents) {
+      if (e.length == 0 || e.offset >= (1ull << 62) || e.length > (1ull << 62) - e.offset)
+        return error(StatusCode::kInvalidArgument, "an extent is empty or reaches past 2^62");
+      want += e.length;
+    }
+    for (const auto& b : sgl) have += b.size();
+    if (want != have)
+      return error(StatusCode::kInvalidArgument,
+                   "the extents hold " + std::to_string(want) + " bytes, the buffers " + std::to_string(have));
+    struct InFlight {
+      uint64_t ticket = 0;
+      std::vector<uint8_t> bounce;
+      std::vector<std::span<uint8_t>> parts;  // where the bounce's bytes belong, in order
+    };
+    std::deque<InFlight> window;
+    Status first;
+    auto finish_oldest = [&] {
+      InFlight f = std::move(window.front());
+      window.pop_front();
+      Completion c = wait_for(f.ticket);
+      if (!write) c = verify_read(std::move(c));
+      if (c.status.is_ok() && !write) {
+        size_t at = 0;
+        for (std::span<uint8_t> part : f.parts) {
+          std::memcpy(part.data(), f.bounce.data() + at, part.size());
+          at += part.size();
+        }
+      }
+      if (first.is_ok() && !c.status.is_ok()) first = c.status;
+    };
+    size_t bi = 0, bpos = 0;  // the sgl cursor
+    for (const Extent& e : extents) {
+      for (uint64_t done = 0, n = 0; done < e.length && first.is_ok(); done += n) {
+        uint64_t at = e.offset + done;
+        n = piece_at(at, e.length - done);
+        while (bpos == sgl[bi].size()) bi++, bpos = 0;
+        InFlight f;
+        std::span<uint8_t> mem;
+        if (sgl[bi].size() - bpos >= n) {
+          mem = sgl[bi].subspan(bpos, n);
+          bpos += n;
+        } else {
+          f.bounce.resize(n);
+          for (size_t got = 0; got < n;) {
+            while (bpos == sgl[bi].size()) bi++, bpos = 0;
+            size_t take = std::min<size_t>(n - got, sgl[bi].size() - bpos);
+            f.parts.push_back(sgl[bi].subspan(bpos, take));
+            if (write) std::memcpy(f.bounce.data() + got, sgl[bi].data() + bpos, take);
+            got += take;
+            bpos += take;
+          }
+          mem = f.bounce;
+        }
+        auto t = write ? write_piece(oid, dkey, akey, at, mem) : read_piece(oid, dkey, akey, at, mem);
+        if (!t.is_ok()) {
+          first = t.status();
+          break;
+        }
+        f.ticket = *t;
+        window.push_back(std::move(f));
+        if (window.size() >= kSyncWindow) finish_oldest();
+      }
+      if (!first.is_ok()) break;
+    }
+    while (!window.empty()) finish_oldest();
+    return first;
+  }
 };
 
 Result<std::unique_ptr<Container>> Container::open(ControlClient& control, const std::string& pool,
@@ -332,61 +472,62 @@ Container::~Container() {
 }
 const Session& Container::session() const { return impl_->session; }
 
-namespace {
-constexpr size_t kMaxRequestBytes = 1u << 20;  // one engine grain per request
-
-wire::Request make_request(wire::Op op, wire::Kind kind, const ObjectId& oid, std::string_view dkey,
-                           std::string_view akey, uint64_t offset = 0, uint64_t length = 0) {
-  wire::Request q;
-  q.op = op;
-  q.kind = kind;
-  q.oid = oid;
-  q.dkey = dkey;
-  q.akey = akey;
-  q.offset = offset;
-  q.length = length;
-  return q;
-}
-
-// Bytes from `at` up to the end of its 1 MiB-aligned range, at most `left`.
-size_t piece_at(uint64_t at, size_t left) {
-  return static_cast<size_t>(std::min<uint64_t>(left, (at / kMaxRequestBytes + 1) * kMaxRequestBytes - at));
-}
-
-bool within_one_piece(uint64_t offset, size_t len) {
-  return len > 0 && len <= kMaxRequestBytes && offset / kMaxRequestBytes == (offset + len - 1) / kMaxRequestBytes;
-}
-}  // namespace
-
 Status Container::write(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
                         std::span<const uint8_t> data) {
-  // Split at 1 MiB boundaries of the offset: each request is one engine piece.
-  for (size_t pos = 0, n = 0; pos < data.size(); pos += n) {
-    n = piece_at(offset + pos, data.size() - pos);
-    RFOS_ASSIGN_OR_RETURN(Ticket t, submit_write(oid, dkey, akey, offset + pos, data.subspan(pos, n)));
-    RFOS_RETURN_IF_ERROR(impl_->wait_for(t).status);
-  }
-  return Status::ok();
+  if (data.empty()) return impl_->writable();
+  Extent e{offset, data.size()};
+  return write(oid, dkey, akey, {&e, 1}, {&data, 1});
 }
 
 Status Container::read(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
                        std::span<uint8_t> out) {
-  for (size_t pos = 0, n = 0; pos < out.size(); pos += n) {
-    n = piece_at(offset + pos, out.size() - pos);
-    RFOS_ASSIGN_OR_RETURN(Ticket t, submit_read(oid, dkey, akey, offset + pos, out.subspan(pos, n)));
-    RFOS_RETURN_IF_ERROR(impl_->verify_read(impl_->wait_for(t)).status);
+  if (out.empty()) return Status::ok();
+  Extent e{offset, out.size()};
+  return read(oid, dkey, akey, {&e, 1}, {&out, 1});
+}
+
+Status Container::write(const ObjectId& oid, std::string_view dkey, std::string_view akey,
+                        std::span<const Extent> extents, std::span<const std::span<const uint8_t>> sgl) {
+  RFOS_RETURN_IF_ERROR(impl_->writable());
+  std::vector<std::span<uint8_t>> sources;  // only read from
+  for (const auto& b : sgl) sources.emplace_back(const_cast<uint8_t*>(b.data()), b.size());
+  return impl_->scatter_gather(true, oid, dkey, akey, extents, sources);
+}
+
+Status Container::read(const ObjectId& oid, std::string_view dkey, std::string_view akey,
+                       std::span<const Extent> extents, std::span<const std::span<uint8_t>> sgl) {
+  return impl_->scatter_gather(false, oid, dkey, akey, extents, sgl);
+}
+
+Result<std::vector<Extent>> Container::list_extents(const ObjectId& oid, std::string_view dkey, std::string_view akey) {
+  std::vector<Extent> all;
+  std::string anchor;
+  for (bool done = false; !done;) {
+    wire::Request q =
+        make_request(wire::Op::kListExtents, wire::Kind::kArray, oid, dkey, akey, 0, wire::kMaxExtentsPerPage);
+    q.anchor = anchor;
+    q.epoch = impl_->read_epoch;
+    std::string raw;
+    RFOS_RETURN_IF_ERROR(impl_->roundtrip(impl_->target_of(q), q, {}, {}, nullptr, &raw));
+    RFOS_ASSIGN_OR_RETURN(wire::ExtentPage page, wire::decode_extent_page(raw));
+    if (!page.done && page.anchor == anchor) return error(StatusCode::kInternal, "extent listing made no progress");
+    for (const auto& [offset, length] : page.extents) all.push_back({offset, length});
+    anchor = std::move(page.anchor);
+    done = page.done;
   }
-  return Status::ok();
+  return all;
 }
 
 Result<uint64_t> Container::array_size(const ObjectId& oid, std::string_view dkey, std::string_view akey) {
   wire::Request q = make_request(wire::Op::kArraySize, wire::Kind::kArray, oid, dkey, akey);
+  q.epoch = impl_->read_epoch;
   wire::Reply r;
   RFOS_RETURN_IF_ERROR(impl_->roundtrip(impl_->target_of(q), q, {}, {}, &r));
   return r.length;
 }
 
 Status Container::put_value(const ObjectId& oid, std::string_view dkey, std::string_view akey, std::string_view value) {
+  RFOS_RETURN_IF_ERROR(impl_->writable());
   wire::Request q = make_request(wire::Op::kUpdate, wire::Kind::kSingle, oid, dkey, akey, 0, value.size());
   q.csums.push_back(crc32c(value.data(), value.size()));
   Iov v{const_cast<char*>(value.data()), value.size()};
@@ -395,6 +536,7 @@ Status Container::put_value(const ObjectId& oid, std::string_view dkey, std::str
 
 Result<std::string> Container::get_value(const ObjectId& oid, std::string_view dkey, std::string_view akey) {
   wire::Request q = make_request(wire::Op::kFetch, wire::Kind::kSingle, oid, dkey, akey);
+  q.epoch = impl_->read_epoch;
   wire::Reply r;
   std::string value;
   RFOS_RETURN_IF_ERROR(impl_->roundtrip(impl_->target_of(q), q, {}, {}, &r, &value));
@@ -407,23 +549,15 @@ Result<Ticket> Container::submit_write(const ObjectId& oid, std::string_view dke
                                        uint64_t offset, std::span<const uint8_t> data) {
   if (!within_one_piece(offset, data.size()))
     return error(StatusCode::kInvalidArgument, "an async write is 1 B .. 1 MiB within one 1 MiB-aligned range");
-  wire::Request q = make_request(wire::Op::kUpdate, wire::Kind::kArray, oid, dkey, akey, offset, data.size());
-  chunk_crcs(offset, data, impl_->csum_chunk, &q.csums);
-  RFOS_ASSIGN_OR_RETURN(uintptr_t region, impl_->describe(q, data.data(), data.size()));
-  Iov v{const_cast<uint8_t*>(data.data()), data.size()};
-  return impl_->submit(impl_->target_of(q), q, region ? std::span<const Iov>() : std::span<const Iov>(&v, 1), {},
-                       nullptr, region);
+  RFOS_RETURN_IF_ERROR(impl_->writable());
+  return impl_->write_piece(oid, dkey, akey, offset, data);
 }
 
 Result<Ticket> Container::submit_read(const ObjectId& oid, std::string_view dkey, std::string_view akey,
                                       uint64_t offset, std::span<uint8_t> out) {
   if (!within_one_piece(offset, out.size()))
     return error(StatusCode::kInvalidArgument, "an async read is 1 B .. 1 MiB within one 1 MiB-aligned range");
-  wire::Request q = make_request(wire::Op::kFetch, wire::Kind::kArray, oid, dkey, akey, offset, out.size());
-  RFOS_ASSIGN_OR_RETURN(uintptr_t region, impl_->describe(q, out.data(), out.size()));
-  auto id = impl_->submit(impl_->target_of(q), q, {}, out, nullptr, region);
-  if (id.is_ok()) impl_->reads[*id] = {offset, out};
-  return id;
+  return impl_->read_piece(oid, dkey, akey, offset, out);
 }
 
 std::vector<Completion> Container::poll(size_t max, int timeout_ms) {
@@ -460,6 +594,8 @@ Status Container::unregister_memory(const void* addr) {
 
 size_t Container::registered_regions() const { return impl_->regions.size(); }
 void Container::set_data_path(DataPath path) { impl_->options.data_path = path; }
+void Container::set_read_epoch(uint64_t epoch) { impl_->read_epoch = epoch; }
+uint64_t Container::read_epoch() const { return impl_->read_epoch; }
 
 Result<std::vector<ObjectId>> Container::list_objects() {
   std::set<ObjectId> seen;
@@ -467,6 +603,7 @@ Result<std::vector<ObjectId>> Container::list_objects() {
     std::string anchor;
     for (bool done = false; !done;) {
       wire::Request q = make_request(wire::Op::kListObjects, wire::Kind::kArray, {}, anchor, {}, 0, 1024);
+      q.epoch = impl_->read_epoch;
       wire::Reply r;
       std::string page;
       RFOS_RETURN_IF_ERROR(impl_->roundtrip(t, q, {}, {}, &r, &page));
@@ -487,23 +624,27 @@ Result<std::vector<ObjectId>> Container::list_objects() {
 }
 
 Status Container::punch_dkey(const ObjectId& oid, std::string_view dkey) {
+  RFOS_RETURN_IF_ERROR(impl_->writable());
   wire::Request q = make_request(wire::Op::kPunchDkey, wire::Kind::kArray, oid, dkey, {});
   return impl_->roundtrip(impl_->target_of(q), q, {}, {}, nullptr);
 }
 
 Status Container::punch_akey(const ObjectId& oid, std::string_view dkey, std::string_view akey) {
+  RFOS_RETURN_IF_ERROR(impl_->writable());
   wire::Request q = make_request(wire::Op::kPunchAkey, wire::Kind::kArray, oid, dkey, akey);
   return impl_->roundtrip(impl_->target_of(q), q, {}, {}, nullptr);
 }
 
 Status Container::punch_extent(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
                                uint64_t length) {
+  RFOS_RETURN_IF_ERROR(impl_->writable());
   wire::Request q = make_request(wire::Op::kPunchExtent, wire::Kind::kArray, oid, dkey, akey, offset, length);
   return impl_->roundtrip(impl_->target_of(q), q, {}, {}, nullptr);
 }
 
 Status Container::insert_value(const ObjectId& oid, std::string_view dkey, std::string_view akey,
                                std::string_view value) {
+  RFOS_RETURN_IF_ERROR(impl_->writable());
   for (int attempt = 0;; ++attempt) {
     wire::Request q = make_request(wire::Op::kUpdate, wire::Kind::kSingle, oid, dkey, akey, 0, value.size());
     q.flags = wire::kIfAbsent;
@@ -521,6 +662,7 @@ Result<wire::KeyPage> Container::list_dkeys(const ObjectId& oid, uint32_t target
   if (target >= impl_->eps.size()) return error(StatusCode::kInvalidArgument, "no such target");
   wire::Request q = make_request(wire::Op::kListDkeys, wire::Kind::kArray, oid, {}, value_akey, 0, max);
   q.anchor = anchor;
+  q.epoch = impl_->read_epoch;
   std::string page;
   RFOS_RETURN_IF_ERROR(impl_->roundtrip(target, q, {}, {}, nullptr, &page));
   return wire::decode_key_page(page);
@@ -548,6 +690,7 @@ Result<std::vector<std::string>> Container::list_akeys(const ObjectId& oid, std:
   for (bool done = false; !done;) {
     wire::Request q = make_request(wire::Op::kListAkeys, wire::Kind::kArray, oid, dkey, {}, 0, 1024);
     q.anchor = anchor;
+    q.epoch = impl_->read_epoch;
     std::string raw;
     RFOS_RETURN_IF_ERROR(impl_->roundtrip(impl_->target_of(q), q, {}, {}, nullptr, &raw));
     RFOS_ASSIGN_OR_RETURN(wire::KeyPage page, wire::decode_key_page(raw));
@@ -563,6 +706,7 @@ Result<uint64_t> Container::object_end(const ObjectId& oid, std::string_view ake
   uint64_t end = 0;
   for (uint32_t t = 0; t < impl_->eps.size(); ++t) {
     wire::Request q = make_request(wire::Op::kObjectEnd, wire::Kind::kArray, oid, {}, akey);
+    q.epoch = impl_->read_epoch;
     wire::Reply r;
     RFOS_RETURN_IF_ERROR(impl_->roundtrip(t, q, {}, {}, &r));
     end = std::max(end, r.length);
@@ -576,6 +720,7 @@ uint32_t Container::target_of(const ObjectId& oid, std::string_view dkey) const 
 }
 
 Status Container::punch_object(const ObjectId& oid) {
+  RFOS_RETURN_IF_ERROR(impl_->writable());
   // A striped object has dkeys on every target: punch it everywhere it may live.
   bool any = false;
   for (uint32_t t = 0; t < impl_->eps.size(); ++t) {

@@ -5,7 +5,11 @@
 // after a growing backoff, within the same deadline.
 //
 // Two forms: synchronous calls (write, read, ...), and an event queue: submit_write / submit_read return a
-// ticket at once, many may be in flight at a time, and poll() hands out their completions.
+// ticket at once, many may be in flight at a time, and poll() hands out their completions. Synchronous array
+// I/O keeps several requests in flight itself (one per 1 MiB piece, a window of them).
+//
+// Snapshots: set_read_epoch(epoch of a snapshot) turns the handle into a read-only view of the container as it
+// was when the snapshot was taken (ControlClient::snapshot_create); 0 goes back to the latest state.
 //
 // Thread-safety: one Container per thread (it owns a transport worker).
 #pragma once
@@ -40,6 +44,13 @@ enum class DataPath {
               // update and writes into it on fetch (unregistered buffers are registered on first use and cached)
 };
 
+// A byte range of an array.
+struct Extent {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  bool operator==(const Extent&) const = default;
+};
+
 struct ContainerOptions {
   bool write = true;
   DataPath data_path = DataPath::kAuto;
@@ -56,12 +67,22 @@ class Container {
                                                  const std::string& cont, const ContainerOptions& options = {});
   ~Container();
 
-  // Array I/O at [offset, offset+data.size()). Durable when it returns OK. Updates above 1 MiB are split.
+  // Array I/O at [offset, offset+data.size()). Durable when it returns OK. Updates above 1 MiB are split
+  // at 1 MiB-aligned boundaries, each piece its own update; when one fails the others may have been stored.
   Status write(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
                std::span<const uint8_t> data);
   // Reads into `out` (its size is the length); holes read as zeros. Checksums verified on arrival.
   Status read(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
               std::span<uint8_t> out);
+  // Scatter-gather: the extents' bytes, in the order given, are the concatenation of the buffers of `sgl`
+  // (the totals must match: kInvalidArgument otherwise). Pieces that fall inside one buffer move straight
+  // from or into it; a piece that straddles buffers goes through a bounce buffer.
+  Status write(const ObjectId& oid, std::string_view dkey, std::string_view akey, std::span<const Extent> extents,
+               std::span<const std::span<const uint8_t>> sgl);
+  Status read(const ObjectId& oid, std::string_view dkey, std::string_view akey, std::span<const Extent> extents,
+              std::span<const std::span<uint8_t>> sgl);
+  // The array's extents that hold data (holes and punched ranges left out), in offset order, coalesced.
+  Result<std::vector<Extent>> list_extents(const ObjectId& oid, std::string_view dkey, std::string_view akey);
   Result<uint64_t> array_size(const ObjectId& oid, std::string_view dkey, std::string_view akey);
   Status put_value(const ObjectId& oid, std::string_view dkey, std::string_view akey, std::string_view value);
   Result<std::string> get_value(const ObjectId& oid, std::string_view dkey, std::string_view akey);
@@ -81,6 +102,12 @@ class Container {
   Status unregister_memory(const void* addr);
   size_t registered_regions() const;
   void set_data_path(DataPath path);  // for I/O submitted from now on
+
+  // Reads from now on see the container at `epoch` (a snapshot's; 0: the latest state). While it is set,
+  // updates and punches are refused (kInvalidArgument): a snapshot is read-only. A read at an epoch that is
+  // not a snapshot and below the aggregation boundary gets kEpochTooOld.
+  void set_read_epoch(uint64_t epoch);
+  uint64_t read_epoch() const;
 
   // Every object with something visible, over all targets (an object striped over several appears once).
   Result<std::vector<ObjectId>> list_objects();

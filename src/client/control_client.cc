@@ -146,6 +146,29 @@ Status ControlClient::cont_destroy(const std::string& pool, const std::string& c
   return impl_->call(&Stub::ContDestroy, req, &resp);
 }
 
+Result<uint64_t> ControlClient::snapshot_create(const std::string& pool, const std::string& cont) {
+  wire::SnapshotCreateRequest req;
+  wire::SnapshotCreateResponse resp;
+  req.set_pool(pool);
+  req.set_cont(cont);
+  RFOS_RETURN_IF_ERROR(impl_->call(&Stub::SnapshotCreate, req, &resp));
+  return resp.epoch();
+}
+
+Result<std::vector<uint64_t>> ControlClient::snapshot_list(const std::string& pool, const std::string& cont) {
+  RFOS_ASSIGN_OR_RETURN(ContInfo info, cont_query(pool, cont));
+  return info.snapshots;
+}
+
+Status ControlClient::snapshot_destroy(const std::string& pool, const std::string& cont, uint64_t epoch) {
+  wire::SnapshotDestroyRequest req;
+  wire::SnapshotDestroyResponse resp;
+  req.set_pool(pool);
+  req.set_cont(cont);
+  req.set_epoch(epoch);
+  return impl_->call(&Stub::SnapshotDestroy, req, &resp);
+}
+
 Result<Session> ControlClient::connect(const std::string& pool, const std::string& cont, bool write, uint32_t ttl_s) {
   wire::ConnectRequest req;
   wire::ConnectResponse resp;

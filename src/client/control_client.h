@@ -74,6 +74,12 @@ class ControlClient {
   Result<std::vector<ContInfo>> cont_list(const std::string& pool);
   Result<ContInfo> cont_query(const std::string& pool, const std::string& cont);
   Status cont_destroy(const std::string& pool, const std::string& cont);
+  // Snapshots of a container, named by their epoch: create pins the container's current state on every
+  // target (read it with Container::set_read_epoch), list gives them oldest first, destroy lets aggregation
+  // reclaim what only it kept. Errors: kUnknownPool, kUnknownContainer, kNotFound (destroy: no such epoch).
+  Result<uint64_t> snapshot_create(const std::string& pool, const std::string& cont);
+  Result<std::vector<uint64_t>> snapshot_list(const std::string& pool, const std::string& cont);
+  Status snapshot_destroy(const std::string& pool, const std::string& cont, uint64_t epoch);
   Result<Session> connect(const std::string& pool, const std::string& cont, bool write, uint32_t ttl_s = 0);
   Status disconnect(const std::string& session_id);
   Result<ServerInfo> server_info();

@@ -29,6 +29,10 @@ using grpc::ServerContext;
 
 namespace {
 
+uint64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 uint64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -142,6 +146,10 @@ class Server::Impl final : public wire::Control::Service {
   grpc::Status ContList(ServerContext*, const wire::ContListRequest*, wire::ContListResponse*) override;
   grpc::Status ContQuery(ServerContext*, const wire::ContQueryRequest*, wire::ContQueryResponse*) override;
   grpc::Status ContDestroy(ServerContext*, const wire::ContDestroyRequest*, wire::ContDestroyResponse*) override;
+  grpc::Status SnapshotCreate(ServerContext*, const wire::SnapshotCreateRequest*,
+                              wire::SnapshotCreateResponse*) override;
+  grpc::Status SnapshotDestroy(ServerContext*, const wire::SnapshotDestroyRequest*,
+                               wire::SnapshotDestroyResponse*) override;
   grpc::Status Connect(ServerContext*, const wire::ConnectRequest*, wire::ConnectResponse*) override;
   grpc::Status Disconnect(ServerContext*, const wire::DisconnectRequest*, wire::DisconnectResponse*) override;
   grpc::Status ServerInfo(ServerContext*, const wire::ServerInfoRequest*, wire::ServerInfoResponse*) override;
@@ -436,6 +444,55 @@ grpc::Status Server::Impl::ContDestroy(ServerContext* ctx, const wire::ContDestr
     s = t->cont_destroy(*Uuid::parse(p->uuid()), *Uuid::parse(c->uuid()));
     if (!s.is_ok() && s.code() != StatusCode::kUnknownContainer) return to_grpc(ctx, s);
   }
+  return grpc::Status::OK;
+}
+
+// The snapshot's epoch is above every epoch any target has stamped (each target's clock is strictly
+// increasing), so every update acknowledged before this call is at or below it, and the engines refuse an
+// update stamped at or below it afterwards: a client whose update raced with the snapshot gets it stamped
+// again by the target (Container retries EpochTooOld for target-stamped updates).
+grpc::Status Server::Impl::SnapshotCreate(ServerContext* ctx, const wire::SnapshotCreateRequest* req,
+                                          wire::SnapshotCreateResponse* resp) {
+  std::lock_guard lock(mu_);
+  auto p = find_pool(req->pool());
+  if (!p.is_ok()) return to_grpc(ctx, p.status());
+  auto c = find_cont(*p, req->cont());
+  if (!c.is_ok()) return to_grpc(ctx, c.status());
+  Uuid pu = *Uuid::parse(p->uuid()), cu = *Uuid::parse(c->uuid());
+  uint64_t epoch = now_ns();
+  for (auto& d : data_) epoch = std::max(epoch, d->last_epoch() + 1);
+  for (size_t i = 0; i < targets_.size(); ++i) {
+    auto info = targets_[i]->cont_open(pu, cu);
+    Status s = info.is_ok() ? targets_[i]->snapshot_create(info->id, epoch) : info.status();
+    if (!s.is_ok()) {
+      for (size_t j = 0; j < i; ++j)  // all or nothing
+        if (auto done = targets_[j]->cont_open(pu, cu); done.is_ok())
+          (void)targets_[j]->snapshot_destroy(done->id, epoch);
+      return to_grpc(ctx, s);
+    }
+  }
+  resp->set_epoch(epoch);
+  return grpc::Status::OK;
+}
+
+grpc::Status Server::Impl::SnapshotDestroy(ServerContext* ctx, const wire::SnapshotDestroyRequest* req,
+                                           wire::SnapshotDestroyResponse*) {
+  std::lock_guard lock(mu_);
+  auto p = find_pool(req->pool());
+  if (!p.is_ok()) return to_grpc(ctx, p.status());
+  auto c = find_cont(*p, req->cont());
+  if (!c.is_ok()) return to_grpc(ctx, c.status());
+  Uuid pu = *Uuid::parse(p->uuid()), cu = *Uuid::parse(c->uuid());
+  bool any = false;
+  for (auto& t : targets_) {
+    auto info = t->cont_open(pu, cu);
+    Status s = info.is_ok() ? t->snapshot_destroy(info->id, req->epoch()) : info.status();
+    if (s.is_ok())
+      any = true;
+    else if (s.code() != StatusCode::kNotFound)  // a target that lost it in a crash mid-destroy is fine
+      return to_grpc(ctx, s);
+  }
+  if (!any) return to_grpc(ctx, error(StatusCode::kNotFound, "no snapshot at epoch " + std::to_string(req->epoch())));
   return grpc::Status::OK;
 }
 

@@ -59,7 +59,7 @@ class Target::Impl {
   std::string address;
   std::thread thread;
   std::atomic<bool> stopping{false};
-  uint64_t last_epoch = 0;
+  std::atomic<uint64_t> last_epoch{0};              // written by the target thread only; read by snapshot creation
   std::map<std::pair<Uuid, Uuid>, uint32_t> conts;  // (pool, cont) -> engine handle
 
   // Engine calls that still block on the media (punches, aggregation) run on helper threads
@@ -125,7 +125,7 @@ class Target::Impl {
     aggregating = true;
     last_aggregation = now;
     next_aggregation = now + std::chrono::seconds(1);
-    uint64_t upto = std::max(now_ns(), last_epoch) - kAggregationSlackNs;
+    uint64_t upto = std::max(now_ns(), last_epoch.load(std::memory_order_relaxed)) - kAggregationSlackNs;
     if (!inflight_epochs.empty()) upto = std::min(upto, *inflight_epochs.begin() - 1);
     offload<Status>(
         [this, upto] {
@@ -166,10 +166,17 @@ class Target::Impl {
     ring->drain();  // reads in flight answer (or fail) before the target goes
   }
 
+  // An epoch the client chose: the clock moves past it, so a snapshot taken after this update covers it.
+  uint64_t client_epoch(uint64_t e) {
+    if (e > last_epoch.load(std::memory_order_relaxed)) last_epoch.store(e, std::memory_order_relaxed);
+    return e;
+  }
+
   // A hybrid logical clock per target: wall-clock nanoseconds, strictly increasing.
   uint64_t next_epoch() {
-    last_epoch = std::max(now_ns(), last_epoch + 1);
-    return last_epoch;
+    uint64_t e = std::max(now_ns(), last_epoch.load(std::memory_order_relaxed) + 1);
+    last_epoch.store(e, std::memory_order_relaxed);
+    return e;
   }
 
   void reply(
@@ -177,6 +184,14 @@ class Target::Impl {
     Status s = worker->send(to, wire::encode_reply(r), payload, std::move(done));
     if (!s.is_ok()) std::fprintf(stderr, "rfos target %u: reply failed: %s\n", index, s.to_string().c_str());
   }
+  // Answers with `bytes` as the reply's payload (the reply's length is its size).
+  void reply_with(transport::EpHandle to, wire::Reply r, std::string bytes) {
+    auto payload = std::make_shared<std::string>(std::move(bytes));
+    r.length = payload->size();
+    Iov v{payload->data(), payload->size()};
+    reply(to, std::move(r), payload->empty() ? std::span<const Iov>() : std::span(&v, 1), [payload](Status) {});
+  }
+
   // The continuation of a write (update or punch) stamped with `epoch`: release the epoch, then answer.
   std::function<void(Status&)> write_done(transport::EpHandle to, uint64_t id, uint64_t epoch,
                                           std::multiset<uint64_t>::iterator held) {
@@ -244,6 +259,7 @@ class Target::Impl {
       return reply_error(in.reply_to, q.request_id, cid.status());
     }
     engine::KeyRef k{*cid, q.oid, q.dkey, q.akey};
+    engine::Epoch read_at = q.epoch ? q.epoch : engine::kEpochLatest;  // reads: latest, or a snapshot's epoch
     auto kind = q.kind == wire::Kind::kSingle ? engine::ValueKind::kSingle : engine::ValueKind::kArray;
     if (bypass_media && kind == engine::ValueKind::kArray && (q.op == wire::Op::kUpdate || q.op == wire::Op::kFetch))
       return bypass(in, q, cap->pool, cap->cont);
@@ -253,7 +269,7 @@ class Target::Impl {
       case wire::Op::kFetch:
         return fetch(in, q, k, kind);
       case wire::Op::kArraySize: {
-        auto size = engine->array_size(k, q.epoch ? q.epoch : engine::kEpochLatest);
+        auto size = engine->array_size(k, read_at);
         if (!size.is_ok()) return reply_error(in.reply_to, q.request_id, size.status());
         wire::Reply r;
         r.request_id = q.request_id;
@@ -263,30 +279,26 @@ class Target::Impl {
       case wire::Op::kListObjects: {
         engine::Anchor anchor;
         anchor.position = q.dkey;
-        auto oids = engine->list_objects(*cid, engine::kEpochLatest, &anchor, std::min<uint64_t>(q.length, 4096));
+        auto oids = engine->list_objects(*cid, read_at, &anchor, std::min<uint64_t>(q.length, 4096));
         if (!oids.is_ok()) return reply_error(in.reply_to, q.request_id, oids.status());
-        auto payload = std::make_shared<std::string>();
+        std::string payload;
         for (const ObjectId& o : *oids) {
-          payload->append(reinterpret_cast<const char*>(&o.hi), 8);
-          payload->append(reinterpret_cast<const char*>(&o.lo), 8);
+          payload.append(reinterpret_cast<const char*>(&o.hi), 8);
+          payload.append(reinterpret_cast<const char*>(&o.lo), 8);
         }
         wire::Reply r;
         r.request_id = q.request_id;
-        r.length = payload->size();
         r.message = anchor.position;
         r.epoch = anchor.done ? 1 : 0;
-        Iov v{payload->data(), payload->size()};
-        return reply(in.reply_to, std::move(r), payload->empty() ? std::span<const Iov>() : std::span(&v, 1),
-                     [payload](Status) {});
+        return reply_with(in.reply_to, std::move(r), std::move(payload));
       }
       case wire::Op::kListDkeys:
       case wire::Op::kListAkeys: {
         engine::Anchor anchor;
         anchor.position = q.anchor;
         size_t max = std::clamp<uint64_t>(q.length, 1, 1024);
-        auto keys = q.op == wire::Op::kListDkeys
-                        ? engine->list_dkeys(*cid, q.oid, engine::kEpochLatest, &anchor, max)
-                        : engine->list_akeys(*cid, q.oid, q.dkey, engine::kEpochLatest, &anchor, max);
+        auto keys = q.op == wire::Op::kListDkeys ? engine->list_dkeys(*cid, q.oid, read_at, &anchor, max)
+                                                 : engine->list_akeys(*cid, q.oid, q.dkey, read_at, &anchor, max);
         if (!keys.is_ok()) return reply_error(in.reply_to, q.request_id, keys.status());
         wire::KeyPage page;
         page.anchor = anchor.position;
@@ -295,19 +307,30 @@ class Target::Impl {
         if (q.op == wire::Op::kListDkeys && !q.akey.empty()) {  // with each dkey's value of that akey
           page.with_values = true;
           for (const std::string& dk : page.keys) {
-            auto v = engine->fetch({{*cid, q.oid, dk, q.akey}, engine::kEpochLatest, engine::ValueKind::kSingle});
+            auto v = engine->fetch({{*cid, q.oid, dk, q.akey}, read_at, engine::ValueKind::kSingle});
             page.values.push_back(v.is_ok() ? std::move(v).value() : std::string());
           }
         }
-        auto payload = std::make_shared<std::string>(wire::encode_key_page(page));
         wire::Reply r;
         r.request_id = q.request_id;
-        r.length = payload->size();
-        Iov v{payload->data(), payload->size()};
-        return reply(in.reply_to, std::move(r), std::span(&v, 1), [payload](Status) {});
+        return reply_with(in.reply_to, std::move(r), wire::encode_key_page(page));
+      }
+      case wire::Op::kListExtents: {
+        engine::Anchor anchor;
+        anchor.position = q.anchor;
+        size_t max = std::clamp<uint64_t>(q.length, 1, wire::kMaxExtentsPerPage);
+        auto extents = engine->list_extents(k, read_at, &anchor, max);
+        if (!extents.is_ok()) return reply_error(in.reply_to, q.request_id, extents.status());
+        wire::ExtentPage page;
+        page.anchor = anchor.position;
+        page.done = anchor.done;
+        for (const engine::Extent& e : *extents) page.extents.emplace_back(e.offset, e.length);
+        wire::Reply r;
+        r.request_id = q.request_id;
+        return reply_with(in.reply_to, std::move(r), wire::encode_extent_page(page));
       }
       case wire::Op::kObjectEnd: {
-        auto end = object_end(*cid, q.oid, q.akey);
+        auto end = object_end(*cid, q.oid, q.akey, read_at);
         if (!end.is_ok()) return reply_error(in.reply_to, q.request_id, end.status());
         wire::Reply r;
         r.request_id = q.request_id;
@@ -338,16 +361,16 @@ class Target::Impl {
 
   // The data end of a file striped by chunk on this target: dkeys that are 8-byte big-endian chunk indexes sort
   // in chunk order, so the answer is the size of `akey` under the last such dkey that still has data.
-  Result<uint64_t> object_end(uint32_t cid, const ObjectId& oid, const std::string& akey) {
+  Result<uint64_t> object_end(uint32_t cid, const ObjectId& oid, const std::string& akey, engine::Epoch epoch) {
     std::vector<std::string> chunks;
     engine::Anchor anchor;
     while (!anchor.done) {
-      RFOS_ASSIGN_OR_RETURN(auto keys, engine->list_dkeys(cid, oid, engine::kEpochLatest, &anchor, 1024));
+      RFOS_ASSIGN_OR_RETURN(auto keys, engine->list_dkeys(cid, oid, epoch, &anchor, 1024));
       for (std::string& k : keys)
         if (k.size() == 8) chunks.push_back(std::move(k));
     }
     for (auto it = chunks.rbegin(); it != chunks.rend(); ++it) {
-      auto size = engine->array_size({cid, oid, *it, akey}, engine::kEpochLatest);
+      auto size = engine->array_size({cid, oid, *it, akey}, epoch);
       if (size.is_ok()) return *size;
       if (size.status().code() != StatusCode::kNotFound) return size.status();
     }
@@ -453,7 +476,7 @@ class Target::Impl {
       if (!h.is_ok()) return reply_error(in.reply_to, q.request_id, h.status());
       hold = std::move(h).value();
     }
-    uint64_t epoch = q.epoch ? q.epoch : next_epoch();
+    uint64_t epoch = q.epoch ? client_epoch(q.epoch) : next_epoch();
     if (RFOS_FAULT("target.busy"))
       return reply_error(in.reply_to, q.request_id, error(StatusCode::kBusy, "engine buffers exhausted (injected)"));
     auto tx = engine->update_begin({k, epoch, kind, q.offset, q.length});
@@ -535,6 +558,7 @@ Result<std::unique_ptr<Target>> Target::start(uint32_t index, Engine* engine, co
 Target::Target(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Target::~Target() { stop(); }
 const std::string& Target::address() const { return impl_->address; }
+uint64_t Target::last_epoch() const { return impl_->last_epoch.load(std::memory_order_relaxed); }
 
 void Target::stop() {
   if (!impl_ || !impl_->thread.joinable()) return;

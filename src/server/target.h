@@ -49,6 +49,8 @@ class Target {
   ~Target();
   // The worker address clients connect to (binary; published in the pool map).
   const std::string& address() const;
+  // The newest epoch this target has stamped on an update or punch (safe from any thread).
+  uint64_t last_epoch() const;
   void stop();
 
   class Impl;

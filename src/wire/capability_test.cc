@@ -88,5 +88,23 @@ TEST(DataPlane, RequestAndReplyRoundTripAndRefuseDamage) {
   EXPECT_FALSE(decode_reply(h).is_ok());
 }
 
+TEST(DataPlane, ExtentPagesRoundTripAndRefuseDamage) {
+  ExtentPage page;
+  page.anchor = std::string("\0\1anchor", 8);
+  page.extents = {{0, 4096}, {1 << 20, 17}, {(1ull << 62) - 8, 8}};
+  std::string s = encode_extent_page(page);
+  auto back = decode_extent_page(s);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->anchor, page.anchor);
+  EXPECT_FALSE(back->done);
+  EXPECT_EQ(back->extents, page.extents);
+  for (size_t cut = 0; cut < s.size(); ++cut) EXPECT_FALSE(decode_extent_page(s.substr(0, cut)).is_ok());
+  EXPECT_FALSE(decode_extent_page(s + "x").is_ok());
+  page.extents.push_back({5, 0});  // empty extents never come from a target
+  EXPECT_FALSE(decode_extent_page(encode_extent_page(page)).is_ok());
+  page.extents.back() = {UINT64_MAX, 2};  // nor ones that wrap around
+  EXPECT_FALSE(decode_extent_page(encode_extent_page(page)).is_ok());
+}
+
 }  // namespace
 }  // namespace rfos::wire

@@ -130,6 +130,40 @@ Result<Reply> decode_reply(std::string_view in) {
   return p;
 }
 
+std::string encode_extent_page(const ExtentPage& p) {
+  std::string s;
+  put_le<uint8_t>(&s, p.done ? 1 : 0);
+  put_le<uint16_t>(&s, static_cast<uint16_t>(p.anchor.size()));
+  s += p.anchor;
+  put_le<uint32_t>(&s, static_cast<uint32_t>(p.extents.size()));
+  for (const auto& [offset, length] : p.extents) {
+    put_le<uint64_t>(&s, offset);
+    put_le<uint64_t>(&s, length);
+  }
+  return s;
+}
+
+Result<ExtentPage> decode_extent_page(std::string_view in) {
+  ByteReader r(in);
+  ExtentPage p;
+  uint8_t done = 0;
+  uint16_t alen = 0;
+  uint32_t n = 0;
+  std::string_view anchor;
+  if (!r.get_le(&done) || done > 1 || !r.get_le(&alen) || alen > kMaxAnchorBytes || !r.get_bytes(alen, &anchor) ||
+      !r.get_le(&n) || n > kMaxExtentsPerPage || r.remaining() != n * size_t{16})
+    return malformed("extent page");
+  p.done = done == 1;
+  p.anchor.assign(anchor);
+  p.extents.resize(n);
+  for (auto& [offset, length] : p.extents) {
+    r.get_le(&offset);
+    r.get_le(&length);
+    if (length == 0 || offset + length < offset) return malformed("extent page entry");
+  }
+  return p;
+}
+
 std::string encode_key_page(const KeyPage& p) {
   std::string s;
   put_le<uint8_t>(&s, (p.done ? 1 : 0) | (p.with_values ? 2 : 0));

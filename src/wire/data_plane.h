@@ -38,8 +38,10 @@ enum class Op : uint8_t {
   kObjectEnd = 10,    // of oid on this target: the highest end of akey `akey` over dkeys that are 8-byte big-endian
                       // chunk indexes (reply length), 0 when none: the data end of a file striped by chunk
   kPunchExtent = 11,  // punches [offset, offset+length) of the array (dkey, akey): a hole, not counted in its size
+  kListExtents = 12,  // of the array (dkey, akey); length: max extents; anchor: where to resume. Reply payload:
+                      // an ExtentPage
 };
-inline constexpr uint8_t kMaxOp = 11;
+inline constexpr uint8_t kMaxOp = 12;
 
 // Request flags.
 inline constexpr uint32_t kIfAbsent = 1;  // update: only when (dkey, akey) has no visible value (kAlreadyExists)
@@ -90,6 +92,16 @@ struct KeyPage {
   bool with_values = false;
   std::vector<std::string> values;
 };
+// A page of an array's visible extents (list extents reply payload): offset order, coalesced, no holes.
+struct ExtentPage {
+  std::string anchor;
+  bool done = false;
+  std::vector<std::pair<uint64_t, uint64_t>> extents;  // (offset, length)
+};
+inline constexpr size_t kMaxExtentsPerPage = 4096;
+
+std::string encode_extent_page(const ExtentPage& p);
+Result<ExtentPage> decode_extent_page(std::string_view in);
 std::string encode_key_page(const KeyPage& p);
 Result<KeyPage> decode_key_page(std::string_view in);
 Result<Reply> decode_reply(std::string_view in);

@@ -1,4 +1,4 @@
-// Fuzz target: data-plane request and reply headers and key pages arrive from the network.
+// Fuzz target: data-plane request and reply headers, key pages and extent pages arrive from the network.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -13,5 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (p.is_ok() && rfos::wire::encode_reply(*p) != in) std::abort();
   auto k = rfos::wire::decode_key_page(in);
   if (k.is_ok() && rfos::wire::encode_key_page(*k) != in) std::abort();
+  auto e = rfos::wire::decode_extent_page(in);
+  if (e.is_ok() && rfos::wire::encode_extent_page(*e) != in) std::abort();
   return 0;
 }

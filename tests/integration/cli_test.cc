@@ -58,6 +58,18 @@ TEST(Cli, PutGetRoundTripsAndExitCodes) {
   Shell g = sh(rfos + " get greeting -");
   EXPECT_EQ(g.code, 0);
   EXPECT_EQ(g.out, "hello rfos");
+
+  // Snapshots: get --snapshot reads the object as it was; snap list / destroy.
+  Shell snap = sh(rfos + " cont snap create --pool default default");
+  ASSERT_EQ(snap.code, 0);
+  std::string epoch = snap.out.substr(0, snap.out.find('\n'));
+  EXPECT_EQ(sh("echo -n 'changed' | " + rfos + " put greeting -").code, 0);
+  EXPECT_EQ(sh(rfos + " get greeting -").out, "changed");
+  EXPECT_EQ(sh(rfos + " get --snapshot " + epoch + " greeting -").out, "hello rfos");
+  EXPECT_EQ(sh(rfos + " cont snap list --pool default default").out, epoch + "\n");
+  EXPECT_EQ(sh(rfos + " cont snap destroy --pool default default --epoch " + epoch).code, 0);
+  EXPECT_EQ(sh(rfos + " cont snap destroy --pool default default --epoch " + epoch + " 2>/dev/null").code, 1);
+  EXPECT_EQ(sh("echo -n 'hello rfos' | " + rfos + " put greeting -").code, 0);
   EXPECT_EQ(sh("printf '' | " + rfos + " put empty -").code, 0);
   g = sh(rfos + " get empty -");
   EXPECT_EQ(g.code, 0);
