@@ -152,7 +152,12 @@ class Engine::Impl {
   void committer_loop();
   uint64_t seq = 0;
   Status failed;  // sticky: a failed commit leaves memory and disk unknown; reopen to recover
+
+  // Records aggregation removed since the index was last compacted (under admin_mu).
+  uint64_t tombstones = 0;
 };
+
+inline constexpr uint64_t kCompactAfterTombstones = 1024;
 
 // Key prefix of an akey: object_prefix + dkey + akey.
 std::string akey_prefix(const KeyRef& key);

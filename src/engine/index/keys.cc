@@ -174,6 +174,12 @@ std::string encode_extent(const ExtentRecord& r) {
   return v;
 }
 
+bool peek_extent_length(std::string_view value, uint32_t* length) {
+  ByteReader in(value);
+  uint8_t version, flags;
+  return in.get_le(&version) && version == kRecordVersion && in.get_le(&flags) && in.get_le(length);
+}
+
 bool decode_extent(std::string_view value, ExtentRecord* out) {
   ByteReader in(value);
   uint8_t version;
