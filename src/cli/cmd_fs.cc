@@ -231,7 +231,8 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
       ::close(fd);
     };
     m->fsname = "rfos:" + a->pool + "/" + a->cont;
-    auto opened = open_namespace(ctx, *a);
+    Status where = fuse::check_mountpoint(m->mountpoint);
+    auto opened = where.is_ok() ? open_namespace(ctx, *a) : Result<Mounted>(where);
     if (!opened.is_ok()) {
       tell("rfos mount: " + opened.status().to_string() + "\n");
       ctx.check(opened.status(), "mount");

@@ -604,10 +604,15 @@ class SignalsEndTheLoop {
 
 }  // namespace
 
-Status run_mount(posix::Namespace& ns, const MountOptions& options) {
+Status check_mountpoint(const std::string& mountpoint) {
   struct stat st {};
-  if (options.mountpoint.empty() || stat(options.mountpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    return error(StatusCode::kInvalidArgument, "mount point '" + options.mountpoint + "' is not a directory");
+  if (mountpoint.empty() || stat(mountpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return error(StatusCode::kInvalidArgument, "mount point '" + mountpoint + "' is not a directory");
+  return Status::ok();
+}
+
+Status run_mount(posix::Namespace& ns, const MountOptions& options) {
+  RFOS_RETURN_IF_ERROR(check_mountpoint(options.mountpoint));
   fuse_lowlevel_ops ops{};
   ops.init = op_init;
   ops.lookup = op_lookup;

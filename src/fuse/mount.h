@@ -37,4 +37,8 @@ struct MountOptions {
 // kInvalidArgument (bad mount point), kIoError (FUSE refused: no /dev/fuse, not permitted).
 Status run_mount(posix::Namespace& ns, const MountOptions& options);
 
+// OK when `mountpoint` is a directory; kInvalidArgument otherwise. run_mount checks it too; callers check it
+// first so that a typo costs no session with the servers.
+Status check_mountpoint(const std::string& mountpoint);
+
 }  // namespace rfos::fuse

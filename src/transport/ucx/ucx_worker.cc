@@ -18,6 +18,7 @@ namespace {
 
 constexpr unsigned kAmId = 7;
 constexpr unsigned kHelloAmId = 8;  // a new endpoint's first message: the sender's worker address
+constexpr std::chrono::seconds kWireupTimeout{10};
 
 Status ucs_error(ucs_status_t s, const std::string& what) {
   StatusCode code = StatusCode::kIoError;
@@ -114,7 +115,38 @@ class UcxWorker final : public Worker {
         ucp_am_send_nbx(reinterpret_cast<ucp_ep_h>(h), kHelloAmId, address_.data(), address_.size(), nullptr, 0, &rp);
     if (UCS_PTR_IS_ERR(req)) return ucs_error(UCS_PTR_STATUS(req), "hello");
     if (req != nullptr) ucp_request_free(req);  // UCX completes it on its own
+    // Where endpoints detect peer failure (not shm), wait until this one is wired up. UCX 1.13 aborts the
+    // *peer* when this side goes away while the peer still has its wireup reply queued for us: the failure
+    // purges the reply and trips an assertion ("got REP message", fixed upstream in UCX 1.14). A CLI call that
+    // failed right after connecting took the server down that way. After the flush the peer holds no wireup
+    // message of ours, so exiting, cleanly or not, is safe for it. Shm endpoints never fail, so never purge.
+    if (use_events_) {
+      Status wired = wait_wireup(reinterpret_cast<ucp_ep_h>(h));
+      if (!wired.is_ok()) {
+        disconnect(h);
+        return wired;
+      }
+    }
     return h;
+  }
+
+  // Flushes a new endpoint: done once the peer answered the wireup, kTimeout after kWireupTimeout.
+  Status wait_wireup(ucp_ep_h ep) {
+    ucp_request_param_t rp{};
+    void* req = ucp_ep_flush_nbx(ep, &rp);
+    if (req == nullptr) return Status::ok();
+    if (UCS_PTR_IS_ERR(req)) return ucs_error(UCS_PTR_STATUS(req), "connect (wireup)");
+    auto deadline = std::chrono::steady_clock::now() + kWireupTimeout;
+    ucs_status_t s;
+    while ((s = ucp_request_check_status(req)) == UCS_INPROGRESS && std::chrono::steady_clock::now() < deadline)
+      if (ucp_worker_progress(worker_) == 0) std::this_thread::yield();
+    if (s == UCS_INPROGRESS) {  // a forced close of the endpoint completes the flush (canceled)
+      close_ep(ep, true);
+      eps_.erase(reinterpret_cast<EpHandle>(ep));
+    }
+    ucp_request_free(req);
+    if (s == UCS_INPROGRESS) return error(StatusCode::kTimeout, "connect: the peer did not complete the wireup");
+    return s == UCS_OK ? Status::ok() : ucs_error(s, "connect (wireup)");
   }
 
   Result<EpHandle> create_ep(std::string_view peer) {
