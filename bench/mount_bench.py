@@ -3,12 +3,16 @@
 jobs and depth, in one run; then an mdtest-like metadata run through the mount.
 
   bench/mount_bench.py [--build build] [--runtime 5] [--provider ucx+tcp] [--files 2000]
+                       [--bigdir 100000 --procs 8] [--no-fio]
 
 Needs root and /dev/fuse (FUSE), fio. Prints a Markdown table: each mount figure beside the native one and
-their ratio; then creates / stats / unlinks per second for N files in one directory and spread over many.
+their ratio; then creates / stats / unlinks per second for N files in one directory and spread over many
+(one process); with --bigdir, one directory grown to that many entries by --procs processes at once, listed
+whole (every name exactly once), stat'ed, and emptied again.
 """
 import argparse
 import json
+import multiprocessing
 import os
 import random
 import shutil
@@ -75,6 +79,46 @@ def metadata(mnt, files, dirs):
     return rates
 
 
+def _bigdir_phase(job):
+    phase, d, lo, hi = job
+    for i in range(lo, hi):
+        p = os.path.join(d, "entry-%07d" % i)
+        if phase == "create":
+            os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        elif phase == "stat":
+            os.stat(p)
+        else:
+            os.unlink(p)
+    return hi - lo
+
+
+def bigdir(mnt, n, procs):
+    """One directory with n entries: created by `procs` processes at once, listed whole (each name once),
+    stat'ed and unlinked in parallel; returns ops/s of create, list (entries/s), stat, unlink."""
+    d = os.path.join(mnt, "bigdir-%d" % random.randint(0, 1 << 30))
+    os.mkdir(d)
+    step = (n + procs - 1) // procs
+    jobs = lambda phase: [(phase, d, lo, min(n, lo + step)) for lo in range(0, n, step)]
+    rates = {}
+    with multiprocessing.Pool(procs) as pool:
+        for phase in ("create", "list", "stat", "unlink"):
+            t0 = time.perf_counter()
+            if phase == "list":
+                names = [e.name for e in os.scandir(d)]
+                if len(names) != n or len(set(names)) != n:
+                    sys.exit("mount_bench: listing %s gave %d names (%d distinct), expected %d"
+                             % (d, len(names), len(set(names)), n))
+            else:
+                done = sum(pool.map(_bigdir_phase, jobs(phase)))
+                assert done == n
+            rates[phase] = n / (time.perf_counter() - t0)
+            print("bigdir %-6s %d entries: %.0f/s" % (phase, n, rates[phase]), flush=True)
+    if os.listdir(d):
+        sys.exit("mount_bench: %s is not empty after unlinking every entry" % d)
+    os.rmdir(d)
+    return rates
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default="build")
@@ -82,6 +126,9 @@ def main():
     p.add_argument("--provider", default="ucx+tcp")
     p.add_argument("--files", type=int, default=2000)
     p.add_argument("--dir", default="/var/tmp")
+    p.add_argument("--bigdir", type=int, default=0, help="also grow one directory to this many entries")
+    p.add_argument("--procs", type=int, default=8, help="processes that work on the big directory at once")
+    p.add_argument("--no-fio", action="store_true", help="metadata runs only")
     args = p.parse_args()
     if shutil.which("fio") is None:
         sys.exit("mount_bench: fio is not installed (scripts/install-deps installs it)")
@@ -99,6 +146,7 @@ def main():
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     mounts = {}
     rows = []
+    big = None
     try:
         for _ in range(240):
             if subprocess.run([rfos, "pool", "create", "p"], env=env, capture_output=True).returncode == 0:
@@ -118,7 +166,7 @@ def main():
                 time.sleep(0.05)
         mounts["direct"] = mounts["buffered"]
         mnt = mounts["buffered"][0]
-        for mode, rw, bs, jobs, depth, size in CASES:
+        for mode, rw, bs, jobs, depth, size in ([] if args.no_fio else CASES):
             n_iops, n_bw, n_cmd = native(rfos, env, rw, bs, jobs, depth, size, args.runtime)
             m_iops, m_bw, m_cmd = fio_on_mount(mounts[mode][0], mode, rw, bs, jobs, depth, size, args.runtime)
             rows.append((mode, rw, bs, jobs, depth, n_iops, n_bw, m_iops, m_bw))
@@ -128,6 +176,7 @@ def main():
             for f in os.listdir(mnt):
                 os.unlink(os.path.join(mnt, f))
         md = [(1, metadata(mnt, args.files, 1)), (50, metadata(mnt, args.files, 50))]
+        big = bigdir(mnt, args.bigdir, args.procs) if args.bigdir else None
     finally:
         for mode in ("buffered", "writeback"):
             if mode in mounts:
@@ -145,6 +194,11 @@ def main():
     print("\n| metadata, %d files | creates/s | stats/s | unlinks/s |\n|---|---|---|---|" % args.files)
     for dirs, (c, s, u) in md:
         print("| in %d director%s | %.0f | %.0f | %.0f |" % (dirs, "y" if dirs == 1 else "ies", c, s, u))
+    if big:
+        print("\n| one directory, %d entries, %d processes | creates/s | listed entries/s | stats/s | unlinks/s |"
+              "\n|---|---|---|---|---|" % (args.bigdir, args.procs))
+        print("| through the mount | %.0f | %.0f | %.0f | %.0f |"
+              % (big["create"], big["list"], big["stat"], big["unlink"]))
 
 
 if __name__ == "__main__":

@@ -3,15 +3,16 @@
 
 For every pattern it measures
   - the media: fio (io_uring, O_DIRECT, the same block size and depth, --fdatasync=1 on writes) on the file
-    system of the server's data directory, right before and right after each rfos cell, the higher of the two
-    taken as the ceiling (a shared virtual disk moves by 2-3x within minutes);
+    system of the server's data directory, before, between and after the rfos runs of a cell (fio and rfos
+    alternate, --reps rfos runs and one fio run more), the median taken as the ceiling: a shared virtual disk
+    moves by 2-3x within minutes, so one sample of each side says little;
   - the transport (through `rfos bench --ceiling`): ucx_perftest ucp_am_bw for UCX providers, with the same size
     and window; fi_pingpong for libfabric ones, which is one message in flight, so it is shown but not used as
     a ceiling at depth > 1;
-  - rfos: `rfos bench` against an `rfos server` started for that provider on loopback;
+  - rfos: `rfos bench` against an `rfos server` started for that provider on loopback, the median of --reps runs;
 and prints a Markdown table with the ratio to the lower ceiling.
 
-  bench/provider_matrix.py [--build build] [--runtime 5] [--providers ucx+tcp,ucx+shm,ofi+tcp,ofi+shm]
+  bench/provider_matrix.py [--build build] [--runtime 5] [--reps 3] [--providers ucx+tcp,ucx+shm,ofi+tcp,ofi+shm]
                            [--rw randread,randwrite,read,write]
 """
 import argparse
@@ -23,16 +24,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from statistics import median
 
 CASES = [("randread", "4k", 4096, 16, "64m"), ("randwrite", "4k", 4096, 16, "64m"),
          ("read", "1m", 1 << 20, 4, "256m"), ("write", "1m", 1 << 20, 4, "256m")]
 
 
-def fio(dirpath, rw, bs, depth, runtime):
+def fio(dirpath, rw, bs, depth, runtime, size):
+    """fio on a file as large as rfos bench's object, laid out by 1 MiB writes first as rfos bench lays it out."""
     d = os.path.join(dirpath, "fio")
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
-    base = ["fio", "--directory=" + d, "--size=128m", "--ioengine=io_uring", "--direct=1", "--output-format=json"]
+    base = ["fio", "--directory=" + d, "--size=" + size, "--ioengine=io_uring", "--direct=1", "--output-format=json"]
     subprocess.run(base + ["--name=layout", "--rw=write", "--bs=1m"], check=True, capture_output=True)
     cmd = base + ["--name=ceiling", "--rw=" + rw, "--bs=" + str(bs), "--iodepth=" + str(depth),
                   "--runtime=" + str(runtime), "--time_based"]
@@ -48,6 +51,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default="build")
     p.add_argument("--runtime", type=float, default=5)
+    p.add_argument("--reps", type=int, default=3, help="rfos runs per cell, alternating with fio runs")
     p.add_argument("--providers", default="ucx+tcp,ucx+shm,ofi+tcp,ofi+shm")
     p.add_argument("--dir", default="/var/tmp")
     p.add_argument("--rw", default="randread,randwrite,read,write", help="patterns to run (comma-separated)")
@@ -81,36 +85,40 @@ def main():
                 for rw, bs_text, bs, depth, size in cases:
                     cmd = [rfos, "bench", "--rw", rw, "--bs", bs_text, "--iodepth", str(depth), "--size", size,
                            "--runtime", str(args.runtime), "--output-format", "json"]
-                    cmd.append("--ceiling")
-                    before = fio(work, rw, bs, depth, args.runtime)[0]
-                    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
-                    after = fio(work, rw, bs, depth, args.runtime)[0]
-                    if out.returncode != 0:
-                        sys.exit("provider_matrix: %s failed: %s" % (" ".join(cmd), out.stderr.strip()))
-                    j = json.loads(out.stdout)
-                    side = j["jobs"][0]["write" if "write" in rw else "read"]
-                    transport = j.get("ceiling", {}).get("msg_rate")
-                    media_iops = max(before, after)
+                    media, runs = [fio(work, rw, bs, depth, args.runtime, size)[0]], []
+                    for rep in range(args.reps):
+                        out = subprocess.run(cmd + (["--ceiling"] if rep == 0 else []), env=env, capture_output=True,
+                                             text=True)
+                        if out.returncode != 0:
+                            sys.exit("provider_matrix: %s failed: %s" % (" ".join(cmd), out.stderr.strip()))
+                        runs.append(json.loads(out.stdout))
+                        media.append(fio(work, rw, bs, depth, args.runtime, size)[0])
+                    side_of = lambda j: j["jobs"][0]["write" if "write" in rw else "read"]
+                    iops = [side_of(j)["iops"] for j in runs]
+                    mid = sorted(runs, key=lambda j: side_of(j)["iops"])[len(runs) // 2]
+                    side = side_of(mid)
+                    transport = runs[0].get("ceiling", {}).get("msg_rate")
+                    media_iops = median(media)
                     bounds = transport and (prov.startswith("ucx+") or depth == 1)  # a ping-pong bounds depth 1 only
                     lower = min(media_iops, transport) if bounds else media_iops
                     rows.append((prov, rw, bs_text, depth, side["iops"], side["bw_bytes"],
                                  side["clat_ns"]["percentile"]["50.000000"], media_iops, transport,
-                                 side["iops"] / lower))
-                    print("%-8s %-9s %-3s qd%-2d rfos %9.0f IOPS %8.1f MiB/s | media %6.0f / %6.0f | transport %9s "
-                          "| ratio %.2f" % (prov, rw, bs_text, depth, side["iops"], side["bw_bytes"] / 2**20, before, after,
-                             "%.0f" % transport if transport else "-", rows[-1][-1]), flush=True)
+                                 side["iops"] / lower, min(iops) / lower, max(iops) / lower))
+                    print("%-8s %-9s %-3s qd%-2d rfos %s IOPS | media %s | transport %9s | ratio %.2f" %
+                          (prov, rw, bs_text, depth, "/".join("%.0f" % x for x in iops),
+                           "/".join("%.0f" % x for x in media), "%.0f" % transport if transport else "-",
+                           rows[-1][-3]), flush=True)
             finally:
                 server.terminate()
                 server.wait()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("\n| provider | pattern | bs | depth | rfos IOPS | rfos MiB/s | p50 (us) | media ceiling IOPS | "
-          "transport ceiling msg/s | ratio to the lower |\n|---|---|---|---|---|---|---|---|---|---|")
-    for prov, rw, bs, depth, iops, bw, p50, med, tr, ratio in rows:
-        print("| %s | %s | %s | %d | %.0f | %.1f | %.0f | %.0f | %s | **%.2f** |" %
+          "transport ceiling msg/s | ratio to the lower (runs) |\n|---|---|---|---|---|---|---|---|---|---|")
+    for prov, rw, bs, depth, iops, bw, p50, med, tr, ratio, lo, hi in rows:
+        print("| %s | %s | %s | %d | %.0f | %.1f | %.0f | %.0f | %s | **%.2f** (%.2f-%.2f) |" %
               (prov, rw, bs, depth, iops, bw / 2**20, p50 / 1e3, med,
-               ("%.0f" % tr + ("" if prov.startswith("ucx+") else " (ping-pong)")) if tr else "n/a", ratio))
-
+               ("%.0f" % tr + ("" if prov.startswith("ucx+") else " (ping-pong)")) if tr else "n/a", ratio, lo, hi))
 
 if __name__ == "__main__":
     main()
