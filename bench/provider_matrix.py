@@ -120,5 +120,6 @@ def main():
               (prov, rw, bs, depth, iops, bw / 2**20, p50 / 1e3, med,
                ("%.0f" % tr + ("" if prov.startswith("ucx+") else " (ping-pong)")) if tr else "n/a", ratio, lo, hi))
 
+
 if __name__ == "__main__":
     main()
