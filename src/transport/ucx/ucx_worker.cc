@@ -120,17 +120,17 @@ class UcxWorker final : public Worker {
     // purges the reply and trips an assertion ("got REP message", fixed upstream in UCX 1.14). A CLI call that
     // failed right after connecting took the server down that way. After the flush the peer holds no wireup
     // message of ours, so exiting, cleanly or not, is safe for it. Shm endpoints never fail, so never purge.
-    if (use_events_) {
-      Status wired = wait_wireup(reinterpret_cast<ucp_ep_h>(h));
-      if (!wired.is_ok()) {
-        disconnect(h);
-        return wired;
-      }
+    Status wired = use_events_ ? wait_wireup(reinterpret_cast<ucp_ep_h>(h)) : Status::ok();
+    if (!wired.is_ok()) {  // forced: a peer that does not answer would never let a graceful close finish
+      eps_.erase(h);
+      close_ep(reinterpret_cast<ucp_ep_h>(h), true);
+      return wired;
     }
     return h;
   }
 
-  // Flushes a new endpoint: done once the peer answered the wireup, kTimeout after kWireupTimeout.
+  // Flushes a new endpoint: done once the peer answered the wireup, kTimeout after kWireupTimeout (the request
+  // is released here; closing the endpoint completes it).
   Status wait_wireup(ucp_ep_h ep) {
     ucp_request_param_t rp{};
     void* req = ucp_ep_flush_nbx(ep, &rp);
@@ -140,10 +140,6 @@ class UcxWorker final : public Worker {
     ucs_status_t s;
     while ((s = ucp_request_check_status(req)) == UCS_INPROGRESS && std::chrono::steady_clock::now() < deadline)
       if (ucp_worker_progress(worker_) == 0) std::this_thread::yield();
-    if (s == UCS_INPROGRESS) {  // a forced close of the endpoint completes the flush (canceled)
-      close_ep(ep, true);
-      eps_.erase(reinterpret_cast<EpHandle>(ep));
-    }
     ucp_request_free(req);
     if (s == UCS_INPROGRESS) return error(StatusCode::kTimeout, "connect: the peer did not complete the wireup");
     return s == UCS_OK ? Status::ok() : ucs_error(s, "connect (wireup)");
