@@ -19,6 +19,15 @@
 
 namespace rfos::testing {
 
+// Removes the shared-memory regions a process that died without closing its endpoints left behind (libfabric
+// shm names them rfos-<pid>-...), as an operator would after a crash, so test runs do not fill /dev/shm.
+inline void remove_shm_regions_of(pid_t pid) {
+  std::error_code ec;
+  std::string prefix = "rfos-" + std::to_string(pid) + "-";
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(e.path(), ec);
+}
+
 class ServerProcess {
  public:
   explicit ServerProcess(std::string data_dir, std::vector<std::string> extra = {})
@@ -66,19 +75,14 @@ class ServerProcess {
     return !address_.empty();
   }
 
-  // SIGKILL: a crash. Shared-memory regions a killed server leaves behind (libfabric shm names them
-  // rfos-<pid>-...) are removed here, as an operator would after a crash, so test runs do not fill /dev/shm.
+  // SIGKILL: a crash (the shared-memory regions it leaves behind are removed).
   void kill(int sig = SIGKILL) {
     if (pid_ <= 0) return;
     ::kill(pid_, sig);
     int status = 0;
     waitpid(pid_, &status, 0);
     exit_status_ = status;
-    if (WIFSIGNALED(status)) {
-      std::string prefix = "rfos-" + std::to_string(pid_) + "-";
-      for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec_))
-        if (e.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(e.path(), ec_);
-    }
+    if (WIFSIGNALED(status)) remove_shm_regions_of(pid_);
     pid_ = -1;
   }
   // SIGTERM: a clean stop (the server closes its endpoints and exits 0); SIGKILL if it does not within 10 s.
@@ -105,7 +109,6 @@ class ServerProcess {
   pid_t pid_ = -1;
   std::string address_;
   int exit_status_ = 0;
-  std::error_code ec_;
 };
 
 }  // namespace rfos::testing
