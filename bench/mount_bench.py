@@ -2,17 +2,19 @@
 """fio on `rfos mount` against `rfos bench` on the native client: same server, same provider, same pattern,
 jobs and depth, in one run; then an mdtest-like metadata run through the mount.
 
-  bench/mount_bench.py [--build build] [--runtime 5] [--provider ucx+tcp] [--files 2000]
-                       [--bigdir 100000 --procs 8] [--no-fio]
+  bench/mount_bench.py [--build build] [--runtime 5] [--reps 1] [--provider ucx+tcp] [--files 2000]
+                       [--bigdir 100000 --procs 8] [--no-fio] [--cells buffered-write,...]
 
 Needs root and /dev/fuse (FUSE), fio. Prints a Markdown table: each mount figure beside the native one and
-their ratio; then creates / stats / unlinks per second for N files in one directory and spread over many
+their ratio (with --reps N, native and mount runs alternate N times per cell and the medians are compared; the
+range of the N pairs' ratios is shown); then creates / stats / unlinks per second for N files in one directory and spread over many
 (one process); with --bigdir, one directory grown to that many entries by --procs processes at once, listed
 whole (every name exactly once), stat'ed, and emptied again.
 """
 import argparse
 import json
 import multiprocessing
+import statistics
 import os
 import random
 import shutil
@@ -124,11 +126,13 @@ def main():
     p.add_argument("--build", default="build")
     p.add_argument("--runtime", type=float, default=5)
     p.add_argument("--provider", default="ucx+tcp")
-    p.add_argument("--files", type=int, default=2000)
+    p.add_argument("--files", type=int, default=2000, help="files of the metadata runs (0: none)")
     p.add_argument("--dir", default="/var/tmp")
     p.add_argument("--bigdir", type=int, default=0, help="also grow one directory to this many entries")
     p.add_argument("--procs", type=int, default=8, help="processes that work on the big directory at once")
     p.add_argument("--no-fio", action="store_true", help="metadata runs only")
+    p.add_argument("--reps", type=int, default=1, help="native and mount runs alternating per cell (medians)")
+    p.add_argument("--cells", default="", help="only these cells, as mode-rw (buffered-write,direct-read,...)")
     args = p.parse_args()
     if shutil.which("fio") is None:
         sys.exit("mount_bench: fio is not installed (scripts/install-deps installs it)")
@@ -166,16 +170,25 @@ def main():
                 time.sleep(0.05)
         mounts["direct"] = mounts["buffered"]
         mnt = mounts["buffered"][0]
+        cells = set(c for c in args.cells.split(",") if c)
         for mode, rw, bs, jobs, depth, size in ([] if args.no_fio else CASES):
-            n_iops, n_bw, n_cmd = native(rfos, env, rw, bs, jobs, depth, size, args.runtime)
-            m_iops, m_bw, m_cmd = fio_on_mount(mounts[mode][0], mode, rw, bs, jobs, depth, size, args.runtime)
-            rows.append((mode, rw, bs, jobs, depth, n_iops, n_bw, m_iops, m_bw))
-            print("%-9s %-9s %-3s jobs %d qd%-2d native %9.0f IOPS %7.1f MiB/s | mount %9.0f IOPS %7.1f MiB/s | %.2f"
-                  % (mode, rw, bs, jobs, depth, n_iops, n_bw / 2**20, m_iops, m_bw / 2**20, m_iops / n_iops),
-                  flush=True)
+            if cells and "%s-%s" % (mode, rw) not in cells:
+                continue
+            pairs = []
+            for _ in range(max(1, args.reps)):
+                n = native(rfos, env, rw, bs, jobs, depth, size, args.runtime)
+                m = fio_on_mount(mounts[mode][0], mode, rw, bs, jobs, depth, size, args.runtime)
+                pairs.append((n, m))
+                print("%-9s %-9s %-3s jobs %d qd%-2d native %9.0f IOPS %7.1f MiB/s | mount %9.0f IOPS %7.1f MiB/s | "
+                      "%.2f" % (mode, rw, bs, jobs, depth, n[0], n[1] / 2**20, m[0], m[1] / 2**20, m[0] / n[0]),
+                      flush=True)
+            n_iops, n_bw = (statistics.median(p[0][i] for p in pairs) for i in (0, 1))
+            m_iops, m_bw = (statistics.median(p[1][i] for p in pairs) for i in (0, 1))
+            ratios = [p[1][0] / p[0][0] for p in pairs]
+            rows.append((mode, rw, bs, jobs, depth, n_iops, n_bw, m_iops, m_bw, min(ratios), max(ratios)))
             for f in os.listdir(mnt):
                 os.unlink(os.path.join(mnt, f))
-        md = [(1, metadata(mnt, args.files, 1)), (50, metadata(mnt, args.files, 50))]
+        md = [(1, metadata(mnt, args.files, 1)), (50, metadata(mnt, args.files, 50))] if args.files else []
         big = bigdir(mnt, args.bigdir, args.procs) if args.bigdir else None
     finally:
         for mode in ("buffered", "writeback"):
@@ -186,12 +199,14 @@ def main():
         server.wait()
         shutil.rmtree(work, ignore_errors=True)
     print("\n| fio on the mount | pattern | bs | jobs | depth | native IOPS | native MiB/s | mount IOPS | mount MiB/s |"
-          " mount / native |")
+          " mount / native%s |" % (" (pairs)" if args.reps > 1 else ""))
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for mode, rw, bs, jobs, depth, n_iops, n_bw, m_iops, m_bw in rows:
-        print("| %s | %s | %s | %d | %d | %.0f | %.1f | %.0f | %.1f | **%.2f** |"
-              % (mode, rw, bs, jobs, depth, n_iops, n_bw / 2**20, m_iops, m_bw / 2**20, m_iops / n_iops))
-    print("\n| metadata, %d files | creates/s | stats/s | unlinks/s |\n|---|---|---|---|" % args.files)
+    for mode, rw, bs, jobs, depth, n_iops, n_bw, m_iops, m_bw, lo, hi in rows:
+        print("| %s | %s | %s | %d | %d | %.0f | %.1f | %.0f | %.1f | **%.2f**%s |"
+              % (mode, rw, bs, jobs, depth, n_iops, n_bw / 2**20, m_iops, m_bw / 2**20, m_iops / n_iops,
+                 " (%.2f-%.2f)" % (lo, hi) if args.reps > 1 else ""))
+    if md:
+        print("\n| metadata, %d files | creates/s | stats/s | unlinks/s |\n|---|---|---|---|" % args.files)
     for dirs, (c, s, u) in md:
         print("| in %d director%s | %.0f | %.0f | %.0f |" % (dirs, "y" if dirs == 1 else "ies", c, s, u))
     if big:

@@ -2,8 +2,10 @@
 #include "fuse/mount.h"
 #include "fuse/write_behind.h"
 
+#include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -16,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -50,6 +53,41 @@ struct DirHandle {
   bool done = false;
 };
 
+// The buffers requests are read into. libfuse allocates each (its size is libfuse's: the largest request);
+// they are kept here for the next request instead of being freed.
+class RequestBuffers {
+ public:
+  RequestBuffers() = default;
+  RequestBuffers(const RequestBuffers&) = delete;
+  RequestBuffers& operator=(const RequestBuffers&) = delete;
+  ~RequestBuffers() {
+    for (void* p : free_) std::free(p);
+  }
+
+  void* take() {  // null when none is free: libfuse allocates one
+    std::lock_guard lock(mu_);
+    if (free_.empty()) return nullptr;
+    void* p = free_.back();
+    free_.pop_back();
+    return p;
+  }
+  void give(void* p) {
+    std::lock_guard lock(mu_);
+    if (free_.size() < kKeep)
+      free_.push_back(p);
+    else
+      std::free(p);
+  }
+
+ private:
+  static constexpr size_t kKeep = 64;  // 64 MiB at most kept idle
+  std::mutex mu_;
+  std::vector<void*> free_;
+};
+
+// The buffer the calling worker read its current request into (see serve_requests).
+thread_local fuse_buf* t_request = nullptr;
+
 class Fs {
  public:
   Fs(Namespace& ns, const MountOptions& o) : ns_(ns), opt_(o) {
@@ -61,6 +99,20 @@ class Fs {
   Namespace& ns() { return ns_; }
   // Write-behind (null with --sync-writes): what reads and attribute queries of a file wait for.
   WriteBehind* writes() { return writes_.get(); }
+  RequestBuffers& buffers() { return *buffers_; }
+  // A write's bytes for write-behind. A large write takes the request buffer it arrived in from the worker
+  // (which reads its next request into another), so its bytes are copied only by the kernel on their way in.
+  // Small writes are copied: a buffer is as large as the largest request, and write-behind counts the bytes
+  // written, so at least half of each held buffer is data.
+  WriteBytes take_write(const char* data, size_t size) {
+    constexpr size_t kTakeFrom = 512u << 10;
+    fuse_buf* b = t_request;
+    const char* mem = b && !(b->flags & FUSE_BUF_IS_FD) ? static_cast<const char*>(b->mem) : nullptr;
+    if (size < kTakeFrom || !mem || data < mem || data + size > mem + b->size) return WriteBytes::copy_of(data, size);
+    std::shared_ptr<const void> owner(b->mem, [pool = buffers_](const void* p) { pool->give(const_cast<void*>(p)); });
+    b->mem = nullptr;
+    return {std::move(owner), reinterpret_cast<const uint8_t*>(data), size};
+  }
   bool wait_writes(const ObjectId& oid) { return writes_ && writes_->wait(oid); }
   const MountOptions& options() const { return opt_; }
 
@@ -165,6 +217,7 @@ class Fs {
 
   Namespace& ns_;
   MountOptions opt_;
+  std::shared_ptr<RequestBuffers> buffers_ = std::make_shared<RequestBuffers>();  // queued writes hold it too
   std::unique_ptr<WriteBehind> writes_;
   std::mutex mu_;
   std::unordered_map<fuse_ino_t, Node> nodes_;
@@ -412,7 +465,7 @@ void op_write(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t o
   auto* h = reinterpret_cast<FileHandle*>(fi->fh);
   Fs* fs = fs_of(req);
   if (fs->writes()) {
-    fs->writes()->submit(h->oid, static_cast<uint64_t>(off), std::string(data, size));
+    fs->writes()->submit(h->oid, static_cast<uint64_t>(off), fs->take_write(data, size));
   } else {
     Status s = fs->ns().write(h->oid, static_cast<uint64_t>(off), {reinterpret_cast<const uint8_t*>(data), size});
     if (!s.is_ok()) return reply_status(req, s);
@@ -602,6 +655,55 @@ class SignalsEndTheLoop {
   struct sigaction old_[3]{};
 };
 
+// The request loop, in place of libfuse's fuse_session_loop_mt, whose workers each read every request into the
+// one buffer they keep, so a write's bytes had to be copied out (into a fresh allocation) before its handler
+// returned, on the path every buffered write() waits on. Each worker waits on its own epoll set
+// (EPOLLEXCLUSIVE: one worker wakes per request), reads the request into a buffer from `buffers` and handles
+// it; a write handed to write-behind takes that buffer along. The device is non-blocking, so a worker that
+// lost the race for a request goes back to waiting, and every worker looks at the exit flag (unmount, signal)
+// at least every kExitCheckMs. Returns 0, or the errno that stopped the loop.
+int serve_requests(fuse_session* se, RequestBuffers& buffers, unsigned threads) {
+  constexpr int kExitCheckMs = 200;
+  int fd = fuse_session_fd(se);
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return errno;
+  std::atomic<int> failure{0};
+  auto work = [&] {
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    epoll_event want{};
+    want.events = EPOLLIN | EPOLLEXCLUSIVE;
+    if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &want) != 0) {
+      failure = errno;
+      fuse_session_exit(se);
+    }
+    fuse_buf buf{};
+    while (!fuse_session_exited(se)) {
+      epoll_event ready;
+      if (epoll_wait(ep, &ready, 1, kExitCheckMs) <= 0) continue;  // timeout, or a signal: the exit flag
+      if (!buf.mem) buf.mem = buffers.take();
+      int n = fuse_session_receive_buf(se, &buf);
+      if (n == -EAGAIN || n == -EINTR) continue;  // another worker took it
+      if (n <= 0) {                               // 0: unmounted (libfuse set the exit flag)
+        if (n < 0) {
+          failure = -n;
+          fuse_session_exit(se);
+        }
+        break;
+      }
+      t_request = &buf;
+      fuse_session_process_buf(se, &buf);
+      t_request = nullptr;
+    }
+    if (buf.mem) buffers.give(buf.mem);
+    if (ep >= 0) close(ep);
+  };
+  std::vector<std::thread> workers;
+  for (unsigned i = 1; i < std::max(1u, threads); ++i) workers.emplace_back(work);
+  work();
+  for (auto& t : workers) t.join();
+  return failure;
+}
+
 }  // namespace
 
 Status check_mountpoint(const std::string& mountpoint) {
@@ -667,10 +769,8 @@ Status run_mount(posix::Namespace& ns, const MountOptions& options) {
     } else {
       set_readahead(options);
       if (options.on_mounted) options.on_mounted(Status::ok());
-      fuse_loop_config config{};
-      config.clone_fd = 0;
-      config.max_idle_threads = options.max_idle_threads;
-      if (fuse_session_loop_mt(se, &config) != 0) result = error(StatusCode::kIoError, "the FUSE loop failed");
+      if (int err = serve_requests(se, fs.buffers(), options.request_threads); err != 0)
+        result = error(StatusCode::kIoError, std::string("the FUSE loop failed: ") + std::strerror(err));
       fuse_session_unmount(se);
     }
   }

@@ -1,6 +1,7 @@
 #include "fuse/write_behind.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace rfos::fuse {
 
@@ -13,7 +14,7 @@ WriteBehind::~WriteBehind() {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  work_.notify_all();
   for (auto& t : threads_) t.join();
 }
 
@@ -23,20 +24,27 @@ std::shared_ptr<WriteBehind::File> WriteBehind::file_locked(const ObjectId& oid)
   return f;
 }
 
-void WriteBehind::submit(const ObjectId& oid, uint64_t offset, std::string data) {
-  uint64_t end = offset + data.size();
+WriteBytes WriteBytes::copy_of(const char* data, size_t size) {
+  std::shared_ptr<uint8_t[]> copy(new uint8_t[size]);
+  std::memcpy(copy.get(), data, size);
+  return {copy, copy.get(), size};
+}
+
+void WriteBehind::submit(const ObjectId& oid, uint64_t offset, WriteBytes bytes) {
+  uint64_t end = offset + bytes.size;
   std::unique_lock lock(mu_);
   std::shared_ptr<File> f = file_locked(oid);
-  cv_.wait(lock, [&] {
-    bool room = f->ranges.empty() || f->bytes + data.size() <= max_bytes_;
+  landed_.wait(lock, [&] {
+    bool room = f->ranges.empty() || f->bytes + bytes.size <= max_bytes_;
     bool overlap = std::any_of(f->ranges.begin(), f->ranges.end(),
                                [&](const auto& r) { return r.first < end && offset < r.second; });
     return room && !overlap;
   });
   f->ranges.emplace_back(offset, end);
-  f->bytes += data.size();
-  jobs_.push_back({oid, offset, std::move(data), f});
-  cv_.notify_all();
+  f->bytes += bytes.size;
+  jobs_.push_back({oid, offset, std::move(bytes), f});
+  lock.unlock();
+  work_.notify_one();
 }
 
 void WriteBehind::run() {
@@ -44,22 +52,22 @@ void WriteBehind::run() {
     Job job;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      work_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
       if (jobs_.empty()) return;  // stopping, and everything queued has landed
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    Status s = ns_.write(job.oid, job.offset, {reinterpret_cast<const uint8_t*>(job.data.data()), job.data.size()});
+    Status s = ns_.write(job.oid, job.offset, {job.bytes.data, job.bytes.size});
     {
       std::lock_guard lock(mu_);
       File& f = *job.file;
       auto it = std::find(f.ranges.begin(), f.ranges.end(),
-                          std::make_pair(job.offset, job.offset + uint64_t{job.data.size()}));
+                          std::make_pair(job.offset, job.offset + uint64_t{job.bytes.size}));
       if (it != f.ranges.end()) f.ranges.erase(it);
-      f.bytes -= job.data.size();
+      f.bytes -= job.bytes.size;
       if (!s.is_ok() && f.failed.is_ok()) f.failed = s;
     }
-    cv_.notify_all();
+    landed_.notify_all();
   }
 }
 
@@ -68,7 +76,7 @@ bool WriteBehind::wait(const ObjectId& oid) {
   auto it = files_.find(oid);
   if (it == files_.end() || it->second->ranges.empty()) return false;
   std::shared_ptr<File> f = it->second;
-  cv_.wait(lock, [&] { return f->ranges.empty(); });
+  landed_.wait(lock, [&] { return f->ranges.empty(); });
   return true;
 }
 
@@ -77,7 +85,7 @@ Status WriteBehind::settle(const ObjectId& oid) {
   auto it = files_.find(oid);
   if (it == files_.end()) return Status::ok();
   std::shared_ptr<File> f = it->second;
-  cv_.wait(lock, [&] { return f->ranges.empty(); });
+  landed_.wait(lock, [&] { return f->ranges.empty(); });
   Status failed = f->failed;
   f->failed = Status::ok();
   auto again = files_.find(oid);  // idle and reported: forget it (a submit meanwhile would hold ranges)

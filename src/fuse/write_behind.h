@@ -11,6 +11,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
@@ -23,13 +24,22 @@
 
 namespace rfos::fuse {
 
+// A write's bytes and what keeps them alive: a copy, or the FUSE request buffer they arrived in.
+struct WriteBytes {
+  std::shared_ptr<const void> owner;
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+
+  static WriteBytes copy_of(const char* data, size_t size);
+};
+
 class WriteBehind {
  public:
   // max_bytes: bytes of one file in flight before write() waits.
   WriteBehind(posix::Namespace& ns, unsigned threads, uint64_t max_bytes);
   ~WriteBehind();  // lets queued writes land first
 
-  void submit(const ObjectId& oid, uint64_t offset, std::string data);
+  void submit(const ObjectId& oid, uint64_t offset, WriteBytes bytes);
   // Waits until no write of `oid` is in flight. settle() also returns, and forgets, the first failure since the
   // last settle (fsync and close report it); wait() leaves it for them.
   // Returns whether there was anything to wait for.
@@ -45,7 +55,7 @@ class WriteBehind {
   struct Job {
     ObjectId oid;
     uint64_t offset = 0;
-    std::string data;
+    WriteBytes bytes;
     std::shared_ptr<File> file;
   };
 
@@ -55,7 +65,8 @@ class WriteBehind {
   posix::Namespace& ns_;
   const uint64_t max_bytes_;
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable work_;    // a job was queued (one writer takes it)
+  std::condition_variable landed_;  // a job landed: room, overlaps and waits for a file may have changed
   std::map<ObjectId, std::shared_ptr<File>> files_;
   std::deque<Job> jobs_;
   bool stopping_ = false;
