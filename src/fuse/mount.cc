@@ -107,8 +107,9 @@ class Fs {
   WriteBytes take_write(const char* data, size_t size) {
     constexpr size_t kTakeFrom = 512u << 10;
     fuse_buf* b = t_request;
-    const char* mem = b && !(b->flags & FUSE_BUF_IS_FD) ? static_cast<const char*>(b->mem) : nullptr;
-    if (size < kTakeFrom || !mem || data < mem || data + size > mem + b->size) return WriteBytes::copy_of(data, size);
+    auto at = reinterpret_cast<uintptr_t>(data);
+    auto mem = b && !(b->flags & FUSE_BUF_IS_FD) ? reinterpret_cast<uintptr_t>(b->mem) : uintptr_t{0};
+    if (size < kTakeFrom || !mem || at < mem || at + size > mem + b->size) return WriteBytes::copy_of(data, size);
     std::shared_ptr<const void> owner(b->mem, [pool = buffers_](const void* p) { pool->give(const_cast<void*>(p)); });
     b->mem = nullptr;
     return {std::move(owner), reinterpret_cast<const uint8_t*>(data), size};
