@@ -6,9 +6,11 @@ For every pattern it measures
     system of the server's data directory, before, between and after the rfos runs of a cell (fio and rfos
     alternate, --reps rfos runs and one fio run more), the median taken as the ceiling: a shared virtual disk
     moves by 2-3x within minutes, so one sample of each side says little;
-  - the transport (through `rfos bench --ceiling`): ucx_perftest ucp_am_bw for UCX providers, with the same size
-    and window; fi_pingpong for libfabric ones, which is one message in flight, so it is shown but not used as
-    a ceiling at depth > 1;
+  - the transport (through `rfos bench --ceiling`, beside every rfos run, the median taken): ucx_perftest
+    ucp_am_bw for UCX providers, with the same size and window and the endpoint mode rfos's own endpoints use
+    (peer-failure handling, `-e`, except on shm, which cannot detect peer failure); over tcp the figure without
+    it, which a server cannot use, is shown in its own column; fi_pingpong for libfabric ones, which is one
+    message in flight, so it is shown but not used as a ceiling at depth > 1;
   - rfos: `rfos bench` against an `rfos server` started for that provider on loopback, the median of --reps runs;
 and prints a Markdown table with the ratio to the lower ceiling.
 
@@ -87,8 +89,7 @@ def main():
                            "--runtime", str(args.runtime), "--output-format", "json"]
                     media, runs = [fio(work, rw, bs, depth, args.runtime, size)[0]], []
                     for rep in range(args.reps):
-                        out = subprocess.run(cmd + (["--ceiling"] if rep == 0 else []), env=env, capture_output=True,
-                                             text=True)
+                        out = subprocess.run(cmd + ["--ceiling"], env=env, capture_output=True, text=True)
                         if out.returncode != 0:
                             sys.exit("provider_matrix: %s failed: %s" % (" ".join(cmd), out.stderr.strip()))
                         runs.append(json.loads(out.stdout))
@@ -97,28 +98,36 @@ def main():
                     iops = [side_of(j)["iops"] for j in runs]
                     mid = sorted(runs, key=lambda j: side_of(j)["iops"])[len(runs) // 2]
                     side = side_of(mid)
-                    transport = runs[0].get("ceiling", {}).get("msg_rate")
+                    ceilings = [j.get("ceiling", {}) for j in runs]
+                    transport = median([c["msg_rate"] for c in ceilings]) if all("msg_rate" in c for c in ceilings) \
+                        else None
+                    other = [c["without_peer_failure_handling"]["msg_rate"] for c in ceilings
+                             if "without_peer_failure_handling" in c]
+                    unhandled = median(other) if other else None
                     media_iops = median(media)
                     bounds = transport and (prov.startswith("ucx+") or depth == 1)  # a ping-pong bounds depth 1 only
                     lower = min(media_iops, transport) if bounds else media_iops
                     rows.append((prov, rw, bs_text, depth, side["iops"], side["bw_bytes"],
-                                 side["clat_ns"]["percentile"]["50.000000"], media_iops, transport,
+                                 side["clat_ns"]["percentile"]["50.000000"], media_iops, transport, unhandled,
                                  side["iops"] / lower, min(iops) / lower, max(iops) / lower))
-                    print("%-8s %-9s %-3s qd%-2d rfos %s IOPS | media %s | transport %9s | ratio %.2f" %
+                    print("%-8s %-9s %-3s qd%-2d rfos %s IOPS | media %s | transport %s | unhandled %s | ratio %.2f" %
                           (prov, rw, bs_text, depth, "/".join("%.0f" % x for x in iops),
-                           "/".join("%.0f" % x for x in media), "%.0f" % transport if transport else "-",
-                           rows[-1][-3]), flush=True)
+                           "/".join("%.0f" % x for x in media),
+                           "/".join("%.0f" % c["msg_rate"] for c in ceilings if "msg_rate" in c) or "-",
+                           "/".join("%.0f" % x for x in other) or "-", rows[-1][-3]), flush=True)
             finally:
                 server.terminate()
                 server.wait()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("\n| provider | pattern | bs | depth | rfos IOPS | rfos MiB/s | p50 (us) | media ceiling IOPS | "
-          "transport ceiling msg/s | ratio to the lower (runs) |\n|---|---|---|---|---|---|---|---|---|---|")
-    for prov, rw, bs, depth, iops, bw, p50, med, tr, ratio, lo, hi in rows:
-        print("| %s | %s | %s | %d | %.0f | %.1f | %.0f | %.0f | %s | **%.2f** (%.2f-%.2f) |" %
+          "transport ceiling msg/s | ratio to the lower (runs) | perftest without peer-failure handling msg/s "
+          "(rfos / it) |\n|---|---|---|---|---|---|---|---|---|---|---|")
+    for prov, rw, bs, depth, iops, bw, p50, med, tr, un, ratio, lo, hi in rows:
+        print("| %s | %s | %s | %d | %.0f | %.1f | %.0f | %.0f | %s | **%.2f** (%.2f-%.2f) | %s |" %
               (prov, rw, bs, depth, iops, bw / 2**20, p50 / 1e3, med,
-               ("%.0f" % tr + ("" if prov.startswith("ucx+") else " (ping-pong)")) if tr else "n/a", ratio, lo, hi))
+               ("%.0f" % tr + ("" if prov.startswith("ucx+") else " (ping-pong)")) if tr else "n/a", ratio, lo, hi,
+               "%.0f (%.2f)" % (un, iops / un) if un else "-"))
 
 
 if __name__ == "__main__":

@@ -99,6 +99,19 @@ TEST(Cli, PutGetRoundTripsAndExitCodes) {
   }
   EXPECT_NE(sh(rfos + " bench --bs 3m 2>/dev/null").code, 0);
 
+  // --ceiling runs ucx_perftest as rfos's endpoints are set up (the server here is ucx+tcp: peer-failure
+  // handling, -e) and reports the figure without it beside, each with rfos's ratio to it.
+  if (sh("command -v ucx_perftest >/dev/null 2>&1").code == 0) {
+    Shell c = sh(rfos + " bench --rw write --bs 4k --iodepth 4 --size 2m --runtime 1 --ceiling --output-format json");
+    ASSERT_EQ(c.code, 0) << c.out;
+    EXPECT_NE(c.out.find("\"ceiling\":{\"tool\":\"ucx_perftest ucp_am_bw -e\",\"msg_rate\":"), std::string::npos)
+        << c.out;
+    std::string other = "\"without_peer_failure_handling\":{\"msg_rate\":";
+    size_t at = c.out.find(other);
+    ASSERT_NE(at, std::string::npos) << c.out;
+    EXPECT_GT(std::strtod(c.out.c_str() + at + other.size(), nullptr), 0.0) << c.out;
+  }
+
   // Errors a user can act on: unknown object or pool (1), no server (3), bad usage (non-zero).
   EXPECT_EQ(sh(rfos + " get nothing-here - 2>/dev/null").code, 1);
   EXPECT_EQ(sh(rfos + " get --pool nope greeting - 2>/dev/null").code, 1);
