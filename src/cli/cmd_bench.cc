@@ -24,6 +24,7 @@
 #include "cli/cli.h"
 #include "client/container.h"
 #include "placement/placement.h"
+#include "transport/transport.h"
 
 namespace rfos::cli {
 
@@ -183,11 +184,9 @@ Result<Ceiling> transport_ceiling(const std::string& provider, uint64_t bs, uint
       return error(StatusCode::kInternal, "ucx_perftest gave no result");
     return std::make_pair(v[7], v[5] * 1024 * 1024);  // ucx_perftest's MB is MiB
   };
-  // The ceiling is UCX with endpoints like rfos's (transport/ucx): peer-failure handling (-e), which UCX
-  // documents as disabling the protocols that could hang on a dead peer (on tcp, the zero-copy rendezvous
-  // lanes, so the receiver copies), except on shm, whose transports cannot detect peer failure at all, so
-  // rfos and the tool both run without it there.
-  if (provider == "ucx+shm") {
+  // The ceiling is UCX with endpoints like rfos's: with peer-failure handling (-e) where rfos's detect a dead
+  // peer (on tcp the receiver then copies every payload), without it on shm, which cannot.
+  if (!transport::ucx_detects_peer_failure(provider)) {
     RFOS_ASSIGN_OR_RETURN(auto plain, perftest(args));
     return Ceiling{"ucx_perftest ucp_am_bw", plain.first, plain.second};
   }

@@ -46,4 +46,6 @@ void poll_then_nap(const std::function<int()>& progress, std::atomic<bool>& sign
   ppoll(&pfd, 1, &ts, nullptr);
 }
 
+bool ucx_detects_peer_failure(std::string_view provider) { return provider != "ucx+shm"; }
+
 }  // namespace rfos::transport

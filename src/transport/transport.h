@@ -109,6 +109,12 @@ class Worker {
 // thread (on a small machine that is often the peer that will answer), then nap up to 50 us, or less when
 // `also` becomes ready; `signaled` ends it early. A thread idle for about 100 ms spins 20 us and naps 1 ms
 // instead, until its next event.
+// Whether UCX endpoints for `provider` detect a dead peer (UCP_ERR_HANDLING_MODE_PEER, which UCX documents as
+// turning off the protocols that could hang on one: on tcp the zero-copy rendezvous lanes): every UCX transport
+// but shared memory, which cannot in UCX 1.13. A tool measuring the transport for rfos (rfos bench --ceiling)
+// sets its endpoints up the same way.
+bool ucx_detects_peer_failure(std::string_view provider);
+
 void poll_then_nap(const std::function<int()>& progress, std::atomic<bool>& signaled, int timeout_ms,
                    const WakeSource* also);
 

@@ -68,6 +68,7 @@ class UcxWorker final : public Worker {
     // sleeping worker (UCP_FEATURE_WAKEUP, without peer-failure handling, which they lack), but measured here
     // that halves the CPU a loaded target burns and costs 20-35% of 4 KiB IOPS, with 1 MiB transfers level.
     use_events_ = provider != "ucx+shm";
+    peer_failure_ = ucx_detects_peer_failure(provider);
     params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | (use_events_ ? UCP_FEATURE_WAKEUP : 0);
     s = ucp_init(&params, config, &context_);
     ucp_config_release(config);
@@ -120,7 +121,7 @@ class UcxWorker final : public Worker {
     // purges the reply and trips an assertion ("got REP message", fixed upstream in UCX 1.14). A CLI call that
     // failed right after connecting took the server down that way. After the flush the peer holds no wireup
     // message of ours, so exiting, cleanly or not, is safe for it. Shm endpoints never fail, so never purge.
-    Status wired = use_events_ ? wait_wireup(reinterpret_cast<ucp_ep_h>(h)) : Status::ok();
+    Status wired = peer_failure_ ? wait_wireup(reinterpret_cast<ucp_ep_h>(h)) : Status::ok();
     if (!wired.is_ok()) {  // forced: a peer that does not answer would never let a graceful close finish
       eps_.erase(h);
       close_ep(reinterpret_cast<ucp_ep_h>(h), true);
@@ -152,7 +153,7 @@ class UcxWorker final : public Worker {
     ep.address = reinterpret_cast<const ucp_address_t*>(peer.data());
     // Peer-failure detection: UCX 1.13's shared-memory transports cannot do it (they refuse the endpoint),
     // so on shm a dead peer shows only as a request deadline on the client side.
-    ep.err_mode = use_events_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+    ep.err_mode = peer_failure_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     ep.err_handler.cb = &UcxWorker::ep_error_cb;
     ep.err_handler.arg = this;
     ucp_ep_h h = nullptr;
@@ -472,6 +473,7 @@ class UcxWorker final : public Worker {
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
   bool use_events_ = true;
+  bool peer_failure_ = true;  // endpoints detect a dead peer (ucx_detects_peer_failure)
   std::atomic<bool> signaled_{false};
   std::string address_;
   std::function<void(Incoming&)> handler_;
