@@ -349,7 +349,8 @@ class Container::Impl {
   Result<uint64_t> write_piece(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
                                std::span<const uint8_t> data) {
     wire::Request q = make_request(wire::Op::kUpdate, wire::Kind::kArray, oid, dkey, akey, offset, data.size());
-    chunk_crcs(offset, data, csum_chunk, &q.csums);
+    // A container without end-to-end checksums takes none: its engine makes its own for the data at rest.
+    if (!session.cont.props.csum_off) chunk_crcs(offset, data, csum_chunk, &q.csums);
     RFOS_ASSIGN_OR_RETURN(uintptr_t region, describe(q, data.data(), data.size()));
     Iov v{const_cast<uint8_t*>(data.data()), data.size()};
     return submit(target_of(q), q, region ? std::span<const Iov>() : std::span<const Iov>(&v, 1), {}, nullptr, region);
