@@ -34,6 +34,18 @@ TEST(Crc32c, ChunkLayout) {
   EXPECT_EQ(chunk_count(4096, 4096, 4096), 1u);
 }
 
+// The prefetch is a hint: the crc is the plain one whatever the limit (behind, at, or far past the end).
+TEST(Crc32c, AheadIsThePlainCrc) {
+  std::vector<uint8_t> data(3 * 4096 + 5);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 31 + 7);
+  const uint8_t* p = data.data();
+  uint32_t want = crc32c(p + 100, 4096);
+  EXPECT_EQ(crc32c_ahead(p + 100, 4096, p), want);
+  EXPECT_EQ(crc32c_ahead(p + 100, 4096, p + 100 + 4096), want);
+  EXPECT_EQ(crc32c_ahead(p + 100, 4096, p + data.size()), want);
+  EXPECT_EQ(crc32c_ahead(p, 0, p + data.size()), 0u);
+}
+
 TEST(Status, CodesAndMessages) {
   Status ok;
   EXPECT_TRUE(ok.is_ok());

@@ -20,6 +20,10 @@ uint32_t crc32c(const void* data, size_t len);
 // Continue a CRC-32C: crc32c_extend(crc32c(a), b) == crc32c(a || b).
 uint32_t crc32c_extend(uint32_t crc, const void* data, size_t len);
 
+// crc32c(data, len), asking the CPU beforehand for the bytes after it, up to `limit` (at most 4 KiB of them):
+// for loops over consecutive chunks of memory that may not be in cache (see chunk_crcs).
+uint32_t crc32c_ahead(const void* data, size_t len, const void* limit);
+
 // Number of checksum chunks that [offset, offset+len) touches.
 size_t chunk_count(uint64_t offset, uint64_t len, uint32_t chunk_bytes);
 

@@ -608,7 +608,7 @@ Result<FetchTx> Engine::finish_fetch(FetchPlan& plan, Status s) {
     for (uint64_t x = v.x; x < v.y;) {
       uint64_t e = std::min(v.y, align_down(x, chunk) + chunk);
       size_t idx = csum_index(v.ref->start, x, chunk);
-      if (idx >= r.csums.size() || crc32c(v.mem + (x - v.x), e - x) != r.csums[idx]) {
+      if (idx >= r.csums.size() || crc32c_ahead(v.mem + (x - v.x), e - x, v.mem + (v.y - v.x)) != r.csums[idx]) {
         s = error(StatusCode::kChecksumMismatch, "stored data at offset " + std::to_string(x) + " fails its checksum");
         break;
       }
