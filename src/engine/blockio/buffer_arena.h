@@ -49,13 +49,16 @@ class BufferArena {
     uint32_t used = 0;               // buffers handed out
     std::vector<uint16_t> free_idx;  // buffers not handed out (indices within the slot)
   };
-  BufferArena(uint8_t* base, size_t bytes);
+  static constexpr size_t kHugePageBytes = 2u << 20;
+  BufferArena(uint8_t* base, size_t bytes, void* map, size_t map_bytes);
   static int size_class(size_t bytes);
   // Assigns an unassigned or wholly unused slot to `cls`; false when every slot is in use.
   bool assign_slot(int cls);
 
   uint8_t* const base_;
   const size_t bytes_;
+  void* const map_;  // the whole mapping, of which [base_, base_ + bytes_) is the huge-page-aligned part
+  const size_t map_bytes_;
   std::vector<iovec> slots_;
   mutable std::mutex mu_;
   std::vector<Slot> state_;
