@@ -254,6 +254,9 @@ Status Server::Impl::open() {
     creds = grpc::SslServerCredentials(ssl);
   }
   int port = 0;
+  // gRPC shares a port between processes by default (SO_REUSEPORT): a second server on the same address would
+  // start and take half the new clients. One server per address.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(config_.control_addr, creds, &port);
   builder.RegisterService(this);
   grpc_ = builder.BuildAndStart();

@@ -123,6 +123,20 @@ TEST(ControlPlane, GoneServerGivesAClearErrorNotAHang) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
+// A second server on an address one already serves must not start: gRPC would otherwise share the port
+// (SO_REUSEPORT) and the kernel would hand each new client to either of them.
+TEST(ControlPlane, SecondServerOnTheSameAddressIsRefused) {
+  engine::testing::TempDir a, b;
+  testing::ServerProcess first(a.path());
+  ASSERT_TRUE(first.start());
+  testing::ServerProcess second(b.path(), {"--control-addr", first.address()});
+  EXPECT_FALSE(second.start());
+  second.stop();
+  EXPECT_TRUE(WIFEXITED(second.exit_status()) && WEXITSTATUS(second.exit_status()) != 0);
+  auto cc = ControlClient::create(first.address());
+  EXPECT_TRUE(cc->pool_list().is_ok());
+}
+
 TEST(ControlPlane, BadConfigIsRefused) {
   engine::testing::TempDir dir;
   testing::ServerProcess server(dir.path(), {"--provider", "carrier+pigeon"});

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -42,11 +43,11 @@ class ServerProcess {
     if (pid_ == 0) {
       dup2(out[1], STDOUT_FILENO);
       close(out[0]);
-      std::vector<std::string> args = {RFOS_BINARY,      "server",
-                                       "--data-dir",     data_dir_,
-                                       "--control-addr", "127.0.0.1:0",
-                                       "--target-bytes", std::to_string(80ull << 20),
-                                       "--targets",      "2"};
+      std::vector<std::string> args = {
+          RFOS_BINARY, "server", "--data-dir", data_dir_, "--target-bytes", std::to_string(80ull << 20),
+          "--targets", "2"};
+      if (std::find(extra_.begin(), extra_.end(), "--control-addr") == extra_.end())
+        args.insert(args.end(), {"--control-addr", "127.0.0.1:0"});
       args.insert(args.end(), extra_.begin(), extra_.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
