@@ -147,8 +147,9 @@ class AsyncRing;
 
 // The media ring of a thread that runs its own event loop (a target's), for fetch_submit and update_submit:
 // the thread polls it beside its other event sources, and finished operations call back from poll() on that
-// thread. Never shared between threads. Destroying it waits for the I/O and commits in flight and drops
-// their callbacks.
+// thread. The reads and writes the operations need go to the kernel at the next poll(), all at once, so the
+// thread must poll while in_flight() is not zero (ready() is true until it has). Never shared between threads.
+// Destroying it waits for the I/O and commits in flight and drops their callbacks.
 class IoRing {
  public:
   ~IoRing();

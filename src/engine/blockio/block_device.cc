@@ -260,7 +260,6 @@ void AsyncRing::submit(std::vector<IoRequest> requests, std::function<void(Statu
     return;
   }
   for (size_t i = 0; i < b->requests.size(); ++i) push(b, i);
-  flush();
 }
 
 void AsyncRing::push(Batch* b, size_t i) {

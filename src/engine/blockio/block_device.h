@@ -52,9 +52,11 @@ class AsyncRing {
   AsyncRing(const AsyncRing&) = delete;
   AsyncRing& operator=(const AsyncRing&) = delete;
 
+  // Queues the batch; it goes to the kernel at the next poll() (or drain()), together with every batch queued
+  // before it: one system call and one device notification for all the requests a loop iteration made.
   // `done` runs from a later poll() with the batch's first error (kIoError), after all its requests ended.
   void submit(std::vector<IoRequest> requests, std::function<void(Status)> done);
-  // Reaps completions without blocking; returns how many batches finished.
+  // Submits what is queued and reaps completions without blocking; returns how many batches finished.
   int poll();
   // Blocks until every batch has finished (running their callbacks).
   void drain();
