@@ -166,7 +166,7 @@ Result<Ceiling> transport_ceiling(const std::string& provider, uint64_t bs, uint
     }
     return error(StatusCode::kInternal, "fi_pingpong gave no result");
   }
-  const char* tls = provider == "ucx+tcp" ? "tcp" : provider == "ucx+shm" ? "sm,self" : nullptr;
+  const char* tls = provider == "ucx+tcp" || provider == "ucx+shm" ? transport::ucx_transports(provider) : nullptr;
   if (!tls) return error(StatusCode::kNotSupported, "no ucx_perftest ceiling for " + provider);
   std::string env = std::string("UCX_TLS=") + tls + " UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo} ";
   std::string args = " -p " + std::to_string(port) + " -t ucp_am_bw -s " + std::to_string(bs) + " -O " +

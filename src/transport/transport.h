@@ -115,6 +115,10 @@ class Worker {
 // sets its endpoints up the same way.
 bool ucx_detects_peer_failure(std::string_view provider);
 
+// UCX's transports (UCX_TLS) for a `ucx+...` provider string, nullptr for one UCX does not provide. Also what
+// a tool measuring the transport for rfos (rfos bench --ceiling) runs on.
+const char* ucx_transports(std::string_view provider);
+
 void poll_then_nap(const std::function<int()>& progress, std::atomic<bool>& signaled, int timeout_ms,
                    const WakeSource* also);
 

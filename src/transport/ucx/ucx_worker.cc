@@ -1,5 +1,5 @@
-// UCX provider: UCP active messages on one worker. The provider string picks UCX's transports
-// (UCX_TLS): ucx+tcp -> tcp, ucx+shm -> shared memory (posix/sysv + cma), ucx+rc -> rc, ucx+dc_x -> dc_x,
+// UCX provider: UCP active messages on one worker. The provider string picks UCX's transports (UCX_TLS,
+// ucx_transports): ucx+tcp -> tcp, ucx+shm -> posix/sysv shared memory, ucx+rc -> rc, ucx+dc_x -> dc_x,
 // ucx+ud -> ud. UCX environment variables (UCX_NET_DEVICES, ...) still apply.
 #include <poll.h>
 #include <ucp/api/ucp.h>
@@ -30,15 +30,6 @@ Status ucs_error(ucs_status_t s, const std::string& what) {
   return error(code, what + ": " + ucs_status_string(s));
 }
 
-const char* tls_for(const std::string& provider) {
-  if (provider == "ucx+tcp") return "tcp";
-  if (provider == "ucx+shm") return "sm,self";
-  if (provider == "ucx+rc") return "rc,sm,self";
-  if (provider == "ucx+dc_x") return "dc_x,sm,self";
-  if (provider == "ucx+ud") return "ud,sm,self";
-  return nullptr;
-}
-
 // What a pending UCX request calls back into.
 struct Pending {
   Done done;
@@ -56,7 +47,7 @@ class UcxWorker final : public Worker {
   }
 
   Status init(const std::string& provider) {
-    const char* tls = tls_for(provider);
+    const char* tls = ucx_transports(provider);
     if (tls == nullptr) return error(StatusCode::kNotSupported, "UCX does not provide '" + provider + "'");
     ucp_config_t* config = nullptr;
     ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
