@@ -55,6 +55,18 @@ class DataPlane : public ::testing::TestWithParam<std::string> {
 
   void kill_a_writer(const char* path);
 
+  // Writes `n` patterned bytes at `offset` of (oid, "size<n>", "a") and reads them back whole.
+  static void round_trip(Container& c, const ObjectId& oid, size_t n, uint64_t tag, uint64_t offset) {
+    std::string data = bytes_of(n, tag);
+    std::string dkey = "size" + std::to_string(n);
+    Status s = c.write(oid, dkey, "a", offset, as_span(data));
+    ASSERT_TRUE(s.is_ok()) << n << ": " << s.to_string();
+    std::string back(n, '\0');
+    s = c.read(oid, dkey, "a", offset, {reinterpret_cast<uint8_t*>(back.data()), n});
+    ASSERT_TRUE(s.is_ok()) << n << ": " << s.to_string();
+    ASSERT_TRUE(back == data) << "size " << n << " came back different";
+  }
+
   engine::testing::TempDir dir_;
   std::unique_ptr<testing::ServerProcess> server_;
   std::unique_ptr<ControlClient> control_;
@@ -67,15 +79,8 @@ TEST_P(DataPlane, RoundTripsAtManySizes) {
   uint64_t tag = 0;
   for (size_t n : {1ul, 100ul, 4095ul, 4096ul, 4097ul, 8191ul, 8192ul, 8193ul, 16383ul, 16384ul, 16385ul, 65536ul,
                    (1ul << 20) - 1, 1ul << 20, (1ul << 20) + 1, 3ul << 20}) {
-    std::string data = bytes_of(n, ++tag);
-    std::string dkey = "size" + std::to_string(n);
-    Status s = c->write(oid, dkey, "a", 4096, as_span(data));
-    ASSERT_TRUE(s.is_ok()) << n << ": " << s.to_string();
-    std::string back(n, '\0');
-    s = c->read(oid, dkey, "a", 4096, {reinterpret_cast<uint8_t*>(back.data()), n});
-    ASSERT_TRUE(s.is_ok()) << n << ": " << s.to_string();
-    ASSERT_TRUE(back == data) << "size " << n << " came back different";
-    EXPECT_EQ(*c->array_size(oid, dkey, "a"), 4096 + n);
+    ASSERT_NO_FATAL_FAILURE(round_trip(*c, oid, n, ++tag, 4096));
+    EXPECT_EQ(*c->array_size(oid, "size" + std::to_string(n), "a"), 4096 + n);
   }
   // Holes read as zeros.
   std::string hole(100, 'x');
@@ -93,16 +98,7 @@ TEST_P(DataPlane, ContainerWithoutChecksumsRoundTrips) {
   ASSERT_TRUE(c);
   ObjectId oid{2, 1};
   uint64_t tag = 100;
-  for (size_t n : {1ul, 4097ul, (1ul << 20) + 1}) {
-    std::string data = bytes_of(n, ++tag);
-    std::string dkey = "size" + std::to_string(n);
-    Status s = c->write(oid, dkey, "a", 512, as_span(data));
-    ASSERT_TRUE(s.is_ok()) << n << ": " << s.to_string();
-    std::string back(n, '\0');
-    s = c->read(oid, dkey, "a", 512, {reinterpret_cast<uint8_t*>(back.data()), n});
-    ASSERT_TRUE(s.is_ok()) << n << ": " << s.to_string();
-    ASSERT_TRUE(back == data) << "size " << n << " came back different";
-  }
+  for (size_t n : {1ul, 4097ul, (1ul << 20) + 1}) ASSERT_NO_FATAL_FAILURE(round_trip(*c, oid, n, ++tag, 512));
 }
 
 // Scatter-gather I/O: extents that cross 1 MiB pieces, written from and read into buffer lists split
