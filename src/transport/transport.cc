@@ -18,23 +18,25 @@ Result<std::unique_ptr<Worker>> Worker::create(const std::string& provider) {
   return error(StatusCode::kNotSupported, "unknown data-plane provider '" + provider + "'");
 }
 
+bool spin_until(const std::function<int()>& progress, std::atomic<bool>& signaled,
+                std::chrono::steady_clock::time_point until, const WakeSource* also) {
+  while (std::chrono::steady_clock::now() < until) {
+    if (progress() != 0 || (also && also->ready())) return true;
+    if (signaled.exchange(false, std::memory_order_relaxed)) return true;
+    sched_yield();
+  }
+  return false;
+}
+
 void poll_then_nap(const std::function<int()>& progress, std::atomic<bool>& signaled, int timeout_ms,
                    const WakeSource* also) {
   // Naps in a row with nothing to do on this thread: after about 100 ms of that the thread stops spinning
   // and naps longer, so an idle server does not burn its cores; the next event brings the spinning back.
   thread_local int idle_naps = 0;
   bool idle = idle_naps >= 100;
-  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(idle ? 20 : 1000);
-  while (std::chrono::steady_clock::now() < until && !signaled.load(std::memory_order_relaxed)) {
-    if (progress() != 0 || (also && also->ready())) {
-      idle_naps = 0;
-      return;
-    }
-    // Spinning must not starve a thread that would produce the event (the peer on the same core): when
-    // another thread is runnable here, it runs now.
-    sched_yield();
-  }
-  if (signaled.exchange(false)) {
+  if (spin_until(progress, signaled, std::chrono::steady_clock::now() + std::chrono::microseconds(idle ? 20 : 1000),
+                 also) ||
+      signaled.exchange(false)) {
     idle_naps = 0;
     return;
   }

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -104,11 +105,6 @@ class Worker {
   virtual void signal() = 0;
 };
 
-// wait() for workers with no event to sleep on (UCX 1.13 shm, libfabric with FI_WAIT_NONE): progress for up
-// to 1 ms (a reply is usually microseconds away), yielding the core between tries to any other runnable
-// thread (on a small machine that is often the peer that will answer), then nap up to 50 us, or less when
-// `also` becomes ready; `signaled` ends it early. A thread idle for about 100 ms spins 20 us and naps 1 ms
-// instead, until its next event.
 // Whether UCX endpoints for `provider` detect a dead peer (UCP_ERR_HANDLING_MODE_PEER, which UCX documents as
 // turning off the protocols that could hang on one: on tcp the zero-copy rendezvous lanes): every UCX transport
 // but shared memory, which cannot in UCX 1.13. A tool measuring the transport for rfos (rfos bench --ceiling)
@@ -119,6 +115,16 @@ bool ucx_detects_peer_failure(std::string_view provider);
 // a tool measuring the transport for rfos (rfos bench --ceiling) runs on.
 const char* ucx_transports(std::string_view provider);
 
+// Calls `progress` until it reports an event, `also` is ready or `signaled` is set (true), or until `until`
+// (false), yielding the core between tries to any other runnable thread: on a small machine that is often the
+// peer that will answer.
+bool spin_until(const std::function<int()>& progress, std::atomic<bool>& signaled,
+                std::chrono::steady_clock::time_point until, const WakeSource* also);
+
+// wait() for workers with no event to sleep on (UCX 1.13 shm, libfabric with FI_WAIT_NONE): spin for up to
+// 1 ms (a reply is usually microseconds away), then nap up to 50 us, or less when `also` becomes ready;
+// `signaled` ends it early. A thread idle for about 100 ms spins 20 us and naps 1 ms instead, until its next
+// event.
 void poll_then_nap(const std::function<int()>& progress, std::atomic<bool>& signaled, int timeout_ms,
                    const WakeSource* also);
 
