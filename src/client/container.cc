@@ -330,8 +330,8 @@ class Container::Impl {
       std::vector<uint32_t> want;
       chunk_crcs(r->second.first, r->second.second, csum_chunk, &want);
       if (want != c.reply.csums)
-        c.status = error(StatusCode::kChecksumMismatch,
-                         "data damaged in transit at offset " + std::to_string(r->second.first));
+        c.status = error(StatusCode::kChecksumMismatch, "the data read at offset " + std::to_string(r->second.first) +
+                                                            " fails its checksum (damaged at rest or in transit)");
     }
     reads.erase(r);
     return c;

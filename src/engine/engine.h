@@ -107,6 +107,11 @@ struct FetchOp {
   ValueKind kind = ValueKind::kArray;
   uint64_t offset = 0;  // array only
   uint64_t length = 0;  // array: bytes (> 0); single value: ignored (the whole value)
+  // Set by a caller that checks every returned checksum against the returned bytes itself (the data plane's
+  // client, end to end, as DAOS's does): a chunk returned exactly as stored goes out with its stored checksum
+  // without being verified here, and damage at rest then shows as a mismatch at that caller. Chunks the engine
+  // checksums anew (partial pieces, merges of records, holes) are verified here first either way.
+  bool caller_verifies = false;
 };
 
 // A piece of an engine buffer. `data` points into registered memory owned by the engine.

@@ -452,6 +452,7 @@ struct FetchPlan {
   Engine::Impl* impl = nullptr;
   FetchTx tx;
   bool complete = false;  // a single value: tx already holds it
+  bool caller_verifies = false;
   uint64_t a = 0, b = 0;  // the logical range fetched
   std::vector<Engine::Impl::ExtentRef> recs;
   std::vector<ExtentMap::Segment> segs;
@@ -462,6 +463,16 @@ struct FetchPlan {
 
   ~FetchPlan() {
     for (Verify& v : verifies) impl->arena->free(v.bounce, v.bounce_bytes);
+  }
+
+  // Whether the stored chunk piece [x, e) of v's record, whose chunk size is `chunk`, goes to a caller that
+  // verifies (caller_verifies) unchanged: it lies inside v's segment, so the fetch returns its bytes as stored,
+  // and it is exactly one checksum chunk of the output, which therefore carries its stored checksum (the reuse
+  // rule of finish_fetch).
+  bool passes_through(uint64_t x, uint64_t e, uint32_t chunk, const Verify& v) const {
+    uint32_t out_chunk = tx.state_->chunk;
+    return caller_verifies && chunk == out_chunk && x >= v.sx && e <= v.sy &&
+           x == std::max(a, align_down(x, out_chunk)) && e == std::min(b, align_down(x, out_chunk) + out_chunk);
   }
 
   // Where logical byte x of the fetch lands.
@@ -533,6 +544,7 @@ Status Engine::plan_fetch(const FetchOp& op, FetchPlan* plan) {
   uint64_t a = op.offset, b = op.offset + op.length;
   plan->a = a;
   plan->b = b;
+  plan->caller_verifies = op.caller_verifies;
   std::vector<Impl::ExtentRef>& recs = plan->recs;
   RFOS_RETURN_IF_ERROR(Impl::visible_extents(it.get(), prefix, floor, op.epoch, a, b, &recs));
   if (recs.empty() && !kind_of_other(kExtentTag)) {
@@ -607,6 +619,10 @@ Result<FetchTx> Engine::finish_fetch(FetchPlan& plan, Status s) {
     uint32_t chunk = r.csum_chunk_bytes;
     for (uint64_t x = v.x; x < v.y;) {
       uint64_t e = std::min(v.y, align_down(x, chunk) + chunk);
+      if (plan.passes_through(x, e, chunk, v)) {
+        x = e;
+        continue;
+      }
       size_t idx = csum_index(v.ref->start, x, chunk);
       if (idx >= r.csums.size() || crc32c_ahead(v.mem + (x - v.x), e - x, v.mem + (v.y - v.x)) != r.csums[idx]) {
         s = error(StatusCode::kChecksumMismatch, "stored data at offset " + std::to_string(x) + " fails its checksum");

@@ -7,6 +7,7 @@
 
 #include <list>
 
+#include "common/crc32c.h"
 #include "engine/engine.h"
 #include "engine/engine_testing.h"
 
@@ -80,6 +81,40 @@ TEST(EngineMedia, CorruptBlockGivesChecksumErrorNeverWrongBytes) {
   ASSERT_TRUE(t.put("big", 2, 0, pattern(9, 1 << 20)).is_ok());
   EXPECT_EQ(*t.get("big", 0, 1 << 20), pattern(9, 1 << 20));
   EXPECT_TRUE(t.engine->check().is_ok());
+}
+
+// A caller that verifies (the data plane's client) gets chunks returned as stored with their stored checksums,
+// unverified here: the damaged chunk's checksum then disagrees with its bytes, which is how that caller finds
+// it. Chunks the engine must checksum anew (a partial one) are still verified first, so it never vouches for
+// damaged bytes with a checksum of its own.
+TEST(EngineMedia, CallerThatVerifiesGetsStoredChecksumsOfDamagedChunks) {
+  Target t(32ull << 20);
+  std::string big = pattern(1, 1 << 20);
+  ASSERT_TRUE(t.put("big", 1, 0, big).is_ok());
+  auto where = t.engine->debug_locate(t.key("big"), 0);
+  ASSERT_TRUE(where.is_ok());
+  uint64_t base = (*where)[0].offset;
+  t.engine.reset();
+  t.flip(base + 5 * 4096 + 17);  // inside the 6th 4 KiB chunk
+  t.open();
+
+  FetchOp op{t.key("big"), kEpochLatest, ValueKind::kArray, 0, 1 << 20, true};
+  std::vector<uint32_t> csums;
+  auto whole = t.engine->fetch(op, &csums);
+  ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+  ASSERT_EQ(csums.size(), 256u);
+  std::vector<uint32_t> computed;
+  chunk_crcs(0, bytes(*whole), 4096, &computed);
+  for (size_t i = 0; i < csums.size(); ++i) EXPECT_EQ(csums[i] != computed[i], i == 5) << "chunk " << i;
+
+  op.offset = 5 * 4096 + 100;  // part of the damaged chunk: checksummed anew, so verified first
+  op.length = 10;
+  EXPECT_EQ(t.engine->fetch(op, &csums).status().code(), StatusCode::kChecksumMismatch);
+  op.offset = 6 * 4096;  // whole undamaged chunks pass
+  op.length = 8192;
+  auto clean = t.engine->fetch(op, &csums);
+  ASSERT_TRUE(clean.is_ok());
+  EXPECT_EQ(*clean, big.substr(6 * 4096, 8192));
 }
 
 TEST(EngineMedia, FullBlockFileGivesNoSpaceAndRecovers) {

@@ -511,7 +511,9 @@ class Target::Impl {
   // Fetches run on the target thread: the index lookup now, the block reads on the target's own ring, the
   // reply from the ring's completion (no hand-off to a media thread and back).
   void fetch(Incoming& in, wire::Request& q, const engine::KeyRef& k, engine::ValueKind kind) {
-    engine::FetchOp op{k, q.epoch ? q.epoch : engine::kEpochLatest, kind, q.offset, q.length};
+    // The client checks every chunk against its checksum (wire-format.md), so chunks the engine returns as
+    // stored are verified there, once, end to end.
+    engine::FetchOp op{k, q.epoch ? q.epoch : engine::kEpochLatest, kind, q.offset, q.length, true};
     auto to = in.reply_to;
     auto id = q.request_id;
     auto descriptor = std::make_shared<std::pair<uint64_t, std::string>>(q.remote_addr, std::move(q.rkey));

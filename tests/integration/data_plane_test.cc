@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <thread>
 
@@ -686,6 +687,49 @@ TEST_P(DataPlane, RestartKeepsAcknowledgedData) {
         c->read({8, 8}, std::to_string(i), "a", 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()}).is_ok());
     ASSERT_TRUE(back == bytes_of(70000, 50 + i)) << i;
   }
+}
+
+// Damage at rest is a checksum error at the client, never wrong bytes: whole chunks go out with their stored
+// checksums and the client checks them (the target does not read them twice); a partial chunk the target
+// verifies before it checksums it anew.
+TEST_P(DataPlane, DamageAtRestIsAChecksumErrorNeverWrongBytes) {
+  std::string data = bytes_of(1 << 20, 31);
+  {
+    auto c = open();
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(c->write({13, 13}, "d", "a", 0, as_span(data)).is_ok());
+  }
+  server_->stop();
+  // One byte of the sixth 4 KiB chunk flipped in whichever target's block file holds it, as a bad disk would.
+  std::string needle = data.substr(5 * 4096, 64);
+  int flipped = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir_.path())) {
+    if (e.path().filename() != "blocks") continue;
+    std::FILE* f = std::fopen(e.path().c_str(), "r+b");
+    ASSERT_TRUE(f);
+    std::string file(std::filesystem::file_size(e.path()), '\0');
+    ASSERT_EQ(std::fread(file.data(), 1, file.size(), f), file.size());
+    for (size_t at = file.find(needle); at != std::string::npos; at = file.find(needle, at + 1), ++flipped) {
+      char c = static_cast<char>(file[at + 17] ^ 0x5a);
+      ASSERT_EQ(std::fseek(f, static_cast<long>(at + 17), SEEK_SET), 0);
+      ASSERT_EQ(std::fwrite(&c, 1, 1, f), 1u);
+    }
+    std::fclose(f);
+  }
+  ASSERT_EQ(flipped, 1);
+  server_ = std::make_unique<testing::ServerProcess>(dir_.path(), std::vector<std::string>{"--provider", GetParam()});
+  ASSERT_TRUE(server_->start());
+  control_ = ControlClient::create(server_->address());
+  auto c = open(false);
+  ASSERT_TRUE(c);
+  std::string back(data.size(), '\0');
+  auto read = [&](uint64_t off, size_t len) {
+    return c->read({13, 13}, "d", "a", off, {reinterpret_cast<uint8_t*>(back.data()), len});
+  };
+  EXPECT_EQ(read(0, data.size()).code(), StatusCode::kChecksumMismatch);
+  EXPECT_EQ(read(5 * 4096 + 100, 10).code(), StatusCode::kChecksumMismatch);
+  ASSERT_TRUE(read(6 * 4096, 8192).is_ok());
+  EXPECT_TRUE(back.compare(0, 8192, data, 6 * 4096, 8192) == 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Providers, DataPlane, ::testing::Values("ucx+tcp", "ucx+shm", "ofi+tcp", "ofi+shm"),
