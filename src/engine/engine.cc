@@ -115,6 +115,7 @@ Status Engine::Impl::open() {
   bo.direct_io = opts.direct_io;
   bo.prezero = opts.prezero;
   bo.queue_depth = opts.io_queue_depth;
+  bo.read_window_bytes = opts.read_window_bytes;
   RFOS_ASSIGN_OR_RETURN(dev, blockio::BlockDevice::open(bo, arena.get()));
   block_count = dev->block_count();
 

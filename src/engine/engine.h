@@ -63,6 +63,9 @@ struct EngineOptions {
   DataSync data_sync = DataSync::kAuto;
   bool create = true;            // create (format) a missing target
   uint32_t io_queue_depth = 64;  // io_uring entries per ring
+  // Bytes of reads a target's ring keeps at the device at once; more wait their turn (0: no limit). See
+  // blockio::AsyncRing::submit for why, and docs/BENCHMARKS.md for the measurement.
+  uint32_t read_window_bytes = 1u << 20;
   // Group commit: a leader waits up to this long for updates whose data is still being written, so they
   // share its index sync (PostgreSQL's commit_delay, but only when such updates exist). 0 disables.
   uint32_t group_commit_wait_us = 300;

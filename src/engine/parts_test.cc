@@ -1,10 +1,14 @@
-// Unit tests of the engine's parts: extent painting, the allocator, key and record encodings.
+// Unit tests of the engine's parts: extent painting, the allocator, key and record encodings, the block
+// file's ring.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include "engine/blockio/allocator.h"
+#include "engine/blockio/block_device.h"
 #include "engine/blockio/buffer_arena.h"
+#include "engine/engine_testing.h"
 #include "engine/extent_map.h"
 #include "engine/index/keys.h"
 
@@ -137,6 +141,78 @@ TEST(BufferArena, AlignedAndRecycled) {
   std::vector<uint8_t*> small;
   while (uint8_t* p = (*arena)->alloc(65536)) small.push_back(p);
   EXPECT_EQ(small.size(), 64u);
+}
+
+// Reads beyond the ring's read window wait, in order, for earlier reads to complete; writes never wait for
+// it, and a read larger than the window still goes when nothing else is being read.
+TEST(AsyncRing, ReadsWaitForTheReadWindowWritesDoNot) {
+  testing::TempDir dir;
+  auto arena = blockio::BufferArena::create(8 << 20);
+  ASSERT_TRUE(arena.is_ok());
+  blockio::BlockDeviceOptions o;
+  o.path = dir.path() + "/blocks";
+  o.bytes = 16 << 20;
+  o.read_window_bytes = 128 << 10;
+  auto dev = blockio::BlockDevice::open(o, arena->get());
+  ASSERT_TRUE(dev.is_ok()) << dev.status().to_string();
+  auto ring = (*dev)->make_async_ring();
+  ASSERT_TRUE(ring.is_ok());
+  blockio::AsyncRing& r = **ring;
+
+  // Four 64 KiB blocks of distinct bytes, written first.
+  constexpr uint32_t kPiece = 64 << 10;
+  std::vector<uint8_t*> bufs;
+  for (int i = 0; i < 4; ++i) {
+    bufs.push_back((*arena)->alloc(kPiece));
+    std::memset(bufs.back(), 'a' + i, kPiece);
+  }
+  std::vector<int> done;
+  for (int i = 0; i < 4; ++i)
+    r.submit({{true, bufs[i], uint64_t(i) * kPiece, kPiece}}, [&, i](Status s) {
+      EXPECT_TRUE(s.is_ok()) << s.to_string();
+      done.push_back(i);
+    });
+  EXPECT_EQ(r.reads_waiting(), 0u);
+  r.drain();
+  ASSERT_EQ(done.size(), 4u);
+
+  // Read them back, plus one 256 KiB read of all four: two 64 KiB reads fill the window, the rest wait.
+  for (uint8_t* b : bufs) std::memset(b, 0, kPiece);
+  uint8_t* whole = (*arena)->alloc(4 * kPiece);
+  ASSERT_NE(whole, nullptr);
+  done.clear();
+  for (int i = 0; i < 4; ++i)
+    r.submit({{false, bufs[i], uint64_t(i) * kPiece, kPiece}}, [&, i](Status s) {
+      EXPECT_TRUE(s.is_ok()) << s.to_string();
+      done.push_back(i);
+    });
+  r.submit({{false, whole, 0, 4 * kPiece}}, [&](Status s) {
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+    done.push_back(4);
+  });
+  EXPECT_EQ(r.reads_waiting(), 3u);
+  // A write goes in beside them.
+  uint8_t* extra = (*arena)->alloc(kPiece);
+  std::memset(extra, 'z', kPiece);
+  r.submit({{true, extra, 8 * kPiece, kPiece}}, [&](Status s) {
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+    done.push_back(5);
+  });
+  EXPECT_EQ(r.reads_waiting(), 3u);
+  r.drain();
+  ASSERT_EQ(done.size(), 6u);
+  EXPECT_EQ(r.reads_waiting(), 0u);
+  // The waiting reads went in the order they came: the whole-range read last of the reads.
+  std::vector<int> reads;
+  for (int i : done)
+    if (i != 5) reads.push_back(i);
+  EXPECT_EQ(reads.back(), 4);
+  EXPECT_TRUE(std::is_sorted(reads.begin() + 2, reads.end())) << "reads 2, 3 and the whole one wait in order";
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(bufs[i][0], 'a' + i);
+    EXPECT_EQ(bufs[i][kPiece - 1], 'a' + i);
+    EXPECT_EQ(whole[i * kPiece + 17], 'a' + i);
+  }
 }
 
 TEST(Keys, ObjectKeysParseBack) {

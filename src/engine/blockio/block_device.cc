@@ -88,11 +88,19 @@ Result<std::unique_ptr<BlockDevice>> BlockDevice::open(const BlockDeviceOptions&
     return error(StatusCode::kCorruption, "block file " + options.path + " has an invalid size");
   }
   return std::unique_ptr<BlockDevice>(
-      new BlockDevice(fd, bytes, direct, !exists, arena, options.queue_depth < 8 ? 8 : options.queue_depth));
+      new BlockDevice(fd, bytes, direct, !exists, arena, options.queue_depth < 8 ? 8 : options.queue_depth,
+                      options.read_window_bytes));
 }
 
-BlockDevice::BlockDevice(int fd, uint64_t bytes, bool direct, bool created, BufferArena* arena, uint32_t depth)
-    : fd_(fd), bytes_(bytes), direct_(direct), created_(created), arena_(arena), queue_depth_(depth) {}
+BlockDevice::BlockDevice(int fd, uint64_t bytes, bool direct, bool created, BufferArena* arena, uint32_t depth,
+                         uint32_t read_window)
+    : fd_(fd),
+      bytes_(bytes),
+      direct_(direct),
+      created_(created),
+      arena_(arena),
+      queue_depth_(depth),
+      read_window_(read_window) {}
 
 BlockDevice::~BlockDevice() {
   idle_rings_.clear();
@@ -238,6 +246,7 @@ AsyncRing::~AsyncRing() {
     --sq_inflight_;
   }
   for (const Slot& s : backlog_) orphans.insert(s.batch);
+  for (const Slot& s : windowed_) orphans.insert(s.batch);
   for (Batch* b : orphans) delete b;
   ::close(event_fd_);
 }
@@ -263,15 +272,22 @@ void AsyncRing::submit(std::vector<IoRequest> requests, std::function<void(Statu
 }
 
 void AsyncRing::push(Batch* b, size_t i) {
+  const IoRequest& r = b->requests[i];
+  uint32_t read_bytes = r.write ? 0 : r.len - b->done[i];
+  if (read_bytes > 0 && read_bytes_ > 0 && dev_->read_window_ > 0 && read_bytes_ + read_bytes > dev_->read_window_) {
+    windowed_.push_back({b, i});
+    return;
+  }
   io_uring_sqe* sqe = sq_inflight_ < dev_->queue_depth_ ? io_uring_get_sqe(&ring_->ring_) : nullptr;
   if (sqe == nullptr) {
     backlog_.push_back({b, i});
     return;
   }
   // The completion finds its batch and request through the slot in the ring's user data.
-  auto* slot = new Slot{b, i};
-  dev_->prep(sqe, b->requests[i], b->done[i], reinterpret_cast<uint64_t>(slot));
+  auto* slot = new Slot{b, i, read_bytes};
+  dev_->prep(sqe, r, b->done[i], reinterpret_cast<uint64_t>(slot));
   ++sq_inflight_;
+  read_bytes_ += read_bytes;
 }
 
 void AsyncRing::flush() {
@@ -295,6 +311,7 @@ int AsyncRing::poll() {
     int res = cqe->res;
     io_uring_cqe_seen(&ring_->ring_, cqe);
     --sq_inflight_;
+    read_bytes_ -= slot->read_bytes;
     Batch* b = slot->batch;
     size_t i = slot->index;
     delete slot;
@@ -304,7 +321,7 @@ int AsyncRing::poll() {
       finished.push_back(b);
     }
   }
-  // Requests that waited for room (or a resubmission) go in now.
+  // Requests that waited for room (or a resubmission) go in now, then the reads the window lets in.
   std::vector<Slot> waiting;
   waiting.swap(backlog_);
   for (const Slot& s : waiting) {
@@ -313,6 +330,9 @@ int AsyncRing::poll() {
     else
       push(s.batch, s.index);
   }
+  waiting.clear();
+  waiting.swap(windowed_);
+  for (const Slot& s : waiting) push(s.batch, s.index);
   flush();
   for (Batch* b : finished) {
     --batches_;

@@ -38,6 +38,9 @@ struct BlockDeviceOptions {
   bool direct_io = true;  // fall back to buffered I/O when the file system refuses O_DIRECT
   bool prezero = true;    // zero a newly created file (no unwritten extents to convert on first write)
   uint32_t queue_depth = 64;
+  // Bytes of reads an AsyncRing keeps at the device at once (0: no limit); one read always goes. See
+  // AsyncRing::submit.
+  uint32_t read_window_bytes = 1u << 20;
 };
 
 class Ring;
@@ -54,6 +57,11 @@ class AsyncRing {
 
   // Queues the batch; it goes to the kernel at the next poll() (or drain()), together with every batch queued
   // before it: one system call and one device notification for all the requests a loop iteration made.
+  // Reads beyond the read window (BlockDeviceOptions::read_window_bytes) wait, in order, until earlier reads
+  // complete: a device already at its bandwidth with one large read gains nothing from more, and reads that
+  // share it all finish late and together, so their network transfers start together too instead of
+  // overlapping the next reads (1 MiB reads at depth 4 over ucx+shm: 1.65-1.69k -> 2.17-2.26k/s with a
+  // 1 MiB window on this VM's disk). Writes are not held back: concurrent ones share a group commit.
   // `done` runs from a later poll() with the batch's first error (kIoError), after all its requests ended.
   void submit(std::vector<IoRequest> requests, std::function<void(Status)> done);
   // Submits what is queued and reaps completions without blocking; returns how many batches finished.
@@ -65,6 +73,8 @@ class AsyncRing {
   // True when poll() would find something, without a system call.
   bool ready() const;
   size_t in_flight() const { return batches_; }
+  // Reads queued behind the read window.
+  size_t reads_waiting() const { return windowed_.size(); }
 
  private:
   friend class BlockDevice;
@@ -72,6 +82,7 @@ class AsyncRing {
   struct Slot {  // one request of a batch in the ring
     Batch* batch;
     size_t index;
+    uint32_t read_bytes = 0;  // what it holds of the read window
   };
   AsyncRing(std::unique_ptr<Ring> ring, int event_fd, const BlockDevice* dev);
   void push(Batch* b, size_t i);
@@ -83,6 +94,8 @@ class AsyncRing {
   uint32_t sq_inflight_ = 0;
   size_t batches_ = 0;
   std::vector<Slot> backlog_;  // requests waiting for room in the ring
+  uint64_t read_bytes_ = 0;    // reads at the device
+  std::vector<Slot> windowed_;  // reads waiting for the read window, in order
 };
 
 class BlockDevice {
@@ -107,7 +120,8 @@ class BlockDevice {
 
  private:
   friend class AsyncRing;
-  BlockDevice(int fd, uint64_t bytes, bool direct, bool created, BufferArena* arena, uint32_t depth);
+  BlockDevice(int fd, uint64_t bytes, bool direct, bool created, BufferArena* arena, uint32_t depth,
+              uint32_t read_window);
   Result<std::unique_ptr<Ring>> make_ring();
   Status check_range(const IoRequest& r) const;
   // Fills `sqe` for what is left of `r` after `done` bytes.
@@ -122,6 +136,7 @@ class BlockDevice {
   const bool created_;
   BufferArena* const arena_;
   const uint32_t queue_depth_;
+  const uint32_t read_window_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Ring>> idle_rings_;
 };
