@@ -208,7 +208,13 @@ class UcxWorker final : public Worker {
       return Status::ok();
     }
     in.rndv_taken = true;
-    auto* p = new Pending{std::move(done), {}, {}};
+    ++receiving_;
+    auto* p = new Pending{[this, done = std::move(done)](Status s) {
+                            --receiving_;
+                            done(s);
+                          },
+                          {},
+                          {}};
     for (const Iov& v : dst) p->iov.push_back({v.data, v.len});
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -216,6 +222,7 @@ class UcxWorker final : public Worker {
     rp.user_data = p;
     auto [buffer, count] = datatype(p->iov, rp);
     void* req = ucp_am_recv_data_nbx(worker_, in.rndv, buffer, count, &rp);
+    if (UCS_PTR_IS_ERR(req)) --receiving_;  // finish() drops p without calling done
     return finish(req, p, "receive payload");
   }
 
@@ -249,12 +256,21 @@ class UcxWorker final : public Worker {
     if (ucp_worker_progress(worker_) != 0 || (also && also->ready())) return;
     auto progress = [this] { return static_cast<int>(ucp_worker_progress(worker_)); };
     if (!use_events_) return poll_then_nap(progress, signaled_, timeout_ms, also);
-    // Busy, this worker spins before it sleeps: a rendezvous payload arrives as a train of fragments (64 KiB on
-    // tcp), and a receiver that slept between them woke once per fragment, so the sender's socket stalled while
-    // it did (1 MiB reads over tcp at depth 4, data plane alone: 1.2-1.4k/s sleeping, 2.1-2.8k/s spinning on
-    // the client). Idle for kSpinAfterEvent, it sleeps on the worker's event fd and burns nothing.
-    auto spin_end = last_event_ + kSpinAfterEvent;
-    if (std::chrono::steady_clock::now() < spin_end && spin_until(progress, signaled_, spin_end, also)) {
+    // When to spin before sleeping on the worker's event fd:
+    //  - while a rendezvous payload is arriving: it comes as a train of fragments (64 KiB on tcp), and a
+    //    receiver that slept between them woke once per fragment, stalling the sender's socket each time (1 MiB
+    //    reads over tcp at depth 4, data plane alone: 1.2-1.4k/s sleeping, 2.1-2.8k/s spinning);
+    //  - for up to kSpinAfterEvent after the last event, but only while this worker's idle spells have been
+    //    short (kShortIdle on average): then the next event is likely microseconds away (small requests at
+    //    depth). A worker whose spells are long (a target waiting for 1 MiB device reads) sleeps at once, and
+    //    leaves the cores to the threads with work: 1 MiB reads 1.34-1.35k -> 1.59-1.70k/s end to end over tcp,
+    //    the other patterns level (alternating runs, docs/BENCHMARKS.md).
+    auto start = std::chrono::steady_clock::now();
+    IdleSpell spell(this, start);
+    auto spin_end = receiving_ > 0                  ? start + kSpinAfterEvent
+                    : idle_ewma_us_ < kShortIdleUs ? last_event_ + kSpinAfterEvent
+                                                    : start;
+    if (start < spin_end && spin_until(progress, signaled_, spin_end, also)) {
       last_event_ = std::chrono::steady_clock::now();
       return;
     }
@@ -474,7 +490,19 @@ class UcxWorker final : public Worker {
   bool peer_failure_ = true;  // endpoints detect a dead peer (ucx_detects_peer_failure)
   std::atomic<bool> signaled_{false};
   static constexpr std::chrono::microseconds kSpinAfterEvent{1000};
+  static constexpr double kShortIdleUs = 300;
   std::chrono::steady_clock::time_point last_event_;  // when progress last found something
+  int receiving_ = 0;                                 // rendezvous payloads being received
+  double idle_ewma_us_ = 0;                           // how long wait() took, on average (1/8 weight per call)
+  // Adds the time from `start` until it goes out of scope (the end of a wait) to the average idle spell.
+  struct IdleSpell {
+    UcxWorker* w;
+    std::chrono::steady_clock::time_point start;
+    ~IdleSpell() {
+      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+      w->idle_ewma_us_ += (us - w->idle_ewma_us_) / 8;
+    }
+  };
   std::string address_;
   std::function<void(Incoming&)> handler_;
   std::function<void(EpHandle, const Status&)> failure_;
