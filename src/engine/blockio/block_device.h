@@ -60,8 +60,8 @@ class AsyncRing {
   // Reads beyond the read window (BlockDeviceOptions::read_window_bytes) wait, in order, until earlier reads
   // complete: a device already at its bandwidth with one large read gains nothing from more, and reads that
   // share it all finish late and together, so their network transfers start together too instead of
-  // overlapping the next reads (1 MiB reads at depth 4 over ucx+shm: 1.65-1.69k -> 2.17-2.26k/s with a
-  // 1 MiB window on this VM's disk). Writes are not held back: concurrent ones share a group commit.
+  // overlapping the next reads (docs/engine-format.md, "Reads at the device", has the measurements). Writes
+  // are not held back: concurrent ones share a group commit.
   // `done` runs from a later poll() with the batch's first error (kIoError), after all its requests ended.
   void submit(std::vector<IoRequest> requests, std::function<void(Status)> done);
   // Submits what is queued and reaps completions without blocking; returns how many batches finished.

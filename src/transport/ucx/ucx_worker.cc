@@ -261,10 +261,10 @@ class UcxWorker final : public Worker {
     //    receiver that slept between them woke once per fragment, stalling the sender's socket each time (1 MiB
     //    reads over tcp at depth 4, data plane alone: 1.2-1.4k/s sleeping, 2.1-2.8k/s spinning);
     //  - for up to kSpinAfterEvent after the last event, but only while this worker's idle spells have been
-    //    short (kShortIdle on average): then the next event is likely microseconds away (small requests at
+    //    short (kShortIdleUs on average): then the next event is likely microseconds away (small requests at
     //    depth). A worker whose spells are long (a target waiting for 1 MiB device reads) sleeps at once, and
-    //    leaves the cores to the threads with work: 1 MiB reads 1.34-1.35k -> 1.59-1.70k/s end to end over tcp,
-    //    the other patterns level (alternating runs, docs/BENCHMARKS.md).
+    //    leaves the cores to the threads with work: 1 MiB reads 1329 -> 1505/s end to end over tcp (medians of
+    //    alternating runs), the other patterns level (docs/BENCHMARKS.md).
     auto start = std::chrono::steady_clock::now();
     IdleSpell spell(this, start);
     auto spin_end = receiving_ > 0                  ? start + kSpinAfterEvent
