@@ -20,6 +20,9 @@ void add_server_command(CLI::App& app, Context& ctx) {
   cmd->add_option("--target-bytes", flags->target_bytes, "block file size of each target (default 1 GiB)");
   cmd->add_option("--media-threads", flags->media_threads,
                   "helper threads per target for engine calls that block: punches, aggregation (default 2)");
+  cmd->add_option("--payload-timeout-ms", flags->payload_timeout_ms,
+                  "how long a target waits for an update's payload from a silent sender before it gives the update "
+                  "up (libfabric providers; default 30000)");
   cmd->add_flag("--bypass-media", flags->bypass_media,
                 "benchmarks only: answer reads with zeros and drop writes, to measure the data plane alone");
   auto defaults = std::make_shared<bool>(false);
@@ -34,6 +37,7 @@ void add_server_command(CLI::App& app, Context& ctx) {
     if (cmd->count("--targets")) config->targets = flags->targets;
     if (cmd->count("--target-bytes")) config->target_bytes = flags->target_bytes;
     if (cmd->count("--media-threads")) config->media_threads = flags->media_threads;
+    if (cmd->count("--payload-timeout-ms")) config->payload_timeout_ms = flags->payload_timeout_ms;
     if (cmd->count("--bypass-media")) config->bypass_media = true;
     if (config->bypass_media)
       std::fprintf(stderr, "rfos server: --bypass-media: nothing written is stored (data-plane benchmarks only)\n");

@@ -1,7 +1,8 @@
 // rfos server configuration: embedded defaults, overridden by a YAML file, overridden by flags.
 //
 // YAML keys (all optional): data_dir, control_addr, provider, targets, target_bytes, capability_ttl_s,
-// media_threads, tls_cert, tls_key. Unknown keys are an error (a typo must not silently fall back to a default).
+// media_threads, payload_timeout_ms, tls_cert, tls_key, bypass_media. Unknown keys are an error (a typo must not
+// silently fall back to a default).
 //
 // Thread-safety: values.
 #pragma once
@@ -22,6 +23,9 @@ struct ServerConfig {
   uint64_t target_bytes = 1ull << 30;  // block file size of each target
   uint32_t capability_ttl_s = 3600;
   uint32_t media_threads = 2;  // per target: helper threads for engine calls that block (punches, aggregation)
+  // How long a target waits for an update's payload whose sender went silent before it gives the update up
+  // (transport::WorkerOptions: libfabric providers; UCX ends such a receive when it reports the peer dead).
+  uint32_t payload_timeout_ms = 30000;
   std::string tls_cert;        // PEM files: TLS on the control channel when both are set
   std::string tls_key;
   // Benchmarks only: targets answer reads with zeros and drop written bytes, never touching the engine, so the

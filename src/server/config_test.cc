@@ -21,10 +21,13 @@ TEST(Config, DefaultsFileAndValidation) {
   EXPECT_EQ(c.control_addr, "127.0.0.1:10001");
   engine::testing::TempDir dir;
   ASSERT_TRUE(
-      load_config_file(write_file(dir.path(), "provider: ofi+shm\ntargets: 3\nmedia_threads: 8\n"), &c).is_ok());
+      load_config_file(
+          write_file(dir.path(), "provider: ofi+shm\ntargets: 3\nmedia_threads: 8\npayload_timeout_ms: 5000\n"), &c)
+          .is_ok());
   EXPECT_EQ(c.provider, "ofi+shm");
   EXPECT_EQ(c.targets, 3u);
   EXPECT_EQ(c.media_threads, 8u);
+  EXPECT_EQ(c.payload_timeout_ms, 5000u);
   EXPECT_EQ(c.data_dir, "/var/tmp/rfos");  // untouched keys keep their defaults
 
   ServerConfig d;
@@ -46,6 +49,9 @@ TEST(Config, DefaultsFileAndValidation) {
   EXPECT_EQ(validate(d).code(), StatusCode::kInvalidArgument);  // a certificate without its key
   d = ServerConfig{};
   d.media_threads = 0;
+  EXPECT_EQ(validate(d).code(), StatusCode::kInvalidArgument);
+  d = ServerConfig{};
+  d.payload_timeout_ms = 10;  // would give up on payloads still on their way
   EXPECT_EQ(validate(d).code(), StatusCode::kInvalidArgument);
 }
 

@@ -230,8 +230,7 @@ Status Server::Impl::open() {
   }
 
   for (uint32_t i = 0; i < targets_.size(); ++i) {
-    auto t = Target::start(i, targets_[i].get(), config_.provider, secret_, config_.media_threads, revocations_,
-                           config_.bypass_media);
+    auto t = Target::start(i, targets_[i].get(), config_, secret_, revocations_);
     if (!t.is_ok()) return error(t.status().code(), "data plane (" + config_.provider + "): " + t.status().to_string());
     data_.push_back(std::move(t).value());
   }

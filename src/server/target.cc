@@ -533,16 +533,17 @@ class Target::Impl {
   }
 };
 
-Result<std::unique_ptr<Target>> Target::start(uint32_t index, Engine* engine, const std::string& provider,
-                                              const std::string& secret, uint32_t media_threads,
-                                              std::shared_ptr<Revocations> revocations, bool bypass_media) {
+Result<std::unique_ptr<Target>> Target::start(uint32_t index, Engine* engine, const ServerConfig& config,
+                                              const std::string& secret, std::shared_ptr<Revocations> revocations) {
   auto impl = std::make_unique<Impl>();
-  impl->bypass_media = bypass_media;
+  impl->bypass_media = config.bypass_media;
   impl->index = index;
   impl->engine = engine;
   impl->secret = secret;
   impl->revocations = std::move(revocations);
-  RFOS_ASSIGN_OR_RETURN(impl->worker, transport::Worker::create(provider));
+  transport::WorkerOptions wo;
+  wo.payload_timeout_ms = config.payload_timeout_ms;
+  RFOS_ASSIGN_OR_RETURN(impl->worker, transport::Worker::create(config.provider, wo));
   RFOS_ASSIGN_OR_RETURN(impl->ring, engine->make_io_ring());
   engine::IoRing* ring = impl->ring.get();
   impl->ring_wake = {ring->event_fd(), [ring] { return ring->ready(); }};
@@ -552,7 +553,8 @@ Result<std::unique_ptr<Target>> Target::start(uint32_t index, Engine* engine, co
   impl->worker->on_peer_failure([](transport::EpHandle, const Status&) {
     // In-flight transfers of that peer complete with errors and release their engine buffers.
   });
-  for (uint32_t i = 0; i < std::max(1u, media_threads); ++i) impl->media.emplace_back([raw] { raw->media_loop(); });
+  for (uint32_t i = 0; i < std::max(1u, config.media_threads); ++i)
+    impl->media.emplace_back([raw] { raw->media_loop(); });
   impl->thread = std::thread([raw] { raw->run(); });
   return std::unique_ptr<Target>(new Target(std::move(impl)));
 }

@@ -19,6 +19,7 @@
 
 #include "common/ids.h"
 #include "common/status.h"
+#include "server/config.h"
 
 namespace rfos::engine {
 class Engine;
@@ -42,10 +43,10 @@ class Revocations {
 
 class Target {
  public:
-  // Errors from the transport (kNotSupported: provider unavailable here).
-  static Result<std::unique_ptr<Target>> start(uint32_t index, engine::Engine* engine, const std::string& provider,
-                                               const std::string& secret, uint32_t media_threads,
-                                               std::shared_ptr<Revocations> revocations, bool bypass_media = false);
+  // The data plane of target `index` over `engine`, as `config` says (provider, media_threads, bypass_media,
+  // payload_timeout_ms). Errors from the transport (kNotSupported: provider unavailable here).
+  static Result<std::unique_ptr<Target>> start(uint32_t index, engine::Engine* engine, const ServerConfig& config,
+                                               const std::string& secret, std::shared_ptr<Revocations> revocations);
   ~Target();
   // The worker address clients connect to (binary; published in the pool map).
   const std::string& address() const;

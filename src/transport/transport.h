@@ -64,13 +64,22 @@ struct WakeSource {
   std::function<bool()> ready;  // the same, checked without a system call
 };
 
+struct WorkerOptions {
+  // A payload receive (fetch_payload) whose sender has not completed it this long is cancelled, and its done
+  // gets an error: how a target gives back the engine buffers of a client that died mid-transfer where the
+  // fabric does not report the dead peer (libfabric's RDM endpoints). UCX reports a dead peer on tcp and the
+  // RDMA transports, and cannot cancel an active-message receive, so it ignores this; on ucx+shm, where
+  // neither works in UCX 1.13, such a payload stays pending until the server restarts.
+  uint32_t payload_timeout_ms = 30000;
+};
+
 class Worker {
  public:
   virtual ~Worker() = default;
 
-  // provider: "ucx+tcp", "ucx+shm", "ucx+rc", "ucx+dc_x", "ucx+ud". Errors: kNotSupported (unknown or
-  // unavailable provider), kIoError.
-  static Result<std::unique_ptr<Worker>> create(const std::string& provider);
+  // provider: "ucx+tcp", "ucx+shm", "ucx+rc", "ucx+dc_x", "ucx+ud", "ofi+tcp", "ofi+shm", "ofi+verbs". Errors:
+  // kNotSupported (unknown or unavailable provider), kIoError.
+  static Result<std::unique_ptr<Worker>> create(const std::string& provider, const WorkerOptions& options = {});
 
   // The address peers pass to connect() (binary).
   virtual std::string address() const = 0;

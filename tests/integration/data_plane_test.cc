@@ -17,6 +17,7 @@
 #include "client/container.h"
 #include "client/control_client.h"
 #include "common/crc32c.h"
+#include "common/fault.h"
 #include "engine/engine_testing.h"
 #include "loopback.h"
 #include "placement/placement.h"
@@ -576,13 +577,20 @@ TEST_P(DataPlane, BadTokensAndGarbageChangeNothing) {
 
 // A client killed with SIGKILL while many 1 MiB writes are in flight: the server aborts the half-received
 // updates and gives back their buffers and block space (free space equals exactly what committed), and keeps
-// serving. UCX 1.13's shm transports cannot detect a dead peer, so this runs on tcp.
+// serving. UCX over tcp reports the dead peer; libfabric's RDM endpoints do not, and there the target cancels
+// a payload receive its sender left silent for --payload-timeout-ms (2 s here instead of 30). UCX 1.13's shm
+// transports neither report the dead peer nor let an active-message receive be cancelled: skipped there.
 ObjectId writer_object(const std::string& path) { return {10, path == "explicit" ? 20u : 10u}; }
 
 TEST_P(DataPlane, ClientKilledMidTransferLeavesNothing) {
-  // UCX 1.13 shm has no peer-failure detection; libfabric RDM endpoints have none either (the target
-  // cancels a dead sender's payload receive after 30 s instead): this runs where the fabric reports it.
-  if (GetParam() != "ucx+tcp") GTEST_SKIP() << GetParam() << " reports no peer failure";
+  if (GetParam() == "ucx+shm") GTEST_SKIP() << "UCX 1.13 shm: no peer-failure detection, no receive cancel";
+  if (GetParam().rfind("ofi+", 0) == 0) {
+    server_->stop();
+    server_ = std::make_unique<testing::ServerProcess>(
+        dir_.path(), std::vector<std::string>{"--provider", GetParam(), "--payload-timeout-ms", "2000"});
+    ASSERT_TRUE(server_->start());
+    control_ = ControlClient::create(server_->address());
+  }
   for (const char* path : {"message", "explicit"}) {
     SCOPED_TRACE(path);
     kill_a_writer(path);
@@ -630,6 +638,36 @@ void DataPlane::kill_a_writer(const char* path) {
   ASSERT_TRUE(w.is_ok()) << w.to_string();
   ASSERT_TRUE(c->read({11, 11}, "d", "a", 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()}).is_ok());
   EXPECT_TRUE(back == data);
+}
+
+// A sender that announces a payload and then never sends it (a hung or malicious client): a libfabric target
+// gives the update up after --payload-timeout-ms, gives back its buffers and block space, stores nothing, and
+// serves on. (UCX sends a payload by its own protocol once asked, so a client cannot withhold it; a client
+// stopped mid-transfer holds the update's buffers on UCX until it dies or resumes.)
+TEST_P(DataPlane, WithheldPayloadIsGivenUp) {
+  if (GetParam().rfind("ofi+", 0) != 0) GTEST_SKIP() << "a client cannot withhold a UCX payload";
+  server_->stop();
+  server_ = std::make_unique<testing::ServerProcess>(
+      dir_.path(), std::vector<std::string>{"--provider", GetParam(), "--payload-timeout-ms", "1000"});
+  ASSERT_TRUE(server_->start());
+  control_ = ControlClient::create(server_->address());
+  uint64_t free_before = control_->pool_query("p")->free_bytes;
+  client::ContainerOptions o;
+  o.timeout_ms = 2500;
+  auto c = Container::open(*control_, "p", "c", o);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  std::string data = bytes_of(1 << 20, 41);
+  fault::arm("ofi.withhold_payload");
+  Status w = (*c)->write({14, 14}, "d", "a", 0, as_span(data));
+  fault::disarm_all();
+  EXPECT_EQ(w.code(), StatusCode::kTimeout) << w.to_string();
+  // The target gave the update up: its space is back, nothing was stored, and it serves on.
+  uint64_t free_after = 0;
+  for (int i = 0; i < 50 && (free_after = control_->pool_query("p")->free_bytes) != free_before; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(free_after, free_before) << "block space still reserved by the withheld update";
+  EXPECT_EQ((*c)->array_size({14, 14}, "d", "a").status().code(), StatusCode::kNotFound);
+  ASSERT_NO_FATAL_FAILURE(round_trip(**c, {14, 14}, 1 << 20, 42, 0));
 }
 
 // Clients that come and go at once (a CLI put, a crashed job, a CLI call that failed after connecting) must not

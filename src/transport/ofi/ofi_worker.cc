@@ -7,7 +7,7 @@
 // wants the payload posts a tagged receive for that tag straight into the memory it chose (the engine's
 // buffers); the provider's rendezvous does the rest (RDMA on verbs, pipelined on tcp). A payload nobody takes
 // is received into scratch memory and dropped. Payload receives a dead sender never completes are cancelled
-// after kPayloadTimeout, which aborts their update.
+// after WorkerOptions::payload_timeout_ms, which aborts their update.
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "common/coding.h"
+#include "common/fault.h"
 #include "transport/transport.h"
 
 namespace rfos::transport {
@@ -36,7 +37,6 @@ namespace {
 constexpr uint64_t kHeaderTag = 0;
 constexpr size_t kHeaderBufBytes = 72 * 1024;  // envelope + the largest data-plane header (64 KiB)
 constexpr int kHeaderBufs = 64;
-constexpr auto kPayloadTimeout = std::chrono::seconds(30);
 
 Status fi_error(int rc, const std::string& what) {
   rc = rc < 0 ? -rc : rc;
@@ -81,7 +81,8 @@ class OfiWorker final : public Worker {
     }
   }
 
-  Status init(const std::string& provider) {
+  Status init(const std::string& provider, const WorkerOptions& options) {
+    payload_timeout_ = std::chrono::milliseconds(std::max<uint32_t>(options.payload_timeout_ms, 1));
     const char* prov = prov_for(provider);
     if (!prov) return error(StatusCode::kNotSupported, "libfabric does not provide '" + provider + "'");
     fi_info* hints = fi_allocinfo();
@@ -169,6 +170,11 @@ class OfiWorker final : public Worker {
     RFOS_RETURN_IF_ERROR(
         retry([&] { return fi_tsend(ep_, op->bytes.data(), op->bytes.size(), nullptr, to, kHeaderTag, &op->ctx); },
               "fi_tsend"));
+    // A sender that goes silent after announcing its payload (tests of the receiver's payload timeout).
+    if (total && RFOS_FAULT("ofi.withhold_payload")) {
+      op->pending = 1;
+      return Status::ok();
+    }
     if (total) {
       std::vector<iovec> iov;
       for (const Iov& v : payload) iov.push_back({v.data, v.len});
@@ -395,9 +401,9 @@ class OfiWorker final : public Worker {
   void cancel_stale_payloads() {
     auto now = std::chrono::steady_clock::now();
     if (now < next_stale_check_) return;
-    next_stale_check_ = now + std::chrono::seconds(1);
+    next_stale_check_ = now + std::min<std::chrono::milliseconds>(std::chrono::seconds(1), payload_timeout_ / 4);
     for (Op* op : payload_recvs_)
-      if (now - op->posted > kPayloadTimeout) fi_cancel(&ep_->fid, &op->ctx);  // completes with FI_ECANCELED
+      if (now - op->posted > payload_timeout_) fi_cancel(&ep_->fid, &op->ctx);  // completes with FI_ECANCELED
   }
 
   fi_info* info_ = nullptr;
@@ -415,6 +421,7 @@ class OfiWorker final : public Worker {
   std::set<Op*> ops_;
   std::set<Op*> payload_recvs_;
   std::chrono::steady_clock::time_point next_stale_check_;
+  std::chrono::milliseconds payload_timeout_{30000};
   std::function<void(Incoming&)> handler_;
   std::function<void(EpHandle, const Status&)> failure_;
   std::atomic<bool> signaled_{false};
@@ -422,9 +429,9 @@ class OfiWorker final : public Worker {
 
 }  // namespace
 
-Result<std::unique_ptr<Worker>> make_ofi_worker(const std::string& provider) {
+Result<std::unique_ptr<Worker>> make_ofi_worker(const std::string& provider, const WorkerOptions& options) {
   auto w = std::make_unique<OfiWorker>();
-  RFOS_RETURN_IF_ERROR(w->init(provider));
+  RFOS_RETURN_IF_ERROR(w->init(provider, options));
   return std::unique_ptr<Worker>(std::move(w));
 }
 
