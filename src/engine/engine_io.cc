@@ -399,8 +399,10 @@ void Engine::update_submit(IoRing& ring, UpdateTx tx, std::vector<uint32_t> csum
     Status verified = csum ? verify_update(*p->state, csums) : Status::ok();
     return verified.is_ok() ? commit() : p->done(verified);
   }
-  // The checksums are verified while the kernel writes the data; a mismatch commits nothing once the write
-  // is over (the blocks stay reserved until then, and the reservation goes back with the state).
+  // The checksums are verified after the data write is queued; a mismatch commits nothing once the write is
+  // over (the blocks stay reserved until then, and the reservation goes back with the state). The write goes to
+  // the kernel at the ring's next poll, after the verification: handing it over first, so that the two overlap,
+  // measured level for 1 MiB updates (1068 against 1088/s over ucx+tcp, medians of 4 alternating runs).
   p->writer.awaited = im.data_write_started(p->state->op.length);
   auto verified = std::make_shared<Status>();
   ring.ring_->submit(std::move(writes), [&im, p, commit, verified](Status ws) {
