@@ -543,6 +543,7 @@ Result<std::unique_ptr<Target>> Target::start(uint32_t index, Engine* engine, co
   impl->revocations = std::move(revocations);
   transport::WorkerOptions wo;
   wo.payload_timeout_ms = config.payload_timeout_ms;
+  wo.sleep_when_waits_long = true;
   RFOS_ASSIGN_OR_RETURN(impl->worker, transport::Worker::create(config.provider, wo));
   RFOS_ASSIGN_OR_RETURN(impl->ring, engine->make_io_ring());
   engine::IoRing* ring = impl->ring.get();

@@ -71,6 +71,12 @@ struct WorkerOptions {
   // RDMA transports, and cannot cancel an active-message receive, so it ignores this; on ucx+shm, where
   // neither works in UCX 1.13, such a payload stays pending until the server restarts.
   uint32_t payload_timeout_ms = 30000;
+  // A UCX worker spins for a while after each event before it sleeps on its event fd, since the next event is
+  // usually close (small requests at depth). With this set, it spins only while its recent waits have been
+  // short, and sleeps at once when they have been long, leaving the cores to threads with work: for the
+  // server's targets, whose waits for large device reads are long. A client leaves it unset: its waits are
+  // for replies, and how soon it wakes is on the latency of every request (docs/BENCHMARKS.md has both).
+  bool sleep_when_waits_long = false;
 };
 
 class Worker {

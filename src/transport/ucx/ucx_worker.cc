@@ -46,7 +46,8 @@ class UcxWorker final : public Worker {
     if (context_) ucp_cleanup(context_);
   }
 
-  Status init(const std::string& provider) {
+  Status init(const std::string& provider, const WorkerOptions& options) {
+    sleep_when_waits_long_ = options.sleep_when_waits_long;
     const char* tls = ucx_transports(provider);
     if (tls == nullptr) return error(StatusCode::kNotSupported, "UCX does not provide '" + provider + "'");
     ucp_config_t* config = nullptr;
@@ -260,16 +261,16 @@ class UcxWorker final : public Worker {
     //  - while a rendezvous payload is arriving: it comes as a train of fragments (64 KiB on tcp), and a
     //    receiver that slept between them woke once per fragment, stalling the sender's socket each time (1 MiB
     //    reads over tcp at depth 4, data plane alone: 1.2-1.4k/s sleeping, 2.1-2.8k/s spinning);
-    //  - for up to kSpinAfterEvent after the last event, but only while this worker's idle spells have been
-    //    short (kShortIdleUs on average): then the next event is likely microseconds away (small requests at
-    //    depth). A worker whose spells are long (a target waiting for 1 MiB device reads) sleeps at once, and
-    //    leaves the cores to the threads with work: 1 MiB reads 1329 -> 1505/s end to end over tcp (medians of
-    //    alternating runs), the other patterns level (docs/BENCHMARKS.md).
+    //  - for up to kSpinAfterEvent after the last event, since the next is likely microseconds away (small
+    //    requests at depth). With sleep_when_waits_long (the server's targets), only while this worker's idle
+    //    spells have been short (kShortIdleUs on average): a target whose spells are long (waiting for 1 MiB
+    //    device reads) sleeps at once, and leaves the cores to the threads with work: 1 MiB reads over tcp end
+    //    to end 1.45-1.5k -> 2.0k/s. A client spinning so cost nothing there, and a client that slept after
+    //    each ~300 us wait for a reply cost 4 KiB writes at depth 1 up to 20% (docs/BENCHMARKS.md).
     auto start = std::chrono::steady_clock::now();
     IdleSpell spell(this, start);
-    auto spin_end = receiving_ > 0                  ? start + kSpinAfterEvent
-                    : idle_ewma_us_ < kShortIdleUs ? last_event_ + kSpinAfterEvent
-                                                    : start;
+    bool short_waits = !sleep_when_waits_long_ || idle_ewma_us_ < kShortIdleUs;
+    auto spin_end = receiving_ > 0 ? start + kSpinAfterEvent : short_waits ? last_event_ + kSpinAfterEvent : start;
     if (start < spin_end && spin_until(progress, signaled_, spin_end, also)) {
       last_event_ = std::chrono::steady_clock::now();
       return;
@@ -488,6 +489,7 @@ class UcxWorker final : public Worker {
   int efd_ = -1;
   bool use_events_ = true;
   bool peer_failure_ = true;  // endpoints detect a dead peer (ucx_detects_peer_failure)
+  bool sleep_when_waits_long_ = false;  // WorkerOptions::sleep_when_waits_long
   std::atomic<bool> signaled_{false};
   static constexpr std::chrono::microseconds kSpinAfterEvent{1000};
   static constexpr double kShortIdleUs = 300;
@@ -517,9 +519,9 @@ class UcxWorker final : public Worker {
 
 }  // namespace
 
-Result<std::unique_ptr<Worker>> make_ucx_worker(const std::string& provider) {
+Result<std::unique_ptr<Worker>> make_ucx_worker(const std::string& provider, const WorkerOptions& options) {
   auto w = std::make_unique<UcxWorker>();
-  RFOS_RETURN_IF_ERROR(w->init(provider));
+  RFOS_RETURN_IF_ERROR(w->init(provider, options));
   return std::unique_ptr<Worker>(std::move(w));
 }
 
