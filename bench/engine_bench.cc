@@ -3,6 +3,7 @@
 //
 //   rfos_engine_bench --dir DIR --rw write|randwrite|read|randread --bs BYTES --threads N
 //                     --size BYTES_PER_THREAD --runtime SECONDS [--no-sync] [--copy] [--data-sync-always]
+//                     [--appending-wal]
 //
 // Each thread owns one object, laid out like a DFS file: dkey = 1 MiB chunk index, akey "data", the array
 // offset = the file offset. Updates are durable before they count (the engine syncs data and index, group
@@ -41,6 +42,7 @@ struct Args {
   double runtime = 10;
   bool sync = true;
   bool data_sync_always = false;
+  bool appending_wal = false;
   bool copy = false;
 };
 
@@ -102,12 +104,14 @@ int main(int argc, char** argv) {
       a.sync = false;
     else if (k == "--data-sync-always")
       a.data_sync_always = true;
+    else if (k == "--appending-wal")
+      a.appending_wal = true;
     else if (k == "--copy")
       a.copy = true;
     else {
       std::fprintf(stderr,
                    "usage: %s --dir DIR --rw write|randwrite|read|randread --bs N --threads N --size N "
-                   "--runtime S [--no-sync]\n",
+                   "--runtime S [--no-sync] [--copy] [--data-sync-always] [--appending-wal]\n",
                    argv[0]);
       return 2;
     }
@@ -128,6 +132,7 @@ int main(int argc, char** argv) {
   opts.arena_bytes = 64ull << 20;
   opts.sync = a.sync;
   if (a.data_sync_always) opts.data_sync = EngineOptions::DataSync::kAlways;
+  if (a.appending_wal) opts.prewrite_wal = false;
   auto opened = Engine::open(opts);
   if (!opened.is_ok()) die("open", opened.status());
   std::unique_ptr<Engine> eng = std::move(opened).value();

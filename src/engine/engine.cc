@@ -1,5 +1,7 @@
 // Engine: opening and recovery, pools and containers, the commit queue, punches and snapshots.
 #include <rocksdb/cache.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <sys/stat.h>
@@ -11,6 +13,7 @@
 #include "common/coding.h"
 #include "common/fault.h"
 #include "engine/engine_impl.h"
+#include "engine/index/wal_file_system.h"
 
 namespace rfos::engine {
 
@@ -88,6 +91,10 @@ Status Engine::Impl::open() {
   ro.write_buffer_size = 64 << 20;
   ro.keep_log_file_num = 4;
   ro.info_log_level = rocksdb::WARN_LEVEL;
+  if (opts.prewrite_wal) {
+    rocks_env = rocksdb::NewCompositeEnv(index::make_prewritten_wal_fs(nullptr));
+    ro.env = rocks_env.get();
+  }
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = rocksdb::NewLRUCache(64 << 20);
   ro.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));

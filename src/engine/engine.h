@@ -61,6 +61,9 @@ struct EngineOptions {
   //  kAlways: an fdatasync of the block file, then the WAL sync.
   enum class DataSync { kAuto, kAlways };
   DataSync data_sync = DataSync::kAuto;
+  // Write the index's WAL ahead with zeros, so its synced writes do not grow the file and commit the file
+  // system's journal (engine/index/wal_file_system.h). false: RocksDB's appending WAL (benchmarks only).
+  bool prewrite_wal = true;
   bool create = true;            // create (format) a missing target
   uint32_t io_queue_depth = 64;  // io_uring entries per ring
   // Bytes of reads a target's ring keeps at the device at once; more wait their turn (0: no limit). See

@@ -122,6 +122,7 @@ class Engine::Impl {
                                 uint64_t begin, uint64_t end, std::vector<ExtentRef>* out);
 
   EngineOptions opts;
+  std::unique_ptr<rocksdb::Env> rocks_env;  // the index's file system; outlives db
   std::unique_ptr<rocksdb::DB> db;
   std::unique_ptr<blockio::BufferArena> arena;
   std::unique_ptr<blockio::BlockDevice> dev;
