@@ -488,7 +488,7 @@ class UcxWorker final : public Worker {
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
   bool use_events_ = true;
-  bool peer_failure_ = true;  // endpoints detect a dead peer (ucx_detects_peer_failure)
+  bool peer_failure_ = true;            // endpoints detect a dead peer (ucx_detects_peer_failure)
   bool sleep_when_waits_long_ = false;  // WorkerOptions::sleep_when_waits_long
   std::atomic<bool> signaled_{false};
   static constexpr std::chrono::microseconds kSpinAfterEvent{1000};
