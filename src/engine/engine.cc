@@ -92,7 +92,7 @@ Status Engine::Impl::open() {
   ro.keep_log_file_num = 4;
   ro.info_log_level = rocksdb::WARN_LEVEL;
   if (opts.prewrite_wal) {
-    rocks_env = rocksdb::NewCompositeEnv(index::make_prewritten_wal_fs(nullptr));
+    rocks_env = rocksdb::NewCompositeEnv(index::make_prewritten_wal_fs());
     ro.env = rocks_env.get();
   }
   rocksdb::BlockBasedTableOptions table;

@@ -23,8 +23,8 @@ bool is_wal(const std::string& fname) { return fname.size() > 4 && fname.compare
 // through which it writes the zeros ahead of them.
 class PrewrittenWal : public rocksdb::FSWritableFileOwnerWrapper {
  public:
-  PrewrittenWal(std::unique_ptr<rocksdb::FSWritableFile> file, std::string name, int fd, uint64_t chunk)
-      : FSWritableFileOwnerWrapper(std::move(file)), name_(std::move(name)), fd_(fd), chunk_(chunk) {}
+  PrewrittenWal(std::unique_ptr<rocksdb::FSWritableFile> file, std::string name, int fd)
+      : FSWritableFileOwnerWrapper(std::move(file)), name_(std::move(name)), fd_(fd) {}
 
   ~PrewrittenWal() override { release(); }
 
@@ -67,7 +67,7 @@ class PrewrittenWal : public rocksdb::FSWritableFileOwnerWrapper {
     if (end <= written_) return rocksdb::IOStatus::OK();
     if (fd_ < 0) return rocksdb::IOStatus::IOError("write-ahead log " + name_ + " is closed");
     static const std::vector<char> zeros(256u << 10, 0);
-    uint64_t to = (end + chunk_ - 1) / chunk_ * chunk_;
+    uint64_t to = (end + kWalPrewriteChunkBytes - 1) / kWalPrewriteChunkBytes * kWalPrewriteChunkBytes;
     for (uint64_t at = written_; at < to;) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(zeros.size(), to - at));
       ssize_t w = ::pwrite(fd_, zeros.data(), n, static_cast<off_t>(at));
@@ -93,14 +93,12 @@ class PrewrittenWal : public rocksdb::FSWritableFileOwnerWrapper {
 
   std::string name_;
   int fd_;
-  uint64_t chunk_;
   uint64_t written_ = 0;  // [0, written_) holds records or zeros, allocated and of durable size
 };
 
 class PrewrittenWalFileSystem : public rocksdb::FileSystemWrapper {
  public:
-  PrewrittenWalFileSystem(std::shared_ptr<rocksdb::FileSystem> base, uint64_t chunk)
-      : FileSystemWrapper(std::move(base)), chunk_(chunk) {}
+  explicit PrewrittenWalFileSystem(std::shared_ptr<rocksdb::FileSystem> base) : FileSystemWrapper(std::move(base)) {}
 
   const char* Name() const override { return "RfosPrewrittenWal"; }
 
@@ -115,20 +113,15 @@ class PrewrittenWalFileSystem : public rocksdb::FileSystemWrapper {
       result->reset();
       return io_error("open " + fname, err);
     }
-    *result = std::make_unique<PrewrittenWal>(std::move(*result), fname, fd, chunk_);
+    *result = std::make_unique<PrewrittenWal>(std::move(*result), fname, fd);
     return s;
   }
-
- private:
-  uint64_t chunk_;
 };
 
 }  // namespace
 
-std::shared_ptr<rocksdb::FileSystem> make_prewritten_wal_fs(std::shared_ptr<rocksdb::FileSystem> base,
-                                                            uint64_t chunk_bytes) {
-  if (!base) base = rocksdb::FileSystem::Default();
-  return std::make_shared<PrewrittenWalFileSystem>(std::move(base), chunk_bytes == 0 ? 1 : chunk_bytes);
+std::shared_ptr<rocksdb::FileSystem> make_prewritten_wal_fs() {
+  return std::make_shared<PrewrittenWalFileSystem>(rocksdb::FileSystem::Default());
 }
 
 }  // namespace rfos::engine::index

@@ -26,8 +26,7 @@ namespace rfos::engine::index {
 
 inline constexpr uint64_t kWalPrewriteChunkBytes = 1u << 20;
 
-// Wraps base (RocksDB's default file system when null); files named *.log are written ahead.
-std::shared_ptr<rocksdb::FileSystem> make_prewritten_wal_fs(std::shared_ptr<rocksdb::FileSystem> base,
-                                                            uint64_t chunk_bytes = kWalPrewriteChunkBytes);
+// RocksDB's default file system, with files named *.log written ahead kWalPrewriteChunkBytes at a time.
+std::shared_ptr<rocksdb::FileSystem> make_prewritten_wal_fs();
 
 }  // namespace rfos::engine::index
