@@ -45,6 +45,7 @@ struct BenchArgs {
   std::string cont = "default";
   bool ceiling = false;
   std::string data_path = "auto";
+  int payload_sends = -1;
 };
 
 Result<uint64_t> parse_size(const std::string& t) {
@@ -218,6 +219,10 @@ void add_bench_command(CLI::App& app, Context& ctx) {
          "auto, message (data rides the messages) or explicit (targets RDMA-read/write the registered buffers)")
       ->check(CLI::IsMember({"auto", "message", "explicit"}))
       ->capture_default_str();
+  cmd->add_option("--payload-sends-at-once", a->payload_sends,
+                  "payloads over 64 KiB moving at once per job (-1: the provider's default, 0: no limit)")
+      ->check(CLI::Range(-1, 1 << 20))
+      ->capture_default_str();
   cmd->add_flag("--ceiling", a->ceiling,
                 "also measure the transport ceiling (ucx_perftest or fi_pingpong, loopback) and print the ratio");
   cmd->callback([&ctx, a] {
@@ -248,6 +253,7 @@ void add_bench_command(CLI::App& app, Context& ctx) {
         o.data_path = a->data_path == "explicit"  ? client::DataPath::kExplicit
                       : a->data_path == "message" ? client::DataPath::kMessage
                                                   : client::DataPath::kAuto;
+        o.payload_sends_at_once = a->payload_sends;
         auto control = ctx.control();
         auto c = client::Container::open(*control, a->pool, a->cont, o);
         if (!c.is_ok()) {

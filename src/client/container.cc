@@ -260,9 +260,24 @@ class Container::Impl {
     return id;
   }
 
+  // Payloads over transport::kLargePayloadBytes move one rendezvous at a time per handle when the provider says so
+  // (transport::payload_sends_at_once): the rest wait here, in order, and go as earlier ones finish sending.
+  uint32_t send_limit = 0;  // 0: no limit
+  uint32_t large_sending = 0;
+  std::deque<uint64_t> send_queue;
+
   Status send(uint64_t id, Call& call) {
     call.sent = false;
-    return worker->send(eps[call.target], call.header, call.payload, [this, id](Status st) {
+    size_t bytes = 0;
+    for (const Iov& v : call.payload) bytes += v.len;
+    bool large = send_limit > 0 && bytes > transport::kLargePayloadBytes;
+    if (large && large_sending >= send_limit) {
+      send_queue.push_back(id);
+      return Status::ok();
+    }
+    if (large) ++large_sending;
+    Status s = worker->send(eps[call.target], call.header, call.payload, [this, id, large](Status st) {
+      if (large) send_done();
       auto c = calls.find(id);
       if (c == calls.end()) return;
       c->second.sent = true;
@@ -271,6 +286,24 @@ class Container::Impl {
         c->second.replied = true;
       }
     });
+    if (!s.is_ok() && large) send_done();
+    return s;
+  }
+
+  // A large payload finished sending (or failed): the next queued one goes, skipping calls that ended while
+  // they waited (timed out).
+  void send_done() {
+    --large_sending;
+    while (!send_queue.empty() && large_sending < send_limit) {
+      auto c = calls.find(send_queue.front());
+      send_queue.pop_front();
+      if (c == calls.end() || c->second.sent) continue;
+      Status s = send(c->first, c->second);
+      if (!s.is_ok()) {
+        c->second.status = s;
+        c->second.replied = c->second.sent = true;
+      }
+    }
   }
 
   // Moves finished and timed-out calls to `completed`.
@@ -452,6 +485,8 @@ Result<std::unique_ptr<Container>> Container::open(ControlClient& control, const
   RFOS_ASSIGN_OR_RETURN(impl->worker, transport::Worker::create(provider));
   impl->rdma_provider =
       provider == "ucx+rc" || provider == "ucx+dc_x" || provider == "ucx+ud" || provider == "ofi+verbs";
+  impl->send_limit = options.payload_sends_at_once >= 0 ? static_cast<uint32_t>(options.payload_sends_at_once)
+                                                        : transport::payload_sends_at_once(provider);
   Impl* raw = impl.get();
   impl->worker->on_message([raw](transport::Incoming& in) { raw->on_message(in); });
   for (const std::string& addr : impl->session.target_addresses) {

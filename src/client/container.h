@@ -57,6 +57,9 @@ struct ContainerOptions {
   std::string provider;         // "" = the pool's provider
   uint32_t timeout_ms = 30000;  // per request
   uint32_t ttl_s = 0;           // capability lifetime asked for; 0: the server's default
+  // Payloads over 64 KiB (rendezvous) moving at once from this handle; later ones wait their turn. -1: the
+  // provider's measured default (transport::payload_sends_at_once: 1 on ucx+tcp, no limit elsewhere); 0: no limit.
+  int payload_sends_at_once = -1;
 };
 
 class Container {

@@ -48,6 +48,8 @@ void poll_then_nap(const std::function<int()>& progress, std::atomic<bool>& sign
   ppoll(&pfd, 1, &ts, nullptr);
 }
 
+uint32_t payload_sends_at_once(std::string_view provider) { return provider == "ucx+tcp" ? 1 : 0; }
+
 bool ucx_detects_peer_failure(std::string_view provider) { return provider != "ucx+shm"; }
 
 const char* ucx_transports(std::string_view provider) {
