@@ -505,6 +505,10 @@ Result<std::unique_ptr<Container>> Container::open(ControlClient& control, const
 Container::Container(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Container::~Container() {
   while (!impl_->regions.empty()) impl_->drop_region(impl_->regions.begin());
+  // The worker goes first: sends still in flight complete (cancelled) as it closes the endpoints, and their
+  // callbacks look up calls, which must still exist then; nothing queued may be sent by them.
+  impl_->send_queue.clear();
+  impl_->worker.reset();
 }
 const Session& Container::session() const { return impl_->session; }
 

@@ -136,10 +136,10 @@ inline constexpr size_t kLargePayloadBytes = 64 * 1024;
 // How many large payloads a client should have moving at once over `provider`; 0: no limit. 1 on ucx+tcp:
 // there the CPUs move the bytes, and two 1 MiB rendezvous to two targets share the connection bandwidth,
 // both landing late, while the device waits for either; one at a time, each lands in half the time and its
-// device write and commit overlap the next one's transfer (1 MiB writes at depth 4: a landing of 0.45-0.5 ms
-// instead of 1.2-1.5 ms, 2032 against 1674 writes/s, medians of six alternating runs, docs/BENCHMARKS.md). No
-// limit elsewhere: on ucx+shm and ofi+tcp the same limit measured lower (2023 against 2365 and 1636 against
-// 1919), and the RDMA providers are not measured yet.
+// device write and commit overlap the next one's transfer (1 MiB writes at depth 4: a landing of 0.44-0.54 ms
+// instead of 1.2-1.6 ms; ahead in 9 of 13 alternating runs, by 16 % at the median, docs/BENCHMARKS.md). No
+// limit elsewhere: on ucx+shm and ofi+tcp the same limit measured lower (medians 2023 against 2365 and 1636
+// against 1919 writes/s), and the RDMA providers are not measured yet.
 uint32_t payload_sends_at_once(std::string_view provider);
 
 // Calls `progress` until it reports an event, `also` is ready or `signaled` is set (true), or until `until`
