@@ -260,8 +260,8 @@ class Container::Impl {
     return id;
   }
 
-  // Payloads over transport::kLargePayloadBytes move one rendezvous at a time per handle when the provider says so
-  // (transport::payload_sends_at_once): the rest wait here, in order, and go as earlier ones finish sending.
+  // At most send_limit payloads over transport::kLargePayloadBytes move at a time from this handle
+  // (ContainerOptions::payload_sends_at_once): the rest wait here, in order, and go as earlier ones finish.
   uint32_t send_limit = 0;  // 0: no limit
   uint32_t large_sending = 0;
   std::deque<uint64_t> send_queue;
