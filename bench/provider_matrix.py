@@ -15,7 +15,7 @@ For every pattern it measures
 and prints a Markdown table with the ratio to the lower ceiling.
 
   bench/provider_matrix.py [--build build] [--runtime 5] [--reps 3] [--providers ucx+tcp,ucx+shm,ofi+tcp,ofi+shm]
-                           [--rw randread,randwrite,read,write]
+                           [--rw randread,randwrite,read,write] [--targets N]
 """
 import argparse
 import json
@@ -63,6 +63,8 @@ def main():
     p.add_argument("--providers", default="ucx+tcp,ucx+shm,ofi+tcp,ofi+shm")
     p.add_argument("--dir", default="/var/tmp")
     p.add_argument("--rw", default="randread,randwrite,read,write", help="patterns to run (comma-separated)")
+    p.add_argument("--targets", type=int, default=0,
+                   help="the server's targets (default 0: the server's own default, one per core)")
     args = p.parse_args()
     cases = [c for c in CASES if c[0] in args.rw.split(",")]
     for tool in ("fio", "ucx_perftest", "fi_pingpong"):
@@ -82,7 +84,8 @@ def main():
             data = os.path.join(work, "data")
             shutil.rmtree(data, ignore_errors=True)
             server = subprocess.Popen([rfos, "server", "--data-dir", data, "--control-addr", addr, "--provider", prov,
-                                       "--target-bytes", str(1 << 30), "--create-defaults"], env=env,
+                                       "--target-bytes", str(1 << 30), "--create-defaults"] +
+                                      (["--targets", str(args.targets)] if args.targets else []), env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 for _ in range(240):
@@ -113,27 +116,33 @@ def main():
                     media_iops = median(media)
                     bounds = transport and (prov.startswith("ucx+") or depth == 1)  # a ping-pong bounds depth 1 only
                     lower = min(media_iops, transport) if bounds else media_iops
+                    # Run by run: each rfos run against the transport ceiling measured beside it. The host moves
+                    # between a fast and a slow state that lasts up to a minute and slows both sides alike
+                    # (docs/BENCHMARKS.md, "2026-11-25, evening"), so a cell whose runs mix the two states says more
+                    # this way than as a ratio of medians.
+                    paired = median([x / (min(media_iops, c["msg_rate"]) if bounds else media_iops)
+                                     for x, c in zip(iops, ceilings)]) if transport else None
                     rows.append((prov, rw, bs_text, depth, side["iops"], side["bw_bytes"],
                                  side["clat_ns"]["percentile"]["50.000000"], media_iops, transport, unhandled,
-                                 side["iops"] / lower, min(iops) / lower, max(iops) / lower))
+                                 side["iops"] / lower, min(iops) / lower, max(iops) / lower, paired))
                     print("%-8s %-9s %-3s qd%-2d rfos %s IOPS | media %s | transport %s | unhandled %s | ratio %.2f" %
                           (prov, rw, bs_text, depth, "/".join("%.0f" % x for x in iops),
                            "/".join("%.0f" % x for x in media),
                            "/".join("%.0f" % c["msg_rate"] for c in ceilings if "msg_rate" in c) or "-",
-                           "/".join("%.0f" % x for x in other) or "-", rows[-1][-3]), flush=True)
+                           "/".join("%.0f" % x for x in other) or "-", rows[-1][-4]), flush=True)
             finally:
                 server.terminate()
                 server.wait()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("\n| provider | pattern | bs | depth | rfos IOPS | rfos MiB/s | p50 (us) | media ceiling IOPS | "
-          "transport ceiling msg/s | ratio to the lower (runs) | perftest without peer-failure handling msg/s "
-          "(rfos / it) |\n|---|---|---|---|---|---|---|---|---|---|---|")
-    for prov, rw, bs, depth, iops, bw, p50, med, tr, un, ratio, lo, hi in rows:
-        print("| %s | %s | %s | %d | %.0f | %.1f | %.0f | %.0f | %s | **%.2f** (%.2f-%.2f) | %s |" %
+          "transport ceiling msg/s | ratio to the lower (runs) | run by run | perftest without peer-failure "
+          "handling msg/s (rfos / it) |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for prov, rw, bs, depth, iops, bw, p50, med, tr, un, ratio, lo, hi, paired in rows:
+        print("| %s | %s | %s | %d | %.0f | %.1f | %.0f | %.0f | %s | **%.2f** (%.2f-%.2f) | %s | %s |" %
               (prov, rw, bs, depth, iops, bw / 2**20, p50 / 1e3, med,
                ("%.0f" % tr + ("" if prov.startswith("ucx+") else " (ping-pong)")) if tr else "n/a", ratio, lo, hi,
-               "%.0f (%.2f)" % (un, iops / un) if un else "-"))
+               "%.2f" % paired if paired is not None else "-", "%.0f (%.2f)" % (un, iops / un) if un else "-"))
 
 
 if __name__ == "__main__":
