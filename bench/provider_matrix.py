@@ -115,21 +115,23 @@ def main():
                     unhandled = median(other) if other else None
                     media_iops = median(media)
                     bounds = transport and (prov.startswith("ucx+") or depth == 1)  # a ping-pong bounds depth 1 only
-                    lower = min(media_iops, transport) if bounds else media_iops
-                    # Run by run: each rfos run against the transport ceiling measured beside it. The host moves
-                    # between a fast and a slow state that lasts up to a minute and slows both sides alike
-                    # (docs/BENCHMARKS.md, "2026-11-25, evening"), so a cell whose runs mix the two states says more
-                    # this way than as a ratio of medians.
-                    paired = median([x / (min(media_iops, c["msg_rate"]) if bounds else media_iops)
-                                     for x, c in zip(iops, ceilings)]) if transport else None
+                    lower_of = lambda t: min(media_iops, t) if bounds else media_iops
+                    lower = lower_of(transport)
+                    ratio = side["iops"] / lower
+                    # Run by run: each rfos run against the lower of the media ceiling and the transport ceiling
+                    # measured beside it. The host moves between a fast and a slow state that lasts up to a minute
+                    # and slows both sides alike (docs/BENCHMARKS.md, "2026-11-25, evening"), so a cell whose runs
+                    # mix the two states says more this way than as a ratio of medians.
+                    paired = median([x / lower_of(c["msg_rate"]) for x, c in zip(iops, ceilings)]) if transport \
+                        else None
                     rows.append((prov, rw, bs_text, depth, side["iops"], side["bw_bytes"],
                                  side["clat_ns"]["percentile"]["50.000000"], media_iops, transport, unhandled,
-                                 side["iops"] / lower, min(iops) / lower, max(iops) / lower, paired))
+                                 ratio, min(iops) / lower, max(iops) / lower, paired))
                     print("%-8s %-9s %-3s qd%-2d rfos %s IOPS | media %s | transport %s | unhandled %s | ratio %.2f" %
                           (prov, rw, bs_text, depth, "/".join("%.0f" % x for x in iops),
                            "/".join("%.0f" % x for x in media),
                            "/".join("%.0f" % c["msg_rate"] for c in ceilings if "msg_rate" in c) or "-",
-                           "/".join("%.0f" % x for x in other) or "-", rows[-1][-4]), flush=True)
+                           "/".join("%.0f" % x for x in other) or "-", ratio), flush=True)
             finally:
                 server.terminate()
                 server.wait()
