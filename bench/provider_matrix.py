@@ -12,7 +12,8 @@ For every pattern it measures
     it, which a server cannot use, is shown in its own column; fi_pingpong for libfabric ones, which is one
     message in flight, so it is shown but not used as a ceiling at depth > 1;
   - rfos: `rfos bench` against an `rfos server` started for that provider on loopback, the median of --reps runs;
-and prints a Markdown table with the ratio to the lower ceiling.
+and prints a Markdown table with the ratio to the lower ceiling, then a line on the host: its TCP congestion
+control and how much memory it reported to the hypervisor during the run (free page reporting).
 
   bench/provider_matrix.py [--build build] [--runtime 5] [--reps 3] [--providers ucx+tcp,ucx+shm,ofi+tcp,ofi+shm]
                            [--rw randread,randwrite,read,write] [--targets N]
@@ -36,6 +37,30 @@ CASES = [("randread", "4k", 4096, 16, "64m"), ("randwrite", "4k", 4096, 16, "64m
 # memory segments, more than a virtio disk takes in one request (254), and fio's 1 MiB I/O then reached the
 # device as two requests at a fraction of the speed (573 against 3292 1 MiB reads/s here).
 FIO = ["env", "GLIBC_TUNABLES=glibc.malloc.hugetlb=1", "fio", "--iomem_align=2m"]
+
+# Free page reporting (virtio-balloon): the guest hands freed memory back to the hypervisor and faults it in again
+# on reuse. rfos's 1 MiB writes made this VM report 130-260 MiB/s, ucx_perftest none, and writes ran 15 % faster
+# with it off (docs/BENCHMARKS.md, "2026-11-25, night"), so the table says how much was reported.
+PAGE_REPORTING = "/sys/module/page_reporting/parameters/"
+
+
+def read_text(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def host_note(reported_kib_before, seconds):
+    """A line on what this machine's kernel did during the run that moves the figures."""
+    cc = read_text("/proc/sys/net/ipv4/tcp_congestion_control") or "unknown"
+    order, after = read_text(PAGE_REPORTING + "page_reporting_order"), read_text(PAGE_REPORTING + "reported_kib")
+    if order is None or after is None or reported_kib_before is None:
+        return "Host: TCP congestion control %s; no free page reporting." % cc
+    mib = (int(after) - int(reported_kib_before)) / 1024
+    return ("Host: TCP congestion control %s; free page reporting at order %s: %.0f MiB reported to the "
+            "hypervisor during the run (%.0f MiB/s)." % (cc, order, mib, mib / max(seconds, 1)))
 
 
 def fio(dirpath, rw, bs, depth, runtime, size):
@@ -79,6 +104,7 @@ def main():
     addr = "127.0.0.1:%d" % random.randint(20000, 40000)
     env["RFOS_ADDR"] = addr
     rows = []
+    reported_before, started = read_text(PAGE_REPORTING + "reported_kib"), time.time()
     try:
         for prov in args.providers.split(","):
             data = os.path.join(work, "data")
@@ -145,6 +171,7 @@ def main():
               (prov, rw, bs, depth, iops, bw / 2**20, p50 / 1e3, med,
                ("%.0f" % tr + ("" if prov.startswith("ucx+") else " (ping-pong)")) if tr else "n/a", ratio, lo, hi,
                "%.2f" % paired if paired is not None else "-", "%.0f (%.2f)" % (un, iops / un) if un else "-"))
+    print("\n" + host_note(reported_before, time.time() - started))
 
 
 if __name__ == "__main__":
