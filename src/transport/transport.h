@@ -69,7 +69,9 @@ struct WorkerOptions {
   // gets an error: how a target gives back the engine buffers of a client that died mid-transfer where the
   // fabric does not report the dead peer (libfabric's RDM endpoints). UCX reports a dead peer on tcp and the
   // RDMA transports, and cannot cancel an active-message receive, so it ignores this; on ucx+shm, where
-  // neither works in UCX 1.13, such a payload stays pending until the server restarts.
+  // neither works in UCX 1.13, such a payload stays pending until the server restarts. On libfabric it also
+  // bounds how long messages wait for a peer that takes none (a send refused for now waits in a queue, and the
+  // worker serves its other peers meanwhile).
   uint32_t payload_timeout_ms = 30000;
   // A UCX worker spins for a while after each event before it sleeps on its event fd, since the next event is
   // usually close (small requests at depth). With this set, it spins only while its recent waits have been
@@ -77,6 +79,11 @@ struct WorkerOptions {
   // server's targets, whose waits for large device reads are long. A client leaves it unset: its waits are
   // for replies, and how soon it wakes is on the latency of every request (docs/BENCHMARKS.md has both).
   bool sleep_when_waits_long = false;
+  // Messages count only from peers that introduced themselves (every connect() does): a server's targets set
+  // it. UCX keeps an endpoint it made for a peer's messages only once adopted on the hello, and a target that
+  // answers late must not answer through one UCX may have freed. Where endpoints cannot detect a dead peer
+  // (UCX 1.13 shm) nothing is freed under the target, and every message counts.
+  bool introduced_peers_only = false;
 };
 
 class Worker {

@@ -7,7 +7,14 @@
 // wants the payload posts a tagged receive for that tag straight into the memory it chose (the engine's
 // buffers); the provider's rendezvous does the rest (RDMA on verbs, pipelined on tcp). A payload nobody takes
 // is received into scratch memory and dropped. Payload receives a dead sender never completes are cancelled
-// after WorkerOptions::payload_timeout_ms, which aborts their update.
+// after WorkerOptions::payload_timeout_ms, which aborts their update. The shm provider neither reports a dead
+// peer nor cancels a send or a remote read toward one, so on ofi+shm those fail once they are that old and the
+// peer's process (its id is in the name every rfos endpoint gives itself) is gone.
+//
+// A post libfabric refuses for now (-FI_EAGAIN: rxm refuses sends toward a peer whose connection is backed up,
+// as to a client that died) waits in that peer's queue and goes again from progress(); the worker never spins
+// on it, so one dead peer does not stall a target's other clients. A peer that takes none of its queued posts
+// for payload_timeout_ms has them all failed.
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -16,12 +23,15 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <random>
 #include <set>
@@ -64,6 +74,8 @@ struct Op {
   Status status;
   std::vector<fid_mr*> mrs;  // when the domain wants local registration
   std::chrono::steady_clock::time_point posted;
+  pid_t peer_pid = 0;      // sends and remote reads or writes on ofi+shm: the peer's process
+  bool abandoned = false;  // failed while the provider still holds it: freed when the provider lets go
 };
 
 class OfiWorker final : public Worker {
@@ -109,7 +121,8 @@ class OfiWorker final : public Worker {
     if ((rc = fi_endpoint(domain_, info_, &ep_, nullptr))) return fi_error(rc, "fi_endpoint");
     if ((rc = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV))) return fi_error(rc, "fi_ep_bind cq");
     if ((rc = fi_ep_bind(ep_, &av_->fid, 0))) return fi_error(rc, "fi_ep_bind av");
-    if (provider == "ofi+shm") {
+    shm_ = provider == "ofi+shm";
+    if (shm_) {
       // shm names its region after the process id by default; a process killed with SIGKILL leaves its region
       // behind, and a later process given the same pid then fails with EBUSY. A random name avoids that.
       std::random_device rd;
@@ -145,7 +158,9 @@ class OfiWorker final : public Worker {
     Op* op = track(new Op{});
     op->kind = Op::kPayloadRecv;
     op->done = std::move(done);
-    return post_payload_recv(op, reinterpret_cast<uint64_t>(in.rndv), dst);
+    Status s = post_payload_recv(op, reinterpret_cast<uint64_t>(in.rndv), dst);
+    if (!s.is_ok()) untrack(op);
+    return s;
   }
 
   Status send(EpHandle ep, std::string_view header, std::span<const Iov> payload, Done done) override {
@@ -166,10 +181,15 @@ class OfiWorker final : public Worker {
       return error(StatusCode::kInvalidArgument, "message header too large");
     }
     fi_addr_t to = ep - 1;
+    watch(op, ep);
     op->pending = total ? 2 : 1;
-    RFOS_RETURN_IF_ERROR(
-        retry([&] { return fi_tsend(ep_, op->bytes.data(), op->bytes.size(), nullptr, to, kHeaderTag, &op->ctx); },
-              "fi_tsend"));
+    Status posted = post(ep, op, "fi_tsend", [this, op, to] {
+      return fi_tsend(ep_, op->bytes.data(), op->bytes.size(), nullptr, to, kHeaderTag, &op->ctx);
+    });
+    if (!posted.is_ok()) {
+      untrack(op);
+      return posted;
+    }
     // A sender that goes silent after announcing its payload (tests of the receiver's payload timeout).
     if (total && RFOS_FAULT("ofi.withhold_payload")) {
       op->pending = 1;
@@ -179,11 +199,15 @@ class OfiWorker final : public Worker {
       std::vector<iovec> iov;
       for (const Iov& v : payload) iov.push_back({v.data, v.len});
       std::vector<void*> desc(iov.size(), nullptr);
-      if (local_mr_) RFOS_RETURN_IF_ERROR(register_local(op, iov, desc, FI_SEND));
-      Status s =
-          retry([&] { return fi_tsendv(ep_, iov.data(), desc.data(), iov.size(), to, tag, &op->ctx); }, "fi_tsendv");
-      if (!s.is_ok()) op->pending = 1;  // the envelope still completes; the op reports the failure then
-      if (!s.is_ok()) op->status = s;
+      Status s = local_mr_ ? register_local(op, iov, desc, FI_SEND) : Status::ok();
+      if (s.is_ok())
+        s = post(ep, op, "fi_tsendv", [this, op, to, tag, iov = std::move(iov), desc = std::move(desc)]() mutable {
+          return fi_tsendv(ep_, iov.data(), desc.data(), iov.size(), to, tag, &op->ctx);
+        });
+      if (!s.is_ok()) {  // the envelope still completes; the op reports the failure then
+        op->pending = 1;
+        op->status = s;
+      }
     }
     return Status::ok();
   }
@@ -228,7 +252,8 @@ class OfiWorker final : public Worker {
       for (ssize_t i = 0; i < got; ++i) complete(static_cast<Op*>(entries[i].op_context), Status::ok(), &entries[i]);
       n += static_cast<int>(got);
     }
-    cancel_stale_payloads();
+    n += post_deferred();
+    give_up_stale();
     return n;
   }
 
@@ -250,14 +275,61 @@ class OfiWorker final : public Worker {
     delete op;
   }
 
-  template <typename F>
-  Status retry(F f, const char* what) {
-    for (int spins = 0;; ++spins) {
-      ssize_t rc = f();
+  // A post of an operation (fi_tsend, fi_trecv, ...) that libfabric refused for now: `attempt` makes it again
+  // and returns 0 or a negative fi_errno, as libfabric's calls do.
+  struct Deferred {
+    Op* op = nullptr;
+    const char* what = "";
+    std::function<ssize_t()> attempt;
+  };
+  // The refused posts toward one peer (kAnyPeer: receives), oldest first.
+  static constexpr EpHandle kAnyPeer = 0;
+  struct PeerQueue {
+    std::deque<Deferred> posts;
+    std::chrono::steady_clock::time_point moved;  // when a post toward the peer last went in, or this queue began
+  };
+
+  // Posts `op` at once, or queues it behind the peer's refused posts, so that they go in order (an envelope
+  // before its payload). Errors: a post libfabric rejects outright, not in flight then.
+  Status post(EpHandle peer, Op* op, const char* what, std::function<ssize_t()> attempt) {
+    auto it = deferred_.find(peer);
+    if (it == deferred_.end()) {
+      ssize_t rc = attempt();
       if (rc == 0) return Status::ok();
-      if (rc != -FI_EAGAIN || spins > 1000000) return fi_error(static_cast<int>(rc), what);
-      progress();
+      if (rc != -FI_EAGAIN) return fi_error(static_cast<int>(rc), what);
+      it = deferred_.emplace(peer, PeerQueue{{}, std::chrono::steady_clock::now()}).first;
     }
+    it->second.posts.push_back({op, what, std::move(attempt)});
+    return Status::ok();
+  }
+
+  // Tries the refused posts again, in order per peer. Those toward a peer that has taken none of them for
+  // payload_timeout_ fail (a dead client, a hung server); receives wait for room however long it takes.
+  // Returns how many went in or failed.
+  int post_deferred() {
+    int n = 0;
+    auto now = std::chrono::steady_clock::now();
+    for (auto it = deferred_.begin(); it != deferred_.end();) {
+      PeerQueue& q = it->second;
+      bool expired = it->first != kAnyPeer && now - q.moved >= payload_timeout_;
+      while (!q.posts.empty()) {
+        ssize_t rc = q.posts.front().attempt();
+        if (rc == -FI_EAGAIN && !expired) break;
+        if (rc == 0) q.moved = now;
+        Deferred d = std::move(q.posts.front());
+        q.posts.pop_front();
+        ++n;
+        if (rc == 0) continue;
+        // Completes the operation as a failed transfer would: its callbacks may post more (to q's back).
+        complete(d.op,
+                 rc == -FI_EAGAIN ? error(StatusCode::kShutdown, std::string(d.what) + ": the peer took nothing for " +
+                                                                     std::to_string(payload_timeout_.count()) + " ms")
+                                  : fi_error(static_cast<int>(rc), d.what),
+                 nullptr);
+      }
+      it = q.posts.empty() ? deferred_.erase(it) : std::next(it);
+    }
+    return n;
   }
 
   // Local registration per operation when the provider needs local keys (verbs).
@@ -282,6 +354,7 @@ class OfiWorker final : public Worker {
     Op* op = track(new Op{});
     op->kind = Op::kSend;
     op->done = std::move(done);
+    watch(op, ep);
     op->pending = 1;  // held by this loop
     std::vector<iovec> iov;
     for (const Iov& v : local)
@@ -296,23 +369,26 @@ class OfiWorker final : public Worker {
       }
     }
     for (size_t i = 0; i < iov.size(); ++i) {
-      fi_rma_iov target{remote_addr, iov[i].iov_len, key};
-      fi_msg_rma msg{};
-      msg.msg_iov = &iov[i];
-      msg.desc = &desc[i];
-      msg.iov_count = 1;
-      msg.addr = ep - 1;
-      msg.rma_iov = &target;
-      msg.rma_iov_count = 1;
-      msg.context = &op->ctx;
-      Status s =
-          put ? retry([&] { return fi_writemsg(ep_, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE); }, "fi_writemsg")
-              : retry([&] { return fi_readmsg(ep_, &msg, FI_COMPLETION); }, "fi_readmsg");
+      ++op->pending;
+      Status s = post(ep, op, put ? "fi_writemsg" : "fi_readmsg",
+                      [this, put, op, to = fi_addr_t{ep - 1}, key, remote_addr, piece = iov[i], d = desc[i]]() mutable {
+                        fi_rma_iov target{remote_addr, piece.iov_len, key};
+                        fi_msg_rma msg{};
+                        msg.msg_iov = &piece;
+                        msg.desc = &d;
+                        msg.iov_count = 1;
+                        msg.addr = to;
+                        msg.rma_iov = &target;
+                        msg.rma_iov_count = 1;
+                        msg.context = &op->ctx;
+                        return put ? fi_writemsg(ep_, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE)
+                                   : fi_readmsg(ep_, &msg, FI_COMPLETION);
+                      });
       if (!s.is_ok()) {
+        --op->pending;
         op->status = s;
         break;
       }
-      ++op->pending;
       remote_addr += iov[i].iov_len;
     }
     complete(op, Status::ok(), nullptr);  // drops the loop's hold
@@ -320,13 +396,12 @@ class OfiWorker final : public Worker {
   }
 
   Status post_header(Op* op) {
-    return retry(
-        [&] {
-          return fi_trecv(ep_, op->bytes.data(), op->bytes.size(), nullptr, FI_ADDR_UNSPEC, kHeaderTag, 0, &op->ctx);
-        },
-        "fi_trecv");
+    return post(kAnyPeer, op, "fi_trecv", [this, op] {
+      return fi_trecv(ep_, op->bytes.data(), op->bytes.size(), nullptr, FI_ADDR_UNSPEC, kHeaderTag, 0, &op->ctx);
+    });
   }
 
+  // Errors leave `op` out of payload_recvs_; the caller drops it.
   Status post_payload_recv(Op* op, uint64_t tag, std::span<const Iov> dst) {
     std::vector<iovec> iov;
     for (const Iov& v : dst) iov.push_back({v.data, v.len});
@@ -334,8 +409,11 @@ class OfiWorker final : public Worker {
     if (local_mr_) RFOS_RETURN_IF_ERROR(register_local(op, iov, desc, FI_RECV));
     op->posted = std::chrono::steady_clock::now();
     payload_recvs_.insert(op);
-    return retry([&] { return fi_trecvv(ep_, iov.data(), desc.data(), iov.size(), FI_ADDR_UNSPEC, tag, 0, &op->ctx); },
-                 "fi_trecvv");
+    Status s = post(kAnyPeer, op, "fi_trecvv", [this, op, tag, iov = std::move(iov), desc = std::move(desc)]() mutable {
+      return fi_trecvv(ep_, iov.data(), desc.data(), iov.size(), FI_ADDR_UNSPEC, tag, 0, &op->ctx);
+    });
+    if (!s.is_ok()) payload_recvs_.erase(op);
+    return s;
   }
 
   Result<EpHandle> lookup(std::string_view addr) {
@@ -345,10 +423,24 @@ class OfiWorker final : public Worker {
     if (fi_av_insert(av_, addr.data(), 1, &fa, 0, nullptr) != 1)
       return error(StatusCode::kShutdown, "cannot add the peer's address (fi_av_insert)");
     peers_[std::string(addr)] = fa + 1;
+    // Every rfos endpoint on shm is named rfos-<pid>-<random> (init).
+    unsigned pid = 0;
+    if (shm_ && std::sscanf(std::string(addr).c_str(), "rfos-%u-", &pid) == 1 && pid > 0) shm_pids_[fa + 1] = pid;
     return fa + 1;
   }
 
+  // Notes when `op` toward `ep` began and, on shm, the peer's process, for give_up_stale.
+  void watch(Op* op, EpHandle ep) {
+    op->posted = std::chrono::steady_clock::now();
+    auto it = shm_pids_.find(ep);
+    if (it != shm_pids_.end()) op->peer_pid = it->second;
+  }
+
   void complete(Op* op, Status s, fi_cq_tagged_entry* e) {
+    if (op->abandoned) {  // its caller heard already
+      if (--op->pending <= 0) untrack(op);
+      return;
+    }
     switch (op->kind) {
       case Op::kHeaderRecv:
         if (s.is_ok() && e) deliver(op->bytes.data(), e->len);
@@ -398,12 +490,29 @@ class OfiWorker final : public Worker {
     }
   }
 
-  void cancel_stale_payloads() {
+  // Operations a peer has left hanging for payload_timeout_. Payload receives are cancelled (they complete with
+  // FI_ECANCELED). On shm, sends and remote reads or writes toward a peer whose process is gone fail: the
+  // provider holds them forever, and a target's update would keep its buffers and block space, and hold back
+  // aggregation, until the server restarts. Their Op stays allocated (abandoned) until the provider lets go of it
+  // or the worker closes its endpoint; a dead process cannot write into the buffers any more. A peer that is
+  // only slow or stopped keeps its operations. (shm peers see one another's processes: the provider copies
+  // through cross-memory attach, which needs that.)
+  void give_up_stale() {
     auto now = std::chrono::steady_clock::now();
     if (now < next_stale_check_) return;
     next_stale_check_ = now + std::min<std::chrono::milliseconds>(std::chrono::seconds(1), payload_timeout_ / 4);
     for (Op* op : payload_recvs_)
       if (now - op->posted > payload_timeout_) fi_cancel(&ep_->fid, &op->ctx);  // completes with FI_ECANCELED
+    std::vector<Op*> dead;
+    for (Op* op : ops_)
+      if (op->kind == Op::kSend && op->peer_pid && !op->abandoned && now - op->posted > payload_timeout_ &&
+          kill(op->peer_pid, 0) != 0 && errno == ESRCH)
+        dead.push_back(op);
+    for (Op* op : dead) {
+      op->abandoned = true;
+      Done d = std::move(op->done);
+      if (d) d(error(StatusCode::kShutdown, "the peer's process is gone"));
+    }
   }
 
   fi_info* info_ = nullptr;
@@ -413,13 +522,16 @@ class OfiWorker final : public Worker {
   fid_av* av_ = nullptr;
   fid_ep* ep_ = nullptr;
   bool local_mr_ = false;
+  bool shm_ = false;
   std::string address_;
   uint64_t tag_base_ = 0;
   uint64_t next_tag_ = 1;
   uint64_t next_key_ = 1;
   std::map<std::string, EpHandle> peers_;
+  std::map<EpHandle, pid_t> shm_pids_;  // on shm: each peer's process
   std::set<Op*> ops_;
   std::set<Op*> payload_recvs_;
+  std::map<EpHandle, PeerQueue> deferred_;  // posts libfabric refused for now, per peer
   std::chrono::steady_clock::time_point next_stale_check_;
   std::chrono::milliseconds payload_timeout_{30000};
   std::function<void(Incoming&)> handler_;
