@@ -544,6 +544,7 @@ Result<std::unique_ptr<Target>> Target::start(uint32_t index, Engine* engine, co
   transport::WorkerOptions wo;
   wo.payload_timeout_ms = config.payload_timeout_ms;
   wo.sleep_when_waits_long = true;
+  wo.introduced_peers_only = true;
   RFOS_ASSIGN_OR_RETURN(impl->worker, transport::Worker::create(config.provider, wo));
   RFOS_ASSIGN_OR_RETURN(impl->ring, engine->make_io_ring());
   engine::IoRing* ring = impl->ring.get();

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <thread>
+#include <unordered_map>
 
 #include "transport/transport.h"
 
@@ -41,13 +42,16 @@ class UcxWorker final : public Worker {
  public:
   ~UcxWorker() override {
     for (auto& [_, rk] : rkeys_) ucp_rkey_destroy(rk);
-    for (auto& [ep, _] : eps_) close_ep(reinterpret_cast<ucp_ep_h>(ep), true);
+    for (ucp_ep_h ep : failed_) close_ep(ep, true);
+    for (auto& [h, _] : eps_)
+      if (ucp_ep_h ep = ep_of(h)) close_ep(ep, true);
     if (worker_) ucp_worker_destroy(worker_);
     if (context_) ucp_cleanup(context_);
   }
 
   Status init(const std::string& provider, const WorkerOptions& options) {
     sleep_when_waits_long_ = options.sleep_when_waits_long;
+    introduced_only_ = options.introduced_peers_only;
     const char* tls = ucx_transports(provider);
     if (tls == nullptr) return error(StatusCode::kNotSupported, "UCX does not provide '" + provider + "'");
     ucp_config_t* config = nullptr;
@@ -104,8 +108,8 @@ class UcxWorker final : public Worker {
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     rp.flags = UCP_AM_SEND_FLAG_REPLY;
-    void* req =
-        ucp_am_send_nbx(reinterpret_cast<ucp_ep_h>(h), kHelloAmId, address_.data(), address_.size(), nullptr, 0, &rp);
+    ucp_ep_h ep = ep_of(h);
+    void* req = ucp_am_send_nbx(ep, kHelloAmId, address_.data(), address_.size(), nullptr, 0, &rp);
     if (UCS_PTR_IS_ERR(req)) return ucs_error(UCS_PTR_STATUS(req), "hello");
     if (req != nullptr) ucp_request_free(req);  // UCX completes it on its own
     // Where endpoints detect peer failure (not shm), wait until this one is wired up. UCX 1.13 aborts the
@@ -113,10 +117,13 @@ class UcxWorker final : public Worker {
     // purges the reply and trips an assertion ("got REP message", fixed upstream in UCX 1.14). A CLI call that
     // failed right after connecting took the server down that way. After the flush the peer holds no wireup
     // message of ours, so exiting, cleanly or not, is safe for it. Shm endpoints never fail, so never purge.
-    Status wired = peer_failure_ ? wait_wireup(reinterpret_cast<ucp_ep_h>(h)) : Status::ok();
-    if (!wired.is_ok()) {  // forced: a peer that does not answer would never let a graceful close finish
-      eps_.erase(h);
-      close_ep(reinterpret_cast<ucp_ep_h>(h), true);
+    Status wired = peer_failure_ ? wait_wireup(ep) : Status::ok();
+    if (!wired.is_ok()) {     // forced: a peer that does not answer would never let a graceful close finish
+      if ((ep = ep_of(h))) {  // (unless its failure closed it already)
+        eps_.erase(h);
+        forget(ep);
+        close_ep(ep, true);
+      }
       return wired;
     }
     return h;
@@ -148,16 +155,21 @@ class UcxWorker final : public Worker {
     ep.err_mode = peer_failure_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     ep.err_handler.cb = &UcxWorker::ep_error_cb;
     ep.err_handler.arg = this;
-    ucp_ep_h h = nullptr;
-    ucs_status_t s = ucp_ep_create(worker_, &ep, &h);
+    ucp_ep_h created = nullptr;
+    ucs_status_t s = ucp_ep_create(worker_, &ep, &created);
     if (s != UCS_OK) return ucs_error(s, "connect");
-    eps_[reinterpret_cast<EpHandle>(h)] = true;
-    return reinterpret_cast<EpHandle>(h);
+    EpHandle h = handle_of(created);
+    eps_[h] = true;
+    return h;
   }
 
-  void disconnect(EpHandle ep) override {
-    forget_rkeys(ep);
-    if (eps_.erase(ep)) close_ep(reinterpret_cast<ucp_ep_h>(ep), false);
+  void disconnect(EpHandle h) override {
+    forget_rkeys(h);
+    ucp_ep_h ep = ep_of(h);
+    if (eps_.erase(h) && ep) {
+      forget(ep);
+      close_ep(ep, false);
+    }
   }
 
   Result<Registration> register_memory(void* addr, size_t len) override {
@@ -227,7 +239,9 @@ class UcxWorker final : public Worker {
     return finish(req, p, "receive payload");
   }
 
-  Status send(EpHandle ep, std::string_view header, std::span<const Iov> payload, Done done) override {
+  Status send(EpHandle h, std::string_view header, std::span<const Iov> payload, Done done) override {
+    ucp_ep_h ep = ep_of(h);
+    if (ep == nullptr) return error(StatusCode::kShutdown, "the peer is gone");
     auto* p = new Pending{std::move(done), std::string(header), {}};
     for (const Iov& v : payload) p->iov.push_back({v.data, v.len});
     ucp_request_param_t rp{};
@@ -236,8 +250,7 @@ class UcxWorker final : public Worker {
     rp.user_data = p;
     rp.flags = UCP_AM_SEND_FLAG_REPLY;
     auto [buffer, count] = datatype(p->iov, rp);
-    void* req =
-        ucp_am_send_nbx(reinterpret_cast<ucp_ep_h>(ep), kAmId, p->header.data(), p->header.size(), buffer, count, &rp);
+    void* req = ucp_am_send_nbx(ep, kAmId, p->header.data(), p->header.size(), buffer, count, &rp);
     return finish(req, p, "send");
   }
 
@@ -246,9 +259,9 @@ class UcxWorker final : public Worker {
     while (ucp_worker_progress(worker_) != 0) ++n;
     if (n > 0) last_event_ = std::chrono::steady_clock::now();
     while (!failed_.empty()) {
-      EpHandle ep = failed_.back();
+      ucp_ep_h ep = failed_.back();
       failed_.pop_back();
-      if (eps_.erase(ep)) close_ep(reinterpret_cast<ucp_ep_h>(ep), true);
+      close_ep(ep, true);
     }
     return n;
   }
@@ -323,16 +336,21 @@ class UcxWorker final : public Worker {
     ucp_ep_h flush = nullptr;
   };
 
-  // The endpoint that reaches the peer behind `ep` for RMA: the one its hello made, or `ep` itself.
-  // Only endpoints this worker created can do RMA: one its connect() made, or one made from a peer's hello.
-  // A reply endpoint of a peer that sent no hello would trip UCX's assertion (and end the process): refused.
-  // The hello's endpoint is made on the first RMA, not on the hello: most peers never ask for RMA, and UCX 1.13
-  // aborts the process when a peer dies while an endpoint to it is still in wireup (a short-lived client that
-  // exits right after its request would otherwise kill the server).
-  Result<ucp_ep_h> rma_ep(EpHandle ep) {
+  // The endpoint that reaches the peer behind `ep` for RMA: `ep` itself when this worker created or adopted it
+  // (hello_cb), else one made from the peer's hello. Only endpoints this worker created can do RMA: a reply
+  // endpoint of a peer that sent no hello would trip UCX's assertion (and end the process), so it is refused.
+  // Where the hello's endpoint was not adopted (shm, or a peer UCX did not match), it is made on the first RMA,
+  // not on the hello: most peers never ask for RMA, and UCX 1.13 aborts the process when a peer dies while an
+  // endpoint to it is still in wireup (a short-lived client that exits right after its request would otherwise
+  // kill the server).
+  Result<std::pair<EpHandle, ucp_ep_h>> rma_ep(EpHandle ep) {
     auto it = rma_eps_.find(ep);
-    if (it != rma_eps_.end()) return reinterpret_cast<ucp_ep_h>(it->second);
-    if (eps_.count(ep)) return reinterpret_cast<ucp_ep_h>(ep);
+    if (it != rma_eps_.end()) ep = it->second;
+    if (it != rma_eps_.end() || eps_.count(ep)) {
+      ucp_ep_h to = ep_of(ep);
+      if (to == nullptr) return error(StatusCode::kShutdown, "the peer is gone");
+      return std::make_pair(ep, to);
+    }
     auto addr = hello_addrs_.find(ep);
     if (addr == hello_addrs_.end())
       return error(StatusCode::kInvalidArgument,
@@ -342,21 +360,39 @@ class UcxWorker final : public Worker {
     // A peer whose address is garbage gets no RMA.
     RFOS_ASSIGN_OR_RETURN(EpHandle own, create_ep(peer));
     rma_eps_[ep] = own;
-    return reinterpret_cast<ucp_ep_h>(own);
+    return std::make_pair(own, ep_of(own));
   }
 
   static ucs_status_t hello_cb(void* arg, const void* header, size_t header_length, void*, size_t,
                                const ucp_am_recv_param_t* param) {
     auto* self = static_cast<UcxWorker*>(arg);
     if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) || header_length > kMaxHelloBytes) return UCS_OK;
-    auto reply = reinterpret_cast<EpHandle>(param->reply_ep);
-    if (self->rma_eps_.count(reply)) return UCS_OK;
-    self->hello_addrs_[reply].assign(static_cast<const char*>(header), header_length);
+    EpHandle reply = self->handle_of(param->reply_ep);
+    if (self->eps_.count(reply) || self->rma_eps_.count(reply) || self->hello_addrs_.count(reply)) return UCS_OK;
+    std::string_view peer(static_cast<const char*>(header), header_length);
+    if (self->peer_failure_) {
+      // Adopt the endpoint UCX made for the peer's messages: an endpoint of ours to the peer's address is that
+      // one (UCX matches it by the peer's worker and connection number), now with our error handler and able to
+      // do RMA. Left as UCX made it, UCX destroys it unseen when the peer fails, and a target that answers a
+      // request of the dead peer later (its update committing) wrote to freed memory.
+      auto own = self->create_ep(peer);
+      if (own.is_ok() && *own == reply) return UCS_OK;
+      // A new endpoint instead, still wiring up, which UCX 1.13 does not survive the peer dying in: dropped,
+      // and RMA makes its own when asked.
+      if (own.is_ok()) self->fail(*own);
+      // A worker that hears only adopted peers never hears this one: it keeps no handle to an endpoint UCX may
+      // free and give the next peer.
+      if (self->introduced_only_) {
+        self->forget(param->reply_ep);
+        return UCS_OK;
+      }
+    }
+    self->hello_addrs_[reply].assign(peer);
     return UCS_OK;
   }
 
-  Result<ucp_rkey_h> rkey_for(ucp_ep_h ep, std::string_view packed) {
-    auto key = std::make_pair(reinterpret_cast<EpHandle>(ep), std::string(packed));
+  Result<ucp_rkey_h> rkey_for(EpHandle h, ucp_ep_h ep, std::string_view packed) {
+    auto key = std::make_pair(h, std::string(packed));
     auto it = rkeys_.find(key);
     if (it != rkeys_.end()) return it->second;
     if (rkeys_.size() >= kMaxRkeys) {  // bounded: clients register once, so the cache rarely turns over
@@ -379,8 +415,9 @@ class UcxWorker final : public Worker {
 
   Status rma(bool put, EpHandle ep, uint64_t remote_addr, std::string_view packed, std::span<const Iov> local,
              Done done) {
-    RFOS_ASSIGN_OR_RETURN(ucp_ep_h to, rma_ep(ep));
-    RFOS_ASSIGN_OR_RETURN(ucp_rkey_h rk, rkey_for(to, packed));
+    RFOS_ASSIGN_OR_RETURN(auto target, rma_ep(ep));
+    ucp_ep_h to = target.second;
+    RFOS_ASSIGN_OR_RETURN(ucp_rkey_h rk, rkey_for(target.first, to, packed));
     auto* op = new Rma{this, std::move(done), 1, Status::ok(), put ? to : nullptr};
     for (const Iov& v : local) {
       if (v.len == 0) continue;
@@ -447,7 +484,16 @@ class UcxWorker final : public Worker {
     Incoming in;
     in.header = {static_cast<const char*>(header), header_length};
     in.payload_bytes = length;
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) in.reply_to = reinterpret_cast<EpHandle>(param->reply_ep);
+    if (self->introduced_only_ && self->peer_failure_) {
+      // Only a peer whose endpoint was adopted on its hello (so that UCX reports its failure to us) gets a
+      // hearing: a target answers some requests late, and UCX destroys an endpoint it was not told to keep.
+      auto known = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? self->handles_.find(param->reply_ep)
+                                                                        : self->handles_.end();
+      if (known == self->handles_.end() || !self->eps_.count(known->second)) return UCS_OK;
+      in.reply_to = known->second;
+    } else if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
+      in.reply_to = self->handle_of(param->reply_ep);
+    }
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
       in.rndv = data;
     else
@@ -460,17 +506,50 @@ class UcxWorker final : public Worker {
 
   static void ep_error_cb(void* arg, ucp_ep_h ep, ucs_status_t status) {
     auto* self = static_cast<UcxWorker*>(arg);
-    auto h = reinterpret_cast<EpHandle>(ep);
-    self->forget_rkeys(h);
-    self->hello_addrs_.erase(h);
-    // An endpoint a hello made is ours to close (later, outside UCX's callback), whether it failed itself or
-    // the reply endpoint it stands beside did.
+    auto found = self->handles_.find(ep);
+    if (found == self->handles_.end()) return;  // failed or closed already
+    EpHandle h = found->second;
+    self->fail(h);
+    // An endpoint a hello made is ours to close, whether it failed itself or the reply endpoint it stands
+    // beside did.
     std::erase_if(self->rma_eps_, [self, h](const auto& e) {
       if (e.first != h && e.second != h) return false;
-      self->failed_.push_back(e.second);
+      if (e.second != h) self->fail(e.second);
       return true;
     });
-    if (self->failure_) self->failure_(reinterpret_cast<EpHandle>(ep), ucs_error(status, "peer failed"));
+    if (self->failure_) self->failure_(h, ucs_error(status, "peer failed"));
+  }
+
+  // Callers hold handles, never UCX's endpoints: UCX frees an endpoint once it is closed and may give the next
+  // peer the same pointer, while a target still holds the handle of a request from the failed one (an update
+  // that commits after its client died wants to answer). A failed endpoint's handle resolves to nothing, and a
+  // send to it fails, instead of reaching freed memory or a stranger.
+  EpHandle handle_of(ucp_ep_h ep) {
+    auto [it, fresh] = handles_.try_emplace(ep, next_handle_);
+    if (!fresh) return it->second;
+    by_handle_[next_handle_] = ep;
+    return next_handle_++;
+  }
+  ucp_ep_h ep_of(EpHandle h) const {
+    auto it = by_handle_.find(h);
+    return it == by_handle_.end() ? nullptr : it->second;
+  }
+  void forget(ucp_ep_h ep) {
+    auto it = handles_.find(ep);
+    if (it == handles_.end()) return;
+    by_handle_.erase(it->second);
+    handles_.erase(it);
+  }
+  // A failed endpoint: its handle resolves to nothing from now on, and progress() closes it (not inside UCX's
+  // callback).
+  void fail(EpHandle h) {
+    forget_rkeys(h);
+    hello_addrs_.erase(h);
+    eps_.erase(h);
+    ucp_ep_h ep = ep_of(h);
+    if (ep == nullptr) return;
+    forget(ep);
+    failed_.push_back(ep);
   }
 
   void close_ep(ucp_ep_h ep, bool force) {
@@ -490,6 +569,7 @@ class UcxWorker final : public Worker {
   bool use_events_ = true;
   bool peer_failure_ = true;            // endpoints detect a dead peer (ucx_detects_peer_failure)
   bool sleep_when_waits_long_ = false;  // WorkerOptions::sleep_when_waits_long
+  bool introduced_only_ = false;        // WorkerOptions::introduced_peers_only
   std::atomic<bool> signaled_{false};
   static constexpr std::chrono::microseconds kSpinAfterEvent{1000};
   static constexpr double kShortIdleUs = 300;
@@ -508,13 +588,16 @@ class UcxWorker final : public Worker {
   std::string address_;
   std::function<void(Incoming&)> handler_;
   std::function<void(EpHandle, const Status&)> failure_;
-  std::map<EpHandle, bool> eps_;
+  std::map<EpHandle, bool> eps_;  // the endpoints this worker created
+  std::unordered_map<ucp_ep_h, EpHandle> handles_;
+  std::unordered_map<EpHandle, ucp_ep_h> by_handle_;
+  EpHandle next_handle_ = 1;
   static constexpr size_t kMaxRkeys = 4096;
   std::map<std::pair<EpHandle, std::string>, ucp_rkey_h> rkeys_;  // unpacked remote keys per peer
   std::map<EpHandle, EpHandle> rma_eps_;                          // reply endpoint -> our own, from hellos
   static constexpr size_t kMaxHelloBytes = 64 << 10;
   std::map<EpHandle, std::string> hello_addrs_;  // reply endpoint -> its peer's address, until RMA needs it
-  std::vector<EpHandle> failed_;                 // hello endpoints whose peer failed
+  std::vector<ucp_ep_h> failed_;                 // endpoints whose peer failed, to close
 };
 
 }  // namespace
