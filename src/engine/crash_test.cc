@@ -66,11 +66,16 @@ int writer_main(const std::string& dir, int round, int fd) {
     return 2;
   }
   std::unique_ptr<Engine> engine = std::move(opened).value();
-  if (round == 0) {
-    (void)engine->pool_create(kPool);
-    (void)engine->cont_create(kPool, kCont, {});
+  // Every round, not only the first: a round killed before its container was made (a loaded machine takes
+  // longer than the shortest round to open the engine) left the next rounds without one.
+  (void)engine->pool_create(kPool);
+  (void)engine->cont_create(kPool, kCont, {});
+  auto cont = engine->cont_open(kPool, kCont);
+  if (!cont.is_ok()) {
+    std::fprintf(stderr, "writer: %s\n", cont.status().to_string().c_str());
+    return 2;
   }
-  uint32_t cid = engine->cont_open(kPool, kCont)->id;
+  uint32_t cid = cont->id;
   std::atomic<uint64_t> epoch{uint64_t(round + 1) << 32};
   std::atomic<uint64_t> next_tag{uint64_t(round) << 32};
   std::vector<std::thread> threads;

@@ -2,6 +2,7 @@
 // round trips at many sizes, single values, punches, capabilities and rights, garbage, a server restart.
 #include <gtest/gtest.h>
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -628,18 +629,29 @@ TEST_P(DataPlane, ClientKilledMidTransferLeavesNothing) {
 
 void DataPlane::kill_a_writer(const char* path) {
   uint64_t free_before = control_->pool_query("p")->free_bytes;
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
+    dup2(ready[1], STDOUT_FILENO);
     execl("/proc/self/exe", "data_plane_test", "--writer", server_->address().c_str(), GetParam().c_str(), path,
           nullptr);
     _exit(127);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  close(ready[1]);
+  // Killed once its first write is acknowledged (on a disk slow to sync, 800 ms were sometimes not enough for
+  // one), and a little later, with its 16 writes in flight.
+  pollfd first{ready[0], POLLIN, 0};
+  char told = 0;
+  bool acknowledged = poll(&first, 1, 20000) == 1 && read(ready[0], &told, 1) == 1;
+  close(ready[0]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   int status = 0;
   waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status)) << "the writer exited early: " << WEXITSTATUS(status);
+  ASSERT_TRUE(acknowledged) << "the writer had no write acknowledged within 20 s";
 
   auto c = open();
   ASSERT_TRUE(c);
@@ -819,6 +831,7 @@ int writer_main(const std::string& addr, const std::string& provider, const std:
   if (!c.is_ok()) return 2;
   std::vector<std::string> bufs(16, rfos::engine::testing::pattern(3, 1 << 20));
   uint64_t next = 0;
+  bool told = false;
   for (;;) {
     while ((*c)->in_flight() < bufs.size()) {
       const std::string& b = bufs[next % bufs.size()];
@@ -827,7 +840,11 @@ int writer_main(const std::string& addr, const std::string& provider, const std:
       if (!t.is_ok()) return 3;
       ++next;
     }
-    (*c)->poll(16, 100);
+    for (const auto& done : (*c)->poll(16, 100)) {
+      if (!told && done.status.is_ok()) {  // tells the test that one write is acknowledged
+        told = write(STDOUT_FILENO, "1", 1) == 1;
+      }
+    }
   }
 }
 
