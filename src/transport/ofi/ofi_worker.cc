@@ -313,19 +313,30 @@ class OfiWorker final : public Worker {
       PeerQueue& q = it->second;
       bool expired = it->first != kAnyPeer && now - q.moved >= payload_timeout_;
       while (!q.posts.empty()) {
-        ssize_t rc = q.posts.front().attempt();
+        Op* op = q.posts.front().op;
+        // A piece of a send that failed already (its envelope, an earlier piece) or that was given up does not
+        // go: a payload without its envelope is a message nobody receives, and the caller has its buffers back.
+        bool moot = op->abandoned || (op->kind == Op::kSend && !op->status.is_ok());
+        ssize_t rc = moot ? -FI_ECANCELED : q.posts.front().attempt();
         if (rc == -FI_EAGAIN && !expired) break;
-        if (rc == 0) q.moved = now;
+        if (rc == 0) {
+          q.moved = now;
+          expired = false;
+        }
         Deferred d = std::move(q.posts.front());
         q.posts.pop_front();
         ++n;
         if (rc == 0) continue;
-        // Completes the operation as a failed transfer would: its callbacks may post more (to q's back).
-        complete(d.op,
-                 rc == -FI_EAGAIN ? error(StatusCode::kShutdown, std::string(d.what) + ": the peer took nothing for " +
-                                                                     std::to_string(payload_timeout_.count()) + " ms")
-                                  : fi_error(static_cast<int>(rc), d.what),
-                 nullptr);
+        if (op->kind == Op::kHeaderRecv) {  // not posted again: an endpoint that refuses it would spin here
+          untrack(op);
+          continue;
+        }
+        Status failed = moot ? op->status
+                        : rc == -FI_EAGAIN
+                            ? error(StatusCode::kShutdown, std::string(d.what) + ": the peer took nothing for " +
+                                                               std::to_string(payload_timeout_.count()) + " ms")
+                            : fi_error(static_cast<int>(rc), d.what);
+        complete(op, failed, nullptr);  // as a failed transfer would: its callbacks may post more (to q's back)
       }
       it = q.posts.empty() ? deferred_.erase(it) : std::next(it);
     }
@@ -410,7 +421,9 @@ class OfiWorker final : public Worker {
     op->posted = std::chrono::steady_clock::now();
     payload_recvs_.insert(op);
     Status s = post(kAnyPeer, op, "fi_trecvv", [this, op, tag, iov = std::move(iov), desc = std::move(desc)]() mutable {
-      return fi_trecvv(ep_, iov.data(), desc.data(), iov.size(), FI_ADDR_UNSPEC, tag, 0, &op->ctx);
+      ssize_t rc = fi_trecvv(ep_, iov.data(), desc.data(), iov.size(), FI_ADDR_UNSPEC, tag, 0, &op->ctx);
+      if (rc == 0) op->posted = std::chrono::steady_clock::now();  // its timeout runs from here, not the queue
+      return rc;
     });
     if (!s.is_ok()) payload_recvs_.erase(op);
     return s;

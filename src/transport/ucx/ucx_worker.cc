@@ -41,10 +41,14 @@ struct Pending {
 class UcxWorker final : public Worker {
  public:
   ~UcxWorker() override {
+    // Closing progresses the worker, and UCX's callbacks must not touch this worker's maps or call up into a
+    // target that is going away meanwhile.
+    closing_ = true;
     for (auto& [_, rk] : rkeys_) ucp_rkey_destroy(rk);
-    for (ucp_ep_h ep : failed_) close_ep(ep, true);
+    std::vector<ucp_ep_h> open = std::move(failed_);
     for (auto& [h, _] : eps_)
-      if (ucp_ep_h ep = ep_of(h)) close_ep(ep, true);
+      if (ucp_ep_h ep = ep_of(h)) open.push_back(ep);
+    for (ucp_ep_h ep : open) close_ep(ep, true);
     if (worker_) ucp_worker_destroy(worker_);
     if (context_) ucp_cleanup(context_);
   }
@@ -110,7 +114,10 @@ class UcxWorker final : public Worker {
     rp.flags = UCP_AM_SEND_FLAG_REPLY;
     ucp_ep_h ep = ep_of(h);
     void* req = ucp_am_send_nbx(ep, kHelloAmId, address_.data(), address_.size(), nullptr, 0, &rp);
-    if (UCS_PTR_IS_ERR(req)) return ucs_error(UCS_PTR_STATUS(req), "hello");
+    if (UCS_PTR_IS_ERR(req)) {
+      drop(h);
+      return ucs_error(UCS_PTR_STATUS(req), "hello");
+    }
     if (req != nullptr) ucp_request_free(req);  // UCX completes it on its own
     // Where endpoints detect peer failure (not shm), wait until this one is wired up. UCX 1.13 aborts the
     // *peer* when this side goes away while the peer still has its wireup reply queued for us: the failure
@@ -118,15 +125,19 @@ class UcxWorker final : public Worker {
     // failed right after connecting took the server down that way. After the flush the peer holds no wireup
     // message of ours, so exiting, cleanly or not, is safe for it. Shm endpoints never fail, so never purge.
     Status wired = peer_failure_ ? wait_wireup(ep) : Status::ok();
-    if (!wired.is_ok()) {     // forced: a peer that does not answer would never let a graceful close finish
-      if ((ep = ep_of(h))) {  // (unless its failure closed it already)
-        eps_.erase(h);
-        forget(ep);
-        close_ep(ep, true);
-      }
-      return wired;
-    }
+    if (!wired.is_ok()) drop(h);
+    if (!wired.is_ok()) return wired;
     return h;
+  }
+
+  // An endpoint connect() gives up on, closed by force: a peer that does not answer would never let a graceful
+  // close finish. Nothing when its failure closed it already.
+  void drop(EpHandle h) {
+    ucp_ep_h ep = ep_of(h);
+    if (ep == nullptr) return;
+    eps_.erase(h);
+    forget(ep);
+    close_ep(ep, true);
   }
 
   // Flushes a new endpoint: done once the peer answered the wireup, kTimeout after kWireupTimeout (the request
@@ -344,6 +355,7 @@ class UcxWorker final : public Worker {
   // endpoint to it is still in wireup (a short-lived client that exits right after its request would otherwise
   // kill the server).
   Result<std::pair<EpHandle, ucp_ep_h>> rma_ep(EpHandle ep) {
+    if (ep_of(ep) == nullptr) return error(StatusCode::kShutdown, "the peer is gone");
     auto it = rma_eps_.find(ep);
     if (it != rma_eps_.end()) ep = it->second;
     if (it != rma_eps_.end() || eps_.count(ep)) {
@@ -366,6 +378,7 @@ class UcxWorker final : public Worker {
   static ucs_status_t hello_cb(void* arg, const void* header, size_t header_length, void*, size_t,
                                const ucp_am_recv_param_t* param) {
     auto* self = static_cast<UcxWorker*>(arg);
+    if (self->closing_) return UCS_OK;
     if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) || header_length > kMaxHelloBytes) return UCS_OK;
     EpHandle reply = self->handle_of(param->reply_ep);
     if (self->eps_.count(reply) || self->rma_eps_.count(reply) || self->hello_addrs_.count(reply)) return UCS_OK;
@@ -481,6 +494,7 @@ class UcxWorker final : public Worker {
   static ucs_status_t am_cb(void* arg, const void* header, size_t header_length, void* data, size_t length,
                             const ucp_am_recv_param_t* param) {
     auto* self = static_cast<UcxWorker*>(arg);
+    if (self->closing_) return UCS_OK;
     Incoming in;
     in.header = {static_cast<const char*>(header), header_length};
     in.payload_bytes = length;
@@ -506,6 +520,7 @@ class UcxWorker final : public Worker {
 
   static void ep_error_cb(void* arg, ucp_ep_h ep, ucs_status_t status) {
     auto* self = static_cast<UcxWorker*>(arg);
+    if (self->closing_) return;
     auto found = self->handles_.find(ep);
     if (found == self->handles_.end()) return;  // failed or closed already
     EpHandle h = found->second;
@@ -570,6 +585,7 @@ class UcxWorker final : public Worker {
   bool peer_failure_ = true;            // endpoints detect a dead peer (ucx_detects_peer_failure)
   bool sleep_when_waits_long_ = false;  // WorkerOptions::sleep_when_waits_long
   bool introduced_only_ = false;        // WorkerOptions::introduced_peers_only
+  bool closing_ = false;                // in the destructor: callbacks do nothing
   std::atomic<bool> signaled_{false};
   static constexpr std::chrono::microseconds kSpinAfterEvent{1000};
   static constexpr double kShortIdleUs = 300;
