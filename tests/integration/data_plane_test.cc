@@ -610,10 +610,14 @@ TEST_P(DataPlane, BadTokensAndGarbageChangeNothing) {
 // serving. UCX over tcp reports the dead peer; libfabric's RDM endpoints do not, and there the target cancels
 // a payload receive its sender left silent for --payload-timeout-ms (2 s here instead of 30). UCX 1.13's shm
 // transports neither report the dead peer nor let an active-message receive be cancelled: skipped there.
+// libfabric 1.17's shm provider guards each endpoint's shared region with a spin lock its peers take to post
+// into it; a client killed while it holds the target's lock leaves the target spinning on it for good (seen
+// once in about twenty kills here): skipped there too (docs/wire-format.md, the fault model).
 ObjectId writer_object(const std::string& path) { return {10, path == "explicit" ? 20u : 10u}; }
 
 TEST_P(DataPlane, ClientKilledMidTransferLeavesNothing) {
   if (GetParam() == "ucx+shm") GTEST_SKIP() << "UCX 1.13 shm: no peer-failure detection, no receive cancel";
+  if (GetParam() == "ofi+shm") GTEST_SKIP() << "libfabric 1.17 shm: a peer killed holding a region's lock wedges it";
   if (GetParam().rfind("ofi+", 0) == 0) {
     server_->stop();
     server_ = std::make_unique<testing::ServerProcess>(
@@ -659,6 +663,8 @@ void DataPlane::kill_a_writer(const char* path) {
   for (int i = 0; i < 4000; ++i) {
     auto size = c->array_size(writer_object(path), "k" + std::to_string(i), "a");
     if (size.is_ok()) committed += *size;
+    // Anything else (a server that stopped answering) fails at once, not after 4000 timeouts.
+    if (!size.is_ok()) ASSERT_EQ(size.status().code(), StatusCode::kNotFound) << size.status().to_string();
   }
   EXPECT_GT(committed, 0u) << "the writer was killed before anything committed: nothing was tested";
   uint64_t free_after = 0;

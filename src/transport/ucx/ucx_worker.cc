@@ -125,8 +125,10 @@ class UcxWorker final : public Worker {
     // failed right after connecting took the server down that way. After the flush the peer holds no wireup
     // message of ours, so exiting, cleanly or not, is safe for it. Shm endpoints never fail, so never purge.
     Status wired = peer_failure_ ? wait_wireup(ep) : Status::ok();
-    if (!wired.is_ok()) drop(h);
-    if (!wired.is_ok()) return wired;
+    if (!wired.is_ok()) {
+      drop(h);
+      return wired;
+    }
     return h;
   }
 
