@@ -323,7 +323,7 @@ class OfiWorker final : public Worker {
           q.moved = now;
           expired = false;
         }
-        Deferred d = std::move(q.posts.front());
+        const char* what = q.posts.front().what;
         q.posts.pop_front();
         ++n;
         if (rc == 0) continue;
@@ -333,9 +333,9 @@ class OfiWorker final : public Worker {
         }
         Status failed = moot ? op->status
                         : rc == -FI_EAGAIN
-                            ? error(StatusCode::kShutdown, std::string(d.what) + ": the peer took nothing for " +
+                            ? error(StatusCode::kShutdown, std::string(what) + ": the peer took nothing for " +
                                                                std::to_string(payload_timeout_.count()) + " ms")
-                            : fi_error(static_cast<int>(rc), d.what);
+                            : fi_error(static_cast<int>(rc), what);
         complete(op, failed, nullptr);  // as a failed transfer would: its callbacks may post more (to q's back)
       }
       it = q.posts.empty() ? deferred_.erase(it) : std::next(it);

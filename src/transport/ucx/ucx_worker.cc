@@ -115,7 +115,7 @@ class UcxWorker final : public Worker {
     ucp_ep_h ep = ep_of(h);
     void* req = ucp_am_send_nbx(ep, kHelloAmId, address_.data(), address_.size(), nullptr, 0, &rp);
     if (UCS_PTR_IS_ERR(req)) {
-      drop(h);
+      close_handle(h, true);
       return ucs_error(UCS_PTR_STATUS(req), "hello");
     }
     if (req != nullptr) ucp_request_free(req);  // UCX completes it on its own
@@ -126,20 +126,10 @@ class UcxWorker final : public Worker {
     // message of ours, so exiting, cleanly or not, is safe for it. Shm endpoints never fail, so never purge.
     Status wired = peer_failure_ ? wait_wireup(ep) : Status::ok();
     if (!wired.is_ok()) {
-      drop(h);
+      close_handle(h, true);
       return wired;
     }
     return h;
-  }
-
-  // An endpoint connect() gives up on, closed by force: a peer that does not answer would never let a graceful
-  // close finish. Nothing when its failure closed it already.
-  void drop(EpHandle h) {
-    ucp_ep_h ep = ep_of(h);
-    if (ep == nullptr) return;
-    eps_.erase(h);
-    forget(ep);
-    close_ep(ep, true);
   }
 
   // Flushes a new endpoint: done once the peer answered the wireup, kTimeout after kWireupTimeout (the request
@@ -176,12 +166,16 @@ class UcxWorker final : public Worker {
     return h;
   }
 
-  void disconnect(EpHandle h) override {
+  void disconnect(EpHandle h) override { close_handle(h, false); }
+
+  // Closes an endpoint this worker created, unless its failure closed it already. By force where connect()
+  // gives up on it: a peer that does not answer would never let a graceful close finish.
+  void close_handle(EpHandle h, bool force) {
     forget_rkeys(h);
     ucp_ep_h ep = ep_of(h);
     if (eps_.erase(h) && ep) {
       forget(ep);
-      close_ep(ep, false);
+      close_ep(ep, force);
     }
   }
 
