@@ -45,6 +45,7 @@ struct BenchArgs {
   std::string cont = "default";
   bool ceiling = false;
   std::string data_path = "auto";
+  std::string iomem = "malloc";
   int payload_sends = -1;
 };
 
@@ -79,7 +80,7 @@ ObjectId job_object(uint32_t job) {
 // Keeps `depth` I/Os in flight until `stop`; `next` gives each I/O's offset.
 template <typename Next>
 Status pump(client::Container& c, const ObjectId& oid, bool write, uint64_t bs, uint32_t depth,
-            std::vector<std::vector<uint8_t>>& bufs, Next next, const std::atomic<bool>& stop, JobResult* r,
+            const std::vector<std::span<uint8_t>>& bufs, Next next, const std::atomic<bool>& stop, JobResult* r,
             uint64_t max_ops) {
   std::map<client::Ticket, std::pair<size_t, Clock::time_point>> inflight;
   std::vector<size_t> free_bufs;
@@ -219,6 +220,11 @@ void add_bench_command(CLI::App& app, Context& ctx) {
          "auto, message (data rides the messages) or explicit (targets RDMA-read/write the registered buffers)")
       ->check(CLI::IsMember({"auto", "message", "explicit"}))
       ->capture_default_str();
+  cmd->add_option("--iomem", a->iomem,
+                  "the jobs' I/O buffers: fabric (Container::alloc_memory, which targets on this host can map) or "
+                  "malloc (the heap, registered once with register_memory)")
+      ->check(CLI::IsMember({"fabric", "malloc"}))
+      ->capture_default_str();
   cmd->add_option("--payload-sends-at-once", a->payload_sends,
                   "payloads over 64 KiB moving at once per job (-1: the provider's default, 0: no limit)")
       ->check(CLI::Range(-1, 1 << 20))
@@ -262,18 +268,29 @@ void add_bench_command(CLI::App& app, Context& ctx) {
           return;
         }
         ObjectId oid = job_object(j);
-        std::vector<std::vector<uint8_t>> bufs(a->iodepth, std::vector<uint8_t>(*bs));
-        std::mt19937_64 rng(j + 1);
-        for (auto& b : bufs) {
-          for (auto& x : b) x = static_cast<uint8_t>(rng());
-          if (r.status.is_ok()) r.status = (*c)->register_memory(b);  // registered once, as an RDMA app would
+        // The buffers, registered once as an RDMA application's are: the heap's, or the fabric's.
+        std::vector<std::vector<uint8_t>> heap(a->iomem == "malloc" ? a->iodepth : 0, std::vector<uint8_t>(*bs));
+        std::vector<std::span<uint8_t>> bufs;
+        for (uint32_t i = 0; i < a->iodepth && r.status.is_ok(); ++i) {
+          if (!heap.empty()) {
+            bufs.emplace_back(heap[i]);
+            r.status = (*c)->register_memory(heap[i]);
+          } else if (auto m = (*c)->alloc_memory(*bs); m.is_ok()) {
+            bufs.push_back(*m);
+          } else {
+            r.status = m.status();
+          }
         }
+        std::mt19937_64 rng(j + 1);
+        for (auto& b : bufs)
+          for (auto& x : b) x = static_cast<uint8_t>(rng());
         if (!r.status.is_ok()) {
           ++ready;
           return;
         }
         if (!write) {  // lay the object out with 1 MiB writes, as fio lays out its files
-          std::vector<std::vector<uint8_t>> big(std::min<uint32_t>(a->iodepth, 8), std::vector<uint8_t>(1 << 20));
+          std::vector<std::vector<uint8_t>> big_heap(std::min<uint32_t>(a->iodepth, 8), std::vector<uint8_t>(1 << 20));
+          std::vector<std::span<uint8_t>> big(big_heap.begin(), big_heap.end());
           uint64_t chunk = std::min<uint64_t>(*size, 1 << 20), pos = 0;
           std::atomic<bool> never{false};
           r.status = pump(

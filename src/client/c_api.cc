@@ -193,6 +193,19 @@ int rfos_unregister(rfos_cont_t* c, const void* buf) {
   return result(c->cont->unregister_memory(buf));
 }
 
+int rfos_alloc(rfos_cont_t* c, size_t len, void** buf) {
+  if (bad(c, "cont") || bad(buf, "buf")) return -EINVAL;
+  auto m = c->cont->alloc_memory(len);
+  if (!m.is_ok()) return result(m.status());
+  *buf = m->data();
+  return 0;
+}
+
+int rfos_free(rfos_cont_t* c, void* buf) {
+  if (bad(c, "cont") || bad(buf, "buf")) return -EINVAL;
+  return result(c->cont->free_memory(buf));
+}
+
 int rfos_writev(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* akey, const rfos_extent_t* extents,
                 size_t nextents, const struct iovec* iov, size_t niov) {
   if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || (nextents && bad(extents, "extents")) ||

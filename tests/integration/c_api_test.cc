@@ -6,6 +6,7 @@
 #include <sys/uio.h>
 
 #include <cerrno>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,17 @@ TEST(CApi, ConnectOpenReadWrite) {
   EXPECT_TRUE(arena == data.substr(0, arena.size()));
   EXPECT_EQ(rfos_unregister(cont, arena.data()), 0);
   EXPECT_EQ(rfos_unregister(cont, arena.data()), -ENOENT);
+
+  // Fabric memory on the auto path.
+  ASSERT_EQ(rfos_set_data_path(cont, RFOS_DATA_PATH_AUTO), 0);
+  void* fm = nullptr;
+  ASSERT_EQ(rfos_alloc(cont, 1 << 20, &fm), 0) << rfos_last_error();
+  ASSERT_NE(fm, nullptr);
+  ASSERT_EQ(rfos_read(cont, oid, "0", "d", 0, fm, 200000), 0) << rfos_last_error();
+  EXPECT_EQ(std::memcmp(fm, data.data(), 200000), 0);
+  EXPECT_EQ(rfos_free(cont, fm), 0);
+  EXPECT_EQ(rfos_free(cont, fm), -ENOENT);
+  EXPECT_EQ(rfos_alloc(cont, 0, &fm), -EINVAL);
 
   // Errors are negative errno values with a message.
   char small[4];

@@ -204,6 +204,40 @@ class UcxWorker final : public Worker {
     if (r.handle) ucp_mem_unmap(context_, static_cast<ucp_mem_h>(r.handle));
   }
 
+  // UCX allocates by UCX_MEM_ALLOC_METHOD, whose default tries the shared-memory domains first (sysv, then
+  // posix) where the context has them (ucx+shm, and the sm lanes beside the RDMA transports): a peer on this
+  // host attaches the segment when it unpacks the key, and its put or get is one memcpy (UCX's put_bcopy /
+  // get_bcopy over the mm transports) instead of a rendezvous that both sides copy through. Elsewhere UCX falls
+  // back to ordinary pages and registers them.
+  Result<Registration> alloc_memory(size_t len, void** addr) override {
+    if (len == 0) return error(StatusCode::kInvalidArgument, "cannot allocate an empty range");
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.address = nullptr;
+    mp.length = len;
+    mp.flags = UCP_MEM_MAP_ALLOCATE;
+    ucp_mem_h memh = nullptr;
+    ucs_status_t s = ucp_mem_map(context_, &mp, &memh);
+    if (s == UCS_ERR_NO_MEMORY) return error(StatusCode::kNoSpace, "no memory for " + std::to_string(len) + " bytes");
+    if (s != UCS_OK) return ucs_error(s, "ucp_mem_map (allocate)");
+    ucp_mem_attr_t attr{};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+    s = ucp_mem_query(memh, &attr);
+    void* packed = nullptr;
+    size_t packed_len = 0;
+    if (s == UCS_OK) s = ucp_rkey_pack(context_, memh, &packed, &packed_len);
+    if (s != UCS_OK) {
+      ucp_mem_unmap(context_, memh);
+      return ucs_error(s, "ucp_rkey_pack");
+    }
+    *addr = attr.address;
+    Registration r{memh, reinterpret_cast<uint64_t>(attr.address), std::string(static_cast<char*>(packed), packed_len)};
+    ucp_rkey_buffer_release(packed);
+    return r;
+  }
+
+  void free_memory(const Registration& r, void*, size_t) override { deregister_memory(r); }  // unmap frees it
+
   Status get(EpHandle ep, uint64_t remote_addr, std::string_view rkey, std::span<const Iov> dst, Done done) override {
     return rma(false, ep, remote_addr, rkey, dst, std::move(done));
   }
