@@ -405,7 +405,8 @@ class Container::Impl {
     if (!session.cont.props.csum_off) chunk_crcs(offset, data, csum_chunk, &q.csums);
     RFOS_ASSIGN_OR_RETURN(uintptr_t region, describe(q, data.data(), data.size()));
     Iov v{const_cast<uint8_t*>(data.data()), data.size()};
-    auto id = submit(target_of(q), q, region ? std::span<const Iov>() : std::span<const Iov>(&v, 1), {}, nullptr, region);
+    auto id =
+        submit(target_of(q), q, region ? std::span<const Iov>() : std::span<const Iov>(&v, 1), {}, nullptr, region);
     if (id.is_ok()) calls[*id].held = fabric_of(data.data(), data.size());
     return id;
   }
@@ -416,8 +417,10 @@ class Container::Impl {
     q.epoch = read_epoch;
     RFOS_ASSIGN_OR_RETURN(uintptr_t region, describe(q, out.data(), out.size()));
     auto id = submit(target_of(q), q, {}, out, nullptr, region);
-    if (id.is_ok()) calls[*id].held = fabric_of(out.data(), out.size());
-    if (id.is_ok()) reads[*id] = {offset, out};
+    if (id.is_ok()) {
+      calls[*id].held = fabric_of(out.data(), out.size());
+      reads[*id] = {offset, out};
+    }
     return id;
   }
 

@@ -235,8 +235,10 @@ class OfiWorker final : public Worker {
     void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return error(StatusCode::kNoSpace, std::string("mmap: ") + strerror(errno));
     auto r = register_memory(m, len);
-    if (!r.is_ok()) munmap(m, len);
-    else *addr = m;
+    if (!r.is_ok())
+      munmap(m, len);
+    else
+      *addr = m;
     return r;
   }
 

@@ -181,23 +181,7 @@ class UcxWorker final : public Worker {
 
   Result<Registration> register_memory(void* addr, size_t len) override {
     if (len == 0) return error(StatusCode::kInvalidArgument, "cannot register an empty range");
-    ucp_mem_map_params_t mp{};
-    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    mp.address = addr;
-    mp.length = len;
-    ucp_mem_h memh = nullptr;
-    ucs_status_t s = ucp_mem_map(context_, &mp, &memh);
-    if (s != UCS_OK) return ucs_error(s, "ucp_mem_map");
-    void* packed = nullptr;
-    size_t packed_len = 0;
-    s = ucp_rkey_pack(context_, memh, &packed, &packed_len);
-    if (s != UCS_OK) {
-      ucp_mem_unmap(context_, memh);
-      return ucs_error(s, "ucp_rkey_pack");
-    }
-    Registration r{memh, reinterpret_cast<uint64_t>(addr), std::string(static_cast<char*>(packed), packed_len)};
-    ucp_rkey_buffer_release(packed);
-    return r;
+    return map_memory(addr, len, 0);
   }
 
   void deregister_memory(const Registration& r) override {
@@ -211,18 +195,30 @@ class UcxWorker final : public Worker {
   // back to ordinary pages and registers them.
   Result<Registration> alloc_memory(size_t len, void** addr) override {
     if (len == 0) return error(StatusCode::kInvalidArgument, "cannot allocate an empty range");
+    RFOS_ASSIGN_OR_RETURN(Registration r, map_memory(nullptr, len, UCP_MEM_MAP_ALLOCATE));
+    *addr = reinterpret_cast<void*>(r.remote_base);
+    return r;
+  }
+
+  void free_memory(const Registration& r, void*, size_t) override { deregister_memory(r); }  // unmap frees it
+
+  // ucp_mem_map of [addr, addr+len), or of len new bytes UCX allocates (flags UCP_MEM_MAP_ALLOCATE, addr
+  // nullptr), with its packed remote key; remote_base is addr, or where UCX put the new bytes.
+  Result<Registration> map_memory(void* addr, size_t len, unsigned flags) {
     ucp_mem_map_params_t mp{};
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-    mp.address = nullptr;
+    mp.address = addr;
     mp.length = len;
-    mp.flags = UCP_MEM_MAP_ALLOCATE;
+    mp.flags = flags;
     ucp_mem_h memh = nullptr;
     ucs_status_t s = ucp_mem_map(context_, &mp, &memh);
-    if (s == UCS_ERR_NO_MEMORY) return error(StatusCode::kNoSpace, "no memory for " + std::to_string(len) + " bytes");
-    if (s != UCS_OK) return ucs_error(s, "ucp_mem_map (allocate)");
+    if (s == UCS_ERR_NO_MEMORY && addr == nullptr)
+      return error(StatusCode::kNoSpace, "no memory for " + std::to_string(len) + " bytes");
+    if (s != UCS_OK) return ucs_error(s, "ucp_mem_map");
     ucp_mem_attr_t attr{};
     attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
-    s = ucp_mem_query(memh, &attr);
+    attr.address = addr;
+    if (addr == nullptr) s = ucp_mem_query(memh, &attr);
     void* packed = nullptr;
     size_t packed_len = 0;
     if (s == UCS_OK) s = ucp_rkey_pack(context_, memh, &packed, &packed_len);
@@ -230,13 +226,10 @@ class UcxWorker final : public Worker {
       ucp_mem_unmap(context_, memh);
       return ucs_error(s, "ucp_rkey_pack");
     }
-    *addr = attr.address;
     Registration r{memh, reinterpret_cast<uint64_t>(attr.address), std::string(static_cast<char*>(packed), packed_len)};
     ucp_rkey_buffer_release(packed);
     return r;
   }
-
-  void free_memory(const Registration& r, void*, size_t) override { deregister_memory(r); }  // unmap frees it
 
   Status get(EpHandle ep, uint64_t remote_addr, std::string_view rkey, std::span<const Iov> dst, Done done) override {
     return rma(false, ep, remote_addr, rkey, dst, std::move(done));
