@@ -105,9 +105,8 @@ int rfos_set_data_path(rfos_cont_t* cont, rfos_data_path_t path);
 int rfos_register(rfos_cont_t* cont, const void* buf, size_t len);
 int rfos_unregister(rfos_cont_t* cont, const void* buf);
 
-/* A page-aligned buffer of len bytes from the fabric, registered as rfos_register's are, until rfos_free (or the
- * container's close). Where the targets can map it (ucx+shm) the AUTO path lets them copy into and out of it
- * directly, and this process copies nothing. -EAGAIN from rfos_free while I/O using it is in flight. */
+/* A page-aligned buffer of len bytes (on huge pages where the kernel gives them), registered as rfos_register's
+ * are, until rfos_free (or the container's close). -EAGAIN from rfos_free while I/O using it is in flight. */
 int rfos_alloc(rfos_cont_t* cont, size_t len, void** buf);
 int rfos_free(rfos_cont_t* cont, void* buf);
 

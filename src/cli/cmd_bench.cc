@@ -221,7 +221,7 @@ void add_bench_command(CLI::App& app, Context& ctx) {
       ->check(CLI::IsMember({"auto", "message", "explicit"}))
       ->capture_default_str();
   cmd->add_option("--iomem", a->iomem,
-                  "the jobs' I/O buffers: fabric (Container::alloc_memory, which targets on this host can map) or "
+                  "the jobs' I/O buffers: fabric (Container::alloc_memory: allocated and registered at once) or "
                   "malloc (the heap, registered once with register_memory)")
       ->check(CLI::IsMember({"fabric", "malloc"}))
       ->capture_default_str();

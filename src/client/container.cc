@@ -155,9 +155,6 @@ class Container::Impl {
   std::map<uintptr_t, Region> regions;
   uint64_t use_clock = 0;
   bool rdma_provider = false;
-  // Whether the targets of this provider can map memory from alloc_memory (UCX's shared-memory domains), so
-  // that the explicit path costs one copy by the target and none here: auto takes it for such memory.
-  bool maps_shared_memory = false;
 
   // The region holding [p, p+len): regions may nest or overlap, so every one starting at or below p is a
   // candidate (there are few).
@@ -236,10 +233,7 @@ class Container::Impl {
       if (!added.is_ok() && added.status().code() == StatusCode::kBusy) return uintptr_t{0};  // messages, then
       RFOS_RETURN_IF_ERROR(added.status());
       it = *added;
-    } else if (options.data_path == DataPath::kAuto && !rdma_provider &&
-               !(it->second.allocated && maps_shared_memory && len > transport::kLargePayloadBytes)) {
-      // Small I/O rides the messages on auto: one eager message beats a put and its flush (4 KiB random
-      // reads over ucx+shm at depth 16 lost 10-24 % on the explicit path).
+    } else if (options.data_path == DataPath::kAuto && !rdma_provider) {
       return uintptr_t{0};
     }
     q.remote_addr = it->second.reg.remote_base + (reinterpret_cast<uintptr_t>(p) - it->first);
@@ -345,9 +339,8 @@ class Container::Impl {
                                                          std::to_string(options.timeout_ms) + " ms");
         c.replied = c.sent = true;  // a late reply or send completion finds nothing and is dropped
         // A target still holding the descriptor must not write into the buffer once the caller has it back:
-        // the registration goes (RDMA revokes the key; UCX's tcp and shm emulation cannot).
-        // Memory of the fabric's stays: the caller frees it (free_memory), and a target that mapped it keeps
-        // its mapping anyway.
+        // the registration goes (RDMA revokes the key; UCX's tcp and shm emulation cannot). Memory of the
+        // fabric's stays registered: it is the caller's to free (free_memory).
         if (auto r = regions.find(c.region); c.region && r != regions.end() && !r->second.allocated) drop_region(r);
       }
       if (c.done()) {
@@ -510,7 +503,6 @@ Result<std::unique_ptr<Container>> Container::open(ControlClient& control, const
   RFOS_ASSIGN_OR_RETURN(impl->worker, transport::Worker::create(provider));
   impl->rdma_provider =
       provider == "ucx+rc" || provider == "ucx+dc_x" || provider == "ucx+ud" || provider == "ofi+verbs";
-  impl->maps_shared_memory = provider == "ucx+shm";
   impl->send_limit = options.payload_sends_at_once >= 0 ? static_cast<uint32_t>(options.payload_sends_at_once)
                                                         : transport::payload_sends_at_once(provider);
   Impl* raw = impl.get();

@@ -103,11 +103,8 @@ class Container {
   // I/O whose bytes lie inside a registered buffer reuses the registration. Stays until unregister_memory.
   Status register_memory(std::span<const uint8_t> buffer);
   Status unregister_memory(const void* addr);
-  // A buffer of len bytes (page-aligned) from the fabric, registered as register_memory does, until
-  // free_memory. Where the targets can map such memory (ucx+shm: UCX's shared-memory segments), the auto path
-  // takes the explicit path for it: a target reads an update's bytes from it and writes a fetch's into it with
-  // one memcpy, and this process copies nothing (docs/wire-format.md). The container frees what is left when
-  // it closes.
+  // A buffer of len bytes (page-aligned, on huge pages where the kernel gives them), registered as
+  // register_memory does, until free_memory. The container frees what is left when it closes.
   Result<std::span<uint8_t>> alloc_memory(size_t len);
   Status free_memory(const void* addr);
   size_t registered_regions() const;

@@ -2,12 +2,33 @@
 
 #include <poll.h>
 #include <sched.h>
+#include <sys/mman.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 namespace rfos::transport {
+
+Result<Registration> Worker::alloc_memory(size_t len, void** addr) {
+  if (len == 0) return error(StatusCode::kInvalidArgument, "cannot allocate an empty range");
+  void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return error(StatusCode::kNoSpace, std::string("mmap: ") + std::strerror(errno));
+  madvise(m, len, MADV_HUGEPAGE);  // advice: fewer pages for the fabric and the CPU to walk
+  auto r = register_memory(m, len);
+  if (!r.is_ok())
+    munmap(m, len);
+  else
+    *addr = m;
+  return r;
+}
+
+void Worker::free_memory(const Registration& r, void* addr, size_t len) {
+  deregister_memory(r);
+  munmap(addr, len);
+}
 
 Result<std::unique_ptr<Worker>> make_ucx_worker(const std::string& provider, const WorkerOptions& options);
 Result<std::unique_ptr<Worker>> make_ofi_worker(const std::string& provider, const WorkerOptions& options);

@@ -113,12 +113,12 @@ class Worker {
   // Registers [addr, addr+len) for remote get/put by peers. Errors: kNotSupported, kIoError.
   virtual Result<Registration> register_memory(void* addr, size_t len) = 0;
   virtual void deregister_memory(const Registration& r) = 0;
-  // Allocates len bytes (page-aligned) registered as register_memory would, from memory the fabric chooses:
-  // where peers on the same host can map it (UCX's shared-memory transports), their get/put into it is one
-  // copy by the peer's CPU, with nothing to do on this side, instead of messages that both sides copy through.
-  // *addr gets the bytes; free_memory gives them back. Errors: kNoSpace, kIoError.
-  virtual Result<Registration> alloc_memory(size_t len, void** addr) = 0;
-  virtual void free_memory(const Registration& r, void* addr, size_t len) = 0;
+  // Allocates len bytes of their own pages (page-aligned, on huge pages where the kernel gives them) and
+  // registers them: *addr gets the bytes; free_memory deregisters and frees them. Errors: kNoSpace and
+  // register_memory's. Not memory peers map: a worker refuses keys it would serve through a mapping (UCX's
+  // shared-memory segments; docs/wire-format.md).
+  Result<Registration> alloc_memory(size_t len, void** addr);
+  void free_memory(const Registration& r, void* addr, size_t len);
   // Reads the peer's registered memory at remote_addr into dst (one contiguous remote range).
   virtual Status get(EpHandle ep, uint64_t remote_addr, std::string_view rkey, std::span<const Iov> dst, Done done) = 0;
   // Writes src into the peer's registered memory at remote_addr. done(OK) once the bytes are visible there: a

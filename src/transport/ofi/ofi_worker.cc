@@ -24,7 +24,6 @@
 #include <rdma/fi_tagged.h>
 
 #include <signal.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -227,24 +226,6 @@ class OfiWorker final : public Worker {
 
   void deregister_memory(const Registration& r) override {
     if (r.handle) fi_close(&static_cast<fid_mr*>(r.handle)->fid);
-  }
-
-  // Ordinary pages, registered: libfabric's shm already moves registered memory with one copy (CMA).
-  Result<Registration> alloc_memory(size_t len, void** addr) override {
-    if (len == 0) return error(StatusCode::kInvalidArgument, "cannot allocate an empty range");
-    void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) return error(StatusCode::kNoSpace, std::string("mmap: ") + strerror(errno));
-    auto r = register_memory(m, len);
-    if (!r.is_ok())
-      munmap(m, len);
-    else
-      *addr = m;
-    return r;
-  }
-
-  void free_memory(const Registration& r, void* addr, size_t len) override {
-    deregister_memory(r);
-    munmap(addr, len);
   }
 
   Status get(EpHandle ep, uint64_t remote_addr, std::string_view rkey, std::span<const Iov> dst, Done done) override {

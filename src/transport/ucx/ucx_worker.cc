@@ -181,54 +181,27 @@ class UcxWorker final : public Worker {
 
   Result<Registration> register_memory(void* addr, size_t len) override {
     if (len == 0) return error(StatusCode::kInvalidArgument, "cannot register an empty range");
-    return map_memory(addr, len, 0);
-  }
-
-  void deregister_memory(const Registration& r) override {
-    if (r.handle) ucp_mem_unmap(context_, static_cast<ucp_mem_h>(r.handle));
-  }
-
-  // UCX allocates by UCX_MEM_ALLOC_METHOD, whose default tries the shared-memory domains first (sysv, then
-  // posix) where the context has them (ucx+shm, and the sm lanes beside the RDMA transports): a peer on this
-  // host attaches the segment when it unpacks the key, and its put or get is one memcpy (UCX's put_bcopy /
-  // get_bcopy over the mm transports) instead of a rendezvous that both sides copy through. Elsewhere UCX falls
-  // back to ordinary pages and registers them.
-  Result<Registration> alloc_memory(size_t len, void** addr) override {
-    if (len == 0) return error(StatusCode::kInvalidArgument, "cannot allocate an empty range");
-    RFOS_ASSIGN_OR_RETURN(Registration r, map_memory(nullptr, len, UCP_MEM_MAP_ALLOCATE));
-    *addr = reinterpret_cast<void*>(r.remote_base);
-    return r;
-  }
-
-  void free_memory(const Registration& r, void*, size_t) override { deregister_memory(r); }  // unmap frees it
-
-  // ucp_mem_map of [addr, addr+len), or of len new bytes UCX allocates (flags UCP_MEM_MAP_ALLOCATE, addr
-  // nullptr), with its packed remote key; remote_base is addr, or where UCX put the new bytes.
-  Result<Registration> map_memory(void* addr, size_t len, unsigned flags) {
     ucp_mem_map_params_t mp{};
-    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
     mp.address = addr;
     mp.length = len;
-    mp.flags = flags;
     ucp_mem_h memh = nullptr;
     ucs_status_t s = ucp_mem_map(context_, &mp, &memh);
-    if (s == UCS_ERR_NO_MEMORY && addr == nullptr)
-      return error(StatusCode::kNoSpace, "no memory for " + std::to_string(len) + " bytes");
     if (s != UCS_OK) return ucs_error(s, "ucp_mem_map");
-    ucp_mem_attr_t attr{};
-    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
-    attr.address = addr;
-    if (addr == nullptr) s = ucp_mem_query(memh, &attr);
     void* packed = nullptr;
     size_t packed_len = 0;
-    if (s == UCS_OK) s = ucp_rkey_pack(context_, memh, &packed, &packed_len);
+    s = ucp_rkey_pack(context_, memh, &packed, &packed_len);
     if (s != UCS_OK) {
       ucp_mem_unmap(context_, memh);
       return ucs_error(s, "ucp_rkey_pack");
     }
-    Registration r{memh, reinterpret_cast<uint64_t>(attr.address), std::string(static_cast<char*>(packed), packed_len)};
+    Registration r{memh, reinterpret_cast<uint64_t>(addr), std::string(static_cast<char*>(packed), packed_len)};
     ucp_rkey_buffer_release(packed);
     return r;
+  }
+
+  void deregister_memory(const Registration& r) override {
+    if (r.handle) ucp_mem_unmap(context_, static_cast<ucp_mem_h>(r.handle));
   }
 
   Status get(EpHandle ep, uint64_t remote_addr, std::string_view rkey, std::span<const Iov> dst, Done done) override {
@@ -438,6 +411,18 @@ class UcxWorker final : public Worker {
     ucp_rkey_h rk = nullptr;
     ucs_status_t s = ucp_ep_rkey_unpack(ep, packed.data(), &rk);
     if (s != UCS_OK) return ucs_error(s, "malformed remote key");
+    // A key UCX would serve through a mapping in this process (its shared-memory transports: sysv, posix) is
+    // refused. Over such a key this worker's own CPU copies into or out of the segment the key names, at the
+    // offset the peer gives, and UCX checks neither that the range lies inside the segment nor whose segment it
+    // is: a peer could have this process write into its own memory or read another peer's. The keys rfos
+    // clients send are of memory they registered (register_memory, alloc_memory), which UCX's shared-memory
+    // transports reach by messages the owner serves, and which RDMA NICs check.
+    void* mapped = nullptr;
+    if (ucp_rkey_ptr(rk, 0, &mapped) == UCS_OK) {
+      ucp_rkey_destroy(rk);
+      return error(StatusCode::kPermissionDenied,
+                   "the remote key names a shared-memory segment, which this server does not map for peers");
+    }
     rkeys_.emplace(std::move(key), rk);
     return rk;
   }
