@@ -15,9 +15,12 @@ For every pattern it measures
   - both at once (UCX providers): the most I/Os per second the machine sustains with fio held to a rate and
     ucx_perftest running beside it (both_at_once), since each ceiling above had the machine to itself, and on a
     virtual machine whose disk is emulated on the host CPUs of its vCPUs, the two take from each other;
-and prints a Markdown table with the ratio to the lower ceiling and to the both-at-once one, then a line on the
-host: its TCP congestion control and how much memory it reported to the hypervisor during the run (free page
-reporting).
+and, for read patterns, fio that checks every block it reads (--verify=crc32c), in turns with the plain fio runs:
+plain fio never looks at what it reads, rfos's client checks every byte, and on a virtual disk that fills guest
+memory with host CPUs the two differ by far (docs/BENCHMARKS.md, "2026-11-25, late night"); the issue's ceiling
+stays plain fio, this is shown beside it. It prints a Markdown table with the ratio to the lower ceiling and to
+the both-at-once one, then a line on the host: its TCP congestion control and how much memory it reported to the
+hypervisor during the run (free page reporting).
 
   bench/provider_matrix.py [--build build] [--runtime 5] [--reps 3] [--providers ucx+tcp,ucx+shm,ofi+tcp,ofi+shm]
                            [--rw randread,randwrite,read,write] [--targets N] [--both-probes 5]
@@ -92,6 +95,21 @@ def fio_layout(dirpath, size):
 def fio_run(cmd, rw):
     j = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["jobs"][0]
     return (j["write"] if "write" in rw else j["read"])["iops"]
+
+
+def fio_checking(dirpath, rw, bs, depth, runtime, size, layout=False):
+    """fio that checks every block it reads against a checksum (--verify=crc32c, on a file laid out with them;
+    layout=True writes it first): a reader that looks at its data as rfos's client does, where plain fio never
+    touches what it reads. Read patterns only."""
+    d = os.path.join(dirpath, "fio-checking")
+    base = FIO + ["--directory=" + d, "--size=" + size, "--ioengine=io_uring", "--direct=1", "--name=checking",
+                  "--verify=crc32c", "--bs=" + str(bs)]
+    if layout:
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        subprocess.run(base + ["--rw=write"], check=True, capture_output=True)
+    return fio_run(base + ["--output-format=json", "--rw=" + rw, "--iodepth=" + str(depth),
+                           "--runtime=" + str(runtime), "--time_based"], rw)
 
 
 def fio(dirpath, rw, bs, depth, runtime, size):
@@ -225,13 +243,18 @@ def main():
                 for rw, bs_text, bs, depth, size in cases:
                     cmd = [rfos, "bench", "--rw", rw, "--bs", bs_text, "--iodepth", str(depth), "--size", size,
                            "--runtime", str(args.runtime), "--output-format", "json"]
+                    reads = "write" not in rw
                     media, runs = [fio(work, rw, bs, depth, args.runtime, size)], []
+                    checking = [fio_checking(work, rw, bs, depth, args.runtime, size, layout=True)] if reads else []
                     for rep in range(args.reps):
                         out = subprocess.run(cmd + ["--ceiling"], env=env, capture_output=True, text=True)
                         if out.returncode != 0:
                             sys.exit("provider_matrix: %s failed: %s" % (" ".join(cmd), out.stderr.strip()))
                         runs.append(json.loads(out.stdout))
                         media.append(fio(work, rw, bs, depth, args.runtime, size))
+                        if reads:
+                            checking.append(fio_checking(work, rw, bs, depth, args.runtime, size))
+                    shutil.rmtree(os.path.join(work, "fio-checking"), ignore_errors=True)
                     side_of = lambda j: j["jobs"][0]["write" if "write" in rw else "read"]
                     iops = [side_of(j)["iops"] for j in runs]
                     mid = sorted(runs, key=lambda j: side_of(j)["iops"])[len(runs) // 2]
@@ -258,10 +281,12 @@ def main():
                     rows.append(dict(prov=prov, rw=rw, bs=bs_text, depth=depth, iops=side["iops"],
                                      bw=side["bw_bytes"], p50=side["clat_ns"]["percentile"]["50.000000"],
                                      media=media_iops, transport=transport, unhandled=unhandled, ratio=ratio,
-                                     lo=min(iops) / lower, hi=max(iops) / lower, paired=paired, both=both))
-                    print("%-8s %-9s %-3s qd%-2d rfos %s IOPS | media %s | transport %s | unhandled %s | ratio %.2f" %
+                                     lo=min(iops) / lower, hi=max(iops) / lower, paired=paired, both=both,
+                                     checking=median(checking) if checking else None))
+                    print("%-8s %-9s %-3s qd%-2d rfos %s IOPS | media %s | checking %s | transport %s | unhandled %s | "
+                          "ratio %.2f" %
                           (prov, rw, bs_text, depth, "/".join("%.0f" % x for x in iops),
-                           "/".join("%.0f" % x for x in media),
+                           "/".join("%.0f" % x for x in media), "/".join("%.0f" % x for x in checking) or "-",
                            "/".join("%.0f" % c["msg_rate"] for c in ceilings if "msg_rate" in c) or "-",
                            "/".join("%.0f" % x for x in other) or "-", ratio), flush=True)
                     if probes:
@@ -278,15 +303,17 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
     print("\n| provider | pattern | bs | depth | rfos IOPS | rfos MiB/s | p50 (us) | media ceiling IOPS | "
           "transport ceiling msg/s | ratio to the lower (runs) | run by run | both at once IOPS (rfos / it) | "
-          "perftest without peer-failure handling msg/s (rfos / it) |\n" + "|---" * 13 + "|")
+          "perftest without peer-failure handling msg/s (rfos / it) | fio checking what it reads IOPS (rfos / it) |\n" +
+          "|---" * 14 + "|")
     for r in rows:
-        tr, un, both = r["transport"], r["unhandled"], r["both"]
-        print("| %s | %s | %s | %d | %.0f | %.1f | %.0f | %.0f | %s | **%.2f** (%.2f-%.2f) | %s | %s | %s |" %
+        tr, un, both, chk = r["transport"], r["unhandled"], r["both"], r["checking"]
+        print("| %s | %s | %s | %d | %.0f | %.1f | %.0f | %.0f | %s | **%.2f** (%.2f-%.2f) | %s | %s | %s | %s |" %
               (r["prov"], r["rw"], r["bs"], r["depth"], r["iops"], r["bw"] / 2**20, r["p50"] / 1e3, r["media"],
                ("%.0f" % tr + ("" if r["prov"].startswith("ucx+") else " (ping-pong)")) if tr else "n/a",
                r["ratio"], r["lo"], r["hi"], "%.2f" % r["paired"] if r["paired"] is not None else "-",
                "%.0f (%.2f)" % (both, r["iops"] / both) if both else "-",
-               "%.0f (%.2f)" % (un, r["iops"] / un) if un else "-"))
+               "%.0f (%.2f)" % (un, r["iops"] / un) if un else "-",
+               "%.0f (%.2f)" % (chk, r["iops"] / chk) if chk else "-"))
     print("\n" + host_note(reported_before, time.time() - started))
 
 
