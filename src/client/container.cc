@@ -234,6 +234,8 @@ class Container::Impl {
       RFOS_RETURN_IF_ERROR(added.status());
       it = *added;
     } else if (options.data_path == DataPath::kAuto && !rdma_provider) {
+      // auto takes the explicit path on RDMA providers only: over UCX's and libfabric's tcp and shm the peer
+      // serves each get or put with messages of its own, and the message path measured faster (BENCHMARKS.md).
       return uintptr_t{0};
     }
     q.remote_addr = it->second.reg.remote_base + (reinterpret_cast<uintptr_t>(p) - it->first);
