@@ -71,11 +71,20 @@ def host_note(reported_kib_before, seconds):
             "hypervisor during the run (%.0f MiB/s)." % (cc, order, mib, mib / max(seconds, 1)))
 
 
+def fio_on(d, size, name):
+    """fio with the matrix's settings on the file of job `name` in directory d."""
+    return FIO + ["--directory=" + d, "--size=" + size, "--ioengine=io_uring", "--direct=1", "--name=" + name]
+
+
+def fio_measure(cmd, rw, depth, runtime):
+    """cmd (fio_on's) measuring rw at depth for runtime seconds, with JSON output."""
+    return cmd + ["--output-format=json", "--rw=" + rw, "--iodepth=" + str(depth), "--runtime=" + str(runtime),
+                  "--time_based"]
+
+
 def fio_cmd(dirpath, rw, bs, depth, runtime, size, rate=0):
     """fio on a file as large as rfos bench's object; fio_layout lays it out first. rate: --rate_iops (0: none)."""
-    cmd = FIO + ["--directory=" + os.path.join(dirpath, "fio"), "--size=" + size, "--ioengine=io_uring", "--direct=1",
-                 "--output-format=json", "--name=ceiling", "--rw=" + rw, "--bs=" + str(bs), "--iodepth=" + str(depth),
-                 "--runtime=" + str(runtime), "--time_based"]
+    cmd = fio_measure(fio_on(os.path.join(dirpath, "fio"), size, "ceiling") + ["--bs=" + str(bs)], rw, depth, runtime)
     if "write" in rw:
         cmd.append("--fdatasync=1")
     if rate:
@@ -88,8 +97,7 @@ def fio_layout(dirpath, size):
     d = os.path.join(dirpath, "fio")
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
-    subprocess.run(FIO + ["--directory=" + d, "--size=" + size, "--ioengine=io_uring", "--direct=1", "--name=ceiling",
-                          "--rw=write", "--bs=1m"], check=True, capture_output=True)
+    subprocess.run(fio_on(d, size, "ceiling") + ["--rw=write", "--bs=1m"], check=True, capture_output=True)
 
 
 def fio_run(cmd, rw):
@@ -102,14 +110,12 @@ def fio_checking(dirpath, rw, bs, depth, runtime, size, layout=False):
     layout=True writes it first): a reader that looks at its data as rfos's client does, where plain fio never
     touches what it reads. Read patterns only."""
     d = os.path.join(dirpath, "fio-checking")
-    base = FIO + ["--directory=" + d, "--size=" + size, "--ioengine=io_uring", "--direct=1", "--name=checking",
-                  "--verify=crc32c", "--bs=" + str(bs)]
+    base = fio_on(d, size, "checking") + ["--verify=crc32c", "--bs=" + str(bs)]
     if layout:
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
         subprocess.run(base + ["--rw=write"], check=True, capture_output=True)
-    return fio_run(base + ["--output-format=json", "--rw=" + rw, "--iodepth=" + str(depth),
-                           "--runtime=" + str(runtime), "--time_based"], rw)
+    return fio_run(fio_measure(base, rw, depth, runtime), rw)
 
 
 def fio(dirpath, rw, bs, depth, runtime, size):
