@@ -23,6 +23,9 @@ void add_server_command(CLI::App& app, Context& ctx) {
   cmd->add_option("--payload-timeout-ms", flags->payload_timeout_ms,
                   "how long a target waits for an update's payload from a silent sender before it gives the update "
                   "up (libfabric providers; default 30000)");
+  cmd->add_option("--session-buffer-bytes", flags->session_buffer_bytes,
+                  "engine buffers one session may hold on a target at once; more gets Busy, which clients retry "
+                  "(0: no limit; default 16777216)");
   cmd->add_flag("--bypass-media", flags->bypass_media,
                 "benchmarks only: answer reads with zeros and drop writes, to measure the data plane alone");
   auto defaults = std::make_shared<bool>(false);
@@ -38,6 +41,7 @@ void add_server_command(CLI::App& app, Context& ctx) {
     if (cmd->count("--target-bytes")) config->target_bytes = flags->target_bytes;
     if (cmd->count("--media-threads")) config->media_threads = flags->media_threads;
     if (cmd->count("--payload-timeout-ms")) config->payload_timeout_ms = flags->payload_timeout_ms;
+    if (cmd->count("--session-buffer-bytes")) config->session_buffer_bytes = flags->session_buffer_bytes;
     if (cmd->count("--bypass-media")) config->bypass_media = true;
     if (config->bypass_media)
       std::fprintf(stderr, "rfos server: --bypass-media: nothing written is stored (data-plane benchmarks only)\n");

@@ -24,9 +24,9 @@ Status load_config_file(const std::string& path, ServerConfig* config) {
   }
   if (root.IsNull()) return Status::ok();
   if (!root.IsMap()) return error(StatusCode::kInvalidArgument, "config file " + path + " must be a mapping");
-  static const std::set<std::string> kKeys = {"data_dir",      "control_addr",     "provider",      "targets",
-                                              "target_bytes",  "capability_ttl_s", "media_threads", "tls_cert",
-                                              "tls_key",       "bypass_media",     "payload_timeout_ms"};
+  static const std::set<std::string> kKeys = {
+      "data_dir",      "control_addr", "provider", "targets",      "target_bytes",       "capability_ttl_s",
+      "media_threads", "tls_cert",     "tls_key",  "bypass_media", "payload_timeout_ms", "session_buffer_bytes"};
   try {
     for (const auto& kv : root) {
       std::string key = kv.first.as<std::string>();
@@ -42,6 +42,7 @@ Status load_config_file(const std::string& path, ServerConfig* config) {
     if (root["payload_timeout_ms"]) config->payload_timeout_ms = root["payload_timeout_ms"].as<uint32_t>();
     if (root["tls_cert"]) config->tls_cert = root["tls_cert"].as<std::string>();
     if (root["tls_key"]) config->tls_key = root["tls_key"].as<std::string>();
+    if (root["session_buffer_bytes"]) config->session_buffer_bytes = root["session_buffer_bytes"].as<uint64_t>();
     if (root["bypass_media"]) config->bypass_media = root["bypass_media"].as<bool>();
   } catch (const YAML::Exception& e) {
     return error(StatusCode::kInvalidArgument, "config file " + path + ": " + e.what());
@@ -65,6 +66,8 @@ Status validate(const ServerConfig& c) {
     return error(StatusCode::kInvalidArgument, "media_threads must be 1..256");
   if (c.payload_timeout_ms < 100 || c.payload_timeout_ms > 3600000)
     return error(StatusCode::kInvalidArgument, "payload_timeout_ms must be 100..3600000");
+  if (c.session_buffer_bytes != 0 && c.session_buffer_bytes < (1ull << 20))
+    return error(StatusCode::kInvalidArgument, "session_buffer_bytes must be 0 (no limit) or >= 1 MiB");
   if (c.tls_cert.empty() != c.tls_key.empty())
     return error(StatusCode::kInvalidArgument, "tls_cert and tls_key go together");
   return Status::ok();

@@ -1,8 +1,8 @@
 // rfos server configuration: embedded defaults, overridden by a YAML file, overridden by flags.
 //
 // YAML keys (all optional): data_dir, control_addr, provider, targets, target_bytes, capability_ttl_s,
-// media_threads, payload_timeout_ms, tls_cert, tls_key, bypass_media. Unknown keys are an error (a typo must not
-// silently fall back to a default).
+// media_threads, payload_timeout_ms, session_buffer_bytes, tls_cert, tls_key, bypass_media. Unknown keys are an
+// error (a typo must not silently fall back to a default).
 //
 // Thread-safety: values.
 #pragma once
@@ -26,6 +26,11 @@ struct ServerConfig {
   // How long a target waits for an update's payload whose sender went silent before it gives the update up
   // (transport::WorkerOptions: libfabric providers; UCX ends such a receive when it reports the peer dead).
   uint32_t payload_timeout_ms = 30000;
+  // Engine buffers one session may hold on a target at once (its requests' bytes while they land, reach the
+  // media or go back); a request past it is answered Busy, which clients retry. A request always goes when its
+  // session holds nothing there. It keeps one session (a hostile one, or one whose peer stopped moving bytes)
+  // from taking a target's 64 MiB of buffers from everyone else. 0: no limit.
+  uint64_t session_buffer_bytes = 16ull << 20;
   std::string tls_cert;        // PEM files: TLS on the control channel when both are set
   std::string tls_key;
   // Benchmarks only: targets answer reads with zeros and drop written bytes, never touching the engine, so the

@@ -20,14 +20,16 @@ TEST(Config, DefaultsFileAndValidation) {
   EXPECT_TRUE(validate(c).is_ok());
   EXPECT_EQ(c.control_addr, "127.0.0.1:10001");
   engine::testing::TempDir dir;
-  ASSERT_TRUE(
-      load_config_file(
-          write_file(dir.path(), "provider: ofi+shm\ntargets: 3\nmedia_threads: 8\npayload_timeout_ms: 5000\n"), &c)
-          .is_ok());
+  ASSERT_TRUE(load_config_file(write_file(dir.path(),
+                                          "provider: ofi+shm\ntargets: 3\nmedia_threads: 8\npayload_timeout_ms: 5000\n"
+                                          "session_buffer_bytes: 8388608\n"),
+                               &c)
+                  .is_ok());
   EXPECT_EQ(c.provider, "ofi+shm");
   EXPECT_EQ(c.targets, 3u);
   EXPECT_EQ(c.media_threads, 8u);
   EXPECT_EQ(c.payload_timeout_ms, 5000u);
+  EXPECT_EQ(c.session_buffer_bytes, 8u << 20);
   EXPECT_EQ(c.data_dir, "/var/tmp/rfos");  // untouched keys keep their defaults
 
   ServerConfig d;
@@ -53,6 +55,11 @@ TEST(Config, DefaultsFileAndValidation) {
   d = ServerConfig{};
   d.payload_timeout_ms = 10;  // would give up on payloads still on their way
   EXPECT_EQ(validate(d).code(), StatusCode::kInvalidArgument);
+  d = ServerConfig{};
+  d.session_buffer_bytes = 4096;  // less than one 1 MiB request
+  EXPECT_EQ(validate(d).code(), StatusCode::kInvalidArgument);
+  d.session_buffer_bytes = 0;  // no limit
+  EXPECT_TRUE(validate(d).is_ok());
 }
 
 }  // namespace

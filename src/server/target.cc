@@ -62,6 +62,50 @@ class Target::Impl {
   std::atomic<uint64_t> last_epoch{0};              // written by the target thread only; read by snapshot creation
   std::map<std::pair<Uuid, Uuid>, uint32_t> conts;  // (pool, cont) -> engine handle
 
+  // Engine buffers each session holds here (ServerConfig::session_buffer_bytes). A request's charge lives as
+  // long as its buffers: it rides in the same callbacks, so a transfer the fabric never completes (a peer that
+  // stops moving bytes; a one-sided operation libfabric never finishes, docs/wire-format.md) keeps its charge,
+  // and its session, not every session, runs out of buffers. Counters are atomic because the last callback
+  // holding a charge may be destroyed off the target thread (the engine's commit thread); the map itself is
+  // the target thread's.
+  uint64_t session_buffer_bytes = 0;
+  std::map<Uuid, std::shared_ptr<std::atomic<uint64_t>>> session_bytes;
+  struct Charge {
+    std::shared_ptr<std::atomic<uint64_t>> held;
+    uint64_t bytes = 0;
+    ~Charge() {
+      if (held) held->fetch_sub(bytes, std::memory_order_relaxed);
+    }
+    // A fetch that asked for a single value's whole length is charged what it turned out to hold.
+    void grow_to(uint64_t n) {
+      if (!held || n <= bytes) return;
+      held->fetch_add(n - bytes, std::memory_order_relaxed);
+      bytes = n;
+    }
+  };
+
+  // Charges `bytes` to `session`, or kBusy when that would take it past its share. A session holding nothing
+  // here always gets its request through (one request may be larger than the share; the engine's own limits
+  // apply to it).
+  Result<std::shared_ptr<Charge>> charge(const Uuid& session, uint64_t bytes) {
+    auto charge = std::make_shared<Charge>();
+    if (session_buffer_bytes == 0) return charge;
+    auto& held = session_bytes[session];
+    if (!held) held = std::make_shared<std::atomic<uint64_t>>(0);
+    uint64_t now = held->load(std::memory_order_relaxed);
+    if (now > 0 && now + bytes > session_buffer_bytes)
+      return error(StatusCode::kBusy, "the session holds " + std::to_string(now) + " bytes of this target's buffers (" +
+                                          std::to_string(session_buffer_bytes) + " at most)");
+    held->fetch_add(bytes, std::memory_order_relaxed);
+    charge->held = held;
+    charge->bytes = bytes;
+    if (session_bytes.size() > 4096) {  // bounded: sessions come and go; drop the counters nothing holds
+      for (auto it = session_bytes.begin(); it != session_bytes.end();)
+        it = it->second.use_count() == 1 ? session_bytes.erase(it) : std::next(it);
+    }
+    return charge;
+  }
+
   // Engine calls that still block on the media (punches, aggregation) run on helper threads
   // (ServerConfig::media_threads per target), so the target thread keeps serving the network. Their
   // continuations come back to the target thread through `finished`. Updates and fetches never leave it: their
@@ -265,9 +309,12 @@ class Target::Impl {
       return bypass(in, q, cap->pool, cap->cont);
     switch (q.op) {
       case wire::Op::kUpdate:
-        return update(in, q, k, kind);
-      case wire::Op::kFetch:
-        return fetch(in, q, k, kind);
+      case wire::Op::kFetch: {
+        auto held = charge(cap->session, q.length);
+        if (!held.is_ok()) return reply_error(in.reply_to, q.request_id, held.status());
+        if (q.op == wire::Op::kUpdate) return update(in, q, k, kind, std::move(held).value());
+        return fetch(in, q, k, kind, std::move(held).value());
+      }
       case wire::Op::kArraySize: {
         auto size = engine->array_size(k, read_at);
         if (!size.is_ok()) return reply_error(in.reply_to, q.request_id, size.status());
@@ -462,7 +509,8 @@ class Target::Impl {
     if (!s.is_ok()) reply_error(to, q.request_id, s);
   }
 
-  void update(Incoming& in, wire::Request& q, const engine::KeyRef& k, engine::ValueKind kind) {
+  void update(Incoming& in, wire::Request& q, const engine::KeyRef& k, engine::ValueKind kind,
+              std::shared_ptr<Charge> charge) {
     bool explicit_path = !q.rkey.empty();  // the data stays in the client's memory until the target reads it
     uint64_t carried = explicit_path ? q.length : in.payload_bytes;
     if (carried != q.length || (explicit_path && in.payload_bytes != 0))
@@ -491,14 +539,14 @@ class Target::Impl {
     // The payload lands in the engine's buffers (pulled by the fabric's rendezvous, or read from the client's
     // registered memory on the explicit path); then verify, write (on the target's ring), commit (a group
     // commit on the engine's commit thread), answer (back on this thread).
-    auto landed = [this, shared, csums, to, id, epoch, held, hold](Status got) {
+    auto landed = [this, shared, csums, to, id, epoch, held, hold, charge](Status got) {
       if (!got.is_ok()) {
         inflight_epochs.erase(held);
         engine->update_abort(*shared);  // the client died mid-transfer: nothing is stored
         return;
       }
       engine->update_submit(*ring, std::move(*shared), std::move(*csums),
-                            [done = write_done(to, id, epoch, held), hold](Status s) { done(s); });
+                            [done = write_done(to, id, epoch, held), hold, charge](Status s) { done(s); });
     };
     Status s = land(in, q, dst, std::move(landed));
     if (!s.is_ok()) {
@@ -510,23 +558,27 @@ class Target::Impl {
 
   // Fetches run on the target thread: the index lookup now, the block reads on the target's own ring, the
   // reply from the ring's completion (no hand-off to a media thread and back).
-  void fetch(Incoming& in, wire::Request& q, const engine::KeyRef& k, engine::ValueKind kind) {
+  void fetch(Incoming& in, wire::Request& q, const engine::KeyRef& k, engine::ValueKind kind,
+             std::shared_ptr<Charge> charge) {
     // The client checks every chunk against its checksum (wire-format.md), so chunks the engine returns as
     // stored are verified there, once, end to end.
     engine::FetchOp op{k, q.epoch ? q.epoch : engine::kEpochLatest, kind, q.offset, q.length, true};
     auto to = in.reply_to;
     auto id = q.request_id;
     auto descriptor = std::make_shared<std::pair<uint64_t, std::string>>(q.remote_addr, std::move(q.rkey));
-    engine->fetch_submit(*ring, op, [this, to, id, descriptor](Result<engine::FetchTx> tx) {
+    engine->fetch_submit(*ring, op, [this, to, id, descriptor, charge](Result<engine::FetchTx> tx) {
       if (!tx.is_ok()) return reply_error(to, id, tx.status());
-      auto shared = std::make_shared<engine::FetchTx>(std::move(tx).value());
+      auto shared = std::make_shared<std::pair<engine::FetchTx, std::shared_ptr<Charge>>>(std::move(tx).value(),
+                                                                                          std::move(charge));
+      const engine::FetchTx& fetched = shared->first;
+      shared->second->grow_to(fetched.length());
       wire::Reply r;
       r.request_id = id;
-      r.length = shared->length();
-      r.csums.assign(shared->csums().begin(), shared->csums().end());
+      r.length = fetched.length();
+      r.csums.assign(fetched.csums().begin(), fetched.csums().end());
       std::vector<Iov> src;
-      for (const engine::IoBuf& b : shared->buffers()) src.push_back({b.data, b.len});
-      // The engine buffers stay pinned until the transport is done with them.
+      for (const engine::IoBuf& b : fetched.buffers()) src.push_back({b.data, b.len});
+      // The engine buffers (and the session's charge for them) stay until the transport is done with them.
       if (descriptor->second.empty()) return reply(to, std::move(r), src, [shared](Status) {});
       put_then_reply(to, src, descriptor->first, descriptor->second, std::move(r), shared);
     });
@@ -537,6 +589,7 @@ Result<std::unique_ptr<Target>> Target::start(uint32_t index, Engine* engine, co
                                               const std::string& secret, std::shared_ptr<Revocations> revocations) {
   auto impl = std::make_unique<Impl>();
   impl->bypass_media = config.bypass_media;
+  impl->session_buffer_bytes = config.session_buffer_bytes;
   impl->index = index;
   impl->engine = engine;
   impl->secret = secret;

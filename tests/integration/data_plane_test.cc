@@ -40,6 +40,22 @@ std::span<const uint8_t> as_span(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
+// Two dkeys of OneSessionCannotTakeEveryBuffer's object on each target (placement is by dkey).
+std::vector<std::string> flood_dkeys(size_t targets) {
+  std::vector<std::string> dkeys;
+  for (size_t t = 0; t < targets; ++t) {
+    size_t found = 0;
+    for (int i = 0; found < 2 && i < 10000; ++i) {
+      std::string dkey = "f" + std::to_string(i);
+      if (placement::target_of({12, 12}, dkey, targets) == t) {
+        dkeys.push_back(dkey);
+        ++found;
+      }
+    }
+  }
+  return dkeys;
+}
+
 class DataPlane : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -620,6 +636,20 @@ class RawPeer {
     return peer;
   }
 
+  // Sends without waiting for the reply; flush() sends what the fabric still holds.
+  Status post(const std::string& header) {
+    ++posting_;
+    Status st = worker_->send(ep_, header, {}, [this](Status) { --posting_; });
+    if (!st.is_ok()) --posting_;
+    return st;
+  }
+  // Progresses until everything posted has left (up to 10 s). Replies that come meanwhile are dropped.
+  bool flush() {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (posting_ > 0 && std::chrono::steady_clock::now() < deadline) worker_->progress();
+    return posting_ == 0;
+  }
+
   // Sends and waits up to 10 s for the reply; kTimeout when none came.
   Result<wire::Reply> ask(const std::string& header, std::string payload = "") {
     got_ = false;
@@ -642,6 +672,7 @@ class RawPeer {
   transport::EpHandle ep_ = 0;
   std::string header_;
   bool got_ = false;
+  int posting_ = 0;
 };
 
 // Talks to a target directly: forged and expired capabilities, garbage headers.
@@ -796,6 +827,72 @@ TEST_P(DataPlane, HostileMemoryDescriptorsAreRefused) {
   EXPECT_TRUE(back == secret);
   std::string data = "still here";
   ASSERT_TRUE(c->write({7, 7}, "d", "a", 0, as_span(data)).is_ok());
+}
+
+// A session whose peer stops moving bytes keeps the engine buffers of what it asked for: here a client asks each
+// target for 80 MiB in fetches of 4 MiB, straight on the data plane, and then never progresses again, so every
+// reply waits at its target with its buffers, as they would for a peer that died where the fabric cannot tell
+// (ucx+shm) or for a one-sided operation that libfabric never completes (docs/wire-format.md). A target lets
+// one session hold at most ServerConfig::session_buffer_bytes (16 MiB by default) of its 64 MiB, so another
+// session is still served. With the limit off, the same flood leaves the others Busy: the second half shows
+// that the first tests something.
+ObjectId flood_object() { return {12, 12}; }
+constexpr size_t kFloodReadBytes = 4 << 20;
+
+TEST_P(DataPlane, OneSessionCannotTakeEveryBuffer) {
+  auto writer = open();
+  ASSERT_TRUE(writer);
+  const std::string chunk = bytes_of(kFloodReadBytes, 12);
+  for (const std::string& dkey : flood_dkeys(writer->session().target_addresses.size()))
+    ASSERT_TRUE(writer->write(flood_object(), dkey, "a", 0, as_span(chunk)).is_ok());
+  writer.reset();
+
+  // Floods from another process; returns the first error of a second session's I/O meanwhile, or OK.
+  auto flood_then_serve = [&]() -> Status {
+    int ready[2];
+    if (pipe(ready) != 0) return error(StatusCode::kInternal, "pipe");
+    pid_t pid = fork();
+    if (pid < 0) return error(StatusCode::kInternal, "fork");
+    if (pid == 0) {
+      dup2(ready[1], STDOUT_FILENO);
+      execl("/proc/self/exe", "data_plane_test", "--flood", server_->address().c_str(), GetParam().c_str(), nullptr);
+      _exit(127);
+    }
+    close(ready[1]);
+    pollfd told{ready[0], POLLIN, 0};
+    char c = 0;
+    bool flooding = poll(&told, 1, 20000) == 1 && read(ready[0], &c, 1) == 1;
+    close(ready[0]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the targets read and start the replies
+    Status served = flooding ? Status::ok() : error(StatusCode::kInternal, "the flooding client did not start");
+    if (served.is_ok()) {
+      auto other = open();
+      const std::string data = bytes_of(1 << 20, 13);
+      for (int i = 0; other && served.is_ok() && i < 4; ++i) {  // four 1 MiB writes, each read back
+        std::string dkey = "other" + std::to_string(i), back(data.size(), '\0');
+        served = other->write({13, 13}, dkey, "a", 0, as_span(data));
+        if (served.is_ok())
+          served = other->read({13, 13}, dkey, "a", 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()});
+        if (served.is_ok() && back != data) served = error(StatusCode::kInternal, "read back different bytes");
+      }
+      if (!other) served = error(StatusCode::kInternal, "no second session");
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return served;
+  };
+
+  Status limited = flood_then_serve();
+  EXPECT_TRUE(limited.is_ok()) << "with the per-session limit: " << limited.to_string();
+
+  server_->stop();
+  server_ = std::make_unique<testing::ServerProcess>(
+      dir_.path(), std::vector<std::string>{"--provider", GetParam(), "--session-buffer-bytes", "0"});
+  ASSERT_TRUE(server_->start());
+  control_ = ControlClient::create(server_->address());
+  Status unlimited = flood_then_serve();
+  EXPECT_EQ(unlimited.code(), StatusCode::kBusy)
+      << "without the limit the flood should leave the others Busy: " << unlimited.to_string();
 }
 
 // A client killed with SIGKILL while many 1 MiB writes are in flight: the server aborts the half-received
@@ -1070,10 +1167,50 @@ int vanish_main(const std::string& addr, const std::string& provider, const std:
   _exit(0);
 }
 
+// The client of OneSessionCannotTakeEveryBuffer: opens a session, sends each target 20 fetches of 4 MiB
+// straight on the data plane (RawPeer: replies nobody takes), says so, and never progresses again (it sleeps
+// until killed), so every reply it was sent waits at its target with its buffers.
+int flood_main(const std::string& addr, const std::string& provider) {
+  auto control = rfos::client::ControlClient::create(addr);
+  rfos::client::ContainerOptions o;
+  o.provider = provider;
+  auto c = rfos::client::Container::open(*control, "p", "c", o);
+  if (!c.is_ok()) return 2;
+  const rfos::client::Session& s = (*c)->session();
+  std::vector<std::string> dkeys = rfos::flood_dkeys(s.target_addresses.size());
+  std::vector<std::unique_ptr<rfos::RawPeer>> peers;
+  rfos::wire::Request q;
+  q.op = rfos::wire::Op::kFetch;
+  q.oid = rfos::flood_object();
+  q.akey = "a";
+  q.length = rfos::kFloodReadBytes;
+  q.capability = s.capability;
+  for (const std::string& dkey : dkeys) {
+    auto peer = rfos::RawPeer::connect(
+        provider, s.target_addresses[rfos::placement::target_of(q.oid, dkey, s.target_addresses.size())]);
+    if (!peer.is_ok()) return 3;
+    peers.push_back(std::move(peer).value());
+  }
+  // All connected first, then every request at once, then only as much progress as sends them: the replies
+  // need a 4 MiB media read each, so they find the client asleep.
+  for (size_t p = 0; p < peers.size(); ++p) {
+    q.dkey = dkeys[p];
+    for (int i = 0; i < 10; ++i) {
+      ++q.request_id;
+      if (!peers[p]->post(rfos::wire::encode_request(q)).is_ok()) return 4;
+    }
+  }
+  for (auto& peer : peers)
+    if (!peer->flush()) return 5;
+  if (write(STDOUT_FILENO, "1", 1) != 1) return 6;
+  for (;;) pause();
+}
+
 int main(int argc, char** argv) {
   rfos::testing::pin_fabrics_to_loopback();
   if (argc == 5 && std::string(argv[1]) == "--writer") return writer_main(argv[2], argv[3], argv[4]);
   if (argc == 5 && std::string(argv[1]) == "--vanish") return vanish_main(argv[2], argv[3], argv[4]);
+  if (argc == 4 && std::string(argv[1]) == "--flood") return flood_main(argv[2], argv[3]);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
