@@ -11,6 +11,7 @@
 #include <memory>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "transport/transport.h"
 
@@ -32,10 +33,13 @@ Status ucs_error(ucs_status_t s, const std::string& what) {
 }
 
 // What a pending UCX request calls back into.
+class UcxWorker;
+
 struct Pending {
   Done done;
   std::string header;             // kept alive until the send completes
   std::vector<ucp_dt_iov_t> iov;  // UCX reads the iov array until the operation completes
+  UcxWorker* owner = nullptr;     // set while UCX holds it (UcxWorker::live_)
 };
 
 class UcxWorker final : public Worker {
@@ -51,6 +55,9 @@ class UcxWorker final : public Worker {
     for (ucp_ep_h ep : open) close_ep(ep, true);
     if (worker_) ucp_worker_destroy(worker_);
     if (context_) ucp_cleanup(context_);
+    // Operations UCX never completed (a send to a peer that stopped progressing, on shm where UCX cannot tell
+    // it is gone): their callbacks are dropped uncalled, which gives back what they hold (engine buffers).
+    for (Pending* p : live_) delete p;
   }
 
   Status init(const std::string& provider, const WorkerOptions& options) {
@@ -330,6 +337,8 @@ class UcxWorker final : public Worker {
       delete p;
       return ucs_error(UCS_PTR_STATUS(req), what);
     }
+    p->owner = this;  // UCX calls back later (never inline for a request it returned)
+    live_.insert(p);
     return Status::ok();
   }
 
@@ -489,6 +498,7 @@ class UcxWorker final : public Worker {
 
   static void complete(void* req, ucs_status_t status, void* user_data) {
     auto* p = static_cast<Pending*>(user_data);
+    if (p->owner) p->owner->live_.erase(p);
     Done d = std::move(p->done);
     delete p;
     ucp_request_free(req);
@@ -594,6 +604,7 @@ class UcxWorker final : public Worker {
   bool sleep_when_waits_long_ = false;  // WorkerOptions::sleep_when_waits_long
   bool introduced_only_ = false;        // WorkerOptions::introduced_peers_only
   bool closing_ = false;                // in the destructor: callbacks do nothing
+  std::unordered_set<Pending*> live_;   // sends and payload receives UCX still holds
   std::atomic<bool> signaled_{false};
   static constexpr std::chrono::microseconds kSpinAfterEvent{1000};
   static constexpr double kShortIdleUs = 300;
