@@ -879,6 +879,7 @@ TEST_P(DataPlane, OneSessionCannotTakeEveryBuffer) {
     }
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
+    testing::remove_shm_regions_of(pid);
     return served;
   };
 
