@@ -93,7 +93,7 @@ class Target::Impl {
     auto& held = session_bytes[session];
     if (!held) held = std::make_shared<std::atomic<uint64_t>>(0);
     uint64_t now = held->load(std::memory_order_relaxed);
-    if (now > 0 && now + bytes > session_buffer_bytes)
+    if (now > 0 && (bytes > session_buffer_bytes || now > session_buffer_bytes - bytes))  // no overflow
       return error(StatusCode::kBusy, "the session holds " + std::to_string(now) + " bytes of this target's buffers (" +
                                           std::to_string(session_buffer_bytes) + " at most)");
     held->fetch_add(bytes, std::memory_order_relaxed);
