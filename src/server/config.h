@@ -31,7 +31,7 @@ struct ServerConfig {
   // session holds nothing there. It keeps one session (a hostile one, or one whose peer stopped moving bytes)
   // from taking a target's 64 MiB of buffers from everyone else. 0: no limit.
   uint64_t session_buffer_bytes = 16ull << 20;
-  std::string tls_cert;        // PEM files: TLS on the control channel when both are set
+  std::string tls_cert;  // PEM files: TLS on the control channel when both are set
   std::string tls_key;
   // Benchmarks only: targets answer reads with zeros and drop written bytes, never touching the engine, so the
   // data plane alone is measured (3FS's bypass_disk_io). Nothing written is kept.

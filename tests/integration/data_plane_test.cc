@@ -76,6 +76,38 @@ class DataPlane : public ::testing::TestWithParam<std::string> {
 
   void kill_a_writer(const char* path);
 
+  // Runs this test binary as a client of the server: `mode` (--writer, --flood, --vanish; see main()), then the
+  // server's address and the provider, then `extra` if any. Returns its pid (-1 when fork failed). With `told`,
+  // the child's stdout goes to a pipe whose read end *told gets, for heard_from().
+  pid_t spawn_client(const char* mode, const char* extra = nullptr, int* told = nullptr) {
+    int ready[2] = {-1, -1};
+    if (told && pipe(ready) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+      if (told) dup2(ready[1], STDOUT_FILENO);
+      std::vector<std::string> args = {"data_plane_test", mode, server_->address(), GetParam()};
+      if (extra) args.emplace_back(extra);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv("/proc/self/exe", argv.data());
+      _exit(127);
+    }
+    if (told) {
+      close(ready[1]);
+      *told = ready[0];
+    }
+    return pid;
+  }
+  // Whether the child wrote its one byte to `fd` within 20 s; closes fd.
+  static bool heard_from(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    char c = 0;
+    bool heard = poll(&p, 1, 20000) == 1 && read(fd, &c, 1) == 1;
+    close(fd);
+    return heard;
+  }
+
   // Writes `n` patterned bytes at `offset` of (oid, "size<n>", "a") and reads them back whole.
   static void round_trip(Container& c, const ObjectId& oid, size_t n, uint64_t tag, uint64_t offset) {
     std::string data = bytes_of(n, tag);
@@ -849,20 +881,10 @@ TEST_P(DataPlane, OneSessionCannotTakeEveryBuffer) {
 
   // Floods from another process; returns the first error of a second session's I/O meanwhile, or OK.
   auto flood_then_serve = [&]() -> Status {
-    int ready[2];
-    if (pipe(ready) != 0) return error(StatusCode::kInternal, "pipe");
-    pid_t pid = fork();
+    int told = -1;
+    pid_t pid = spawn_client("--flood", nullptr, &told);
     if (pid < 0) return error(StatusCode::kInternal, "fork");
-    if (pid == 0) {
-      dup2(ready[1], STDOUT_FILENO);
-      execl("/proc/self/exe", "data_plane_test", "--flood", server_->address().c_str(), GetParam().c_str(), nullptr);
-      _exit(127);
-    }
-    close(ready[1]);
-    pollfd told{ready[0], POLLIN, 0};
-    char c = 0;
-    bool flooding = poll(&told, 1, 20000) == 1 && read(ready[0], &c, 1) == 1;
-    close(ready[0]);
+    bool flooding = heard_from(told);
     std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the targets read and start the replies
     Status served = flooding ? Status::ok() : error(StatusCode::kInternal, "the flooding client did not start");
     if (served.is_ok()) {
@@ -924,23 +946,12 @@ TEST_P(DataPlane, ClientKilledMidTransferLeavesNothing) {
 
 void DataPlane::kill_a_writer(const char* path) {
   uint64_t free_before = control_->pool_query("p")->free_bytes;
-  int ready[2];
-  ASSERT_EQ(pipe(ready), 0);
-  pid_t pid = fork();
+  int told = -1;
+  pid_t pid = spawn_client("--writer", path, &told);
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    dup2(ready[1], STDOUT_FILENO);
-    execl("/proc/self/exe", "data_plane_test", "--writer", server_->address().c_str(), GetParam().c_str(), path,
-          nullptr);
-    _exit(127);
-  }
-  close(ready[1]);
   // Killed once its first write is acknowledged (on a disk slow to sync, 800 ms were sometimes not enough for
   // one), and a little later, with its 16 writes in flight.
-  pollfd first{ready[0], POLLIN, 0};
-  char told = 0;
-  bool acknowledged = poll(&first, 1, 20000) == 1 && read(ready[0], &told, 1) == 1;
-  close(ready[0]);
+  bool acknowledged = heard_from(told);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   int status = 0;
@@ -1022,13 +1033,8 @@ TEST_P(DataPlane, ClientsThatVanishAtOnceLeaveTheServerServing) {
   for (int round = 0; round < 3; ++round) {
     std::vector<pid_t> kids;
     for (int i = 0; i < 12; ++i) {
-      pid_t pid = fork();
+      pid_t pid = spawn_client("--vanish", modes[i % 3]);
       ASSERT_GE(pid, 0);
-      if (pid == 0) {
-        execl("/proc/self/exe", "data_plane_test", "--vanish", server_->address().c_str(), GetParam().c_str(),
-              modes[i % 3], nullptr);
-        _exit(127);
-      }
       kids.push_back(pid);
     }
     for (pid_t pid : kids) {
