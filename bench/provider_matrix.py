@@ -110,7 +110,8 @@ def fio_checking(dirpath, rw, bs, depth, runtime, size, layout=False):
     layout=True writes it first): a reader that looks at its data as rfos's client does, where plain fio never
     touches what it reads. Read patterns only."""
     d = os.path.join(dirpath, "fio-checking")
-    base = fio_on(d, size, "checking") + ["--verify=crc32c", "--bs=" + str(bs)]
+    # verify_state_save=0: fio would otherwise leave its verify state (local-checking-0-verify.state) in the cwd.
+    base = fio_on(d, size, "checking") + ["--verify=crc32c", "--verify_state_save=0", "--bs=" + str(bs)]
     if layout:
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
