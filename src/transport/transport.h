@@ -68,8 +68,9 @@ struct WorkerOptions {
   // A payload receive (fetch_payload) whose sender has not completed it this long is cancelled, and its done
   // gets an error: how a target gives back the engine buffers of a client that died mid-transfer where the
   // fabric does not report the dead peer (libfabric's RDM endpoints). UCX reports a dead peer on tcp and the
-  // RDMA transports, and cannot cancel an active-message receive, so it ignores this; on ucx+shm, where
-  // neither works in UCX 1.13, such a payload stays pending until the server restarts. On libfabric it also
+  // RDMA transports, and cannot cancel an active-message receive, so it ignores this; on ucx+shm, where UCX
+  // 1.13 reports no dead peer, a worker watches the process each peer's hello names and gives the operations
+  // of a peer whose process is gone up itself (docs/wire-format.md). On libfabric it also
   // bounds how long messages wait for a peer that takes none (a send refused for now waits in a queue, and the
   // worker serves its other peers meanwhile).
   uint32_t payload_timeout_ms = 30000;

@@ -3,10 +3,13 @@
 // ucx+ud -> ud. UCX environment variables (UCX_NET_DEVICES, ...) still apply.
 #include <poll.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <thread>
@@ -32,14 +35,37 @@ Status ucs_error(ucs_status_t s, const std::string& what) {
   return error(code, what + ": " + ucs_status_string(s));
 }
 
+// A process as a hello names it on shm: its id and its start time (in clock ticks since boot, /proc/PID/stat's
+// 22nd field), which together name one process even after the id is reused.
+struct PeerProcess {
+  uint64_t pid = 0;
+  uint64_t start = 0;
+};
+
+// The start time of process `pid`, 0 when there is no such process (or /proc cannot tell).
+uint64_t process_start_time(uint64_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  size_t end = stat.rfind(')');  // the command name in parentheses may hold spaces and parentheses
+  if (end == std::string::npos) return 0;
+  // After ") " come the state (field 3) and fields 4..: the start time is field 22.
+  const char* p = stat.c_str() + end + 1;
+  for (int field = 3; field < 22; ++field) {
+    p = std::strchr(p + 1, ' ');
+    if (p == nullptr) return 0;
+  }
+  return std::strtoull(p + 1, nullptr, 10);
+}
+
 // What a pending UCX request calls back into.
 class UcxWorker;
 
 struct Pending {
-  Done done;
+  Done done;                      // empty once given up (UcxWorker::give_up)
   std::string header;             // kept alive until the send completes
   std::vector<ucp_dt_iov_t> iov;  // UCX reads the iov array until the operation completes
-  UcxWorker* owner = nullptr;     // set while UCX holds it (UcxWorker::live_)
+  UcxWorker* owner = nullptr;     // set while UCX holds it (UcxWorker::live_, or orphans_ once given up)
+  EpHandle ep = 0;                // the peer it goes to or comes from
 };
 
 class UcxWorker final : public Worker {
@@ -55,12 +81,16 @@ class UcxWorker final : public Worker {
     for (ucp_ep_h ep : open) close_ep(ep, true);
     if (worker_) ucp_worker_destroy(worker_);
     if (context_) ucp_cleanup(context_);
-    // Operations UCX never completed (a send to a peer that stopped progressing, on shm where UCX cannot tell
-    // it is gone): their callbacks are dropped uncalled, which gives back what they hold (engine buffers).
+    // Operations UCX never completed (a send to a peer that stopped progressing; one given up on a dead shm
+    // peer): their callbacks are dropped uncalled, which gives back what they hold (engine buffers).
     for (Pending* p : live_) delete p;
+    for (Pending* p : orphans_) delete p;
+    for (Rma* op : rmas_) delete op;
   }
 
   Status init(const std::string& provider, const WorkerOptions& options) {
+    self_.pid = static_cast<uint64_t>(getpid());
+    self_.start = process_start_time(self_.pid);
     sleep_when_waits_long_ = options.sleep_when_waits_long;
     introduced_only_ = options.introduced_peers_only;
     const char* tls = ucx_transports(provider);
@@ -120,7 +150,7 @@ class UcxWorker final : public Worker {
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     rp.flags = UCP_AM_SEND_FLAG_REPLY;
     ucp_ep_h ep = ep_of(h);
-    void* req = ucp_am_send_nbx(ep, kHelloAmId, address_.data(), address_.size(), nullptr, 0, &rp);
+    void* req = ucp_am_send_nbx(ep, kHelloAmId, address_.data(), address_.size(), &self_, sizeof(self_), &rp);
     if (UCS_PTR_IS_ERR(req)) {
       close_handle(h, true);
       return ucs_error(UCS_PTR_STATUS(req), "hello");
@@ -161,7 +191,7 @@ class UcxWorker final : public Worker {
         UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
     ep.address = reinterpret_cast<const ucp_address_t*>(peer.data());
     // Peer-failure detection: UCX 1.13's shared-memory transports cannot do it (they refuse the endpoint),
-    // so on shm a dead peer shows only as a request deadline on the client side.
+    // so on shm a target watches the peer's process instead (watch), and a client has its request deadline.
     ep.err_mode = peer_failure_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     ep.err_handler.cb = &UcxWorker::ep_error_cb;
     ep.err_handler.arg = this;
@@ -241,7 +271,9 @@ class UcxWorker final : public Worker {
                             done(s);
                           },
                           {},
-                          {}};
+                          {},
+                          nullptr,
+                          in.reply_to};
     for (const Iov& v : dst) p->iov.push_back({v.data, v.len});
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -256,7 +288,7 @@ class UcxWorker final : public Worker {
   Status send(EpHandle h, std::string_view header, std::span<const Iov> payload, Done done) override {
     ucp_ep_h ep = ep_of(h);
     if (ep == nullptr) return error(StatusCode::kShutdown, "the peer is gone");
-    auto* p = new Pending{std::move(done), std::string(header), {}};
+    auto* p = new Pending{std::move(done), std::string(header), {}, nullptr, h};
     for (const Iov& v : payload) p->iov.push_back({v.data, v.len});
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
@@ -272,6 +304,7 @@ class UcxWorker final : public Worker {
     int n = 0;
     while (ucp_worker_progress(worker_) != 0) ++n;
     if (n > 0) last_event_ = std::chrono::steady_clock::now();
+    check_watched();
     while (!failed_.empty()) {
       ucp_ep_h ep = failed_.back();
       failed_.pop_back();
@@ -346,10 +379,11 @@ class UcxWorker final : public Worker {
   // bytes are remotely visible before done runs (a put's own completion is only local).
   struct Rma {
     UcxWorker* self = nullptr;
-    Done done;
+    Done done;        // empty once given up (give_up)
     int pending = 1;  // the issuing loop holds one until it is done
     Status status;
     ucp_ep_h flush = nullptr;
+    EpHandle ep = 0;  // the peer whose memory it reaches, as the caller named it
   };
 
   // The endpoint that reaches the peer behind `ep` for RMA: `ep` itself when this worker created or adopted it
@@ -380,7 +414,7 @@ class UcxWorker final : public Worker {
     return std::make_pair(own, ep_of(own));
   }
 
-  static ucs_status_t hello_cb(void* arg, const void* header, size_t header_length, void*, size_t,
+  static ucs_status_t hello_cb(void* arg, const void* header, size_t header_length, void* data, size_t length,
                                const ucp_am_recv_param_t* param) {
     auto* self = static_cast<UcxWorker*>(arg);
     if (self->closing_) return UCS_OK;
@@ -406,7 +440,73 @@ class UcxWorker final : public Worker {
       }
     }
     self->hello_addrs_[reply].assign(peer);
+    if (!self->peer_failure_) self->watch(reply, data, length, param);
     return UCS_OK;
+  }
+
+  // Where UCX cannot tell that a peer died (shm), a target watches the process the peer's hello names: once it
+  // is gone, the peer fails as it would on tcp (peer_gone). Only a process that exists now with the start time
+  // the hello gives is watched: a peer in another pid namespace (or one that lies about itself) is not, and a
+  // lie can only name a process whose end then cuts the liar off.
+  void watch(EpHandle reply, const void* data, size_t length, const ucp_am_recv_param_t* param) {
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length != sizeof(PeerProcess)) return;
+    PeerProcess p;
+    std::memcpy(&p, data, sizeof(p));
+    if (p.start == 0 || process_start_time(p.pid) != p.start) return;
+    watched_[reply] = p;
+  }
+
+  // Fails every watched peer whose process has ended (at most every kWatchInterval).
+  void check_watched() {
+    if (watched_.empty()) return;
+    auto now = std::chrono::steady_clock::now();
+    if (now < next_watch_) return;
+    next_watch_ = now + kWatchInterval;
+    std::vector<EpHandle> gone;
+    std::unordered_map<uint64_t, uint64_t> start_of;  // one look at /proc per process, for its many endpoints
+    for (auto& [h, p] : watched_) {
+      auto [it, fresh] = start_of.try_emplace(p.pid, 0);
+      if (fresh) it->second = process_start_time(p.pid);
+      if (it->second != p.start) gone.push_back(h);
+    }
+    if (gone.empty()) return;
+    // What the dead peers sent before they died is in this worker's receive queue now: taken in first, so that
+    // nothing of theirs arrives after their operations were given up (into buffers handed back by then).
+    while (ucp_worker_progress(worker_) != 0) {
+    }
+    Status why = error(StatusCode::kShutdown, "the peer's process has exited");
+    for (EpHandle h : gone) {
+      if (watched_.count(h) == 0) continue;  // failed while draining
+      std::vector<EpHandle> eps = {h};
+      if (auto it = rma_eps_.find(h); it != rma_eps_.end()) eps.push_back(it->second);
+      peer_gone(h, why);
+      give_up(eps, why);
+    }
+  }
+
+  // Completes now, with `why`, every send, payload receive and remote access toward `eps` that UCX still holds:
+  // UCX 1.13 completes none of them once their shm peer is gone, not even when its endpoint is closed by force,
+  // and they hold engine buffers. UCX keeps its request, which calls back into nothing if it ever completes.
+  void give_up(const std::vector<EpHandle>& eps, const Status& why) {
+    auto toward = [&](EpHandle h) { return std::find(eps.begin(), eps.end(), h) != eps.end(); };
+    std::vector<Done> dones;
+    for (auto it = live_.begin(); it != live_.end();) {
+      Pending* p = *it;
+      if (!toward(p->ep)) {
+        ++it;
+        continue;
+      }
+      dones.push_back(std::move(p->done));
+      p->done = nullptr;
+      orphans_.insert(p);
+      it = live_.erase(it);
+    }
+    for (Rma* op : rmas_) {
+      if (!toward(op->ep) || !op->done) continue;
+      dones.push_back(std::move(op->done));
+      op->done = nullptr;
+    }
+    for (Done& d : dones) d(why);
   }
 
   Result<ucp_rkey_h> rkey_for(EpHandle h, ucp_ep_h ep, std::string_view packed) {
@@ -448,7 +548,8 @@ class UcxWorker final : public Worker {
     RFOS_ASSIGN_OR_RETURN(auto target, rma_ep(ep));
     ucp_ep_h to = target.second;
     RFOS_ASSIGN_OR_RETURN(ucp_rkey_h rk, rkey_for(target.first, to, packed));
-    auto* op = new Rma{this, std::move(done), 1, Status::ok(), put ? to : nullptr};
+    auto* op = new Rma{this, std::move(done), 1, Status::ok(), put ? to : nullptr, ep};
+    rmas_.insert(op);
     for (const Iov& v : local) {
       if (v.len == 0) continue;
       ucp_request_param_t rp{};
@@ -477,7 +578,7 @@ class UcxWorker final : public Worker {
 
   void rma_step(Rma* op) {
     if (--op->pending > 0) return;
-    if (op->flush && op->status.is_ok()) {
+    if (op->flush && op->status.is_ok() && op->done) {
       ucp_request_param_t rp{};
       rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       rp.cb.send = &UcxWorker::rma_cb;
@@ -492,17 +593,21 @@ class UcxWorker final : public Worker {
     }
     Done d = std::move(op->done);
     Status s = op->status;
+    rmas_.erase(op);
     delete op;
-    d(s);
+    if (d) d(s);
   }
 
   static void complete(void* req, ucs_status_t status, void* user_data) {
     auto* p = static_cast<Pending*>(user_data);
-    if (p->owner) p->owner->live_.erase(p);
+    if (p->owner) {
+      p->owner->live_.erase(p);
+      p->owner->orphans_.erase(p);
+    }
     Done d = std::move(p->done);
     delete p;
     ucp_request_free(req);
-    d(status == UCS_OK ? Status::ok() : ucs_error(status, "transfer"));
+    if (d) d(status == UCS_OK ? Status::ok() : ucs_error(status, "transfer"));
   }
   static void send_done_cb(void* req, ucs_status_t status, void* user_data) { complete(req, status, user_data); }
   static void recv_done_cb(void* req, ucs_status_t status, size_t, void* user_data) {
@@ -541,16 +646,19 @@ class UcxWorker final : public Worker {
     if (self->closing_) return;
     auto found = self->handles_.find(ep);
     if (found == self->handles_.end()) return;  // failed or closed already
-    EpHandle h = found->second;
-    self->fail(h);
+    self->peer_gone(found->second, ucs_error(status, "peer failed"));
+  }
+
+  void peer_gone(EpHandle h, const Status& why) {
+    fail(h);
     // An endpoint a hello made is ours to close, whether it failed itself or the reply endpoint it stands
     // beside did.
-    std::erase_if(self->rma_eps_, [self, h](const auto& e) {
+    std::erase_if(rma_eps_, [this, h](const auto& e) {
       if (e.first != h && e.second != h) return false;
-      if (e.second != h) self->fail(e.second);
+      if (e.second != h) fail(e.second);
       return true;
     });
-    if (self->failure_) self->failure_(h, ucs_error(status, "peer failed"));
+    if (failure_) failure_(h, why);
   }
 
   // Callers hold handles, never UCX's endpoints: UCX frees an endpoint once it is closed and may give the next
@@ -578,6 +686,7 @@ class UcxWorker final : public Worker {
   void fail(EpHandle h) {
     forget_rkeys(h);
     hello_addrs_.erase(h);
+    watched_.erase(h);
     eps_.erase(h);
     ucp_ep_h ep = ep_of(h);
     if (ep == nullptr) return;
@@ -600,11 +709,13 @@ class UcxWorker final : public Worker {
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
   bool use_events_ = true;
-  bool peer_failure_ = true;            // endpoints detect a dead peer (ucx_detects_peer_failure)
-  bool sleep_when_waits_long_ = false;  // WorkerOptions::sleep_when_waits_long
-  bool introduced_only_ = false;        // WorkerOptions::introduced_peers_only
-  bool closing_ = false;                // in the destructor: callbacks do nothing
-  std::unordered_set<Pending*> live_;   // sends and payload receives UCX still holds
+  bool peer_failure_ = true;              // endpoints detect a dead peer (ucx_detects_peer_failure)
+  bool sleep_when_waits_long_ = false;    // WorkerOptions::sleep_when_waits_long
+  bool introduced_only_ = false;          // WorkerOptions::introduced_peers_only
+  bool closing_ = false;                  // in the destructor: callbacks do nothing
+  std::unordered_set<Pending*> live_;     // sends and payload receives UCX still holds
+  std::unordered_set<Pending*> orphans_;  // the same, given up (give_up)
+  std::unordered_set<Rma*> rmas_;         // gets and puts not finished
   std::atomic<bool> signaled_{false};
   static constexpr std::chrono::microseconds kSpinAfterEvent{1000};
   static constexpr double kShortIdleUs = 300;
@@ -631,8 +742,12 @@ class UcxWorker final : public Worker {
   std::map<std::pair<EpHandle, std::string>, ucp_rkey_h> rkeys_;  // unpacked remote keys per peer
   std::map<EpHandle, EpHandle> rma_eps_;                          // reply endpoint -> our own, from hellos
   static constexpr size_t kMaxHelloBytes = 64 << 10;
-  std::map<EpHandle, std::string> hello_addrs_;  // reply endpoint -> its peer's address, until RMA needs it
-  std::vector<ucp_ep_h> failed_;                 // endpoints whose peer failed, to close
+  std::map<EpHandle, std::string> hello_addrs_;        // reply endpoint -> its peer's address, until RMA needs it
+  std::vector<ucp_ep_h> failed_;                       // endpoints whose peer failed, to close
+  PeerProcess self_;                                   // what this worker's hellos say about its process
+  std::unordered_map<EpHandle, PeerProcess> watched_;  // reply endpoint -> its peer's process (shm; watch())
+  static constexpr std::chrono::milliseconds kWatchInterval{500};
+  std::chrono::steady_clock::time_point next_watch_;
 };
 
 }  // namespace
