@@ -66,6 +66,10 @@ struct Pending {
   std::vector<ucp_dt_iov_t> iov;  // UCX reads the iov array until the operation completes
   UcxWorker* owner = nullptr;     // set while UCX holds it (UcxWorker::live_, or orphans_ once given up)
   EpHandle ep = 0;                // the peer it goes to or comes from
+  // Completed by UCX inside the call that started it (UCX 1.13 purges a request of a failing endpoint there,
+  // and still returns it): finish() calls done.
+  bool early = false;
+  Status early_status;
 };
 
 class UcxWorker final : public Worker {
@@ -266,14 +270,12 @@ class UcxWorker final : public Worker {
     }
     in.rndv_taken = true;
     ++receiving_;
-    auto* p = new Pending{[this, done = std::move(done)](Status s) {
-                            --receiving_;
-                            done(s);
-                          },
-                          {},
-                          {},
-                          nullptr,
-                          in.reply_to};
+    auto* p = new Pending;
+    p->done = [this, done = std::move(done)](Status s) {
+      --receiving_;
+      done(s);
+    };
+    p->ep = in.reply_to;
     for (const Iov& v : dst) p->iov.push_back({v.data, v.len});
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -288,7 +290,10 @@ class UcxWorker final : public Worker {
   Status send(EpHandle h, std::string_view header, std::span<const Iov> payload, Done done) override {
     ucp_ep_h ep = ep_of(h);
     if (ep == nullptr) return error(StatusCode::kShutdown, "the peer is gone");
-    auto* p = new Pending{std::move(done), std::string(header), {}, nullptr, h};
+    auto* p = new Pending;
+    p->done = std::move(done);
+    p->header = header;
+    p->ep = h;
     for (const Iov& v : payload) p->iov.push_back({v.data, v.len});
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
@@ -360,17 +365,18 @@ class UcxWorker final : public Worker {
 
   // Completes immediately-finished operations inline; errors out failed ones; leaves the rest to callbacks.
   Status finish(void* req, Pending* p, const char* what) {
-    if (req == nullptr) {
-      Done d = std::move(p->done);
-      delete p;
-      d(Status::ok());
-      return Status::ok();
-    }
     if (UCS_PTR_IS_ERR(req)) {
       delete p;
       return ucs_error(UCS_PTR_STATUS(req), what);
     }
-    p->owner = this;  // UCX calls back later (never inline for a request it returned)
+    if (req == nullptr || p->early) {
+      Done d = std::move(p->done);
+      Status s = p->early ? p->early_status : Status::ok();
+      delete p;
+      d(s);
+      return Status::ok();
+    }
+    p->owner = this;  // UCX calls back later
     live_.insert(p);
     return Status::ok();
   }
@@ -556,13 +562,15 @@ class UcxWorker final : public Worker {
       rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       rp.cb.send = &UcxWorker::rma_cb;
       rp.user_data = op;
+      // Counted before the call: UCX may complete it inside (a failing endpoint's purge) and still return it.
+      ++op->pending;
       void* req = put ? ucp_put_nbx(to, v.data, v.len, remote_addr, rk, &rp)
                       : ucp_get_nbx(to, v.data, v.len, remote_addr, rk, &rp);
+      if (!UCS_PTR_IS_PTR(req)) --op->pending;  // done (NULL) or failed: no callback comes
       if (UCS_PTR_IS_ERR(req)) {
         op->status = ucs_error(UCS_PTR_STATUS(req), put ? "put" : "get");
         break;
       }
-      if (req != nullptr) ++op->pending;
       remote_addr += v.len;
     }
     rma_step(op);
@@ -583,13 +591,13 @@ class UcxWorker final : public Worker {
       rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       rp.cb.send = &UcxWorker::rma_cb;
       rp.user_data = op;
-      void* req = ucp_ep_flush_nbx(op->flush, &rp);
+      ucp_ep_h ep = op->flush;
       op->flush = nullptr;
-      if (UCS_PTR_IS_PTR(req)) {
-        op->pending = 1;
-        return;
-      }
+      op->pending = 2;  // the flush's callback, which may come inside the call, and this call
+      void* req = ucp_ep_flush_nbx(ep, &rp);
       if (UCS_PTR_IS_ERR(req)) op->status = ucs_error(UCS_PTR_STATUS(req), "flush after put");
+      if (!UCS_PTR_IS_PTR(req)) --op->pending;  // no callback comes
+      if (--op->pending > 0) return;
     }
     Done d = std::move(op->done);
     Status s = op->status;
@@ -600,13 +608,16 @@ class UcxWorker final : public Worker {
 
   static void complete(void* req, ucs_status_t status, void* user_data) {
     auto* p = static_cast<Pending*>(user_data);
-    if (p->owner) {
-      p->owner->live_.erase(p);
-      p->owner->orphans_.erase(p);
+    ucp_request_free(req);
+    if (p->owner == nullptr) {  // inside the call that started it: finish() takes over
+      p->early = true;
+      p->early_status = status == UCS_OK ? Status::ok() : ucs_error(status, "transfer");
+      return;
     }
+    p->owner->live_.erase(p);
+    p->owner->orphans_.erase(p);
     Done d = std::move(p->done);
     delete p;
-    ucp_request_free(req);
     if (d) d(status == UCS_OK ? Status::ok() : ucs_error(status, "transfer"));
   }
   static void send_done_cb(void* req, ucs_status_t status, void* user_data) { complete(req, status, user_data); }
