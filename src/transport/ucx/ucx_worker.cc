@@ -452,8 +452,9 @@ class UcxWorker final : public Worker {
 
   // Where UCX cannot tell that a peer died (shm), a target watches the process the peer's hello names: once it
   // is gone, the peer fails as it would on tcp (peer_gone). Only a process that exists now with the start time
-  // the hello gives is watched: a peer in another pid namespace (or one that lies about itself) is not, and a
-  // lie can only name a process whose end then cuts the liar off.
+  // the hello gives is watched: a peer in another pid namespace is not. The claim is not proved; a peer that
+  // names another process and goes on sending after it ends could write into buffers given back, which UCX 1.13's
+  // shm FIFOs let any peer that maps them do anyway (docs/wire-format.md, "Dead peers on shm").
   void watch(EpHandle reply, const void* data, size_t length, const ucp_am_recv_param_t* param) {
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length != sizeof(PeerProcess)) return;
     PeerProcess p;
