@@ -492,8 +492,9 @@ class UcxWorker final : public Worker {
   }
 
   // Completes now, with `why`, every send, payload receive and remote access toward `eps` that UCX still holds:
-  // UCX 1.13 completes none of them once their shm peer is gone, not even when its endpoint is closed by force,
-  // and they hold engine buffers. UCX keeps its request, which calls back into nothing if it ever completes.
+  // UCX 1.13 need not complete them once their shm peer is gone, even when its endpoint is closed by force (seen
+  // for payload receives and gets), and they hold engine buffers. UCX keeps its request, which calls back into
+  // nothing if it ever completes.
   void give_up(const std::vector<EpHandle>& eps, const Status& why) {
     auto toward = [&](EpHandle h) { return std::find(eps.begin(), eps.end(), h) != eps.end(); };
     std::vector<Done> dones;
