@@ -64,7 +64,7 @@ struct Pending {
   Done done;                      // empty once given up (UcxWorker::give_up)
   std::string header;             // kept alive until the send completes
   std::vector<ucp_dt_iov_t> iov;  // UCX reads the iov array until the operation completes
-  UcxWorker* owner = nullptr;     // set while UCX holds it (UcxWorker::live_, or orphans_ once given up)
+  UcxWorker* owner = nullptr;     // set while UCX holds it (UcxWorker::live_)
   EpHandle ep = 0;                // the peer it goes to or comes from
   // Completed by UCX inside the call that started it (UCX 1.13 purges a request of a failing endpoint there,
   // and still returns it): finish() calls done.
@@ -88,7 +88,6 @@ class UcxWorker final : public Worker {
     // Operations UCX never completed (a send to a peer that stopped progressing; one given up on a dead shm
     // peer): their callbacks are dropped uncalled, which gives back what they hold (engine buffers).
     for (Pending* p : live_) delete p;
-    for (Pending* p : orphans_) delete p;
     for (Rma* op : rmas_) delete op;
   }
 
@@ -498,16 +497,10 @@ class UcxWorker final : public Worker {
   void give_up(const std::vector<EpHandle>& eps, const Status& why) {
     auto toward = [&](EpHandle h) { return std::find(eps.begin(), eps.end(), h) != eps.end(); };
     std::vector<Done> dones;
-    for (auto it = live_.begin(); it != live_.end();) {
-      Pending* p = *it;
-      if (!toward(p->ep)) {
-        ++it;
-        continue;
-      }
+    for (Pending* p : live_) {
+      if (!toward(p->ep) || !p->done) continue;
       dones.push_back(std::move(p->done));
       p->done = nullptr;
-      orphans_.insert(p);
-      it = live_.erase(it);
     }
     for (Rma* op : rmas_) {
       if (!toward(op->ep) || !op->done) continue;
@@ -617,7 +610,6 @@ class UcxWorker final : public Worker {
       return;
     }
     p->owner->live_.erase(p);
-    p->owner->orphans_.erase(p);
     Done d = std::move(p->done);
     delete p;
     if (d) d(status == UCS_OK ? Status::ok() : ucs_error(status, "transfer"));
@@ -722,13 +714,12 @@ class UcxWorker final : public Worker {
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
   bool use_events_ = true;
-  bool peer_failure_ = true;              // endpoints detect a dead peer (ucx_detects_peer_failure)
-  bool sleep_when_waits_long_ = false;    // WorkerOptions::sleep_when_waits_long
-  bool introduced_only_ = false;          // WorkerOptions::introduced_peers_only
-  bool closing_ = false;                  // in the destructor: callbacks do nothing
-  std::unordered_set<Pending*> live_;     // sends and payload receives UCX still holds
-  std::unordered_set<Pending*> orphans_;  // the same, given up (give_up)
-  std::unordered_set<Rma*> rmas_;         // gets and puts not finished
+  bool peer_failure_ = true;            // endpoints detect a dead peer (ucx_detects_peer_failure)
+  bool sleep_when_waits_long_ = false;  // WorkerOptions::sleep_when_waits_long
+  bool introduced_only_ = false;        // WorkerOptions::introduced_peers_only
+  bool closing_ = false;                // in the destructor: callbacks do nothing
+  std::unordered_set<Pending*> live_;   // sends and payload receives UCX still holds (given up: done empty)
+  std::unordered_set<Rma*> rmas_;       // gets and puts not finished
   std::atomic<bool> signaled_{false};
   static constexpr std::chrono::microseconds kSpinAfterEvent{1000};
   static constexpr double kShortIdleUs = 300;
