@@ -40,14 +40,15 @@ std::span<const uint8_t> as_span(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
-// Two dkeys of OneSessionCannotTakeEveryBuffer's object on each target (placement is by dkey).
+// OneSessionCannotTakeEveryBuffer's object, and two of its dkeys on each target (placement is by dkey).
+ObjectId flood_object() { return {12, 12}; }
 std::vector<std::string> flood_dkeys(size_t targets) {
   std::vector<std::string> dkeys;
   for (size_t t = 0; t < targets; ++t) {
     size_t found = 0;
     for (int i = 0; found < 2 && i < 10000; ++i) {
       std::string dkey = "f" + std::to_string(i);
-      if (placement::target_of({12, 12}, dkey, targets) == t) {
+      if (placement::target_of(flood_object(), dkey, targets) == t) {
         dkeys.push_back(dkey);
         ++found;
       }
@@ -868,7 +869,6 @@ TEST_P(DataPlane, HostileMemoryDescriptorsAreRefused) {
 // one session hold at most ServerConfig::session_buffer_bytes (16 MiB by default) of its 64 MiB, so another
 // session is still served. With the limit off, the same flood leaves the others Busy: the second half shows
 // that the first tests something. Then the flooder is killed, and its buffers must come back.
-ObjectId flood_object() { return {12, 12}; }
 constexpr size_t kFloodReadBytes = 4 << 20;
 
 TEST_P(DataPlane, OneSessionCannotTakeEveryBuffer) {
