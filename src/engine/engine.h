@@ -167,7 +167,8 @@ class IoRing {
   int poll();                // runs the callbacks of finished operations; returns how many
   void drain();              // blocks until every submitted operation has called back
   bool ready() const;        // poll() would find work (no system call)
-  int event_fd() const;      // readable while completions wait (for poll(2) with other sources)
+  int event_fd() const;      // readable once completions came since arm() (for poll(2) with other sources)
+  bool arm();                // before sleeping on event_fd(): clears it, then returns ready()
   size_t in_flight() const;  // operations submitted and not called back
 
  private:

@@ -733,12 +733,14 @@ void IoRing::drain() {
       ring_->drain();
       continue;
     }
+    if (arm()) continue;
     pollfd pfd{event_fd(), POLLIN, 0};
     ::poll(&pfd, 1, 10);
   }
 }
 
 bool IoRing::ready() const { return ring_->ready() || commits_->any.load(std::memory_order_acquire); }
+bool IoRing::arm() { return ring_->arm() || commits_->any.load(std::memory_order_acquire); }
 int IoRing::event_fd() const { return ring_->event_fd(); }
 size_t IoRing::in_flight() const { return ring_->in_flight() + committing_; }
 

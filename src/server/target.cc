@@ -197,7 +197,6 @@ class Target::Impl {
     while (!stopping.load(std::memory_order_relaxed)) {
       maybe_aggregate();
       int events = worker->progress();
-      // poll() also drains the ring's event counter, so a wait on it sleeps until new completions.
       if (ring->in_flight() > 0) events += ring->poll();
       std::vector<std::function<void()>> ready;
       {
@@ -601,7 +600,7 @@ Result<std::unique_ptr<Target>> Target::start(uint32_t index, Engine* engine, co
   RFOS_ASSIGN_OR_RETURN(impl->worker, transport::Worker::create(config.provider, wo));
   RFOS_ASSIGN_OR_RETURN(impl->ring, engine->make_io_ring());
   engine::IoRing* ring = impl->ring.get();
-  impl->ring_wake = {ring->event_fd(), [ring] { return ring->ready(); }};
+  impl->ring_wake = {ring->event_fd(), [ring] { return ring->ready(); }, [ring] { return ring->arm(); }};
   impl->address = impl->worker->address();
   Impl* raw = impl.get();
   impl->worker->on_message([raw](Incoming& in) { raw->handle(in); });

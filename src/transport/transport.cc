@@ -64,6 +64,7 @@ void poll_then_nap(const std::function<int()>& progress, std::atomic<bool>& sign
   ++idle_naps;
   int nap_us = std::min(timeout_ms * 1000, idle ? 1000 : 50);
   if (also == nullptr || also->fd < 0) return std::this_thread::sleep_for(std::chrono::microseconds(nap_us));
+  if (also->arm && also->arm()) return;
   pollfd pfd{also->fd, POLLIN, 0};
   timespec ts{0, nap_us * 1000L};
   ppoll(&pfd, 1, &ts, nullptr);

@@ -60,8 +60,9 @@ struct Registration {
 // Another event source the thread sleeping in Worker::wait() serves (a target's media ring): wait() returns
 // when it is ready as well.
 struct WakeSource {
-  int fd = -1;                  // readable when ready (poll(2))
+  int fd = -1;                  // readable when ready (poll(2)), once armed
   std::function<bool()> ready;  // the same, checked without a system call
+  std::function<bool()> arm;    // called before sleeping on fd; true: ready already, do not sleep
 };
 
 struct WorkerOptions {

@@ -87,9 +87,8 @@ Result<std::unique_ptr<BlockDevice>> BlockDevice::open(const BlockDeviceOptions&
     ::close(fd);
     return error(StatusCode::kCorruption, "block file " + options.path + " has an invalid size");
   }
-  return std::unique_ptr<BlockDevice>(
-      new BlockDevice(fd, bytes, direct, !exists, arena, options.queue_depth < 8 ? 8 : options.queue_depth,
-                      options.read_window_bytes));
+  return std::unique_ptr<BlockDevice>(new BlockDevice(
+      fd, bytes, direct, !exists, arena, options.queue_depth < 8 ? 8 : options.queue_depth, options.read_window_bytes));
 }
 
 BlockDevice::BlockDevice(int fd, uint64_t bytes, bool direct, bool created, BufferArena* arena, uint32_t depth,
@@ -109,7 +108,12 @@ BlockDevice::~BlockDevice() {
 
 Result<std::unique_ptr<Ring>> BlockDevice::make_ring() {
   auto ring = std::make_unique<Ring>();
-  int rc = io_uring_queue_init(queue_depth_, &ring->ring_, 0);
+  // Completions without an interrupt: by default the kernel kicks a thread running in user space (an IPI to
+  // its CPU) to post each completion. The threads that use these rings either wait in the ring or spin
+  // through system calls, which post them anyway, and a sleeping one is still woken. Kernels before 5.19 lack
+  // the flags and get the default.
+  int rc = io_uring_queue_init(queue_depth_, &ring->ring_, IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG);
+  if (rc == -EINVAL) rc = io_uring_queue_init(queue_depth_, &ring->ring_, 0);
   if (rc < 0) return errno_status("io_uring_queue_init", -rc);
   rc = io_uring_register_files(&ring->ring_, &fd_, 1);
   if (rc < 0) return errno_status("io_uring_register_files", -rc);
@@ -297,14 +301,24 @@ void AsyncRing::flush() {
 }
 
 bool AsyncRing::ready() const {
-  return io_uring_cq_ready(&ring_->ring_) > 0 || io_uring_sq_ready(&ring_->ring_) > 0 || !backlog_.empty();
+  return io_uring_cq_ready(&ring_->ring_) > 0 || io_uring_sq_ready(&ring_->ring_) > 0 || !backlog_.empty() ||
+         completions_posting();
 }
 
-int AsyncRing::poll() {
+bool AsyncRing::completions_posting() const {
+  return (IO_URING_READ_ONCE(*ring_->ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0;
+}
+
+bool AsyncRing::arm() {
   uint64_t ignored;
   while (::read(event_fd_, &ignored, sizeof ignored) > 0) {
   }
+  return ready();
+}
+
+int AsyncRing::poll() {
   std::vector<Batch*> finished;
+  if (completions_posting()) io_uring_get_events(&ring_->ring_);  // held completions: have the kernel post them
   io_uring_cqe* cqe = nullptr;
   while (io_uring_peek_cqe(&ring_->ring_, &cqe) == 0) {
     auto* slot = reinterpret_cast<Slot*>(io_uring_cqe_get_data64(cqe));

@@ -68,10 +68,14 @@ class AsyncRing {
   int poll();
   // Blocks until every batch has finished (running their callbacks).
   void drain();
-  // Readable while completions wait to be reaped (for poll(2) beside other event sources).
+  // Readable once completions came since the last arm() (for poll(2) beside other event sources).
   int event_fd() const { return event_fd_; }
   // True when poll() would find something, without a system call.
   bool ready() const;
+  // Before a thread sleeps on event_fd(): clears its count and returns ready(). A completion after the clear
+  // makes it readable again, one before shows in the result. poll() leaves the count alone, since reading it
+  // is a system call (about 1 us on a virtual machine) on every turn of a loop that spins.
+  bool arm();
   size_t in_flight() const { return batches_; }
   // Reads queued behind the read window.
   size_t reads_waiting() const { return windowed_.size(); }
@@ -87,14 +91,16 @@ class AsyncRing {
   AsyncRing(std::unique_ptr<Ring> ring, int event_fd, const BlockDevice* dev);
   void push(Batch* b, size_t i);
   void flush();
+  // Completions the kernel holds until this thread enters it (the ring's IORING_SETUP_TASKRUN_FLAG).
+  bool completions_posting() const;
 
   std::unique_ptr<Ring> ring_;
   int event_fd_ = -1;
   const BlockDevice* dev_;
   uint32_t sq_inflight_ = 0;
   size_t batches_ = 0;
-  std::vector<Slot> backlog_;  // requests waiting for room in the ring
-  uint64_t read_bytes_ = 0;    // reads at the device
+  std::vector<Slot> backlog_;   // requests waiting for room in the ring
+  uint64_t read_bytes_ = 0;     // reads at the device
   std::vector<Slot> windowed_;  // reads waiting for the read window, in order
 };
 

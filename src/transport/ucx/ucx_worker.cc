@@ -341,6 +341,7 @@ class UcxWorker final : public Worker {
     }
     ucs_status_t s = ucp_worker_arm(worker_);
     if (s == UCS_ERR_BUSY) return;  // events pending: progress again
+    if (also && also->arm && also->arm()) return;
     pollfd pfd[2] = {{efd_, POLLIN, 0}, {also ? also->fd : -1, POLLIN, 0}};
     poll(pfd, 2, timeout_ms);
   }
