@@ -546,6 +546,16 @@ static Status punch_level(Engine::Impl* impl, uint32_t cid, std::string prefix, 
   append_version(&prefix, epoch, 0);
   w.puts.push_back({std::move(prefix), "", true});
   make_versioned_writer(impl, &w, cid, epoch);
+  // The container's first punch marks its record, in the same batch (ContRecord::has_punches).
+  w.prepare = [impl, cid, &w, check = std::move(w.prepare)] {
+    RFOS_RETURN_IF_ERROR(check());
+    ContState& c = impl->conts.at(cid);  // check() found it
+    if (!c.rec.has_punches) {
+      c.rec.has_punches = true;
+      w.puts.push_back({cont_key(c.pool, c.uuid), encode_cont(c.rec), false});
+    }
+    return Status::ok();
+  };
   return impl->commit(&w);
 }
 

@@ -129,6 +129,13 @@ TEST_F(EngineTest, PunchesHideOlderVersions) {
   EXPECT_EQ(engine_->punch_object(cid_, oid_, 8).code(), StatusCode::kNotFound);
   ASSERT_TRUE(put_single(key("d2", "a1"), 8, "back").is_ok());
   EXPECT_EQ(*get_single(key("d2", "a1"), kEpochLatest), "back");
+  // The container's record says it has punches (fetches skip the punch lookups where it does not): after a
+  // reopen they still hide what they hid.
+  reopen();
+  EXPECT_EQ(get_array(key("d1", "a1"), kEpochLatest, 0, 5).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(get_single(key("d1", "a2"), kEpochLatest).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*get_single(key("d2", "a1"), kEpochLatest), "back");
+  EXPECT_EQ(*get_single(key("d2", "a1"), 6), "w");
 }
 
 TEST_F(EngineTest, EnumerationResumesFromAnchors) {

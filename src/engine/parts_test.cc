@@ -252,8 +252,17 @@ TEST(Keys, RecordsRoundTripAndRejectDamage) {
   EXPECT_EQ(d.csums, r.csums);
   for (size_t cut = 0; cut < v.size(); ++cut) EXPECT_FALSE(index::decode_extent(v.substr(0, cut), &d));
   index::ContRecord c{3, 4096, true, 7}, c2;
-  ASSERT_TRUE(index::decode_cont(index::encode_cont(c), &c2));
+  std::string cv = index::encode_cont(c);
+  ASSERT_TRUE(index::decode_cont(cv, &c2));
   EXPECT_EQ(c2.agg_epoch, 7u);
+  EXPECT_FALSE(c2.has_punches);
+  // A record from before the punch flag (one byte shorter) may hold punches: it decodes as having them.
+  ASSERT_TRUE(index::decode_cont(cv.substr(0, cv.size() - 1), &c2));
+  EXPECT_TRUE(c2.has_punches);
+  EXPECT_FALSE(index::decode_cont(cv.substr(0, cv.size() - 2), &c2));
+  EXPECT_FALSE(index::decode_cont(cv + "x", &c2));
+  cv.back() = 2;
+  EXPECT_FALSE(index::decode_cont(cv, &c2));
   index::SingleRecord s;
   std::string sv = index::encode_single(5, "abc");  // s.data points into it
   ASSERT_TRUE(index::decode_single(sv, &s));

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include "engine/index/keys.h"
@@ -24,7 +25,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   SingleRecord s;
   if (decode_single(in, &s) && s.data.size() + 9 != size) std::abort();
   ContRecord c;
-  if (decode_cont(in, &c) && encode_cont(c) != in) std::abort();
+  if (decode_cont(in, &c)) {
+    // A record from before the punch flag re-encodes one byte longer.
+    std::string again = encode_cont(c);
+    if (again != in && (again.size() != in.size() + 1 || again.compare(0, in.size(), in) != 0 || !c.has_punches))
+      std::abort();
+  }
   FormatRecord f;
   if (decode_format(in, &f) && encode_format(f) != in) std::abort();
   return 0;

@@ -239,16 +239,20 @@ std::string encode_cont(const ContRecord& r) {
   put_le<uint32_t>(&v, r.csum_chunk_bytes);
   put_le<uint8_t>(&v, r.csum ? 1 : 0);
   put_le<uint64_t>(&v, r.agg_epoch);
+  put_le<uint8_t>(&v, r.has_punches ? 1 : 0);
   return v;
 }
 
 bool decode_cont(std::string_view value, ContRecord* out) {
   ByteReader in(value);
-  uint8_t version, csum;
+  uint8_t version, csum, punches = 1;
   if (!in.get_le(&version) || version != kRecordVersion) return false;
   if (!in.get_le(&out->id) || !in.get_le(&out->csum_chunk_bytes) || !in.get_le(&csum) || csum > 1) return false;
   out->csum = csum == 1;
-  if (!in.get_le(&out->agg_epoch) || in.remaining() != 0) return false;
+  if (!in.get_le(&out->agg_epoch)) return false;
+  if (in.remaining() > 0 && (!in.get_le(&punches) || punches > 1)) return false;
+  if (in.remaining() != 0) return false;
+  out->has_punches = punches == 1;
   uint32_t c = out->csum_chunk_bytes;
   return c >= 512 && c <= (1u << 20) && (c & (c - 1)) == 0;
 }

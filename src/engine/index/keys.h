@@ -103,6 +103,10 @@ struct ContRecord {
   uint32_t csum_chunk_bytes = 0;
   bool csum = true;
   uint64_t agg_epoch = 0;
+  // Set by the container's first object, dkey or akey punch (in the punch's own commit); a fetch from a
+  // container without one skips the punch lookups. Records written before the flag existed lack its byte
+  // and decode as true.
+  bool has_punches = false;
 };
 std::string encode_cont(const ContRecord& r);
 bool decode_cont(std::string_view value, ContRecord* out);
