@@ -491,6 +491,12 @@ Status Engine::plan_fetch(const FetchOp& op, FetchPlan* plan) {
   Impl& im = *impl_;
   RFOS_RETURN_IF_ERROR(validate_key(op.key, true));
   RFOS_RETURN_IF_ERROR(validate_io(im, op.kind, op.offset, op.length, false));
+  // The index view first, then the container's record: a punch marks the record (in its commit's prepare, under
+  // meta_mu) before its batch is written, so a view that holds a punch comes with a record that says so.
+  // Taken the other way round, a punch and a later update could both land in between, and the fetch would
+  // show the update over data the punch hid.
+  plan->reclaim = std::shared_lock(im.reclaim_mu);
+  std::unique_ptr<rocksdb::Iterator> it(im.db->NewIterator(rocksdb::ReadOptions()));
   RFOS_ASSIGN_OR_RETURN(index::ContRecord rec, im.open_for_read(op.key.cont, op.epoch));
 
   plan->impl = &im;
@@ -501,8 +507,6 @@ Status Engine::plan_fetch(const FetchOp& op, FetchPlan* plan) {
   st.chunk = rec.csum_chunk_bytes;
   auto busy = [] { return error(StatusCode::kBusy, "engine buffers exhausted, retry later"); };
 
-  plan->reclaim = std::shared_lock(im.reclaim_mu);
-  std::unique_ptr<rocksdb::Iterator> it(im.db->NewIterator(rocksdb::ReadOptions()));
   // Three index seeks per fetch, skipped where the container never had a punch (10-18 % more 4 KiB random
   // reads over ucx+shm, docs/BENCHMARKS.md).
   Version floor = rec.has_punches ? Impl::akey_floor(it.get(), op.key, op.epoch) : Version{};
