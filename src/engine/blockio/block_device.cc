@@ -311,8 +311,8 @@ bool AsyncRing::completions_posting() const {
 
 bool AsyncRing::arm() {
   uint64_t ignored;
-  while (::read(event_fd_, &ignored, sizeof ignored) > 0) {
-  }
+  ssize_t n = ::read(event_fd_, &ignored, sizeof ignored);  // an eventfd without EFD_SEMAPHORE: one read clears it
+  (void)n;                                                  // nothing to clear (EAGAIN) is fine
   return ready();
 }
 
