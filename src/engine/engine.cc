@@ -194,17 +194,22 @@ Status Engine::Impl::open() {
     auto c = conts.find(get_be32(it->key().data() + 1));
     if (c != conts.end()) c->second.snapshots.insert(get_be64(it->key().data() + 5));
   }
-  for (const char* name : {"seq", "next_cid"}) {
+  for (const char* name : {"seq", "next_cid", "epoch"}) {
     s = db->Get(rocksdb::ReadOptions(), meta_key(name), &value);
     if (s.ok() && value.size() == 8) {
       uint64_t v;
       std::memcpy(&v, value.data(), 8);
       if (std::strcmp(name, "seq") == 0)
         seq = v;
+      else if (std::strcmp(name, "epoch") == 0)
+        high_epoch = v;
       else
         next_cid = std::max<uint64_t>(next_cid, v);
     }
   }
+  // Targets formatted before the epoch record existed: their snapshots and aggregation boundaries are epochs
+  // they handed out.
+  for (const auto& [id, c] : conts) high_epoch = std::max(high_epoch, c.write_floor());
   RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "load metadata"));
 
   // One device flush per group commit is enough when the block file's writes change no file system metadata
@@ -281,9 +286,11 @@ void Engine::Impl::lead(std::unique_lock<std::mutex>& lock) {
   bool sync_data = false;
   std::vector<blockio::FreeOp> ops;
   uint64_t seq_now = 0;
+  Epoch high_before = 0, high_now = 0;
   {
     std::lock_guard meta(meta_mu);
     seq_now = seq;
+    high_before = high_now = high_epoch;
     for (Writer* g : group) {
       g->status = sticky.is_ok() ? (g->prepare ? g->prepare() : Status::ok()) : sticky;
       if (!g->status.is_ok()) continue;
@@ -312,8 +319,10 @@ void Engine::Impl::lead(std::unique_lock<std::mutex>& lock) {
         }
       }
       sync_data |= g->wrote_data;
+      high_now = std::max(high_now, g->epoch);
     }
     seq = seq_now;
+    high_epoch = high_now;
   }
 
   Status st = sticky;
@@ -321,6 +330,11 @@ void Engine::Impl::lead(std::unique_lock<std::mutex>& lock) {
     std::string seq_value;
     put_le<uint64_t>(&seq_value, seq_now);
     batch.Put(meta_key("seq"), seq_value);
+    if (high_now > high_before) {
+      std::string epoch_value;
+      put_le<uint64_t>(&epoch_value, high_now);
+      batch.Put(meta_key("epoch"), epoch_value);
+    }
     if (RFOS_FAULT("engine.commit")) st = error(StatusCode::kIoError, "index write: injected fault");
     if (st.is_ok() && sync_data && opts.sync && !data_flush_by_wal) st = dev->sync();
     if (st.is_ok()) {
@@ -524,6 +538,7 @@ Status check_write_epoch(const ContState& c, Epoch epoch) {
 }
 
 void make_versioned_writer(Engine::Impl* impl, Writer* w, uint32_t cid, Epoch epoch) {
+  w->epoch = epoch;
   w->prepare = [impl, cid, epoch] {
     auto it = impl->conts.find(cid);
     if (it == impl->conts.end())
@@ -616,6 +631,7 @@ Status Engine::punch_extent(const KeyRef& key, Epoch epoch, uint64_t offset, uin
 Status Engine::snapshot_create(uint32_t cont, Epoch epoch) {
   if (epoch == 0 || epoch == kEpochLatest) return error(StatusCode::kInvalidArgument, "snapshot epoch out of range");
   Writer w;
+  w.epoch = epoch;
   w.puts.push_back({snap_key(cont, epoch), "", false});
   w.prepare = [&] {
     auto it = impl_->conts.find(cont);
@@ -629,6 +645,17 @@ Status Engine::snapshot_create(uint32_t cont, Epoch epoch) {
     return Status::ok();
   };
   return impl_->commit(&w);
+}
+
+bool Engine::has_snapshot(uint32_t cont, Epoch epoch) const {
+  std::lock_guard lock(impl_->meta_mu);
+  auto it = impl_->conts.find(cont);
+  return it != impl_->conts.end() && it->second.snapshots.count(epoch) != 0;
+}
+
+Epoch Engine::high_epoch() const {
+  std::lock_guard lock(impl_->meta_mu);
+  return impl_->high_epoch;
 }
 
 Status Engine::snapshot_destroy(uint32_t cont, Epoch epoch) {

@@ -293,6 +293,11 @@ class Engine {
   // ---- snapshots and aggregation ----
   Status snapshot_create(uint32_t cont, Epoch epoch);   // updates at or below it are refused afterwards
   Status snapshot_destroy(uint32_t cont, Epoch epoch);  // kNotFound
+  // Whether `epoch` is a snapshot of container handle `cont` (false for an unknown handle).
+  bool has_snapshot(uint32_t cont, Epoch epoch) const;
+  // The highest epoch any committed update, punch or snapshot of this target carried (0 on a new target). It is
+  // durable with the commit that raised it, so a clock restarted past it never stamps below recorded data.
+  Epoch high_epoch() const;
   // Removes every version at or below `upto` that neither a snapshot nor a read at epoch >= upto can see,
   // and returns its block space. Afterwards updates at or below `upto` are refused, and so are reads below it
   // at epochs that are not snapshots.

@@ -66,6 +66,7 @@ struct Writer {
   std::vector<Run> commit_runs;  // reserved runs the puts now own
   std::vector<Run> free_runs;    // runs the deletes give back
   bool wrote_data = false;       // block file data must be synced before the index commit
+  Epoch epoch = 0;               // the epoch an update, punch or snapshot carries (0: none)
   bool awaited = false;          // its data write counted in writing_data (data_write_started)
 
   Status status;
@@ -152,6 +153,9 @@ class Engine::Impl {
   void lead(std::unique_lock<std::mutex>& lock);
   void committer_loop();
   uint64_t seq = 0;
+  // The highest epoch any committed update, punch or snapshot carried (under meta_mu), kept in the index with
+  // the commit that raised it: a restarted target's clock starts past it.
+  Epoch high_epoch = 0;
   Status failed;  // sticky: a failed commit leaves memory and disk unknown; reopen to recover
 
   // Records aggregation removed since the index was last compacted (under admin_mu).

@@ -66,6 +66,27 @@ TEST_F(EngineTest, SingleValueVersions) {
   EXPECT_EQ(*get_single(key(), 9), "nine");
 }
 
+// The highest epoch a write or snapshot carried is recorded with its commit: a reopened target knows it, so
+// a server's clock restarts past it (a wall clock that went back cannot stamp below stored versions).
+TEST_F(EngineTest, HighEpochIsRecordedAndSurvivesReopen) {
+  Epoch start = engine_->high_epoch();
+  ASSERT_TRUE(put_single(key(), start + 50, "fifty").is_ok());
+  EXPECT_EQ(engine_->high_epoch(), start + 50);
+  ASSERT_TRUE(put_single(key("e"), start + 20, "lower").is_ok());  // a lower epoch does not move it back
+  EXPECT_EQ(engine_->high_epoch(), start + 50);
+  ASSERT_TRUE(engine_->punch_dkey(cid_, oid_, "e", start + 60).is_ok());
+  EXPECT_EQ(engine_->high_epoch(), start + 60);
+  reopen();
+  EXPECT_EQ(engine_->high_epoch(), start + 60);
+  ASSERT_TRUE(engine_->snapshot_create(cid_, start + 90).is_ok());
+  EXPECT_TRUE(engine_->has_snapshot(cid_, start + 90));
+  EXPECT_FALSE(engine_->has_snapshot(cid_, start + 89));
+  EXPECT_FALSE(engine_->has_snapshot(cid_ + 1000, start + 90));
+  reopen();
+  EXPECT_EQ(engine_->high_epoch(), start + 90);
+  EXPECT_TRUE(engine_->has_snapshot(cid_, start + 90));
+}
+
 TEST_F(EngineTest, ArrayRoundTripsAtManySizes) {
   Epoch e = 1;
   for (uint64_t len : {1ull, 100ull, 4095ull, 4096ull, 4097ull, 65536ull, 1048576ull, 1048577ull, 3145728ull + 5}) {

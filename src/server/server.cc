@@ -463,6 +463,9 @@ grpc::Status Server::Impl::SnapshotCreate(ServerContext* ctx, const wire::Snapsh
   Uuid pu = *Uuid::parse(p->uuid()), cu = *Uuid::parse(c->uuid());
   uint64_t epoch = now_ns();
   for (auto& d : data_) epoch = std::max(epoch, d->last_epoch() + 1);
+  if (epoch >= engine::kEpochLatest - 1)  // saturated clocks: see Target's next_epoch
+    return to_grpc(ctx, error(StatusCode::kEpochTooOld, "the targets' epoch clocks are exhausted"));
+  for (auto& d : data_) d->advance_clock(epoch);
   for (size_t i = 0; i < targets_.size(); ++i) {
     auto info = targets_[i]->cont_open(pu, cu);
     Status s = info.is_ok() ? targets_[i]->snapshot_create(info->id, epoch) : info.status();

@@ -59,7 +59,7 @@ class Target::Impl {
   std::string address;
   std::thread thread;
   std::atomic<bool> stopping{false};
-  std::atomic<uint64_t> last_epoch{0};              // written by the target thread only; read by snapshot creation
+  std::atomic<uint64_t> last_epoch{0};              // the clock (next_epoch); raised by snapshot creation too
   std::map<std::pair<Uuid, Uuid>, uint32_t> conts;  // (pool, cont) -> engine handle
 
   // Engine buffers each session holds here (ServerConfig::session_buffer_bytes). A request's charge lives as
@@ -169,7 +169,8 @@ class Target::Impl {
     aggregating = true;
     last_aggregation = now;
     next_aggregation = now + std::chrono::seconds(1);
-    uint64_t upto = std::max(now_ns(), last_epoch.load(std::memory_order_relaxed)) - kAggregationSlackNs;
+    uint64_t high = std::max(now_ns(), last_epoch.load(std::memory_order_relaxed));
+    uint64_t upto = high > kAggregationSlackNs ? high - kAggregationSlackNs : 0;
     if (!inflight_epochs.empty()) upto = std::min(upto, *inflight_epochs.begin() - 1);
     offload<Status>(
         [this, upto] {
@@ -209,17 +210,25 @@ class Target::Impl {
     ring->drain();  // reads in flight answer (or fail) before the target goes
   }
 
-  // An epoch the client chose: the clock moves past it, so a snapshot taken after this update covers it.
-  uint64_t client_epoch(uint64_t e) {
-    if (e > last_epoch.load(std::memory_order_relaxed)) last_epoch.store(e, std::memory_order_relaxed);
-    return e;
-  }
-
-  // A hybrid logical clock per target: wall-clock nanoseconds, strictly increasing.
+  // A hybrid logical clock per target: wall-clock nanoseconds, strictly increasing, started past every epoch
+  // the engine has recorded (Engine::high_epoch) and moved only by this target and by snapshot creation
+  // (advance_clock), never by a client. 0 when the clock is exhausted (it would pass kEpochLatest - 1): a target
+  // whose recorded epochs reach that far takes no more writes rather than wrap around.
   uint64_t next_epoch() {
-    uint64_t e = std::max(now_ns(), last_epoch.load(std::memory_order_relaxed) + 1);
-    last_epoch.store(e, std::memory_order_relaxed);
-    return e;
+    uint64_t last = last_epoch.load(std::memory_order_relaxed);
+    for (;;) {
+      if (last >= engine::kEpochLatest - 1) return 0;
+      uint64_t e = std::max(now_ns(), last + 1);
+      if (last_epoch.compare_exchange_weak(last, e, std::memory_order_relaxed)) return e;
+    }
+  }
+  void advance_clock(uint64_t e) {
+    uint64_t last = last_epoch.load(std::memory_order_relaxed);
+    while (e > last && !last_epoch.compare_exchange_weak(last, e, std::memory_order_relaxed)) {
+    }
+  }
+  static Status clock_exhausted() {
+    return error(StatusCode::kEpochTooOld, "the target's epoch clock is exhausted (recorded epochs reach 2^64 - 2)");
   }
 
   void reply(
@@ -301,6 +310,16 @@ class Target::Impl {
       conts.erase({cap->pool, cap->cont});
       return reply_error(in.reply_to, q.request_id, cid.status());
     }
+    // Epochs come from the target's clock: a client names one only to read at a snapshot. (A client that
+    // could stamp its own writes could move every container's aggregation boundary, or the clock, to 2^64.)
+    if (q.epoch != 0 && writes)
+      return reply_error(in.reply_to, q.request_id,
+                         error(StatusCode::kInvalidArgument, "updates and punches are stamped by the target; "
+                                                             "a request may name an epoch only to read a snapshot"));
+    if (q.epoch != 0 && !engine->has_snapshot(*cid, q.epoch))
+      return reply_error(in.reply_to, q.request_id,
+                         error(StatusCode::kEpochTooOld, "epoch " + std::to_string(q.epoch) +
+                                                             " is not a snapshot of this container (destroyed?)"));
     engine::KeyRef k{*cid, q.oid, q.dkey, q.akey};
     engine::Epoch read_at = q.epoch ? q.epoch : engine::kEpochLatest;  // reads: latest, or a snapshot's epoch
     auto kind = q.kind == wire::Kind::kSingle ? engine::ValueKind::kSingle : engine::ValueKind::kArray;
@@ -388,6 +407,7 @@ class Target::Impl {
       case wire::Op::kPunchExtent:
       case wire::Op::kPunchObject: {
         uint64_t epoch = next_epoch();
+        if (epoch == 0) return reply_error(in.reply_to, q.request_id, clock_exhausted());
         auto to = in.reply_to;
         auto id = q.request_id;
         auto held = inflight_epochs.insert(epoch);
@@ -523,7 +543,8 @@ class Target::Impl {
       if (!h.is_ok()) return reply_error(in.reply_to, q.request_id, h.status());
       hold = std::move(h).value();
     }
-    uint64_t epoch = q.epoch ? client_epoch(q.epoch) : next_epoch();
+    uint64_t epoch = next_epoch();
+    if (epoch == 0) return reply_error(in.reply_to, q.request_id, clock_exhausted());
     if (RFOS_FAULT("target.busy"))
       return reply_error(in.reply_to, q.request_id, error(StatusCode::kBusy, "engine buffers exhausted (injected)"));
     auto tx = engine->update_begin({k, epoch, kind, q.offset, q.length});
@@ -591,6 +612,7 @@ Result<std::unique_ptr<Target>> Target::start(uint32_t index, Engine* engine, co
   impl->session_buffer_bytes = config.session_buffer_bytes;
   impl->index = index;
   impl->engine = engine;
+  impl->last_epoch = engine->high_epoch();
   impl->secret = secret;
   impl->revocations = std::move(revocations);
   transport::WorkerOptions wo;
@@ -617,6 +639,7 @@ Target::Target(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Target::~Target() { stop(); }
 const std::string& Target::address() const { return impl_->address; }
 uint64_t Target::last_epoch() const { return impl_->last_epoch.load(std::memory_order_relaxed); }
+void Target::advance_clock(uint64_t epoch) { impl_->advance_clock(epoch); }
 
 void Target::stop() {
   if (!impl_ || !impl_->thread.joinable()) return;

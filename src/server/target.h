@@ -50,8 +50,10 @@ class Target {
   ~Target();
   // The worker address clients connect to (binary; published in the pool map).
   const std::string& address() const;
-  // The newest epoch this target has stamped on an update or punch (safe from any thread).
+  // The target's clock: the newest epoch it has stamped, or was advanced to (safe from any thread).
   uint64_t last_epoch() const;
+  // Moves the clock to at least `epoch` (a snapshot's), so later writes are stamped above it.
+  void advance_clock(uint64_t epoch);
   void stop();
 
   class Impl;

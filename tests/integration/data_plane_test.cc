@@ -752,6 +752,68 @@ TEST_P(DataPlane, BadTokensAndGarbageChangeNothing) {
   ASSERT_TRUE(c->write({7, 7}, "d", "a", 0, as_span(data)).is_ok());
 }
 
+// Epochs come from the target's clock. A write session that names its own epoch (far in the future, near 2^64,
+// or in the past) is refused and moves nothing: before, one such update moved the target's clock and every
+// container's aggregation boundary there, and every later write failed with EpochTooOld for good. A read may
+// name an epoch only when it is a snapshot's.
+TEST_P(DataPlane, HostileEpochsAreRefusedAndMoveNothing) {
+  auto c = open();
+  ASSERT_TRUE(c);
+  const client::Session& s = c->session();
+  const ObjectId oid{8, 8};
+  std::string before = "before";
+  ASSERT_TRUE(c->write(oid, "d", "a", 0, as_span(before)).is_ok());
+  size_t target = placement::target_of(oid, "d", s.target_addresses.size());
+  auto peer = RawPeer::connect(GetParam(), s.target_addresses[target]);
+  ASSERT_TRUE(peer.is_ok()) << peer.status().to_string();
+  std::string hostile = "hostile";
+  for (uint64_t epoch : {UINT64_MAX - 2, UINT64_MAX - 1, UINT64_MAX, uint64_t{1} << 62, uint64_t{1}}) {
+    wire::Request q;
+    q.op = wire::Op::kUpdate;
+    q.oid = oid;
+    q.dkey = "d";
+    q.akey = "a";
+    q.length = hostile.size();
+    q.epoch = epoch;
+    q.csums = {crc32c(hostile.data(), hostile.size())};
+    q.capability = s.capability;
+    q.request_id = epoch;
+    auto r = (*peer)->ask(wire::encode_request(q), hostile);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->status, StatusCode::kInvalidArgument) << "update at epoch " << epoch;
+    q.op = wire::Op::kPunchDkey;
+    q.length = 0;
+    q.csums.clear();
+    r = (*peer)->ask(wire::encode_request(q));
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->status, StatusCode::kInvalidArgument) << "punch at epoch " << epoch;
+    q.op = wire::Op::kFetch;
+    q.length = before.size();
+    r = (*peer)->ask(wire::encode_request(q));
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->status, StatusCode::kEpochTooOld) << "read at epoch " << epoch << ", not a snapshot";
+  }
+  // Nothing moved: the old bytes read back, and writes, punches and snapshots go on as before.
+  std::string back(before.size(), '\0');
+  ASSERT_TRUE(c->read(oid, "d", "a", 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()}).is_ok());
+  EXPECT_EQ(back, before);
+  std::string after = "after!";
+  ASSERT_TRUE(c->write(oid, "d", "a", 0, as_span(after)).is_ok());
+  auto snap = control_->snapshot_create("p", "c");
+  ASSERT_TRUE(snap.is_ok()) << snap.status().to_string();
+  EXPECT_LT(*snap, uint64_t{1} << 62);
+  std::string later = "later!";
+  ASSERT_TRUE(c->write(oid, "d", "a", 0, as_span(later)).is_ok());
+  ASSERT_TRUE(c->read(oid, "d", "a", 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()}).is_ok());
+  EXPECT_EQ(back, later);
+  // A read at the snapshot's epoch is allowed and sees what was there.
+  auto r = open(false);
+  ASSERT_TRUE(r);
+  r->set_read_epoch(*snap);
+  ASSERT_TRUE(r->read(oid, "d", "a", 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()}).is_ok());
+  EXPECT_EQ(back, after);
+}
+
 // A remote key to shared memory, as a peer that is not an rfos client can make one with UCX: UCX's own
 // allocation, a sysv or posix segment over its shared-memory transports, which a target would serve by mapping
 // the segment into itself.
