@@ -34,8 +34,9 @@ fuzz: deps
 	cmake --build build-fuzz -j $(JOBS) --target engine_record_fuzz capability_fuzz data_plane_fuzz
 	cd build-fuzz && ctest --output-on-failure -L fuzz
 
-# A single-node server on embedded defaults (data in /var/tmp/rfos, control plane on 127.0.0.1:10001,
-# ucx+tcp pinned to loopback), with a pool and a container labelled 'default'; Ctrl-C stops it.
+# A single-node server on embedded defaults (data in /var/lib/rfos, control plane on the local socket
+# /run/rfos/control.sock, ucx+tcp pinned to loopback), with a pool and a container labelled 'default'; Ctrl-C
+# stops it.
 run: build
 	UCX_NET_DEVICES=$${UCX_NET_DEVICES:-lo} $(BUILD)/bin/rfos server --create-defaults
 

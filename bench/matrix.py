@@ -3,7 +3,7 @@
 its media and transport ceilings from the same run, with the bottleneck named.
 
   bench/matrix.py [--quick | --full | --smoke] [--out DIR] [--providers ucx+tcp,ucx+shm,...]
-                  [--addr HOST:PORT --bypass-addr HOST:PORT] [--media-dir DIR] [--device /dev/nvme0n1]
+                  [--addr ADDR --bypass-addr ADDR] [--media-dir DIR] [--device /dev/nvme0n1]
 
 Stages (each cell records the exact command that produced it):
   1. media:     fio (io_uring, O_DIRECT; --fdatasync=1 on writes, as rfos acknowledges durable writes) on the
@@ -258,7 +258,8 @@ class Servers:
             self.procs.remove(p)
         self.addrs.clear()
         data = os.path.join(self.work, "data-%s-%d-%d" % (provider.replace("+", "_"), bypass, targets))
-        cmd = [self.r.args.rfos, "server", "--data-dir", data, "--control-addr", "127.0.0.1:0", "--provider",
+        sock = os.path.join(self.work, "control-%s-%d-%d.sock" % (provider.replace("+", "_"), bypass, targets))
+        cmd = [self.r.args.rfos, "server", "--data-dir", data, "--control-socket", sock, "--provider",
                provider, "--targets", str(targets), "--target-bytes", str(self.r.args.target_bytes)]
         if bypass:
             cmd.append("--bypass-media")

@@ -144,9 +144,9 @@ def main():
     env.setdefault("FI_TCP_IFACE", "lo")
     env.setdefault("FI_NET_IFACE", "lo")
     work = tempfile.mkdtemp(prefix="rfos-mount-bench-", dir=args.dir)
-    env["RFOS_ADDR"] = "127.0.0.1:%d" % random.randint(20000, 40000)
-    server = subprocess.Popen([rfos, "server", "--data-dir", os.path.join(work, "data"), "--control-addr",
-                               env["RFOS_ADDR"], "--provider", args.provider, "--target-bytes", str(2 << 30)],
+    env["RFOS_ADDR"] = "unix:" + os.path.join(work, "control.sock")
+    server = subprocess.Popen([rfos, "server", "--data-dir", os.path.join(work, "data"), "--control-socket",
+                               env["RFOS_ADDR"][5:], "--provider", args.provider, "--target-bytes", str(2 << 30)],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     mounts = {}
     rows = []

@@ -229,7 +229,7 @@ def main():
     env.setdefault("FI_NET_IFACE", "lo")
     rfos = os.path.join(args.build, "bin", "rfos")
     work = tempfile.mkdtemp(prefix="rfos-matrix-", dir=args.dir)
-    addr = "127.0.0.1:%d" % random.randint(20000, 40000)
+    addr = "unix:" + os.path.join(work, "control.sock")
     env["RFOS_ADDR"] = addr
     rows = []
     reported_before, started = read_text(PAGE_REPORTING + "reported_kib"), time.time()
@@ -237,7 +237,7 @@ def main():
         for prov in args.providers.split(","):
             data = os.path.join(work, "data")
             shutil.rmtree(data, ignore_errors=True)
-            server = subprocess.Popen([rfos, "server", "--data-dir", data, "--control-addr", addr, "--provider", prov,
+            server = subprocess.Popen([rfos, "server", "--data-dir", data, "--control-socket", addr[5:], "--provider", prov,
                                        "--target-bytes", str(1 << 30), "--create-defaults"] +
                                       (["--targets", str(args.targets)] if args.targets else []), env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

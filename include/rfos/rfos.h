@@ -37,7 +37,9 @@ typedef struct {
 /* The message of the calling thread's last failure ("" when none). */
 const char* rfos_last_error(void);
 
-/* addr: "HOST:PORT" of the control plane (NULL: $RFOS_ADDR or 127.0.0.1:10001). */
+/* addr: the control plane, "unix:/path" or "HOST:PORT" (NULL: $RFOS_ADDR, else the local server's socket
+ * unix:/run/rfos/control.sock). Toward a TCP listener with mutual TLS, RFOS_TLS_CA, RFOS_TLS_CERT and RFOS_TLS_KEY
+ * name the PEM files. A session's capability is renewed before it expires. */
 int rfos_connect(const char* addr, uint32_t timeout_ms, rfos_client_t** out);
 void rfos_disconnect(rfos_client_t* client);
 

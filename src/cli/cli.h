@@ -12,11 +12,14 @@ namespace rfos::cli {
 
 // Options every client subcommand shares, and the exit code a subcommand leaves.
 struct Context {
-  std::string addr;  // --addr, else $RFOS_ADDR, else 127.0.0.1:10001
+  std::string addr;  // --addr, else $RFOS_ADDR, else the local server's socket
+  client::TlsFiles tls;  // --tls-ca/--tls-cert/--tls-key, else RFOS_TLS_CA/CERT/KEY
   uint32_t timeout_ms = 5000;
   int exit_code = 0;
 
-  std::unique_ptr<client::ControlClient> control() const { return client::ControlClient::create(addr, timeout_ms); }
+  std::unique_ptr<client::ControlClient> control() const {
+    return client::ControlClient::create(addr, timeout_ms, tls);
+  }
   // Prints "rfos <what>: <status>" to stderr and sets a non-zero exit code. Returns false when !s.
   bool check(const Status& s, const std::string& what);
 };
@@ -30,5 +33,10 @@ void add_bench_command(CLI::App& app, Context& ctx);
 void add_fs_commands(CLI::App& app, Context& ctx);  // mount, fs
 
 std::string human_bytes(uint64_t bytes);
+
+// `acl get|set|update|delete` and `set-owner` under `parent` (pool or cont): `pool` is the pool the commands act
+// on (or in), `cont` the container (empty: the pool itself).
+void add_acl_commands(CLI::App& parent, Context& ctx, std::shared_ptr<std::string> pool,
+                      std::shared_ptr<std::string> cont, bool container);
 
 }  // namespace rfos::cli

@@ -1,4 +1,4 @@
-// rfos cont create|list|query|destroy, rfos cont snap create|list|destroy
+// rfos cont create|list|query|destroy|acl, rfos cont snap create|list|destroy
 #include <cstdio>
 
 #include "cli/cli.h"
@@ -7,9 +7,10 @@ namespace rfos::cli {
 
 namespace {
 void print_cont(const client::ContInfo& c) {
-  std::printf("%s  %-16s oclass %s  chunk %s  csum %s/%u B  snapshots %zu\n", c.uuid.c_str(),
+  std::printf("%s  %-16s oclass %s  chunk %s  csum %s/%u B  snapshots %zu  owner %s:%s\n", c.uuid.c_str(),
               c.label.empty() ? "-" : c.label.c_str(), c.props.oclass.c_str(), human_bytes(c.props.chunk_bytes).c_str(),
-              c.props.csum_off ? "off" : "crc32c", c.props.csum_chunk_bytes, c.snapshots.size());
+              c.props.csum_off ? "off" : "crc32c", c.props.csum_chunk_bytes, c.snapshots.size(), c.owner.c_str(),
+              c.owner_group.empty() ? "-" : c.owner_group.c_str());
 }
 }  // namespace
 
@@ -27,8 +28,10 @@ void add_cont_commands(CLI::App& app, Context& ctx) {
   create->add_option("--chunk-size", props->chunk_bytes, "file/array chunk size in bytes (default 1 MiB)");
   create->add_option("--csum-chunk", props->csum_chunk_bytes, "checksum chunk in bytes (default 4096)");
   create->add_flag("--no-csum", props->csum_off, "no end-to-end checksums (data at rest is still checksummed)");
-  create->callback([&ctx, pool, id, props] {
-    auto c = ctx.control()->cont_create(*pool, *id, *props);
+  auto acl = std::make_shared<std::vector<std::string>>();
+  create->add_option("--acl", *acl, "its ACL entries (default: A::OWNER@:rwa A:G:GROUP@:r); you own it");
+  create->callback([&ctx, pool, id, props, acl] {
+    auto c = ctx.control()->cont_create(*pool, *id, *props, *acl);
     if (ctx.check(c.status(), "cont create")) print_cont(*c);
   });
 
@@ -52,6 +55,8 @@ void add_cont_commands(CLI::App& app, Context& ctx) {
   destroy->add_option("--pool", *pool, "pool label or uuid")->required();
   destroy->add_option("cont", *id, "container label or uuid")->required();
   destroy->callback([&ctx, pool, id] { ctx.check(ctx.control()->cont_destroy(*pool, *id), "cont destroy"); });
+
+  add_acl_commands(*cont, ctx, pool, id, true);
 
   // Snapshots: named by their epoch, which `rfos get --snapshot` and `rfos ls --snapshot` read at.
   auto* snap = cont->add_subcommand("snap", "container snapshots: create, list, destroy");

@@ -32,12 +32,15 @@ struct FsArgs {
 struct Mounted {
   std::unique_ptr<client::ControlClient> control;
   std::unique_ptr<posix::Namespace> ns;
+  std::string owner;  // the container's
 };
 
 Result<Mounted> open_namespace(const Context& ctx, const FsArgs& a) {
   Mounted m;
   m.control = ctx.control();
-  RFOS_RETURN_IF_ERROR(m.control->cont_query(a.pool, a.cont).status());  // a clear error before anything else
+  auto info = m.control->cont_query(a.pool, a.cont);  // a clear error before anything else
+  RFOS_RETURN_IF_ERROR(info.status());
+  m.owner = info->owner;
   client::ContainerOptions o;
   o.provider = a.provider.empty() && std::getenv("RFOS_PROVIDER") ? std::getenv("RFOS_PROVIDER") : a.provider;
   auto* control = m.control.get();
@@ -201,7 +204,8 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
                   "let the kernel gather buffered writes (others see them after fsync or close)");
   mount->add_option("--attr-timeout", m->attr_timeout_s, "seconds the kernel caches attributes")->capture_default_str();
   mount->add_option("--entry-timeout", m->entry_timeout_s, "seconds the kernel caches names")->capture_default_str();
-  mount->add_option("-o", m->extra_options, "more FUSE mount options (dev, suid, ...)");
+  mount->add_option("-o", m->extra_options,
+                    "more FUSE mount options; suid and dev only as root on a container root owns (docs/posix.md)");
   mount->add_flag("--sync-writes", m->sync_writes,
                   "store each write before write() returns (default: write-behind; fsync and close wait)");
   mount->add_option("--readahead", m->readahead_bytes, "bytes the kernel reads ahead on sequential reads")
@@ -233,6 +237,13 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
     m->fsname = "rfos:" + a->pool + "/" + a->cont;
     Status where = fuse::check_mountpoint(m->mountpoint);
     auto opened = where.is_ok() ? open_namespace(ctx, *a) : Result<Mounted>(where);
+    if (opened.is_ok()) {
+      auto allowed = fuse::check_mount_options(m->extra_options, geteuid(), opened->owner);
+      if (allowed.is_ok())
+        m->allow_suid_and_devices = *allowed;
+      else
+        opened = allowed.status();
+    }
     if (!opened.is_ok()) {
       tell("rfos mount: " + opened.status().to_string() + "\n");
       ctx.check(opened.status(), "mount");

@@ -1,4 +1,4 @@
-// rfos pool create|list|query|destroy
+// rfos pool create|list|query|destroy|acl
 #include <cstdio>
 
 #include "cli/cli.h"
@@ -7,9 +7,10 @@ namespace rfos::cli {
 
 namespace {
 void print_pool(const client::PoolInfo& p) {
-  std::printf("%s  %-16s targets %u  %s free of %s  containers %u\n", p.uuid.c_str(),
+  std::printf("%s  %-16s targets %u  %s free of %s  containers %u  owner %s:%s\n", p.uuid.c_str(),
               p.label.empty() ? "-" : p.label.c_str(), p.targets, human_bytes(p.free_bytes).c_str(),
-              human_bytes(p.total_bytes).c_str(), p.containers);
+              human_bytes(p.total_bytes).c_str(), p.containers, p.owner.c_str(),
+              p.owner_group.empty() ? "-" : p.owner_group.c_str());
 }
 }  // namespace
 
@@ -18,10 +19,14 @@ void add_pool_commands(CLI::App& app, Context& ctx) {
   pool->require_subcommand(1);
 
   auto label = std::make_shared<std::string>();
-  auto* create = pool->add_subcommand("create", "create a pool on every target of the server");
+  auto options = std::make_shared<client::PoolCreateOptions>();
+  auto* create = pool->add_subcommand("create", "create a pool on every target of the server (administrators)");
   create->add_option("label", *label, "a name for the pool (letters, digits, '-', '_', '.')");
-  create->callback([&ctx, label] {
-    auto p = ctx.control()->pool_create(*label);
+  create->add_option("--user", options->owner, "its owner (default: you)");
+  create->add_option("--group", options->owner_group, "its owner group (default: your primary group)");
+  create->add_option("--acl", options->acl, "its ACL entries (default: A::OWNER@:rwa A:G:GROUP@:r)");
+  create->callback([&ctx, label, options] {
+    auto p = ctx.control()->pool_create(*label, *options);
     if (ctx.check(p.status(), "pool create")) print_pool(*p);
   });
 
@@ -44,6 +49,8 @@ void add_pool_commands(CLI::App& app, Context& ctx) {
   destroy->add_option("pool", *id, "pool label or uuid")->required();
   destroy->add_flag("--force", *force, "also destroy the containers it holds");
   destroy->callback([&ctx, id, force] { ctx.check(ctx.control()->pool_destroy(*id, *force), "pool destroy"); });
+
+  add_acl_commands(*pool, ctx, std::make_shared<std::string>(), std::make_shared<std::string>(), false);
 }
 
 }  // namespace rfos::cli

@@ -12,8 +12,20 @@ void add_server_command(CLI::App& app, Context& ctx) {
   auto file = std::make_shared<std::string>();
   auto flags = std::make_shared<server::ServerConfig>();
   cmd->add_option("--config", *file, "YAML config file (flags override it)");
-  cmd->add_option("--data-dir", flags->data_dir, "where targets and metadata live (default /var/tmp/rfos)");
-  cmd->add_option("--control-addr", flags->control_addr, "gRPC control address (default 127.0.0.1:10001)");
+  cmd->add_option("--data-dir", flags->data_dir,
+                  "where targets and metadata live, the server user's alone (default /var/lib/rfos)");
+  cmd->add_option("--control-socket", flags->control_socket,
+                  "the control plane for local callers, known by their uid (default /run/rfos/control.sock; '' "
+                  "for none)");
+  cmd->add_option("--control-addr", flags->control_addr,
+                  "a TCP control listener HOST:PORT for remote callers: needs --tls-cert/--tls-key/--tls-ca "
+                  "(mutual TLS) or --insecure (default: none)");
+  cmd->add_flag("--insecure", flags->insecure, "allow --control-addr without TLS; its callers are anonymous");
+  cmd->add_option("--tls-cert", flags->tls_cert, "the server's certificate, PEM");
+  cmd->add_option("--tls-key", flags->tls_key, "the server's key, PEM");
+  cmd->add_option("--tls-ca", flags->tls_ca, "the CA whose client certificates are accepted, PEM");
+  cmd->add_option("--admin", flags->admins, "a name with every right (beside root and the server's user); repeatable");
+  cmd->add_option("--capability-ttl-s", flags->capability_ttl_s, "capability lifetime (default 3600; renewed by clients)");
   cmd->add_option("--provider", flags->provider,
                   "data-plane provider: ucx+tcp, ucx+shm, ofi+tcp, ... (default ucx+tcp)");
   cmd->add_option("--targets", flags->targets, "number of targets (default: one per core; fixed at first start)");
@@ -36,6 +48,13 @@ void add_server_command(CLI::App& app, Context& ctx) {
     // Flags given on the command line override the file.
     if (cmd->count("--data-dir")) config->data_dir = flags->data_dir;
     if (cmd->count("--control-addr")) config->control_addr = flags->control_addr;
+    if (cmd->count("--control-socket")) config->control_socket = flags->control_socket;
+    if (cmd->count("--insecure")) config->insecure = true;
+    if (cmd->count("--tls-cert")) config->tls_cert = flags->tls_cert;
+    if (cmd->count("--tls-key")) config->tls_key = flags->tls_key;
+    if (cmd->count("--tls-ca")) config->tls_ca = flags->tls_ca;
+    if (cmd->count("--admin")) config->admins = flags->admins;
+    if (cmd->count("--capability-ttl-s")) config->capability_ttl_s = flags->capability_ttl_s;
     if (cmd->count("--provider")) config->provider = flags->provider;
     if (cmd->count("--targets")) config->targets = flags->targets;
     if (cmd->count("--target-bytes")) config->target_bytes = flags->target_bytes;
@@ -47,7 +66,7 @@ void add_server_command(CLI::App& app, Context& ctx) {
       std::fprintf(stderr, "rfos server: --bypass-media: nothing written is stored (data-plane benchmarks only)\n");
     auto on_started = [&ctx, defaults](const std::string& addr) {
       if (!*defaults) return;
-      auto cc = client::ControlClient::create(addr, ctx.timeout_ms);
+      auto cc = client::ControlClient::create(addr, ctx.timeout_ms);  // as the server's own user: an administrator
       if (!cc->pool_query("default").is_ok()) ctx.check(cc->pool_create("default").status(), "server: default pool");
       if (!cc->cont_query("default", "default").is_ok())
         ctx.check(cc->cont_create("default", "default", {}).status(), "server: default container");
@@ -57,7 +76,7 @@ void add_server_command(CLI::App& app, Context& ctx) {
           "  build/bin/rfos get KEY OUT       # read it back (- for stdout)\n"
           "  build/bin/rfos mount DIR         # the container as files and directories (FUSE, as root)\n"
           "  build/bin/rfos pool list         # more: build/bin/rfos --help\n"
-          "(control plane %s; set RFOS_ADDR or --addr when it is not 127.0.0.1:10001)\n",
+          "(control plane %s; set RFOS_ADDR or --addr when it is not unix:/run/rfos/control.sock)\n",
           addr.c_str());
       std::fflush(stdout);
     };

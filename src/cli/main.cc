@@ -31,16 +31,24 @@ std::string human_bytes(uint64_t bytes) {
 
 int main(int argc, char** argv) {
   rfos::cli::Context ctx;
-  const char* env_addr = std::getenv("RFOS_ADDR");
-  ctx.addr = env_addr ? env_addr : "127.0.0.1:10001";
+  ctx.addr = rfos::client::default_control_address();
+  ctx.tls = rfos::client::TlsFiles::from_env();
 
   CLI::App app{"rfos: an RDMA-first object store for AI data paths"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "rfos 0.1.0");
-  app.add_option("--addr", ctx.addr, "control-plane address HOST:PORT (default: $RFOS_ADDR or 127.0.0.1:10001)");
+  app.add_option("--addr", ctx.addr,
+                 "control plane: unix:/path or HOST:PORT (default: $RFOS_ADDR, else unix:/run/rfos/control.sock)");
+  app.add_option("--tls-ca", ctx.tls.ca, "mutual TLS: the CA of the server's certificate, PEM (or $RFOS_TLS_CA)");
+  app.add_option("--tls-cert", ctx.tls.cert, "mutual TLS: this client's certificate, PEM (or $RFOS_TLS_CERT)");
+  app.add_option("--tls-key", ctx.tls.key, "mutual TLS: this client's key, PEM (or $RFOS_TLS_KEY)");
   app.add_option("--timeout-ms", ctx.timeout_ms, "deadline of each control call")->capture_default_str();
   auto* version = app.add_subcommand("version", "print the version");
   version->callback([] { std::printf("rfos 0.1.0\n"); });
+  app.add_subcommand("whoami", "who the server takes this client for")->callback([&ctx] {
+    auto info = ctx.control()->server_info();
+    if (ctx.check(info.status(), "whoami")) std::printf("%s\n", info->caller.c_str());
+  });
 
   rfos::cli::add_server_command(app, ctx);
   rfos::cli::add_pool_commands(app, ctx);

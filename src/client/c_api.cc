@@ -64,9 +64,9 @@ const char* rfos_last_error(void) { return last_error.c_str(); }
 
 int rfos_connect(const char* addr, uint32_t timeout_ms, rfos_client_t** out) {
   if (bad(out, "out")) return -EINVAL;
-  const char* env = std::getenv("RFOS_ADDR");
-  std::string a = addr ? addr : env ? env : "127.0.0.1:10001";
-  auto* c = new rfos_client{rfos::client::ControlClient::create(a, timeout_ms ? timeout_ms : 5000)};
+  std::string a = addr ? addr : rfos::client::default_control_address();
+  auto* c = new rfos_client{rfos::client::ControlClient::create(a, timeout_ms ? timeout_ms : 5000,
+                                                                rfos::client::TlsFiles::from_env())};
   Status s = c->control->health();
   if (!s.is_ok()) {
     delete c;

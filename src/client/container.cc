@@ -47,6 +47,44 @@ class Container::Impl {
  public:
   Session session;
   ContainerOptions options;
+  // Keeps the session's capability valid from the thread using the handle (submit), so a long-lived client (a
+  // mount, a training job) keeps working past the capability's lifetime: renewed three quarters into its life;
+  // once it has expired (an idle handle) or the server ended the session, a new session is asked for, which
+  // the server grants only if the ACLs still allow it.
+  std::unique_ptr<ControlClient> control;
+  uint64_t renew_at_ms = 0;
+  uint64_t next_try_ms = 0;  // after a failed attempt: one a second, not one per request
+  void schedule_renewal() {
+    uint64_t now = wall_ms();
+    renew_at_ms = session.expires_unix_ms > now ? now + (session.expires_unix_ms - now) * 3 / 4 : now;
+  }
+  Status reconnect() {
+    RFOS_ASSIGN_OR_RETURN(Session fresh,
+                          control->connect(session.pool.uuid, session.cont.uuid, options.write, options.ttl_s));
+    if (fresh.target_addresses != session.target_addresses)
+      return error(StatusCode::kShutdown, "the server's targets changed; open the container again");
+    session.session_id = fresh.session_id;
+    session.capability = fresh.capability;
+    session.expires_unix_ms = fresh.expires_unix_ms;
+    return Status::ok();
+  }
+  void maybe_renew() {
+    uint64_t now = wall_ms();
+    if (now < renew_at_ms || now < next_try_ms || !control) return;
+    Status s = now + 500 < session.expires_unix_ms ? control->renew(&session, options.ttl_s)
+                                                   : error(StatusCode::kPermissionDenied, "expired");
+    if (s.code() == StatusCode::kPermissionDenied) s = reconnect();
+    if (s.is_ok()) {
+      schedule_renewal();
+    } else {
+      // Requests go on with the capability held; the targets refuse them once it is no longer valid.
+      next_try_ms = now + 1000;
+    }
+  }
+  static uint64_t wall_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
   std::unique_ptr<transport::Worker> worker;
   std::vector<transport::EpHandle> eps;
   uint64_t next_id = 1;
@@ -253,6 +291,7 @@ class Container::Impl {
                           std::string* sized = nullptr, uintptr_t region = 0) {
     uint64_t id = next_id++;
     q.request_id = id;
+    maybe_renew();
     q.capability = session.capability;
     Call& call = calls[id];
     call.target = t;
@@ -500,6 +539,8 @@ Result<std::unique_ptr<Container>> Container::open(ControlClient& control, const
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   RFOS_ASSIGN_OR_RETURN(impl->session, control.connect(pool, cont, options.write, options.ttl_s));
+  impl->control = control.clone();
+  impl->schedule_renewal();
   impl->csum_chunk = impl->session.cont.props.csum_chunk_bytes ? impl->session.cont.props.csum_chunk_bytes : 4096;
   std::string provider = options.provider.empty() ? impl->session.provider : options.provider;
   RFOS_ASSIGN_OR_RETURN(impl->worker, transport::Worker::create(provider));

@@ -3,6 +3,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include "wire/control.grpc.pb.h"
 
@@ -10,13 +13,16 @@ namespace rfos::client {
 
 class ControlClient::Impl {
  public:
+  std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<wire::Control::Stub> stub;
   std::string address;
   uint32_t timeout_ms;
+  Status setup;  // a TLS file that could not be read: every call fails with it
 
   // Runs one RPC with a deadline and maps its failure to an rfos Status.
   template <typename Req, typename Resp, typename Fn>
   Status call(Fn fn, const Req& req, Resp* resp) {
+    if (!setup.is_ok()) return setup;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
     grpc::Status s = (stub.get()->*fn)(&ctx, req, resp);
@@ -44,27 +50,58 @@ class ControlClient::Impl {
 
 namespace {
 PoolInfo from_wire(const wire::PoolInfo& p) {
-  return {p.uuid(), p.label(), p.targets(), p.total_bytes(), p.free_bytes(), p.containers()};
+  return {p.uuid(), p.label(), p.targets(), p.total_bytes(), p.free_bytes(), p.containers(), p.owner(), p.owner_group()};
+}
+Acl from_wire(const wire::AclResponse& a) {
+  return {a.owner(), a.owner_group(), std::vector<std::string>(a.entries().begin(), a.entries().end())};
+}
+bool read_file(const std::string& path, std::string* out) {
+  std::ifstream f(path);
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  *out = ss.str();
+  return !out->empty();
 }
 ContInfo from_wire(const wire::ContInfo& c) {
-  ContInfo out{c.uuid(), c.label(), c.pool_uuid(), {}, {}};
+  ContInfo out{c.uuid(), c.label(), c.pool_uuid(), {}, {}, c.owner(), c.owner_group()};
   out.props = {c.props().csum_chunk_bytes(), c.props().csum_off(), c.props().oclass(), c.props().chunk_bytes()};
   out.snapshots.assign(c.snapshots().begin(), c.snapshots().end());
   return out;
 }
 }  // namespace
 
+TlsFiles TlsFiles::from_env() {
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v ? v : "");
+  };
+  return {env("RFOS_TLS_CA"), env("RFOS_TLS_CERT"), env("RFOS_TLS_KEY")};
+}
+
+std::string default_control_address() {
+  const char* env = std::getenv("RFOS_ADDR");
+  if (env && *env) return env;
+  return "unix:/run/rfos/control.sock";
+}
+
 std::unique_ptr<ControlClient> ControlClient::create(const std::string& address, uint32_t timeout_ms,
-                                                     const std::string& tls_ca_pem) {
+                                                     const TlsFiles& tls) {
   auto impl = std::make_unique<Impl>();
+  std::string target = !address.empty() && address[0] == '/' ? "unix:" + address : address;
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-  if (!tls_ca_pem.empty()) {
+  if (!tls.empty()) {
     grpc::SslCredentialsOptions o;
-    o.pem_root_certs = tls_ca_pem;
+    if (!read_file(tls.ca, &o.pem_root_certs) || !read_file(tls.cert, &o.pem_cert_chain) ||
+        !read_file(tls.key, &o.pem_private_key))
+      impl->setup = error(StatusCode::kInvalidArgument,
+                          "TLS needs readable PEM files for the CA, the client certificate and its key (--tls-ca, "
+                          "--tls-cert, --tls-key or RFOS_TLS_CA, RFOS_TLS_CERT, RFOS_TLS_KEY)");
     creds = grpc::SslCredentials(o);
   }
-  impl->stub = wire::Control::NewStub(grpc::CreateChannel(address, creds));
-  impl->address = address;
+  impl->channel = grpc::CreateChannel(target, creds);
+  impl->stub = wire::Control::NewStub(impl->channel);
+  impl->address = target;
   impl->timeout_ms = timeout_ms;
   return std::unique_ptr<ControlClient>(new ControlClient(std::move(impl)));
 }
@@ -72,12 +109,25 @@ std::unique_ptr<ControlClient> ControlClient::create(const std::string& address,
 ControlClient::ControlClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ControlClient::~ControlClient() = default;
 
+std::unique_ptr<ControlClient> ControlClient::clone() const {
+  auto impl = std::make_unique<Impl>();
+  impl->channel = impl_->channel;
+  impl->stub = wire::Control::NewStub(impl->channel);
+  impl->address = impl_->address;
+  impl->timeout_ms = impl_->timeout_ms;
+  impl->setup = impl_->setup;
+  return std::unique_ptr<ControlClient>(new ControlClient(std::move(impl)));
+}
+
 using Stub = wire::Control::Stub;
 
-Result<PoolInfo> ControlClient::pool_create(const std::string& label) {
+Result<PoolInfo> ControlClient::pool_create(const std::string& label, const PoolCreateOptions& options) {
   wire::PoolCreateRequest req;
   wire::PoolCreateResponse resp;
   req.set_label(label);
+  req.set_owner(options.owner);
+  req.set_owner_group(options.owner_group);
+  for (const std::string& e : options.acl) req.add_acl(e);
   RFOS_RETURN_IF_ERROR(impl_->call(&Stub::PoolCreate, req, &resp));
   return from_wire(resp.pool());
 }
@@ -106,9 +156,11 @@ Status ControlClient::pool_destroy(const std::string& pool, bool force) {
   return impl_->call(&Stub::PoolDestroy, req, &resp);
 }
 
-Result<ContInfo> ControlClient::cont_create(const std::string& pool, const std::string& label, const ContProps& props) {
+Result<ContInfo> ControlClient::cont_create(const std::string& pool, const std::string& label, const ContProps& props,
+                                            const std::vector<std::string>& acl) {
   wire::ContCreateRequest req;
   wire::ContCreateResponse resp;
+  for (const std::string& e : acl) req.add_acl(e);
   req.set_pool(pool);
   req.set_label(label);
   req.mutable_props()->set_csum_chunk_bytes(props.csum_chunk_bytes);
@@ -198,8 +250,75 @@ Status ControlClient::disconnect(const std::string& session_id) {
 Result<ServerInfo> ControlClient::server_info() {
   wire::ServerInfoResponse resp;
   RFOS_RETURN_IF_ERROR(impl_->call(&Stub::ServerInfo, wire::ServerInfoRequest(), &resp));
-  return ServerInfo{resp.version(), resp.control_address(), resp.provider(),
-                    resp.targets(), resp.uptime_s(),        resp.data_dir()};
+  return ServerInfo{resp.version(),  resp.control_address(), resp.provider(), resp.targets(),
+                    resp.uptime_s(), resp.data_dir(),        resp.caller()};
+}
+
+Status ControlClient::renew(Session* session, uint32_t ttl_s) {
+  wire::RenewRequest req;
+  wire::RenewResponse resp;
+  req.set_session_id(session->session_id);
+  req.set_ttl_s(ttl_s);
+  RFOS_RETURN_IF_ERROR(impl_->call(&Stub::Renew, req, &resp));
+  session->capability = resp.capability();
+  session->expires_unix_ms = resp.expires_unix_ms();
+  return Status::ok();
+}
+
+Result<Acl> ControlClient::acl_get(const std::string& pool, const std::string& cont) {
+  wire::AclGetRequest req;
+  wire::AclResponse resp;
+  req.set_pool(pool);
+  req.set_cont(cont);
+  RFOS_RETURN_IF_ERROR(impl_->call(&Stub::AclGet, req, &resp));
+  return from_wire(resp);
+}
+
+namespace {
+wire::AclModifyRequest acl_request(const std::string& pool, const std::string& cont, wire::AclModifyRequest::Op op) {
+  wire::AclModifyRequest req;
+  req.set_pool(pool);
+  req.set_cont(cont);
+  req.set_op(op);
+  return req;
+}
+}  // namespace
+
+Result<Acl> ControlClient::acl_set(const std::string& pool, const std::string& cont,
+                                   const std::vector<std::string>& entries) {
+  auto req = acl_request(pool, cont, wire::AclModifyRequest::SET);
+  for (const std::string& e : entries) req.add_entries(e);
+  wire::AclResponse resp;
+  RFOS_RETURN_IF_ERROR(impl_->call(&Stub::AclModify, req, &resp));
+  return from_wire(resp);
+}
+
+Result<Acl> ControlClient::acl_update(const std::string& pool, const std::string& cont,
+                                      const std::vector<std::string>& entries) {
+  auto req = acl_request(pool, cont, wire::AclModifyRequest::UPDATE);
+  for (const std::string& e : entries) req.add_entries(e);
+  wire::AclResponse resp;
+  RFOS_RETURN_IF_ERROR(impl_->call(&Stub::AclModify, req, &resp));
+  return from_wire(resp);
+}
+
+Result<Acl> ControlClient::acl_remove(const std::string& pool, const std::string& cont,
+                                      const std::vector<std::string>& principals) {
+  auto req = acl_request(pool, cont, wire::AclModifyRequest::DELETE);
+  for (const std::string& p : principals) req.add_principals(p);
+  wire::AclResponse resp;
+  RFOS_RETURN_IF_ERROR(impl_->call(&Stub::AclModify, req, &resp));
+  return from_wire(resp);
+}
+
+Result<Acl> ControlClient::set_owner(const std::string& pool, const std::string& cont, const std::string& owner,
+                                     const std::string& owner_group) {
+  auto req = acl_request(pool, cont, wire::AclModifyRequest::OWNER);
+  req.set_owner(owner);
+  req.set_owner_group(owner_group);
+  wire::AclResponse resp;
+  RFOS_RETURN_IF_ERROR(impl_->call(&Stub::AclModify, req, &resp));
+  return from_wire(resp);
 }
 
 Status ControlClient::health() {

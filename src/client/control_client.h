@@ -23,6 +23,8 @@ struct PoolInfo {
   uint64_t total_bytes = 0;
   uint64_t free_bytes = 0;
   uint32_t containers = 0;
+  std::string owner;
+  std::string owner_group;
 };
 
 struct ContProps {
@@ -38,7 +40,39 @@ struct ContInfo {
   std::string pool_uuid;
   ContProps props;
   std::vector<uint64_t> snapshots;
+  std::string owner;
+  std::string owner_group;
 };
+
+// An ACL as the server keeps it (entries in the form "A::alice@:rw"; see docs/control-plane.md).
+struct Acl {
+  std::string owner;
+  std::string owner_group;
+  std::vector<std::string> entries;
+};
+
+// A pool's creation by an administrator: its owner (default: the caller), owner group (default: the caller's
+// primary group) and ACL entries (default: A::OWNER@:rwa, A:G:GROUP@:r).
+struct PoolCreateOptions {
+  std::string owner;
+  std::string owner_group;
+  std::vector<std::string> acl;
+};
+
+// Mutual TLS toward a server's TCP listener: PEM files of the CA that signed the server's certificate, and of
+// this client's certificate and key. Empty: a plain channel (the local socket, or an --insecure listener).
+struct TlsFiles {
+  std::string ca;
+  std::string cert;
+  std::string key;
+  bool empty() const { return ca.empty() && cert.empty() && key.empty(); }
+  // RFOS_TLS_CA, RFOS_TLS_CERT, RFOS_TLS_KEY.
+  static TlsFiles from_env();
+};
+
+// The control address clients use unless told otherwise: $RFOS_ADDR, else the local server's socket
+// (unix:/run/rfos/control.sock). Addresses are "unix:/path" (or a bare absolute path), or HOST:PORT.
+std::string default_control_address();
 
 struct Session {
   std::string session_id;  // 16 bytes
@@ -56,21 +90,26 @@ struct ServerInfo {
   std::string provider;
   uint32_t targets = 0;
   uint64_t uptime_s = 0;
-  std::string data_dir;
+  std::string data_dir;  // administrators only
+  std::string caller;    // who the server takes this client for
 };
 
 class ControlClient {
  public:
-  // `address` is HOST:PORT. Does not connect yet. TLS: pass the server's CA certificate (PEM) in `tls_ca_pem`.
+  // `address` as default_control_address() says. Does not connect yet. With `tls`, the channel is mutual TLS
+  // (files that cannot be read make every call fail with kInvalidArgument saying which).
   static std::unique_ptr<ControlClient> create(const std::string& address, uint32_t timeout_ms = 5000,
-                                               const std::string& tls_ca_pem = "");
+                                               const TlsFiles& tls = {});
   ~ControlClient();
+  // Another client over the same channel (for a Container to renew its capability on its own).
+  std::unique_ptr<ControlClient> clone() const;
 
-  Result<PoolInfo> pool_create(const std::string& label);
+  Result<PoolInfo> pool_create(const std::string& label, const PoolCreateOptions& options = {});
   Result<std::vector<PoolInfo>> pool_list();
   Result<PoolInfo> pool_query(const std::string& pool);
   Status pool_destroy(const std::string& pool, bool force);
-  Result<ContInfo> cont_create(const std::string& pool, const std::string& label, const ContProps& props);
+  Result<ContInfo> cont_create(const std::string& pool, const std::string& label, const ContProps& props,
+                               const std::vector<std::string>& acl = {});
   Result<std::vector<ContInfo>> cont_list(const std::string& pool);
   Result<ContInfo> cont_query(const std::string& pool, const std::string& cont);
   Status cont_destroy(const std::string& pool, const std::string& cont);
@@ -80,8 +119,21 @@ class ControlClient {
   Result<uint64_t> snapshot_create(const std::string& pool, const std::string& cont);
   Result<std::vector<uint64_t>> snapshot_list(const std::string& pool, const std::string& cont);
   Status snapshot_destroy(const std::string& pool, const std::string& cont, uint64_t epoch);
+  // A session on a container: kPermissionDenied unless the caller may read the pool and read (write: and
+  // write) the container.
   Result<Session> connect(const std::string& pool, const std::string& cont, bool write, uint32_t ttl_s = 0);
   Status disconnect(const std::string& session_id);
+  // A fresh capability for a live session of this caller's (into session->capability and expires_unix_ms).
+  // kPermissionDenied when it ended or expired, or the caller lost read access.
+  Status renew(Session* session, uint32_t ttl_s = 0);
+  // ACLs of a pool (cont empty) or a container. get needs r; set, update and remove need a (owners have it);
+  // set_owner is for administrators (empty owner or group: unchanged).
+  Result<Acl> acl_get(const std::string& pool, const std::string& cont);
+  Result<Acl> acl_set(const std::string& pool, const std::string& cont, const std::vector<std::string>& entries);
+  Result<Acl> acl_update(const std::string& pool, const std::string& cont, const std::vector<std::string>& entries);
+  Result<Acl> acl_remove(const std::string& pool, const std::string& cont, const std::vector<std::string>& principals);
+  Result<Acl> set_owner(const std::string& pool, const std::string& cont, const std::string& owner,
+                        const std::string& owner_group);
   Result<ServerInfo> server_info();
   Status health();
 

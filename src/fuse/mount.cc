@@ -714,6 +714,26 @@ Status check_mountpoint(const std::string& mountpoint) {
   return Status::ok();
 }
 
+Result<bool> check_mount_options(const std::string& extra_options, uint32_t mounting_uid,
+                                 const std::string& container_owner) {
+  bool asked = false;
+  size_t start = 0;
+  while (start <= extra_options.size()) {
+    size_t comma = extra_options.find(',', start);
+    std::string opt = extra_options.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (opt == "suid" || opt == "dev") asked = true;
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (!asked) return false;
+  if (mounting_uid != 0 || container_owner != "root")
+    return error(StatusCode::kPermissionDenied,
+                 "-o suid and -o dev are refused unless root mounts a container root owns (this container's owner: " +
+                     (container_owner.empty() ? std::string("none") : container_owner) +
+                     "): whoever may write into it could plant a setuid-root file or a device node");
+  return true;
+}
+
 Status run_mount(posix::Namespace& ns, const MountOptions& options) {
   RFOS_RETURN_IF_ERROR(check_mountpoint(options.mountpoint));
   fuse_lowlevel_ops ops{};
@@ -750,6 +770,7 @@ Status run_mount(posix::Namespace& ns, const MountOptions& options) {
   std::string o = "fsname=" + options.fsname + ",subtype=rfos,default_permissions";
   if (options.allow_other) o += ",allow_other";
   if (!options.extra_options.empty()) o += "," + options.extra_options;
+  if (!options.allow_suid_and_devices) o += ",nosuid,nodev";  // last, so no earlier option undoes them
   std::vector<std::string> argv_s = {"rfos", "-o", o};
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());

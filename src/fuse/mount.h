@@ -26,7 +26,9 @@ struct MountOptions {
   bool sync_writes = false;       // store every write before write() returns (no write-behind, see write_behind.h)
   unsigned writer_threads = 4;    // write-behind: writes of the mount stored at once
   bool allow_other = true;        // every local user, not just the one who mounted
-  std::string extra_options;      // more -o options passed to FUSE (dev, suid, ...)
+  std::string extra_options;      // more -o options passed to FUSE (see check_mount_options)
+  // Honour suid and dev in extra_options; otherwise the mount is always nosuid,nodev.
+  bool allow_suid_and_devices = false;
   unsigned request_threads = 16;  // FUSE requests handled at once
   unsigned readahead_bytes = 4u << 20;  // sequential reads: the kernel reads ahead this much
   // Called once the file system is mounted (for daemonizing parents and tests).
@@ -36,6 +38,14 @@ struct MountOptions {
 // Mounts, serves until unmounted (fusermount3 -u, umount) or SIGINT/SIGTERM/SIGHUP, unmounts. Errors:
 // kInvalidArgument (bad mount point), kIoError (FUSE refused: no /dev/fuse, not permitted).
 Status run_mount(posix::Namespace& ns, const MountOptions& options);
+
+// Whether extra -o options may have setuid files and device nodes take effect: `suid` and `dev` (and `exec` is
+// fine) only when the mounting user is root and the container's owner is root; anyone else able to write into a
+// container could otherwise plant a setuid-root binary or a device node and become root through the mount.
+// Returns true when suid or dev were asked for and are allowed, false when neither was asked for;
+// kPermissionDenied otherwise.
+Result<bool> check_mount_options(const std::string& extra_options, uint32_t mounting_uid,
+                                 const std::string& container_owner);
 
 // OK when `mountpoint` is a directory; kInvalidArgument otherwise. run_mount checks it too; callers check it
 // first so that a typo costs no session with the servers.

@@ -25,8 +25,10 @@ Status load_config_file(const std::string& path, ServerConfig* config) {
   if (root.IsNull()) return Status::ok();
   if (!root.IsMap()) return error(StatusCode::kInvalidArgument, "config file " + path + " must be a mapping");
   static const std::set<std::string> kKeys = {
-      "data_dir",      "control_addr", "provider", "targets",      "target_bytes",       "capability_ttl_s",
-      "media_threads", "tls_cert",     "tls_key",  "bypass_media", "payload_timeout_ms", "session_buffer_bytes"};
+      "data_dir",      "control_socket", "control_addr", "insecure",     "admins",
+      "provider",      "targets",        "target_bytes", "tls_ca",       "capability_ttl_s",
+      "media_threads", "tls_cert",       "tls_key",      "bypass_media", "payload_timeout_ms",
+      "session_buffer_bytes"};
   try {
     for (const auto& kv : root) {
       std::string key = kv.first.as<std::string>();
@@ -34,6 +36,10 @@ Status load_config_file(const std::string& path, ServerConfig* config) {
     }
     if (root["data_dir"]) config->data_dir = root["data_dir"].as<std::string>();
     if (root["control_addr"]) config->control_addr = root["control_addr"].as<std::string>();
+    if (root["control_socket"]) config->control_socket = root["control_socket"].as<std::string>();
+    if (root["insecure"]) config->insecure = root["insecure"].as<bool>();
+    if (root["admins"]) config->admins = root["admins"].as<std::vector<std::string>>();
+    if (root["tls_ca"]) config->tls_ca = root["tls_ca"].as<std::string>();
     if (root["provider"]) config->provider = root["provider"].as<std::string>();
     if (root["targets"]) config->targets = root["targets"].as<uint32_t>();
     if (root["target_bytes"]) config->target_bytes = root["target_bytes"].as<uint64_t>();
@@ -56,9 +62,20 @@ Status validate(const ServerConfig& c) {
     return error(StatusCode::kInvalidArgument, "unknown provider '" + c.provider +
                                                    "' (one of ucx+tcp, ucx+shm, "
                                                    "ucx+rc, ucx+dc_x, ucx+ud, ofi+tcp, ofi+shm, ofi+verbs)");
-  size_t colon = c.control_addr.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == c.control_addr.size())
-    return error(StatusCode::kInvalidArgument, "control address '" + c.control_addr + "' is not HOST:PORT");
+  if (c.control_socket.empty() && c.control_addr.empty())
+    return error(StatusCode::kInvalidArgument, "no control listener: set control_socket or control_addr");
+  if (!c.control_addr.empty()) {
+    size_t colon = c.control_addr.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == c.control_addr.size())
+      return error(StatusCode::kInvalidArgument, "control address '" + c.control_addr + "' is not HOST:PORT");
+    bool tls = !c.tls_cert.empty();
+    if (!tls && !c.insecure)
+      return error(StatusCode::kInvalidArgument,
+                   "a TCP control listener (" + c.control_addr +
+                       ") needs mutual TLS (tls_cert, tls_key, tls_ca) or, knowingly, insecure: true / --insecure "
+                       "(its callers are then anonymous)");
+    if (tls && c.insecure) return error(StatusCode::kInvalidArgument, "insecure and TLS exclude each other");
+  }
   if (c.data_dir.empty()) return error(StatusCode::kInvalidArgument, "data directory is empty");
   if (c.target_bytes < (16ull << 20)) return error(StatusCode::kInvalidArgument, "target_bytes must be >= 16 MiB");
   if (c.targets > 256) return error(StatusCode::kInvalidArgument, "at most 256 targets");
@@ -68,8 +85,10 @@ Status validate(const ServerConfig& c) {
     return error(StatusCode::kInvalidArgument, "payload_timeout_ms must be 100..3600000");
   if (c.session_buffer_bytes != 0 && c.session_buffer_bytes < (1ull << 20))
     return error(StatusCode::kInvalidArgument, "session_buffer_bytes must be 0 (no limit) or >= 1 MiB");
-  if (c.tls_cert.empty() != c.tls_key.empty())
-    return error(StatusCode::kInvalidArgument, "tls_cert and tls_key go together");
+  if (c.tls_cert.empty() != c.tls_key.empty() || c.tls_cert.empty() != c.tls_ca.empty())
+    return error(StatusCode::kInvalidArgument,
+                 "tls_cert, tls_key and tls_ca go together (the server's certificate and key, and the CA of its "
+                 "clients' certificates: TLS here is always mutual)");
   return Status::ok();
 }
 

@@ -1,8 +1,8 @@
 // rfos server configuration: embedded defaults, overridden by a YAML file, overridden by flags.
 //
-// YAML keys (all optional): data_dir, control_addr, provider, targets, target_bytes, capability_ttl_s,
-// media_threads, payload_timeout_ms, session_buffer_bytes, tls_cert, tls_key, bypass_media. Unknown keys are an
-// error (a typo must not silently fall back to a default).
+// YAML keys (all optional): data_dir, control_socket, control_addr, insecure, tls_cert, tls_key, tls_ca, admins,
+// provider, targets, target_bytes, capability_ttl_s, media_threads, payload_timeout_ms, session_buffer_bytes,
+// bypass_media. Unknown keys are an error (a typo must not silently fall back to a default).
 //
 // Thread-safety: values.
 #pragma once
@@ -15,9 +15,21 @@
 
 namespace rfos::server {
 
+// Where a server's control socket is unless configured otherwise, and where clients look for it.
+inline constexpr const char* kDefaultControlSocket = "/run/rfos/control.sock";
+
 struct ServerConfig {
-  std::string data_dir = "/var/tmp/rfos";
-  std::string control_addr = "127.0.0.1:10001";
+  // Targets, the management store and the capability secret: a directory only the server's user may enter
+  // (0700, files 0600); the server refuses one that someone else owns or others may read.
+  std::string data_dir = "/var/lib/rfos";
+  // Local callers, known by their kernel credentials ("" for none).
+  std::string control_socket = kDefaultControlSocket;
+  // Remote callers, HOST:PORT ("" for none): with mutual TLS (tls_cert, tls_key and tls_ca), or with `insecure`,
+  // when its callers are anonymous (rights only where an ACL grants EVERYONE@).
+  std::string control_addr;
+  bool insecure = false;
+  // Names (local users, certificate common names) with every right, beside root and the server's own user.
+  std::vector<std::string> admins;
   std::string provider = "ucx+tcp";
   uint32_t targets = 0;                // 0: one per core
   uint64_t target_bytes = 1ull << 30;  // block file size of each target
@@ -31,8 +43,9 @@ struct ServerConfig {
   // session holds nothing there. It keeps one session (a hostile one, or one whose peer stopped moving bytes)
   // from taking a target's 64 MiB of buffers from everyone else. 0: no limit.
   uint64_t session_buffer_bytes = 16ull << 20;
-  std::string tls_cert;  // PEM files: TLS on the control channel when both are set
+  std::string tls_cert;  // PEM files: the server's certificate and key, and the CA that signs client certificates
   std::string tls_key;
+  std::string tls_ca;
   // Benchmarks only: targets answer reads with zeros and drop written bytes, never touching the engine, so the
   // data plane alone is measured (3FS's bypass_disk_io). Nothing written is kept.
   bool bypass_media = false;
@@ -43,7 +56,8 @@ const std::vector<std::string>& known_providers();
 
 // Applies a YAML file over `config`. Errors: kNotFound, kInvalidArgument (syntax, unknown key, bad value).
 Status load_config_file(const std::string& path, ServerConfig* config);
-// Checks values: provider known, address HOST:PORT, sizes sane. kInvalidArgument with what is wrong.
+// Checks values: provider known, a listener (a TCP one with mutual TLS or `insecure`), sizes sane.
+// kInvalidArgument with what is wrong.
 Status validate(const ServerConfig& config);
 
 }  // namespace rfos::server

@@ -18,11 +18,13 @@ std::string write_file(const std::string& dir, const std::string& text) {
 TEST(Config, DefaultsFileAndValidation) {
   ServerConfig c;
   EXPECT_TRUE(validate(c).is_ok());
-  EXPECT_EQ(c.control_addr, "127.0.0.1:10001");
+  EXPECT_EQ(c.control_addr, "");  // no TCP listener unless asked for
+  EXPECT_EQ(c.control_socket, kDefaultControlSocket);
   engine::testing::TempDir dir;
   ASSERT_TRUE(load_config_file(write_file(dir.path(),
                                           "provider: ofi+shm\ntargets: 3\nmedia_threads: 8\npayload_timeout_ms: 5000\n"
-                                          "session_buffer_bytes: 8388608\n"),
+                                          "session_buffer_bytes: 8388608\nadmins: [alice, ops.bot]\n"
+                                          "control_socket: /run/x/c.sock\n"),
                                &c)
                   .is_ok());
   EXPECT_EQ(c.provider, "ofi+shm");
@@ -30,7 +32,9 @@ TEST(Config, DefaultsFileAndValidation) {
   EXPECT_EQ(c.media_threads, 8u);
   EXPECT_EQ(c.payload_timeout_ms, 5000u);
   EXPECT_EQ(c.session_buffer_bytes, 8u << 20);
-  EXPECT_EQ(c.data_dir, "/var/tmp/rfos");  // untouched keys keep their defaults
+  EXPECT_EQ(c.admins, (std::vector<std::string>{"alice", "ops.bot"}));
+  EXPECT_EQ(c.control_socket, "/run/x/c.sock");
+  EXPECT_EQ(c.data_dir, "/var/lib/rfos");  // untouched keys keep their defaults
 
   ServerConfig d;
   Status s = load_config_file(write_file(dir.path(), "provder: ucx+tcp\n"), &d);
@@ -45,6 +49,25 @@ TEST(Config, DefaultsFileAndValidation) {
   EXPECT_EQ(validate(d).code(), StatusCode::kInvalidArgument);
   d = ServerConfig{};
   d.control_addr = "no-port";
+  d.insecure = true;
+  EXPECT_EQ(validate(d).code(), StatusCode::kInvalidArgument);
+  d = ServerConfig{};
+  d.control_addr = "127.0.0.1:10001";  // TCP without TLS is refused unless said insecure
+  s = validate(d);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("insecure"), std::string::npos) << s.message();
+  d.insecure = true;
+  EXPECT_TRUE(validate(d).is_ok());
+  d.tls_cert = "cert.pem";
+  d.tls_key = "key.pem";
+  d.tls_ca = "ca.pem";
+  EXPECT_EQ(validate(d).code(), StatusCode::kInvalidArgument);  // TLS and insecure at once
+  d.insecure = false;
+  EXPECT_TRUE(validate(d).is_ok());
+  d.tls_ca.clear();  // TLS that would not check its clients
+  EXPECT_EQ(validate(d).code(), StatusCode::kInvalidArgument);
+  d = ServerConfig{};
+  d.control_socket.clear();  // no listener at all
   EXPECT_EQ(validate(d).code(), StatusCode::kInvalidArgument);
   d = ServerConfig{};
   d.tls_cert = "cert.pem";

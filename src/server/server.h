@@ -1,6 +1,7 @@
 // rfos server: the I/O engine of one storage node. It owns the targets (one engine each, under
-// data_dir/target-N), the management store (pool and container labels and properties, the capability secret,
-// under data_dir/mgmt) and the gRPC control service. The data plane joins it in the next step.
+// data_dir/target-N, each with its data-plane thread), the management store (pools and containers with their
+// owners and ACLs, sessions, the capability secret, under data_dir/mgmt) and the gRPC control service, which
+// knows every caller (server/principal.h) and checks it against the ACLs (server/acl.h).
 //
 // Thread-safety: start() and shutdown() from one thread; the control service is internally synchronized.
 #pragma once
@@ -21,8 +22,11 @@ class Server {
   static Result<std::unique_ptr<Server>> start(const ServerConfig& config);
   ~Server();
 
-  // Where the control service listens (the bound port when the config asked for port 0).
+  // Where local clients reach the control service: "unix:PATH" of the control socket, else the TCP listener
+  // (with the bound port when the config asked for port 0).
   std::string control_address() const;
+  // The TCP listener, HOST:PORT ("" when there is none).
+  std::string tcp_address() const;
   // Blocks until shutdown() is called from another thread (or a signal handler's thread).
   void wait();
   void shutdown();

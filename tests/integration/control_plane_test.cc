@@ -123,18 +123,36 @@ TEST(ControlPlane, GoneServerGivesAClearErrorNotAHang) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
-// A second server on an address one already serves must not start: gRPC would otherwise share the port
-// (SO_REUSEPORT) and the kernel would hand each new client to either of them.
+// A second server on an address one already serves must not start: on TCP gRPC would otherwise share the port
+// (SO_REUSEPORT) and the kernel would hand each new client to either of them; on the control socket the second
+// would take the path from the first.
 TEST(ControlPlane, SecondServerOnTheSameAddressIsRefused) {
-  engine::testing::TempDir a, b;
-  testing::ServerProcess first(a.path());
+  engine::testing::TempDir a, b, c;
+  testing::ServerProcess first(a.path(), {"--control-addr", "127.0.0.1:0", "--insecure"});
   ASSERT_TRUE(first.start());
-  testing::ServerProcess second(b.path(), {"--control-addr", first.address()});
+  auto cc = ControlClient::create(first.address());
+  auto info = cc->server_info();
+  ASSERT_TRUE(info.is_ok()) << info.status().to_string();
+  std::string tcp = info->control_address.substr(info->control_address.find(' ') + 1);
+  ASSERT_NE(tcp.find("127.0.0.1:"), std::string::npos) << info->control_address;
+  testing::ServerProcess second(b.path(), {"--control-addr", tcp, "--insecure"});
   EXPECT_FALSE(second.start());
   second.stop();
   EXPECT_TRUE(WIFEXITED(second.exit_status()) && WEXITSTATUS(second.exit_status()) != 0);
-  auto cc = ControlClient::create(first.address());
+  testing::ServerProcess third(c.path(), {"--control-socket", first.socket_path()});
+  EXPECT_FALSE(third.start());
+  third.stop();
+  EXPECT_TRUE(WIFEXITED(third.exit_status()) && WEXITSTATUS(third.exit_status()) != 0);
   EXPECT_TRUE(cc->pool_list().is_ok());
+}
+
+// A TCP listener without TLS is refused unless the operator says --insecure.
+TEST(ControlPlane, PlainTcpNeedsInsecure) {
+  engine::testing::TempDir dir;
+  testing::ServerProcess server(dir.path(), {"--control-addr", "127.0.0.1:0"});
+  EXPECT_FALSE(server.start());
+  server.stop();
+  EXPECT_TRUE(WIFEXITED(server.exit_status()) && WEXITSTATUS(server.exit_status()) != 0);
 }
 
 TEST(ControlPlane, BadConfigIsRefused) {

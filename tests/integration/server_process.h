@@ -1,8 +1,10 @@
-// Runs a real `rfos server` process on 127.0.0.1 for integration tests: an ephemeral control port, a temporary
-// data directory, stdout parsed for the bound address. kill() is SIGKILL (crash), stop() is SIGTERM.
+// Runs a real `rfos server` process for integration tests: its control socket in a directory of its own (0755, so
+// tests may call it as other users too), a temporary data directory, stdout parsed for the address. kill() is
+// SIGKILL (crash), stop() is SIGTERM.
 #pragma once
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,8 +34,20 @@ inline void remove_shm_regions_of(pid_t pid) {
 class ServerProcess {
  public:
   explicit ServerProcess(std::string data_dir, std::vector<std::string> extra = {})
-      : data_dir_(std::move(data_dir)), extra_(std::move(extra)) {}
-  ~ServerProcess() { stop(); }
+      : data_dir_(std::move(data_dir)), extra_(std::move(extra)) {
+    char tmpl[] = "/tmp/rfos-ctl-XXXXXX";
+    if (mkdtemp(tmpl)) {
+      socket_dir_ = tmpl;
+      chmod(tmpl, 0755);
+    }
+  }
+  ~ServerProcess() {
+    stop();
+    std::error_code ec;
+    if (!socket_dir_.empty()) std::filesystem::remove_all(socket_dir_, ec);
+  }
+  // The control socket's path (the server listens there unless `extra` names another).
+  std::string socket_path() const { return socket_dir_ + "/control.sock"; }
 
   // Starts the server and waits (up to 60 s: first start formats the targets) for its address.
   bool start() {
@@ -46,8 +60,8 @@ class ServerProcess {
       std::vector<std::string> args = {
           RFOS_BINARY, "server", "--data-dir", data_dir_, "--target-bytes", std::to_string(80ull << 20),
           "--targets", "2"};
-      if (std::find(extra_.begin(), extra_.end(), "--control-addr") == extra_.end())
-        args.insert(args.end(), {"--control-addr", "127.0.0.1:0"});
+      if (std::find(extra_.begin(), extra_.end(), "--control-socket") == extra_.end())
+        args.insert(args.end(), {"--control-socket", socket_path()});
       args.insert(args.end(), extra_.begin(), extra_.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
@@ -106,6 +120,7 @@ class ServerProcess {
 
  private:
   std::string data_dir_;
+  std::string socket_dir_;
   std::vector<std::string> extra_;
   pid_t pid_ = -1;
   std::string address_;

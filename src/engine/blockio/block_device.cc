@@ -3,10 +3,17 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <sys/eventfd.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/vfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <set>
 
@@ -88,18 +95,20 @@ Result<std::unique_ptr<BlockDevice>> BlockDevice::open(const BlockDeviceOptions&
     return error(StatusCode::kCorruption, "block file " + options.path + " has an invalid size");
   }
   return std::unique_ptr<BlockDevice>(new BlockDevice(
-      fd, bytes, direct, !exists, arena, options.queue_depth < 8 ? 8 : options.queue_depth, options.read_window_bytes));
+      fd, bytes, direct, !exists, arena, options.queue_depth < 8 ? 8 : options.queue_depth, options.read_window_bytes,
+      options.write_log));
 }
 
 BlockDevice::BlockDevice(int fd, uint64_t bytes, bool direct, bool created, BufferArena* arena, uint32_t depth,
-                         uint32_t read_window)
+                         uint32_t read_window, WriteLog* write_log)
     : fd_(fd),
       bytes_(bytes),
       direct_(direct),
       created_(created),
       arena_(arena),
       queue_depth_(depth),
-      read_window_(read_window) {}
+      read_window_(read_window),
+      write_log_(write_log) {}
 
 BlockDevice::~BlockDevice() {
   idle_rings_.clear();
@@ -117,8 +126,26 @@ Result<std::unique_ptr<Ring>> BlockDevice::make_ring() {
   if (rc < 0) return errno_status("io_uring_queue_init", -rc);
   rc = io_uring_register_files(&ring->ring_, &fd_, 1);
   if (rc < 0) return errno_status("io_uring_register_files", -rc);
+  if (!fixed_buffers()) return ring;
   const auto& slots = arena_->slots();
   rc = io_uring_register_buffers(&ring->ring_, slots.data(), static_cast<unsigned>(slots.size()));
+  if (rc == -ENOMEM) {
+    // Registered buffers are pinned and counted against RLIMIT_MEMLOCK (Debian's default for a user: 8 MiB;
+    // root's CAP_IPC_LOCK ignores it). Rather than refuse to run, the rings do without: said once per target.
+    if (fixed_buffers_.exchange(false, std::memory_order_acq_rel)) {
+      rlimit lim{};
+      getrlimit(RLIMIT_MEMLOCK, &lim);
+      std::string have = lim.rlim_cur == RLIM_INFINITY ? "unlimited" : std::to_string(lim.rlim_cur >> 10) + " KiB";
+      std::fprintf(stderr,
+                   "rfos engine: the %zu MiB buffer arena does not fit the locked-memory limit "
+                   "(RLIMIT_MEMLOCK %s), so its I/O uses unregistered buffers (slower: pages pinned per I/O). "
+                   "For registered buffers raise the limit for the server's user: LimitMEMLOCK=infinity in its "
+                   "systemd unit (packaging/rfos-server.service), `ulimit -l unlimited` where it starts, or "
+                   "'<user> - memlock unlimited' in /etc/security/limits.conf\n",
+                   arena_->bytes() >> 20, have.c_str());
+    }
+    return ring;
+  }
   if (rc < 0) return errno_status("io_uring_register_buffers", -rc);
   return ring;
 }
@@ -127,11 +154,19 @@ void BlockDevice::prep(io_uring_sqe* sqe, const IoRequest& r, uint32_t done, uin
   uint8_t* buf = r.buf + done;
   uint64_t off = r.offset + done;
   unsigned len = r.len - done;
-  int index = arena_->slot_index(r.buf);
-  if (r.write)
-    io_uring_prep_write_fixed(sqe, 0, buf, len, off, index);
-  else
-    io_uring_prep_read_fixed(sqe, 0, buf, len, off, index);
+  if (write_log_ && r.write && done == 0) write_log_->write_issued(r.offset, r.len);
+  if (!fixed_buffers()) {
+    if (r.write)
+      io_uring_prep_write(sqe, 0, buf, len, off);
+    else
+      io_uring_prep_read(sqe, 0, buf, len, off);
+  } else {
+    int index = arena_->slot_index(r.buf);
+    if (r.write)
+      io_uring_prep_write_fixed(sqe, 0, buf, len, off, index);
+    else
+      io_uring_prep_read_fixed(sqe, 0, buf, len, off, index);
+  }
   sqe->flags |= IOSQE_FIXED_FILE;
   io_uring_sqe_set_data64(sqe, user_data);
 }
@@ -200,7 +235,10 @@ Status BlockDevice::submit_and_wait(std::span<const IoRequest> requests) {
       int res = cqe->res;
       io_uring_cqe_seen(uring, cqe);
       --inflight;
-      if (account(requests[i], res, &done[i], &status)) pending.push_back(i);
+      if (account(requests[i], res, &done[i], &status))
+        pending.push_back(i);
+      else
+        finished(requests[i]);
     }
     if (!status.is_ok()) break;
   }
@@ -331,9 +369,10 @@ int AsyncRing::poll() {
     delete slot;
     if (BlockDevice::account(b->requests[i], res, &b->done[i], &b->status)) {
       backlog_.push_back({b, i});  // short or interrupted: the rest goes again
-    } else if (--b->open == 0) {
-      finished.push_back(b);
+      continue;
     }
+    dev_->finished(b->requests[i]);
+    if (--b->open == 0) finished.push_back(b);
   }
   // Requests that waited for room (or a resubmission) go in now, then the reads the window lets in.
   std::vector<Slot> waiting;
@@ -367,9 +406,59 @@ void AsyncRing::drain() {
   }
 }
 
+Status BlockDevice::check_in_place_writes() const {
+  struct statfs sf {};
+  if (fstatfs(fd_, &sf) != 0) return errno_status("fstatfs", errno);
+  constexpr long kExt4 = 0xEF53, kXfs = 0x58465342;
+  if (sf.f_type != kExt4 && sf.f_type != kXfs) {
+    char hex[32];
+    std::snprintf(hex, sizeof(hex), "0x%lx", static_cast<unsigned long>(sf.f_type));
+    return error(StatusCode::kNotSupported, std::string("the block file's file system (magic ") + hex +
+                                                ") is not ext4 or XFS, where in-place O_DIRECT writes are known to "
+                                                "need only a device flush");
+  }
+  if (!direct_) return error(StatusCode::kNotSupported, "the block file is not open with O_DIRECT");
+  constexpr uint32_t kBatch = 256;
+  std::vector<char> buf(sizeof(fiemap) + kBatch * sizeof(fiemap_extent));
+  auto* fm = reinterpret_cast<fiemap*>(buf.data());
+  uint64_t covered = 0;
+  constexpr uint32_t kRefused = FIEMAP_EXTENT_UNKNOWN | FIEMAP_EXTENT_DELALLOC | FIEMAP_EXTENT_ENCODED |
+                                FIEMAP_EXTENT_DATA_ENCRYPTED | FIEMAP_EXTENT_NOT_ALIGNED | FIEMAP_EXTENT_DATA_INLINE |
+                                FIEMAP_EXTENT_DATA_TAIL | FIEMAP_EXTENT_UNWRITTEN | FIEMAP_EXTENT_SHARED;
+  for (;;) {
+    std::memset(buf.data(), 0, buf.size());
+    fm->fm_start = covered;
+    fm->fm_length = bytes_ - covered;
+    fm->fm_flags = FIEMAP_FLAG_SYNC;
+    fm->fm_extent_count = kBatch;
+    if (ioctl(fd_, FS_IOC_FIEMAP, fm) != 0) return errno_status("FIEMAP on the block file", errno);
+    if (fm->fm_mapped_extents == 0) break;
+    bool last = false;
+    for (uint32_t i = 0; i < fm->fm_mapped_extents; ++i) {
+      const fiemap_extent& e = fm->fm_extents[i];
+      if (e.fe_logical > covered)
+        return error(StatusCode::kNotSupported, "the block file has a hole at byte " + std::to_string(covered));
+      if (e.fe_flags & kRefused) {
+        char flags[32];
+        std::snprintf(flags, sizeof(flags), "0x%x", e.fe_flags & kRefused);
+        return error(StatusCode::kNotSupported, "the block file's extent at byte " + std::to_string(e.fe_logical) +
+                                                    " is not plainly written (FIEMAP flags " + flags + ")");
+      }
+      covered = std::max<uint64_t>(covered, e.fe_logical + e.fe_length);
+      last |= (e.fe_flags & FIEMAP_EXTENT_LAST) != 0;
+    }
+    if (last || covered >= bytes_) break;
+  }
+  if (covered < bytes_)
+    return error(StatusCode::kNotSupported, "the block file has a hole at byte " + std::to_string(covered));
+  return Status::ok();
+}
+
 Status BlockDevice::sync() {
   if (RFOS_FAULT("blockio.sync")) return error(StatusCode::kIoError, "fdatasync: injected fault");
+  uint64_t token = write_log_ ? write_log_->sync_started() : 0;
   if (fdatasync(fd_) != 0) return errno_status("fdatasync", errno);
+  if (write_log_) write_log_->sync_done(token);
   return Status::ok();
 }
 

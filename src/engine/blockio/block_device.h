@@ -9,6 +9,7 @@
 // Thread-safety: all methods are safe from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -31,6 +32,18 @@ struct IoRequest {
   uint32_t len = 0;        // bytes, block multiple
 };
 
+// A test seam (engine/power_cut.h): told of every write of the block file, when it is issued and when it
+// finished, and of every sync, so a simulated power cut can undo what was not durable yet.
+class WriteLog {
+ public:
+  virtual ~WriteLog() = default;
+  virtual void write_issued(uint64_t offset, uint64_t len) = 0;
+  virtual void write_finished(uint64_t offset, uint64_t len) = 0;
+  // A sync covers the writes that finished before it started: sync_started's token goes to sync_done.
+  virtual uint64_t sync_started() = 0;
+  virtual void sync_done(uint64_t token) = 0;
+};
+
 struct BlockDeviceOptions {
   std::string path;
   uint64_t bytes = 0;  // size of a new file (a block multiple); an existing file keeps its size
@@ -41,6 +54,7 @@ struct BlockDeviceOptions {
   // Bytes of reads an AsyncRing keeps at the device at once (0: no limit); one read always goes. See
   // AsyncRing::submit.
   uint32_t read_window_bytes = 1u << 20;
+  WriteLog* write_log = nullptr;  // tests only
 };
 
 class Ring;
@@ -117,17 +131,30 @@ class BlockDevice {
   Status submit_and_wait(std::span<const IoRequest> requests);
   // Makes completed writes durable (fdatasync).
   Status sync();
+  // OK when a finished write needs nothing but a device cache flush to be on the media: the file is on ext4 or
+  // XFS (where O_DIRECT reaches the device), opened O_DIRECT, and FIEMAP shows every byte in written extents
+  // that are neither unwritten, delayed, shared (reflinked, copy-on-write) nor inline, with no holes.
+  // kNotSupported saying which assumption fails otherwise.
+  Status check_in_place_writes() const;
   // A ring for one event-loop thread (see AsyncRing). Errors: kIoError.
   Result<std::unique_ptr<AsyncRing>> make_async_ring();
 
   uint64_t block_count() const { return bytes_ / kBlockBytes; }
   bool direct_io() const { return direct_; }
   bool created() const { return created_; }
+  // Whether rings use the arena as registered (fixed) buffers. False once a registration did not fit the
+  // locked-memory limit: I/O then goes through plain reads and writes of the same buffers (the kernel pins
+  // their pages per I/O instead of once), and the server says at start how to raise the limit.
+  bool fixed_buffers() const { return fixed_buffers_.load(std::memory_order_acquire); }
 
  private:
   friend class AsyncRing;
   BlockDevice(int fd, uint64_t bytes, bool direct, bool created, BufferArena* arena, uint32_t depth,
-              uint32_t read_window);
+              uint32_t read_window, WriteLog* write_log);
+  // A request is done (whichever way): tells the write log of a write.
+  void finished(const IoRequest& r) const {
+    if (write_log_ && r.write) write_log_->write_finished(r.offset, r.len);
+  }
   Result<std::unique_ptr<Ring>> make_ring();
   Status check_range(const IoRequest& r) const;
   // Fills `sqe` for what is left of `r` after `done` bytes.
@@ -143,6 +170,8 @@ class BlockDevice {
   BufferArena* const arena_;
   const uint32_t queue_depth_;
   const uint32_t read_window_;
+  WriteLog* const write_log_;
+  std::atomic<bool> fixed_buffers_{true};
   std::mutex mu_;
   std::vector<std::unique_ptr<Ring>> idle_rings_;
 };

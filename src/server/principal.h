@@ -1,0 +1,40 @@
+// Who a control-plane caller is. Local callers are named by the kernel (the control socket's peer credentials:
+// uid, gid, supplementary groups); remote callers by the common name of the client certificate their mutual TLS
+// handshake verified; callers of a TCP listener without TLS (--insecure) are anonymous.
+//
+// Names are the currency of access control (server/acl.h): a local uid counts as its passwd name (or its
+// decimal number when it has none), a certificate as its common name, groups as their group names. A TLS
+// principal "alice" and the local user "alice" are therefore the same principal: the CA the server trusts is
+// the administrator's, and names are what it vouches for.
+//
+// Thread-safety: values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rfos::server {
+
+struct Principal {
+  enum class Via { kAnonymous, kLocal, kTls };
+  Via via = Via::kAnonymous;
+  std::string name;                 // user name; empty when anonymous
+  std::vector<std::string> groups;  // group names (local: primary first); none for TLS and anonymous callers
+  uint32_t uid = UINT32_MAX;        // local callers only
+  uint32_t gid = UINT32_MAX;
+  bool admin = false;  // root, the server's own user, or a name in ServerConfig::admins
+
+  bool anonymous() const { return via == Via::kAnonymous; }
+  bool in_group(const std::string& group) const;
+  // For messages and logs: "alice (uid 1000)", "tls:alice", "anonymous".
+  std::string describe() const;
+};
+
+// A local caller from its kernel credentials: names looked up in the system's user and group databases.
+Principal local_principal(uint32_t uid, uint32_t gid, const std::vector<uint32_t>& groups);
+// The user and group names of a uid and gid (the decimal number when the database has no name).
+std::string user_name(uint32_t uid);
+std::string group_name(uint32_t gid);
+
+}  // namespace rfos::server
