@@ -2,7 +2,7 @@
 // One case per run; bench/engine_bench.py runs the matrix and fio's ceiling beside it.
 //
 //   rfos_engine_bench --dir DIR --rw write|randwrite|read|randread --bs BYTES --threads N
-//                     --size BYTES_PER_THREAD --runtime SECONDS [--no-sync] [--copy] [--data-sync-always]
+//                     --size BYTES_PER_THREAD --runtime SECONDS [--no-sync] [--copy] [--data-sync auto|always]
 //                     [--appending-wal]
 //
 // Each thread owns one object, laid out like a DFS file: dkey = 1 MiB chunk index, akey "data", the array
@@ -41,7 +41,7 @@ struct Args {
   uint64_t size = 256ull << 20;
   double runtime = 10;
   bool sync = true;
-  bool data_sync_always = false;
+  bool data_sync_auto = false;  // default: the engine's default (always)
   bool appending_wal = false;
   bool copy = false;
 };
@@ -102,8 +102,8 @@ int main(int argc, char** argv) {
       a.runtime = std::atof(next());
     else if (k == "--no-sync")
       a.sync = false;
-    else if (k == "--data-sync-always")
-      a.data_sync_always = true;
+    else if (k == "--data-sync" && i + 1 < argc)
+      a.data_sync_auto = std::string(argv[++i]) == "auto";
     else if (k == "--appending-wal")
       a.appending_wal = true;
     else if (k == "--copy")
@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: %s --dir DIR --rw write|randwrite|read|randread --bs N --threads N --size N "
-                   "--runtime S [--no-sync] [--copy] [--data-sync-always] [--appending-wal]\n",
+                   "--runtime S [--no-sync] [--copy] [--data-sync auto|always] [--appending-wal]\n",
                    argv[0]);
       return 2;
     }
@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
   opts.block_file_bytes = opts.block_file_bytes / 4096 * 4096;
   opts.arena_bytes = 64ull << 20;
   opts.sync = a.sync;
-  if (a.data_sync_always) opts.data_sync = EngineOptions::DataSync::kAlways;
+  if (a.data_sync_auto) opts.data_sync = EngineOptions::DataSync::kAuto;
   if (a.appending_wal) opts.prewrite_wal = false;
   auto opened = Engine::open(opts);
   if (!opened.is_ok()) die("open", opened.status());

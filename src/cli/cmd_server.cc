@@ -25,6 +25,9 @@ void add_server_command(CLI::App& app, Context& ctx) {
   cmd->add_option("--tls-key", flags->tls_key, "the server's key, PEM");
   cmd->add_option("--tls-ca", flags->tls_ca, "the CA whose client certificates are accepted, PEM");
   cmd->add_option("--admin", flags->admins, "a name with every right (beside root and the server's user); repeatable");
+  cmd->add_option("--data-sync", flags->data_sync,
+                  "always (default): block data synced before each commit; auto: left to the index's sync where "
+                  "the engine checked that suffices");
   cmd->add_option("--capability-ttl-s", flags->capability_ttl_s, "capability lifetime (default 3600; renewed by clients)");
   cmd->add_option("--provider", flags->provider,
                   "data-plane provider: ucx+tcp, ucx+shm, ofi+tcp, ... (default ucx+tcp)");
@@ -54,6 +57,7 @@ void add_server_command(CLI::App& app, Context& ctx) {
     if (cmd->count("--tls-key")) config->tls_key = flags->tls_key;
     if (cmd->count("--tls-ca")) config->tls_ca = flags->tls_ca;
     if (cmd->count("--admin")) config->admins = flags->admins;
+    if (cmd->count("--data-sync")) config->data_sync = flags->data_sync;
     if (cmd->count("--capability-ttl-s")) config->capability_ttl_s = flags->capability_ttl_s;
     if (cmd->count("--provider")) config->provider = flags->provider;
     if (cmd->count("--targets")) config->targets = flags->targets;

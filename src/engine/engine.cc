@@ -91,8 +91,11 @@ Status Engine::Impl::open() {
   ro.write_buffer_size = 64 << 20;
   ro.keep_log_file_num = 4;
   ro.info_log_level = rocksdb::WARN_LEVEL;
-  if (opts.prewrite_wal) {
-    rocks_env = rocksdb::NewCompositeEnv(index::make_prewritten_wal_fs());
+  std::shared_ptr<rocksdb::FileSystem> index_fs;
+  if (opts.power_cut) index_fs = power_cut_fs(opts.power_cut, rocksdb::FileSystem::Default());
+  if (opts.prewrite_wal) index_fs = index::make_prewritten_wal_fs(index_fs);
+  if (index_fs) {
+    rocks_env = rocksdb::NewCompositeEnv(index_fs);
     ro.env = rocks_env.get();
   }
   rocksdb::BlockBasedTableOptions table;
@@ -123,6 +126,7 @@ Status Engine::Impl::open() {
   bo.prezero = opts.prezero;
   bo.queue_depth = opts.io_queue_depth;
   bo.read_window_bytes = opts.read_window_bytes;
+  if (opts.power_cut) bo.write_log = power_cut_block_log(opts.power_cut, opts.block_file);
   RFOS_ASSIGN_OR_RETURN(dev, blockio::BlockDevice::open(bo, arena.get()));
   block_count = dev->block_count();
 
@@ -212,14 +216,26 @@ Status Engine::Impl::open() {
   for (const auto& [id, c] : conts) high_epoch = std::max(high_epoch, c.write_floor());
   RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "load metadata"));
 
-  // One device flush per group commit is enough when the block file's writes change no file system metadata
-  // and reach the same device as the WAL: the WAL's fdatasync flushes the device cache for both.
+  // One device flush per group commit is enough when the block file's finished writes need nothing but a device
+  // cache flush to be on the media, and the WAL's fdatasync flushes the cache of the device they are on: kAuto
+  // takes it only when every assumption that rests on is checked here.
   struct stat bs {
   }, is{};
   bool prezeroed = db->Get(rocksdb::ReadOptions(), meta_key("prezeroed"), &value).ok();
   bool same_dev = ::stat(opts.block_file.c_str(), &bs) == 0 && ::stat((opts.dir + "/index").c_str(), &is) == 0 &&
                   bs.st_dev == is.st_dev;
-  data_flush_by_wal = opts.data_sync == EngineOptions::DataSync::kAuto && dev->direct_io() && prezeroed && same_dev;
+  const std::string always = "block data synced before every commit (fdatasync of the block file, then the index's WAL)";
+  durability = always;
+  if (opts.data_sync == EngineOptions::DataSync::kAuto) {
+    Status layout = !dev->direct_io()  ? error(StatusCode::kNotSupported, "the block file is not O_DIRECT")
+                    : !prezeroed       ? error(StatusCode::kNotSupported, "the block file was not pre-zeroed")
+                    : !same_dev        ? error(StatusCode::kNotSupported, "the index is on another device")
+                                       : dev->check_in_place_writes();
+    data_flush_by_wal = layout.is_ok();
+    durability = data_flush_by_wal ? "block data flushed by the index's WAL sync (data_sync auto; checked: "
+                                     "O_DIRECT on ext4/XFS, pre-zeroed, every extent written and unshared, one device)"
+                                   : always + " (data_sync auto not taken: " + layout.message() + ")";
+  }
   return Status::ok();
 }
 
@@ -681,5 +697,6 @@ SpaceInfo Engine::space() const {
 
 bool Engine::direct_io() const { return impl_->dev->direct_io(); }
 bool Engine::data_flushed_with_index() const { return impl_->data_flush_by_wal; }
+std::string Engine::durability() const { return impl_->durability; }
 
 }  // namespace rfos::engine

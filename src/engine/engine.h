@@ -45,6 +45,8 @@ inline constexpr uint64_t kArrayOffsetMax = 1ull << 62;
 
 enum class ValueKind : uint8_t { kSingle = 1, kArray = 2 };
 
+class PowerCut;
+
 struct EngineOptions {
   std::string dir;                         // RocksDB index lives in dir/index
   std::string block_file;                  // default: dir/blocks
@@ -55,12 +57,16 @@ struct EngineOptions {
   bool prezero = true;                     // write zeros over a new block file (no unwritten extents)
   bool sync = true;                        // durability before acknowledgement (false: benchmarks only)
   // How block file data becomes durable before its index records commit:
-  //  kAuto: when the block file is O_DIRECT, was pre-zeroed (no metadata changes on write) and shares a
-  //         device with the index, the index's WAL sync flushes the device cache for both: one flush per
-  //         group commit. Otherwise as kAlways.
-  //  kAlways: an fdatasync of the block file, then the WAL sync.
+  //  kAlways (the default): an fdatasync of the block file, then the WAL sync.
+  //  kAuto: the index's WAL sync alone, which flushes the device cache for the block file's finished writes
+  //         too, when those writes need nothing else to reach the media: checked at open (the block file is on
+  //         ext4 or XFS, opened O_DIRECT, pre-zeroed, every extent written, none shared or copy-on-write, no
+  //         holes, the same device as the index). When a check fails the engine runs as kAlways and
+  //         durability() says why. One device flush per group commit instead of two.
   enum class DataSync { kAuto, kAlways };
-  DataSync data_sync = DataSync::kAuto;
+  DataSync data_sync = DataSync::kAlways;
+  // Tests only: the media seam that simulates losing power (engine/power_cut.h).
+  PowerCut* power_cut = nullptr;
   // Write the index's WAL ahead with zeros, so its synced writes do not grow the file and commit the file
   // system's journal (engine/index/wal_file_system.h). false: RocksDB's appending WAL (benchmarks only).
   bool prewrite_wal = true;
@@ -311,6 +317,8 @@ class Engine {
   bool direct_io() const;
   // Whether the index's WAL sync also makes block data durable (see EngineOptions::data_sync).
   bool data_flushed_with_index() const;
+  // The durability mode in words, with the reason kAuto was not taken when it was asked for.
+  std::string durability() const;
   // Test hook: the block file byte ranges holding one array piece's data at `offset` (empty when inline).
   Result<std::vector<Extent>> debug_locate(const KeyRef& key, uint64_t offset);
 

@@ -131,6 +131,7 @@ class Engine::Impl {
   uint64_t block_count = 0;
   uint64_t max_io_bytes = 0;
   bool data_flush_by_wal = false;  // see EngineOptions::DataSync::kAuto
+  std::string durability;          // Engine::durability()
 
   std::mutex admin_mu;
   std::shared_mutex reclaim_mu;
@@ -177,5 +178,9 @@ inline bool starts_with(const rocksdb::Slice& s, const std::string& prefix) {
   return s.size() >= prefix.size() && std::memcmp(s.data(), prefix.data(), prefix.size()) == 0;
 }
 Status from_rocks(const rocksdb::Status& s, const std::string& what);
+
+// The power-cut seam's hooks (power_cut.cc): the block file's write log, and RocksDB's file system over `base`.
+blockio::WriteLog* power_cut_block_log(PowerCut* cut, const std::string& block_file);
+std::shared_ptr<rocksdb::FileSystem> power_cut_fs(PowerCut* cut, std::shared_ptr<rocksdb::FileSystem> base);
 
 }  // namespace rfos::engine

@@ -28,7 +28,7 @@ Status load_config_file(const std::string& path, ServerConfig* config) {
       "data_dir",      "control_socket", "control_addr", "insecure",     "admins",
       "provider",      "targets",        "target_bytes", "tls_ca",       "capability_ttl_s",
       "media_threads", "tls_cert",       "tls_key",      "bypass_media", "payload_timeout_ms",
-      "session_buffer_bytes"};
+      "session_buffer_bytes", "data_sync"};
   try {
     for (const auto& kv : root) {
       std::string key = kv.first.as<std::string>();
@@ -36,6 +36,7 @@ Status load_config_file(const std::string& path, ServerConfig* config) {
     }
     if (root["data_dir"]) config->data_dir = root["data_dir"].as<std::string>();
     if (root["control_addr"]) config->control_addr = root["control_addr"].as<std::string>();
+    if (root["data_sync"]) config->data_sync = root["data_sync"].as<std::string>();
     if (root["control_socket"]) config->control_socket = root["control_socket"].as<std::string>();
     if (root["insecure"]) config->insecure = root["insecure"].as<bool>();
     if (root["admins"]) config->admins = root["admins"].as<std::vector<std::string>>();
@@ -77,6 +78,8 @@ Status validate(const ServerConfig& c) {
     if (tls && c.insecure) return error(StatusCode::kInvalidArgument, "insecure and TLS exclude each other");
   }
   if (c.data_dir.empty()) return error(StatusCode::kInvalidArgument, "data directory is empty");
+  if (c.data_sync != "always" && c.data_sync != "auto")
+    return error(StatusCode::kInvalidArgument, "data_sync is 'always' or 'auto', not '" + c.data_sync + "'");
   if (c.target_bytes < (16ull << 20)) return error(StatusCode::kInvalidArgument, "target_bytes must be >= 16 MiB");
   if (c.targets > 256) return error(StatusCode::kInvalidArgument, "at most 256 targets");
   if (c.media_threads == 0 || c.media_threads > 256)

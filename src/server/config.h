@@ -1,6 +1,6 @@
 // rfos server configuration: embedded defaults, overridden by a YAML file, overridden by flags.
 //
-// YAML keys (all optional): data_dir, control_socket, control_addr, insecure, tls_cert, tls_key, tls_ca, admins,
+// YAML keys (all optional): data_dir, data_sync, control_socket, control_addr, insecure, tls_cert, tls_key, tls_ca, admins,
 // provider, targets, target_bytes, capability_ttl_s, media_threads, payload_timeout_ms, session_buffer_bytes,
 // bypass_media. Unknown keys are an error (a typo must not silently fall back to a default).
 //
@@ -33,6 +33,9 @@ struct ServerConfig {
   std::string provider = "ucx+tcp";
   uint32_t targets = 0;                // 0: one per core
   uint64_t target_bytes = 1ull << 30;  // block file size of each target
+  // "always": block data synced before every commit; "auto": left to the index's sync when the engine has checked
+  // that this suffices (engine.h, EngineOptions::DataSync); the server says at start which mode runs.
+  std::string data_sync = "always";
   uint32_t capability_ttl_s = 3600;
   uint32_t media_threads = 2;  // per target: helper threads for engine calls that block (punches, aggregation)
   // How long a target waits for an update's payload whose sender went silent before it gives the update up

@@ -313,6 +313,8 @@ Status Server::Impl::open() {
     engine::EngineOptions o;
     o.dir = config_.data_dir + "/target-" + std::to_string(i);
     o.block_file_bytes = config_.target_bytes;
+    o.data_sync = config_.data_sync == "auto" ? engine::EngineOptions::DataSync::kAuto
+                                              : engine::EngineOptions::DataSync::kAlways;
     auto e = Engine::open(o);
     if (!e.is_ok()) return error(e.status().code(), "target " + std::to_string(i) + ": " + e.status().to_string());
     targets_.push_back(std::move(e).value());
@@ -973,6 +975,9 @@ Server::~Server() {
 }
 std::string Server::control_address() const { return impl_->bound_; }
 std::string Server::tcp_address() const { return impl_->tcp_bound_; }
+std::string Server::durability() const {
+  return impl_->targets_.empty() ? std::string() : impl_->targets_[0]->durability();
+}
 void Server::wait() { impl_->grpc_->Wait(); }
 void Server::shutdown() {
   if (impl_ && impl_->local_) impl_->local_->stop_accepting();
@@ -997,6 +1002,8 @@ int run_server(const ServerConfig& config, const std::function<void(const std::s
                          : " and " + tcp + (config.insecure ? " (insecure: anonymous callers)" : " (mutual TLS)");
   std::printf("rfos server: control plane listening on %s%s (provider %s, data in %s)\n",
               (*server)->control_address().c_str(), also.c_str(), config.provider.c_str(), config.data_dir.c_str());
+  std::printf("rfos server: durability: %s\n", (*server)->durability().c_str());
+  std::fflush(stdout);
   if (config.insecure)
     std::fprintf(stderr, "rfos server: WARNING: %s takes calls without TLS; its callers are anonymous and have "
                          "only the rights ACLs grant EVERYONE@\n", tcp.c_str());

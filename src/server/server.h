@@ -27,6 +27,8 @@ class Server {
   std::string control_address() const;
   // The TCP listener, HOST:PORT ("" when there is none).
   std::string tcp_address() const;
+  // The targets' durability mode in words (Engine::durability).
+  std::string durability() const;
   // Blocks until shutdown() is called from another thread (or a signal handler's thread).
   void wait();
   void shutdown();

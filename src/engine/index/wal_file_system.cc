@@ -120,8 +120,8 @@ class PrewrittenWalFileSystem : public rocksdb::FileSystemWrapper {
 
 }  // namespace
 
-std::shared_ptr<rocksdb::FileSystem> make_prewritten_wal_fs() {
-  return std::make_shared<PrewrittenWalFileSystem>(rocksdb::FileSystem::Default());
+std::shared_ptr<rocksdb::FileSystem> make_prewritten_wal_fs(std::shared_ptr<rocksdb::FileSystem> base) {
+  return std::make_shared<PrewrittenWalFileSystem>(base ? std::move(base) : rocksdb::FileSystem::Default());
 }
 
 }  // namespace rfos::engine::index

@@ -26,7 +26,8 @@ namespace rfos::engine::index {
 
 inline constexpr uint64_t kWalPrewriteChunkBytes = 1u << 20;
 
-// RocksDB's default file system, with files named *.log written ahead kWalPrewriteChunkBytes at a time.
-std::shared_ptr<rocksdb::FileSystem> make_prewritten_wal_fs();
+// `base` (default: RocksDB's default file system), with files named *.log written ahead kWalPrewriteChunkBytes
+// at a time.
+std::shared_ptr<rocksdb::FileSystem> make_prewritten_wal_fs(std::shared_ptr<rocksdb::FileSystem> base = nullptr);
 
 }  // namespace rfos::engine::index

@@ -1,0 +1,138 @@
+// Power-loss test: writer threads update, punch and aggregate; after a random number of acknowledged operations
+// the media seam (engine/power_cut.h) cuts the power; the engine is destroyed, everything that was not durable
+// is torn or gone, the target is reopened without the seam and must hold every update and punch acknowledged
+// before the cut, exactly, with nothing present torn and fsck clean. Many rounds on one target, each with its own
+// cut. Seeded: the seed is printed; RFOS_POWER_CUT_SEED=N repeats a run, RFOS_POWER_CUT_ROUNDS=N sets the rounds.
+#include "engine/power_cut.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "engine/crash_testing.h"
+
+namespace rfos::engine {
+namespace {
+
+uint64_t env_or(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::strtoull(v, nullptr, 10) : fallback;
+}
+
+struct RoundResult {
+  size_t acks = 0;  // acknowledged this round, before the cut
+  std::string applied;
+  testing::CrashCheck check;
+  bool flushed_with_index = false;
+};
+
+// One round: open with the seam, write until `cut_after` operations were acknowledged, cut, tear, reopen, check.
+RoundResult run_round(const std::string& dir, uint64_t seed, int round, size_t cut_after, EngineOptions::DataSync mode,
+                      testing::CrashLedger* ledger) {
+  RoundResult out;
+  PowerCut power(seed);
+  EngineOptions o = testing::small_options(dir, 96ull << 20);
+  o.data_sync = mode;
+  o.power_cut = &power;
+  {
+    auto opened = Engine::open(o);
+    if (!opened.is_ok()) {
+      out.check.problem = "open with the seam: " + opened.status().to_string();
+      return out;
+    }
+    std::unique_ptr<Engine> engine = std::move(opened).value();
+    out.flushed_with_index = engine->data_flushed_with_index();
+    (void)engine->pool_create(testing::kCrashPool);
+    (void)engine->cont_create(testing::kCrashPool, testing::kCrashCont, {});
+    auto cont = engine->cont_open(testing::kCrashPool, testing::kCrashCont);
+    if (!cont.is_ok()) {
+      out.check.problem = "container: " + cont.status().to_string();
+      return out;
+    }
+    std::mutex mu;  // the ledger and the count
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> epoch{std::max<uint64_t>(engine->high_epoch(), uint64_t(round + 1) << 32)};
+    std::atomic<uint64_t> next_tag{uint64_t(round) << 32};
+    std::vector<std::thread> writers;
+    for (int t = 0; t < 3; ++t) {
+      writers.emplace_back([&, t] {
+        std::mt19937_64 rng(seed * 31 + t);
+        std::vector<uint64_t> mine;
+        while (!stop) {
+          testing::crash_step(*engine, cont->id, next_tag++, epoch, mine, rng, t == 0, [&](char op, uint64_t tag) {
+            // Only what was acknowledged before the power went counts: afterwards the machine is off.
+            std::lock_guard lock(mu);
+            if (power.is_cut()) return;
+            ledger->record(op, tag);
+            if (op == 'W' && ++out.acks >= cut_after) power.cut();
+          });
+          if (power.is_cut()) stop = true;
+        }
+      });
+    }
+    for (auto& w : writers) w.join();
+  }  // the engine goes down with the power off: nothing it does now reaches the media
+  auto applied = power.apply();
+  if (!applied.is_ok()) {
+    out.check.problem = "apply: " + applied.status().to_string();
+    return out;
+  }
+  out.applied = *applied;
+  auto reopened = Engine::open(testing::small_options(dir, 96ull << 20));
+  if (!reopened.is_ok()) {
+    out.check.problem = "reopen: " + reopened.status().to_string();
+    return out;
+  }
+  out.check = testing::check_after_crash(**reopened, *ledger);
+  return out;
+}
+
+TEST(EnginePowerCut, AcknowledgedUpdatesSurviveALossOfPower) {
+  uint64_t seed = env_or("RFOS_POWER_CUT_SEED", std::random_device{}());
+  uint64_t rounds = env_or("RFOS_POWER_CUT_ROUNDS", 12);
+  std::printf("seed %llu (RFOS_POWER_CUT_SEED=%llu repeats this run), %llu rounds\n",
+              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed),
+              static_cast<unsigned long long>(rounds));
+  testing::TempDir dir;
+  testing::CrashLedger ledger;
+  std::mt19937_64 rng(seed);
+  for (uint64_t round = 0; round < rounds; ++round) {
+    size_t cut_after = 1 + rng() % 150;
+    RoundResult r = run_round(dir.path(), rng(), static_cast<int>(round), cut_after, EngineOptions::DataSync::kAlways,
+                              &ledger);
+    ASSERT_EQ(r.check.problem, "") << "seed " << seed << ", round " << round << " (cut after " << cut_after
+                                   << " acknowledgements; " << r.applied << ")";
+    EXPECT_FALSE(r.flushed_with_index);
+    EXPECT_GE(r.check.present, r.check.verified);
+    std::printf("round %llu: cut after %zu acknowledged, %s; %zu verified in all, %zu present, %zu punched\n",
+                static_cast<unsigned long long>(round), r.acks, r.applied.c_str(), r.check.verified, r.check.present,
+                ledger.punched.size());
+  }
+  EXPECT_GT(ledger.acked.size(), rounds * 5) << "the writers made too little progress to test anything";
+}
+
+// The test can fail: with data_sync auto the engine leaves the block file's sync to the index's, which this
+// model does not credit, so acknowledged updates are lost. (On a real ext4 or XFS with O_DIRECT the WAL's device
+// flush covers them; engine open checks that layout before it takes the mode.)
+TEST(EnginePowerCut, DataSyncAutoIsOutsideTheModel) {
+  uint64_t seed = env_or("RFOS_POWER_CUT_SEED", std::random_device{}());
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  testing::TempDir dir;
+  testing::CrashLedger ledger;
+  RoundResult r = run_round(dir.path(), seed, 0, 60, EngineOptions::DataSync::kAuto, &ledger);
+  ASSERT_TRUE(r.flushed_with_index)
+      << "data_sync auto was not taken on " << dir.path()
+      << " (not ext4/XFS with O_DIRECT?): this test needs it; set RFOS_TEST_DIR to such a file system";
+  EXPECT_NE(r.check.problem, "") << "every acknowledged update survived although no block data was synced: the "
+                                    "seam lets unsynced writes through ("
+                                 << r.applied << ")";
+  std::printf("as expected: %s\n", r.check.problem.c_str());
+}
+
+}  // namespace
+}  // namespace rfos::engine
