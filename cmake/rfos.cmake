@@ -28,8 +28,8 @@ endfunction()
 
 # rfos_fuzzer(NAME SOURCES f.cc DEPS lib [SECONDS n])
 # With RFOS_FUZZ (clang): a libFuzzer binary run by ctest for a bounded time.
-# Without it: the same LLVMFuzzerTestOneInput driven by a seeded random-input loop (tests/fuzz_main.cc),
-# so every build still exercises the decoder.
+# Without it: the same LLVMFuzzerTestOneInput driven by seeded mutations of the checked-in corpus
+# (tests/fuzz_main.cc), so every build still exercises the decoders past their first checks.
 function(rfos_fuzzer name)
   if(NOT RFOS_BUILD_TESTS)
     return()
@@ -41,13 +41,18 @@ function(rfos_fuzzer name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  # The checked-in corpus of valid inputs (tests/fuzz/corpus/NAME, written by the stand-in's --write-corpus).
+  set(corpus ${PROJECT_SOURCE_DIR}/tests/fuzz/corpus/${name})
   if(RFOS_FUZZ)
     target_compile_options(${name} PRIVATE -fsanitize=fuzzer)
     target_link_options(${name} PRIVATE -fsanitize=fuzzer)
-    add_test(NAME ${name} COMMAND ${name} -max_total_time=${ARG_SECONDS} -rss_limit_mb=2048)
+    # libFuzzer adds what it finds to the first directory: a scratch one in the build tree, never the source.
+    file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz-corpus/${name})
+    add_test(NAME ${name} COMMAND ${name} -max_total_time=${ARG_SECONDS} -rss_limit_mb=2048
+             ${CMAKE_BINARY_DIR}/fuzz-corpus/${name} ${corpus})
   else()
     target_sources(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/fuzz_main.cc)
-    add_test(NAME ${name} COMMAND ${name} 200000)
+    add_test(NAME ${name} COMMAND ${name} 200000 ${corpus})
   endif()
   set_tests_properties(${name} PROPERTIES LABELS "fuzz" TIMEOUT 300)
 endfunction()

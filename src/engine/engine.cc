@@ -342,6 +342,8 @@ void Engine::Impl::lead(std::unique_lock<std::mutex>& lock) {
   }
 
   Status st = sticky;
+  commit_groups.fetch_add(1, std::memory_order_relaxed);
+  committed_writers.fetch_add(group.size(), std::memory_order_relaxed);
   if (st.is_ok() && batch.Count() > 0) {
     std::string seq_value;
     put_le<uint64_t>(&seq_value, seq_now);
@@ -698,5 +700,8 @@ SpaceInfo Engine::space() const {
 bool Engine::direct_io() const { return impl_->dev->direct_io(); }
 bool Engine::data_flushed_with_index() const { return impl_->data_flush_by_wal; }
 std::string Engine::durability() const { return impl_->durability; }
+Engine::CommitStats Engine::commit_stats() const {
+  return {impl_->commit_groups.load(std::memory_order_relaxed), impl_->committed_writers.load(std::memory_order_relaxed)};
+}
 
 }  // namespace rfos::engine

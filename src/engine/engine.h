@@ -319,6 +319,12 @@ class Engine {
   bool data_flushed_with_index() const;
   // The durability mode in words, with the reason kAuto was not taken when it was asked for.
   std::string durability() const;
+  // Group commit at work: index batches written, and the writers (updates, punches, ...) they carried.
+  struct CommitStats {
+    uint64_t groups = 0;
+    uint64_t writers = 0;
+  };
+  CommitStats commit_stats() const;
   // Test hook: the block file byte ranges holding one array piece's data at `offset` (empty when inline).
   Result<std::vector<Extent>> debug_locate(const KeyRef& key, uint64_t offset);
 

@@ -9,6 +9,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -154,6 +155,7 @@ class Engine::Impl {
   void lead(std::unique_lock<std::mutex>& lock);
   void committer_loop();
   uint64_t seq = 0;
+  std::atomic<uint64_t> commit_groups{0}, committed_writers{0};  // Engine::commit_stats
   // The highest epoch any committed update, punch or snapshot carried (under meta_mu), kept in the index with
   // the commit that raised it: a restarted target's clock starts past it.
   Epoch high_epoch = 0;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -298,6 +299,12 @@ TEST_F(EngineTest, ConcurrentWritersGroupCommit) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(failures.load(), 0);
+  // Four writers each waiting for its commit: their commits must have shared syncs.
+  Engine::CommitStats stats = engine_->commit_stats();
+  EXPECT_GE(stats.writers, 200u);
+  EXPECT_LT(stats.groups, stats.writers) << "no two of " << stats.writers << " updates shared a commit";
+  std::printf("%llu updates in %llu commit groups\n", static_cast<unsigned long long>(stats.writers),
+              static_cast<unsigned long long>(stats.groups));
   reopen();
   for (int t = 0; t < 4; ++t)
     for (int i = 0; i < 50; ++i) {

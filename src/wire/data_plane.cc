@@ -118,6 +118,9 @@ Result<Reply> decode_reply(std::string_view in) {
   if (!r.get_le(&pad) || !r.get_le(&status) || !r.get_le(&p.request_id) || !r.get_le(&p.epoch) ||
       !r.get_le(&p.length) || !r.get_le(&mlen) || !r.get_le(&ncsum))
     return malformed("truncated");
+  // Accepted means canonical: what encode_reply writes, and nothing else (found by the fuzzer's corpus).
+  if (pad != 0) return malformed("reserved byte set");
+  if (mlen > 1024) return malformed("message too long");
   if (!csum_count_ok(ncsum, p.length)) return malformed("too many checksums");
   std::string_view msg, csums;
   if (!r.get_bytes(mlen, &msg) || !r.get_bytes(ncsum * size_t{4}, &csums) || r.remaining() != 0)

@@ -7,12 +7,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <chrono>
+#include <condition_variable>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "client/container.h"
@@ -220,31 +222,47 @@ TEST_P(DataPlane, SnapshotsPinAState) {
     Clock::time_point begin, end;
   };
   std::vector<Done> writes;
+  std::mutex writes_mu;
+  std::condition_variable wrote;
   std::atomic<bool> stop{false};
   Status writer_status;
   std::thread writer([&] {
     auto w = open();
-    if (!w) return;
+    auto finish = [&](Status s) {
+      std::lock_guard lock(writes_mu);
+      writer_status = s;
+      stop = true;
+      wrote.notify_all();
+    };
+    if (!w) return finish(error(StatusCode::kInternal, "the writer could not open the container"));
     for (int i = 0; !stop; ++i) {
       auto b = Clock::now();
       std::string v = bytes_of(4096, 1000 + i);
       Status s = w->write({7, 7}, "w" + std::to_string(i), "a", 0, as_span(v));
-      if (!s.is_ok()) {
-        writer_status = s;
-        return;
-      }
+      if (!s.is_ok()) return finish(s);
+      std::lock_guard lock(writes_mu);
       writes.push_back({b, Clock::now()});
+      wrote.notify_all();
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  // The snapshot lands among the writes: some finished before it, some begin after it (waited for, not slept).
+  auto writes_done = [&](auto pred) {
+    std::unique_lock lock(writes_mu);
+    return wrote.wait_for(lock, std::chrono::seconds(20), [&] { return stop || pred(); });
+  };
+  writes_done([&] { return writes.size() >= 5; });
   auto before = Clock::now();
   auto snap = control_->snapshot_create("p", "c");
   auto after = Clock::now();
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  writes_done([&] {
+    return std::count_if(writes.begin(), writes.end(), [&](const Done& d) { return d.begin > after; }) >= 5;
+  });
   stop = true;
   writer.join();
   ASSERT_TRUE(snap.is_ok()) << snap.status().to_string();
   ASSERT_TRUE(writer_status.is_ok()) << "a write racing the snapshot failed: " << writer_status.to_string();
+  ASSERT_GE(std::count_if(writes.begin(), writes.end(), [&](const Done& d) { return d.end < before; }), 5);
+  ASSERT_GE(std::count_if(writes.begin(), writes.end(), [&](const Done& d) { return d.begin > after; }), 5);
 
   ASSERT_TRUE(c->write(oid, "d", "a", 0, as_span(v2)).is_ok());
   ASSERT_TRUE(c->put_value(oid, "meta", "v", "two").is_ok());
@@ -998,8 +1016,13 @@ TEST_P(DataPlane, OneSessionCannotTakeEveryBuffer) {
   // dead peer on tcp, a ucx+shm target sees its process gone, and an ofi+shm target fails sends toward a gone
   // process once they are --payload-timeout-ms old. Not on ofi+tcp: libfabric 1.17's rxm completes no send
   // toward a peer whose connection is gone, not even once its address is removed (docs/wire-format.md).
-  if (GetParam() == "ofi+tcp") return;
   Status after = serve_another();
+  if (GetParam() == "ofi+tcp") {
+    // The known limit, asserted so that a libfabric that lifts it makes this test say so.
+    EXPECT_EQ(after.code(), StatusCode::kBusy) << "ofi+tcp now gives the dead flooder's buffers back: "
+                                                  "drop this special case and the limit in docs/wire-format.md";
+    return;
+  }
   for (int i = 0; i < 15 && after.code() == StatusCode::kBusy; ++i) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
     after = serve_another();

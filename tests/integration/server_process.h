@@ -49,7 +49,7 @@ class ServerProcess {
   // The control socket's path (the server listens there unless `extra` names another).
   std::string socket_path() const { return socket_dir_ + "/control.sock"; }
 
-  // Starts the server and waits (up to 60 s: first start formats the targets) for its address.
+  // Starts the server and waits for its address (and, with --create-defaults, for the default container).
   bool start() {
     int out[2];
     if (pipe(out) != 0) return false;
@@ -72,13 +72,13 @@ class ServerProcess {
     close(out[1]);
     FILE* f = fdopen(out[0], "r");
     char line[512];
+    // With --create-defaults the server says when the default pool and container are ready, after it listens.
+    bool defaults = std::find(extra_.begin(), extra_.end(), "--create-defaults") != extra_.end();
     while (fgets(line, sizeof(line), f)) {
       std::string l(line);
       auto at = l.find("listening on ");
-      if (at != std::string::npos) {
-        address_ = l.substr(at + 13, l.find(' ', at + 13) - at - 13);
-        break;
-      }
+      if (at != std::string::npos) address_ = l.substr(at + 13, l.find(' ', at + 13) - at - 13);
+      if (!address_.empty() && (!defaults || l.find("are ready") != std::string::npos)) break;
     }
     // Keep draining stdout in the background so the server never blocks on a full pipe.
     std::thread([f] {
