@@ -1,6 +1,7 @@
 #include "client/container.h"
 
 #include <chrono>
+#include <random>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -87,7 +88,15 @@ class Container::Impl {
   }
   std::unique_ptr<transport::Worker> worker;
   std::vector<transport::EpHandle> eps;
-  uint64_t next_id = 1;
+  // Request ids are random, and a reply counts only from the endpoint its request went to: a peer on the fabric
+  // cannot answer for a target by guessing ids, and a stale reply cannot match a later request.
+  std::mt19937_64 ids{std::random_device{}()};
+  uint64_t new_id() {
+    for (;;) {
+      uint64_t id = ids();
+      if (id != 0 && !calls.count(id)) return id;
+    }
+  }
   uint32_t csum_chunk = 4096;
   uint64_t read_epoch = 0;  // 0: latest; else a snapshot's epoch (read-only view)
 
@@ -130,6 +139,7 @@ class Container::Impl {
     if (!r.is_ok()) return;
     auto it = calls.find(r->request_id);
     if (it == calls.end() || it->second.replied) return;  // stale (timed out) or foreign: dropped
+    if (in.reply_to != eps[it->second.target]) return;    // not from the target it asked
     Call& call = it->second;
     uint64_t id = it->first;
     call.reply = std::move(r).value();
@@ -289,7 +299,7 @@ class Container::Impl {
   // in `sized` resized to what arrives. `payload` and `into` must stay valid until then.
   Result<uint64_t> submit(uint32_t t, wire::Request& q, std::span<const Iov> payload, std::span<uint8_t> into,
                           std::string* sized = nullptr, uintptr_t region = 0) {
-    uint64_t id = next_id++;
+    uint64_t id = new_id();
     q.request_id = id;
     maybe_renew();
     q.capability = session.capability;

@@ -33,6 +33,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <unordered_map>
 #include <random>
 #include <set>
 #include <thread>
@@ -76,6 +77,7 @@ struct Op {
   std::chrono::steady_clock::time_point posted;
   pid_t peer_pid = 0;      // sends and remote reads or writes on ofi+shm: the peer's process
   bool abandoned = false;  // failed while the provider still holds it: freed when the provider lets go
+  uint64_t peer = 0;       // sends and remote reads or writes: the peer's handle (its operations in flight)
 };
 
 class OfiWorker final : public Worker {
@@ -180,7 +182,12 @@ class OfiWorker final : public Worker {
       untrack(op);
       return error(StatusCode::kInvalidArgument, "message header too large");
     }
-    fi_addr_t to = ep - 1;
+    auto known = address_of(ep);
+    if (!known.is_ok()) {
+      untrack(op);
+      return known.status();
+    }
+    fi_addr_t to = *known;
     watch(op, ep);
     op->pending = total ? 2 : 1;
     Status posted = post(ep, op, "fi_tsend", [this, op, to] {
@@ -270,6 +277,8 @@ class OfiWorker final : public Worker {
     return op;
   }
   void untrack(Op* op) {
+    if (op->peer)
+      if (auto p = by_handle_.find(op->peer); p != by_handle_.end()) --p->second.ops;
     for (fid_mr* mr : op->mrs) fi_close(&mr->fid);
     ops_.erase(op);
     delete op;
@@ -362,6 +371,7 @@ class OfiWorker final : public Worker {
     if (rkey.size() != 8) return error(StatusCode::kInvalidArgument, "malformed remote key");
     uint64_t key = 0;
     std::memcpy(&key, rkey.data(), 8);
+    RFOS_ASSIGN_OR_RETURN(fi_addr_t to, address_of(ep));
     Op* op = track(new Op{});
     op->kind = Op::kSend;
     op->done = std::move(done);
@@ -382,7 +392,7 @@ class OfiWorker final : public Worker {
     for (size_t i = 0; i < iov.size(); ++i) {
       ++op->pending;
       Status s = post(ep, op, put ? "fi_writemsg" : "fi_readmsg",
-                      [this, put, op, to = fi_addr_t{ep - 1}, key, remote_addr, piece = iov[i], d = desc[i]]() mutable {
+                      [this, put, op, to, key, remote_addr, piece = iov[i], d = desc[i]]() mutable {
                         fi_rma_iov target{remote_addr, piece.iov_len, key};
                         fi_msg_rma msg{};
                         msg.msg_iov = &piece;
@@ -429,22 +439,60 @@ class OfiWorker final : public Worker {
     return s;
   }
 
+  // The handle of the peer at `addr` (as it names itself in its messages, or as connect() was given it),
+  // adding it to the address vector when new. The table is bounded (kMaxPeers): when full, the peer unused the
+  // longest with nothing in flight is forgotten (fi_av_remove), so a flood of messages naming made-up addresses
+  // costs a bounded table, not an address vector that grows without end. Handles are never reused: a reply for a
+  // forgotten peer fails (kShutdown) instead of reaching whoever got its slot.
   Result<EpHandle> lookup(std::string_view addr) {
     auto it = peers_.find(std::string(addr));
-    if (it != peers_.end()) return it->second;
+    if (it != peers_.end()) {
+      by_handle_[it->second].last_used = ++use_clock_;
+      return it->second;
+    }
+    if (by_handle_.size() >= kMaxPeers && !forget_idle_peer())
+      return error(StatusCode::kBusy, "every one of " + std::to_string(kMaxPeers) + " peers has operations in flight");
     fi_addr_t fa = FI_ADDR_UNSPEC;
     if (fi_av_insert(av_, addr.data(), 1, &fa, 0, nullptr) != 1)
       return error(StatusCode::kShutdown, "cannot add the peer's address (fi_av_insert)");
-    peers_[std::string(addr)] = fa + 1;
+    EpHandle h = next_handle_++;
+    peers_[std::string(addr)] = h;
+    by_handle_[h] = Peer{fa, std::string(addr), ++use_clock_, 0};
     // Every rfos endpoint on shm is named rfos-<pid>-<random> (init).
     unsigned pid = 0;
-    if (shm_ && std::sscanf(std::string(addr).c_str(), "rfos-%u-", &pid) == 1 && pid > 0) shm_pids_[fa + 1] = pid;
-    return fa + 1;
+    if (shm_ && std::sscanf(std::string(addr).c_str(), "rfos-%u-", &pid) == 1 && pid > 0) shm_pids_[h] = pid;
+    return h;
+  }
+
+  bool forget_idle_peer() {
+    auto victim = by_handle_.end();
+    for (auto it = by_handle_.begin(); it != by_handle_.end(); ++it)
+      if (it->second.ops == 0 && !deferred_.count(it->first) &&
+          (victim == by_handle_.end() || it->second.last_used < victim->second.last_used))
+        victim = it;
+    if (victim == by_handle_.end()) return false;
+    fi_addr_t fa = victim->second.fa;
+    fi_av_remove(av_, &fa, 1, 0);
+    peers_.erase(victim->second.addr);
+    shm_pids_.erase(victim->first);
+    by_handle_.erase(victim);
+    return true;
+  }
+
+  Result<fi_addr_t> address_of(EpHandle ep) const {
+    auto it = by_handle_.find(ep);
+    if (it == by_handle_.end()) return error(StatusCode::kShutdown, "the peer is gone (forgotten or never known)");
+    return it->second.fa;
   }
 
   // Notes when `op` toward `ep` began and, on shm, the peer's process, for give_up_stale.
   void watch(Op* op, EpHandle ep) {
     op->posted = std::chrono::steady_clock::now();
+    if (auto p = by_handle_.find(ep); p != by_handle_.end()) {
+      op->peer = ep;
+      ++p->second.ops;
+      p->second.last_used = ++use_clock_;
+    }
     auto it = shm_pids_.find(ep);
     if (it != shm_pids_.end()) op->peer_pid = it->second;
   }
@@ -540,7 +588,17 @@ class OfiWorker final : public Worker {
   uint64_t tag_base_ = 0;
   uint64_t next_tag_ = 1;
   uint64_t next_key_ = 1;
+  struct Peer {
+    fi_addr_t fa = FI_ADDR_UNSPEC;
+    std::string addr;
+    uint64_t last_used = 0;
+    int ops = 0;  // sends and remote reads or writes in flight toward it
+  };
+  static constexpr size_t kMaxPeers = 4096;
   std::map<std::string, EpHandle> peers_;
+  std::unordered_map<EpHandle, Peer> by_handle_;
+  EpHandle next_handle_ = 1;
+  uint64_t use_clock_ = 0;
   std::map<EpHandle, pid_t> shm_pids_;  // on shm: each peer's process
   std::set<Op*> ops_;
   std::set<Op*> payload_recvs_;
