@@ -53,7 +53,7 @@ format:
 clean:
 	rm -rf $(BUILD) build-asan build-fuzz
 
-# The evaluation matrix (media, transport, end to end; heatmaps and a report in matrix-out/): about 5 minutes.
+# The evaluation matrix (media, transport, end to end; heatmaps and a report in matrix-out/): about 15 minutes.
 bench-matrix: build
 	/usr/bin/python3 bench/matrix.py --quick --build $(BUILD) --out matrix-out
 

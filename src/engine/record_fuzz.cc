@@ -11,7 +11,9 @@
 
 using namespace rfos::engine::index;
 
-extern "C" uint64_t rfos_fuzz_accepted = 0;
+extern "C" {
+uint64_t rfos_fuzz_accepted = 0;  // inputs some decoder accepted (tests/fuzz_main.cc)
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view in(reinterpret_cast<const char*>(data), size);

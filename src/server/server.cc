@@ -224,6 +224,9 @@ class Server::Impl final : public wire::Control::Service {
     if (!(p & acl::kRead) || !(c & acl::kRead)) return 0;
     return wire::Capability::kRead | (c & acl::kWrite ? wire::Capability::kWrite : 0);
   }
+  std::string sign(const wire::Capability& cap) const {
+    return wire::encode_capability(cap, {reinterpret_cast<const uint8_t*>(secret_.data()), secret_.size()});
+  }
   Status save_session(const wire::SessionRecord& r) {
     return mgmt_.put("session/" + hex(r.session_id()), r.SerializeAsString());
   }
@@ -786,9 +789,8 @@ grpc::Status Server::Impl::Connect(ServerContext* ctx, const wire::ConnectReques
   Status s = save_session(rec);
   if (!s.is_ok()) return to_grpc(ctx, s);
   sessions_[rec.session_id()] = rec;
-  std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(secret_.data()), secret_.size());
   resp->set_session_id(rec.session_id());
-  resp->set_capability(wire::encode_capability(cap, key));
+  resp->set_capability(sign(cap));
   resp->set_expires_unix_ms(cap.expires_unix_ms);
   wire::PoolMap* map = resp->mutable_map();
   map->set_version(1);
@@ -849,8 +851,7 @@ grpc::Status Server::Impl::Renew(ServerContext* ctx, const wire::RenewRequest* r
   Status s = save_session(updated);
   if (!s.is_ok()) return to_grpc(ctx, s);
   r = updated;
-  std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(secret_.data()), secret_.size());
-  resp->set_capability(wire::encode_capability(cap, key));
+  resp->set_capability(sign(cap));
   resp->set_expires_unix_ms(cap.expires_unix_ms);
   return grpc::Status::OK;
 }

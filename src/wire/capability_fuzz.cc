@@ -10,7 +10,9 @@ namespace {
 const uint8_t kKey[32] = {1, 2, 3};
 }
 
-extern "C" uint64_t rfos_fuzz_accepted = 0;
+extern "C" {
+uint64_t rfos_fuzz_accepted = 0;  // inputs some decoder accepted (tests/fuzz_main.cc)
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view in(reinterpret_cast<const char*>(data), size);

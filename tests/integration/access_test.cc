@@ -32,21 +32,24 @@ namespace {
 using client::ControlClient;
 using client::TlsFiles;
 
-// The exit code and output (stdout and stderr) of `rfos ARGS` run as uid:gid (a fresh process: setgroups, setgid,
-// setuid, exec).
-struct Ran {
-  int code = -1;
-  std::string out;
+// `rfos ARGS` started as uid:gid (setgroups, setgid, setuid, exec) with RLIMIT_MEMLOCK `memlock` (unchanged when
+// 0); its stdout and stderr come through `out`.
+struct Spawned {
+  pid_t pid = -1;
+  FILE* out = nullptr;
 };
-Ran rfos_as(uid_t uid, gid_t gid, const std::vector<std::string>& args) {
-  int pipe_fds[2];
-  if (pipe(pipe_fds) != 0) return {};
+Spawned rfos_spawn(uid_t uid, gid_t gid, const std::vector<std::string>& args, rlim_t memlock = 0) {
+  int fds[2];
+  if (pipe(fds) != 0) return {};
   pid_t pid = fork();
   if (pid == 0) {
-    dup2(pipe_fds[1], STDOUT_FILENO);
-    dup2(pipe_fds[1], STDERR_FILENO);
-    close(pipe_fds[0]);
-    if (setgroups(0, nullptr) != 0 || setgid(gid) != 0 || setuid(uid) != 0) _exit(126);
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[0]);
+    rlimit lim{memlock, memlock};
+    if ((memlock && setrlimit(RLIMIT_MEMLOCK, &lim) != 0) || setgroups(0, nullptr) != 0 || setgid(gid) != 0 ||
+        setuid(uid) != 0)
+      _exit(126);
     std::vector<std::string> all = {RFOS_BINARY};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -55,14 +58,25 @@ Ran rfos_as(uid_t uid, gid_t gid, const std::vector<std::string>& args) {
     execv(argv[0], argv.data());
     _exit(127);
   }
-  close(pipe_fds[1]);
+  close(fds[1]);
+  return {pid, fdopen(fds[0], "r")};
+}
+
+// The exit code and output of `rfos ARGS` run to its end as uid:gid.
+struct Ran {
+  int code = -1;
+  std::string out;
+};
+Ran rfos_as(uid_t uid, gid_t gid, const std::vector<std::string>& args) {
+  Spawned p = rfos_spawn(uid, gid, args);
+  if (p.pid < 0) return {};
   Ran r;
   char buf[4096];
-  ssize_t n;
-  while ((n = read(pipe_fds[0], buf, sizeof(buf))) > 0) r.out.append(buf, n);
-  close(pipe_fds[0]);
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p.out)) > 0) r.out.append(buf, n);
+  fclose(p.out);
   int status = 0;
-  waitpid(pid, &status, 0);
+  waitpid(p.pid, &status, 0);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
@@ -149,33 +163,6 @@ TEST(Access, LocalUsersGetWhatTheAclsGrant) {
 // `rfos server` as an unprivileged user with Debian's default locked-memory limit (8 MiB; root here lacks
 // CAP_SYS_RESOURCE to raise it, as on CI): the buffer arenas do not fit, so it serves with unregistered buffers,
 // says so and which limit to raise and how; its own user administers it, and what it makes is its own.
-struct Spawned {
-  pid_t pid = -1;
-  FILE* out = nullptr;  // its stdout and stderr
-};
-Spawned server_as(uid_t uid, gid_t gid, rlim_t memlock, const std::vector<std::string>& args) {
-  int fds[2];
-  if (pipe(fds) != 0) return {};
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    close(fds[0]);
-    rlimit lim{memlock, memlock};
-    if (setrlimit(RLIMIT_MEMLOCK, &lim) != 0 || setgroups(0, nullptr) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
-      _exit(126);
-    std::vector<std::string> all = {RFOS_BINARY, "server"};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  return {pid, fdopen(fds[0], "r")};
-}
-
 TEST(Access, ServerRunsAsAnUnprivilegedUser) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to start a server as another user (CI runs as root)";
   char data_tmpl[] = "/var/tmp/rfos-unpriv-XXXXXX", sock_tmpl[] = "/tmp/rfos-unpriv-ctl-XXXXXX";
@@ -184,7 +171,7 @@ TEST(Access, ServerRunsAsAnUnprivilegedUser) {
   ASSERT_EQ(chmod(data_tmpl, 0755), 0);
   ASSERT_EQ(chown(sock_tmpl, kNobody, kNogroup), 0);
   ASSERT_EQ(chmod(sock_tmpl, 0755), 0);
-  std::vector<std::string> args = {"--data-dir", data, "--control-socket", sock, "--targets", "2",
+  std::vector<std::string> args = {"server", "--data-dir", data, "--control-socket", sock, "--targets", "2",
                                    "--target-bytes", std::to_string(64ull << 20)};
   ASSERT_EQ(mkdir(data.c_str(), 0700), 0);
   ASSERT_EQ(chown(data.c_str(), kNobody, kNogroup), 0);
@@ -192,7 +179,7 @@ TEST(Access, ServerRunsAsAnUnprivilegedUser) {
   rlimit lim{};
   ASSERT_EQ(getrlimit(RLIMIT_MEMLOCK, &lim), 0);
   rlim_t memlock = std::min<rlim_t>(lim.rlim_max, 8ull << 20);
-  Spawned up = server_as(kNobody, kNogroup, memlock, args);
+  Spawned up = rfos_spawn(kNobody, kNogroup, args, memlock);
   ASSERT_GT(up.pid, 0);
   bool listening = false;
   std::string said;

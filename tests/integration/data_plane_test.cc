@@ -757,6 +757,19 @@ TEST_P(DataPlane, BadTokensAndGarbageChangeNothing) {
   ASSERT_TRUE(c->write({7, 7}, "d", "a", 0, as_span(data)).is_ok());
 }
 
+// An update of (oid, "d", "a") at 0 with `data`, as a raw peer sends it.
+wire::Request raw_update(const std::string& capability, const ObjectId& oid, const std::string& data) {
+  wire::Request q;
+  q.op = wire::Op::kUpdate;
+  q.oid = oid;
+  q.dkey = "d";
+  q.akey = "a";
+  q.length = data.size();
+  q.csums = {crc32c(data.data(), data.size())};
+  q.capability = capability;
+  return q;
+}
+
 // A capability past its expiry is refused by the target, also one it verified (and remembered) while it was
 // valid. (Container handles renew theirs before then: access_test.cc.)
 TEST_P(DataPlane, ExpiredCapabilityIsRefused) {
@@ -766,14 +779,7 @@ TEST_P(DataPlane, ExpiredCapabilityIsRefused) {
   auto peer = RawPeer::connect(GetParam(), s->target_addresses[placement::target_of(oid, "d", s->target_addresses.size())]);
   ASSERT_TRUE(peer.is_ok()) << peer.status().to_string();
   std::string data = "short-lived";
-  wire::Request q;
-  q.op = wire::Op::kUpdate;
-  q.oid = oid;
-  q.dkey = "d";
-  q.akey = "a";
-  q.length = data.size();
-  q.csums = {crc32c(data.data(), data.size())};
-  q.capability = s->capability;
+  wire::Request q = raw_update(s->capability, oid, data);
   auto r = (*peer)->ask(wire::encode_request(q), data);  // verified and remembered
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   ASSERT_EQ(r->status, StatusCode::kOk) << r->message;
@@ -800,15 +806,8 @@ TEST_P(DataPlane, HostileEpochsAreRefusedAndMoveNothing) {
   ASSERT_TRUE(peer.is_ok()) << peer.status().to_string();
   std::string hostile = "hostile";
   for (uint64_t epoch : {UINT64_MAX - 2, UINT64_MAX - 1, UINT64_MAX, uint64_t{1} << 62, uint64_t{1}}) {
-    wire::Request q;
-    q.op = wire::Op::kUpdate;
-    q.oid = oid;
-    q.dkey = "d";
-    q.akey = "a";
-    q.length = hostile.size();
+    wire::Request q = raw_update(s.capability, oid, hostile);
     q.epoch = epoch;
-    q.csums = {crc32c(hostile.data(), hostile.size())};
-    q.capability = s.capability;
     q.request_id = epoch;
     auto r = (*peer)->ask(wire::encode_request(q), hostile);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
