@@ -53,7 +53,14 @@ class LocalListener::Impl {
       }
       if (p[1].revents) return;
       int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) continue;  // the peer went away, or out of descriptors for now: next connection
+      if (fd < 0) {
+        // Out of descriptors: the connection stays queued; look again in a while rather than spin on it.
+        if (errno == EMFILE || errno == ENFILE) {
+          pollfd stop{stop_fd, POLLIN, 0};
+          if (poll(&stop, 1, 100) > 0) return;
+        }
+        continue;  // or the peer went away: next connection
+      }
       ucred cred{};
       socklen_t len = sizeof(cred);
       if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
@@ -93,10 +100,13 @@ Result<std::unique_ptr<LocalListener>> LocalListener::bind(const std::string& pa
     return error(StatusCode::kInvalidArgument, "control socket '" + path + "' must be an absolute path of at most " +
                                                    std::to_string(sizeof(a.sun_path) - 1) + " characters");
   std::string dir = std::filesystem::path(path).parent_path().string();
-  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+  if (mkdir(dir.c_str(), 0755) == 0) {
+    chmod(dir.c_str(), 0755);  // the server's umask (077) must not keep other users from the socket
+  } else if (errno != EEXIST) {
     return error(StatusCode::kIoError, "create " + dir + ": " + std::strerror(errno) +
                                            " (set control_socket / --control-socket to a directory this user may "
                                            "create, or create it for the server's user)");
+  }
   struct stat st {};
   if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     return error(StatusCode::kIoError, dir + " is not a directory");

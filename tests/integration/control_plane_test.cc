@@ -1,6 +1,7 @@
 // The control plane against a real `rfos server` process on loopback: pools, containers, sessions and their
 // capabilities, errors a user can act on, persistence across kill -9, and a server that is gone.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <chrono>
 
@@ -144,6 +145,23 @@ TEST(ControlPlane, SecondServerOnTheSameAddressIsRefused) {
   third.stop();
   EXPECT_TRUE(WIFEXITED(third.exit_status()) && WEXITSTATUS(third.exit_status()) != 0);
   EXPECT_TRUE(cc->pool_list().is_ok());
+}
+
+// The control socket's directory, when the server makes it, lets every local user reach the socket (the server's
+// umask is 077), and the socket takes anyone's connection: the server decides what each caller may do.
+TEST(ControlPlane, ControlSocketIsReachableByEveryLocalUser) {
+  engine::testing::TempDir dir, run;
+  std::string sock_dir = run.path() + "/rfos", sock = sock_dir + "/control.sock";
+  ASSERT_EQ(chmod(run.path().c_str(), 0755), 0);
+  testing::ServerProcess server(dir.path(), {"--control-socket", sock});
+  ASSERT_TRUE(server.start());
+  struct stat st {};
+  ASSERT_EQ(stat(sock_dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  ASSERT_EQ(stat(sock.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0666u);
+  EXPECT_TRUE(ControlClient::create("unix:" + sock)->health().is_ok());
 }
 
 // A TCP listener without TLS is refused unless the operator says --insecure.
