@@ -6,12 +6,14 @@ its media and transport ceilings from the same run, with the bottleneck named.
                   [--addr ADDR --bypass-addr ADDR] [--media-dir DIR] [--device /dev/nvme0n1]
 
 Stages (each cell records the exact command that produced it):
-  1. media:     fio (io_uring, O_DIRECT; --fdatasync=1 on writes, as rfos acknowledges durable writes) on the
-                file system of the server's data directory (--media-dir), and on --device when given (reads only);
-  2. transport: the rfos data plane alone, against a server started with --bypass-media (3FS's
-                bypass_disk_io), and the fabric's own tool (ucx_perftest ucp_am_bw / fi_pingpong), per provider,
-                varying client threads (jobs) and server threads (targets, each one network thread:
-                --server-targets);
+  1. media:     fio (io_uring, O_DIRECT; on writes an fdatasync per `depth` writes, as rfos's group commit at
+                best syncs the writes in flight once) on the file system of the server's data directory
+                (--media-dir), and on --device when given (reads only);
+  2. transport: the fabric's own tool (ucx_perftest ucp_am_bw, the transport ceiling of UCX providers;
+                fi_pingpong, one message in flight, shown only), and the rfos data plane alone against a server
+                started with --bypass-media (3FS's bypass_disk_io: what rfos's own data plane reaches, shown
+                beside the ceiling, never used as one), per provider, varying client threads (jobs) and server
+                threads (targets, each one network thread: --server-targets);
   3. end to end: `rfos bench` per provider, and fio on `rfos mount` (root and /dev/fuse), per jobs.
 The client axis has one value today ("host"); the offloaded agent will be another value of the same column.
 
@@ -114,7 +116,9 @@ def fio_cmd(target, rw, bs, jobs, size, runtime, direct=True, durable=True, is_d
     if direct:
         cmd.append("--direct=1")
     if durable and "write" in rw:
-        cmd.append("--fdatasync=1")
+        # One sync per `depth` writes: rfos acknowledges durable writes, but its group commit syncs the writes in
+        # flight together; a sync per write would be more work than rfos does and bound nothing.
+        cmd.append("--fdatasync=%d" % DEPTH[bs])
     return cmd
 
 
@@ -320,7 +324,10 @@ def ceilings(cells, cell):
         return None
     media = find("media", "fio", "-", cell["pattern"])
     direction = "write" if "write" in cell["pattern"] else "read"
-    transport = find("transport", "rfos-bypass", cell["provider"], direction)
+    # The fabric's own tool, not rfos's bypass server (rfos measuring itself bounds nothing). fi_pingpong keeps
+    # one message in flight, so it bounds no cell at depth: libfabric cells have the media ceiling only.
+    transport = find("transport", "ucx_perftest", cell["provider"], direction) \
+        if cell["provider"].startswith("ucx+") else None
     return media, transport
 
 
@@ -400,9 +407,11 @@ def write_outputs(cells, out, meta):
              (meta["profile"], meta["date"], meta["host"]), "",
              "## End to end beside its ceilings", "",
              "Ratio = end-to-end IOPS / the lower of the media ceiling (fio on the data file system, same pattern, "
-             "block size, jobs and depth) and the transport ceiling (the rfos data plane alone, `--bypass-media`, "
-             "same provider, direction, block size and jobs). The bottleneck is the lower ceiling when the cell "
-             "reaches 70% of it, else rfos itself.", "",
+             "block size, jobs and depth; writes synced once per depth writes) and the transport ceiling "
+             "(ucx_perftest ucp_am_bw, same provider, block size and threads; none for libfabric providers, whose "
+             "fi_pingpong keeps one message in flight). The bottleneck is the lower ceiling when the cell "
+             "reaches 70% of it, else rfos itself. rfos's own data plane without the media (`--bypass-media`) is in "
+             "the Transport table, beside the ceiling, not as one.", "",
              "| source | provider | client | pattern | bs | jobs | IOPS | MiB/s | media IOPS | transport IOPS | ratio |"
              " bottleneck |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     ranges = {}
