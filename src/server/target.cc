@@ -292,11 +292,20 @@ class Target::Impl {
 
   void handle(Incoming& in) {
     auto req = wire::decode_request(in.header);
-    if (!in.reply_to) return;  // nobody to answer: garbage is dropped
-    if (!req.is_ok()) return reply_error(in.reply_to, 0, req.status());
-    wire::Request& q = *req;
     std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(secret.data()), secret.size());
     uint64_t now = now_ms();
+    if (!in.reply_to) {
+      // A sender the transport does not know yet (libfabric: only the address its message claims). It becomes a
+      // peer on a request whose capability verifies; anything else is dropped unanswered, and costs nothing.
+      if (!req.is_ok()) return;
+      auto cap = verified(req->capability, key, now);
+      if (!cap.is_ok() || revocations->revoked(cap->session, now)) return;
+      auto peer = worker->adopt(in);
+      if (!peer.is_ok()) return;
+      in.reply_to = *peer;
+    }
+    if (!req.is_ok()) return reply_error(in.reply_to, 0, req.status());
+    wire::Request& q = *req;
     auto cap = verified(q.capability, key, now);
     if (!cap.is_ok()) return reply_error(in.reply_to, q.request_id, cap.status());
     if (revocations->revoked(cap->session, now))

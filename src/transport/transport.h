@@ -43,6 +43,9 @@ using Done = std::function<void(Status)>;
 // (fetch_payload) or ignore it.
 struct Incoming {
   EpHandle reply_to = 0;
+  // libfabric, on a worker with introduced_peers_only: reply_to is 0 for a sender not known yet, whose message
+  // names this address (unproved: any peer may write any address there). Worker::adopt makes it a peer.
+  std::string_view claimed_address;
   std::string_view header;
   size_t payload_bytes = 0;
   const void* eager_payload = nullptr;  // set when the payload is already here
@@ -82,7 +85,9 @@ struct WorkerOptions {
   // for replies, and how soon it wakes is on the latency of every request (docs/BENCHMARKS.md has both).
   bool sleep_when_waits_long = false;
   // Messages count only from peers that introduced themselves (every connect() does): a server's targets set
-  // it. UCX keeps an endpoint it made for a peer's messages only once adopted on the hello, and a target that
+  // it. On libfabric, where the only introduction is the address a message claims, a message from a sender not
+  // known yet comes with reply_to 0 and its claimed_address, and becomes a peer only when the layer above
+  // adopts it (a target: once the request's capability verified), so garbage costs no address-vector entry. UCX keeps an endpoint it made for a peer's messages only once adopted on the hello, and a target that
   // answers late must not answer through one UCX may have freed. Where endpoints cannot detect a dead peer
   // (UCX 1.13 shm) nothing is freed under the target, and every message counts.
   bool introduced_peers_only = false;
@@ -102,6 +107,12 @@ class Worker {
   virtual void disconnect(EpHandle ep) = 0;
 
   virtual void on_message(std::function<void(Incoming&)> handler) = 0;
+  // Inside the message handler: makes the sender of `in` (reply_to 0, see WorkerOptions::introduced_peers_only)
+  // a peer and returns its handle. kNotSupported where senders are known otherwise (UCX's hellos).
+  virtual Result<EpHandle> adopt(const Incoming& in) {
+    (void)in;
+    return error(StatusCode::kNotSupported, "this provider knows its peers by their hellos");
+  }
   // Called when a peer fails (dies, disconnects); its in-flight operations complete with errors.
   virtual void on_peer_failure(std::function<void(EpHandle, const Status&)> handler) = 0;
 

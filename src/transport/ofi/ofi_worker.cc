@@ -97,6 +97,7 @@ class OfiWorker final : public Worker {
 
   Status init(const std::string& provider, const WorkerOptions& options) {
     payload_timeout_ = std::chrono::milliseconds(std::max<uint32_t>(options.payload_timeout_ms, 1));
+    introduced_only_ = options.introduced_peers_only;
     const char* prov = prov_for(provider);
     if (!prov) return error(StatusCode::kNotSupported, "libfabric does not provide '" + provider + "'");
     fi_info* hints = fi_allocinfo();
@@ -151,6 +152,11 @@ class OfiWorker final : public Worker {
   std::string address() const override { return address_; }
 
   Result<EpHandle> connect(std::string_view peer) override { return lookup(peer); }
+  Result<EpHandle> adopt(const Incoming& in) override {
+    if (in.reply_to) return in.reply_to;
+    if (in.claimed_address.empty()) return error(StatusCode::kInvalidArgument, "the message names no sender");
+    return lookup(in.claimed_address);
+  }
   void disconnect(EpHandle) override {}  // RDM endpoints hold no connection of their own
   void on_message(std::function<void(Incoming&)> h) override { handler_ = std::move(h); }
   void on_peer_failure(std::function<void(EpHandle, const Status&)> h) override { failure_ = std::move(h); }
@@ -533,10 +539,14 @@ class OfiWorker final : public Worker {
     std::string_view addr;
     if (!r.get_le(&alen) || !r.get_bytes(alen, &addr) || !r.get_le(&tag) || !r.get_le(&plen)) return;  // garbage
     std::string_view header(data + (len - r.remaining()), r.remaining());
-    auto from = lookup(addr);
-    if (!from.is_ok()) return;
     Incoming in;
-    in.reply_to = *from;
+    if (introduced_only_ && !peers_.count(std::string(addr))) {
+      in.claimed_address = addr;  // not added unless adopted (adopt) by the handler
+    } else {
+      auto from = lookup(addr);
+      if (!from.is_ok()) return;
+      in.reply_to = *from;
+    }
     in.header = header;
     in.payload_bytes = plen;
     in.rndv = plen ? reinterpret_cast<void*>(tag) : nullptr;
@@ -595,6 +605,7 @@ class OfiWorker final : public Worker {
     int ops = 0;  // sends and remote reads or writes in flight toward it
   };
   static constexpr size_t kMaxPeers = 4096;
+  bool introduced_only_ = false;  // WorkerOptions::introduced_peers_only
   std::map<std::string, EpHandle> peers_;
   std::unordered_map<EpHandle, Peer> by_handle_;
   EpHandle next_handle_ = 1;
