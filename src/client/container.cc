@@ -560,6 +560,7 @@ Result<std::unique_ptr<Container>> Container::open(ControlClient& control, const
                                                         : transport::payload_sends_at_once(provider);
   Impl* raw = impl.get();
   impl->worker->on_message([raw](transport::Incoming& in) { raw->on_message(in); });
+  impl->worker->set_introduction(impl->session.capability);  // targets admit our hellos by it
   for (const std::string& addr : impl->session.target_addresses) {
     if (addr.empty()) return error(StatusCode::kNotSupported, "the server has no data plane for this pool");
     auto ep = impl->worker->connect(addr);

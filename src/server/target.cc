@@ -628,6 +628,14 @@ Result<std::unique_ptr<Target>> Target::start(uint32_t index, Engine* engine, co
   wo.payload_timeout_ms = config.payload_timeout_ms;
   wo.sleep_when_waits_long = true;
   wo.introduced_peers_only = true;
+  Impl* self = impl.get();
+  // A peer is introduced only by a live capability: a target makes no endpoint for anyone else's hello.
+  wo.admit_hello = [self](std::string_view token) {
+    std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(self->secret.data()), self->secret.size());
+    uint64_t now = now_ms();
+    auto cap = self->verified(std::string(token), key, now);
+    return cap.is_ok() && !self->revocations->revoked(cap->session, now);
+  };
   RFOS_ASSIGN_OR_RETURN(impl->worker, transport::Worker::create(config.provider, wo));
   RFOS_ASSIGN_OR_RETURN(impl->ring, engine->make_io_ring());
   engine::IoRing* ring = impl->ring.get();

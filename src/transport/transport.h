@@ -91,6 +91,10 @@ struct WorkerOptions {
   // answers late must not answer through one UCX may have freed. Where endpoints cannot detect a dead peer
   // (UCX 1.13 shm) nothing is freed under the target, and every message counts.
   bool introduced_peers_only = false;
+  // UCX: whether a peer's hello may introduce it, given the token the peer set (set_introduction): a server's
+  // targets check the capability in it before they make or adopt an endpoint for the peer. Unset: every hello
+  // does. (libfabric has no hellos; its targets adopt a sender on a request whose capability verifies.)
+  std::function<bool(std::string_view token)> admit_hello;
 };
 
 class Worker {
@@ -103,6 +107,8 @@ class Worker {
 
   // The address peers pass to connect() (binary).
   virtual std::string address() const = 0;
+  // What this worker's hellos carry from now on (a client: its capability), for the peer's admit_hello.
+  virtual void set_introduction(std::string token) { (void)token; }
   virtual Result<EpHandle> connect(std::string_view peer_address) = 0;
   virtual void disconnect(EpHandle ep) = 0;
 

@@ -663,9 +663,12 @@ TEST_P(DataPlane, DisconnectRevokesTheCapability) {
 // request at a time, the reply's header decoded.
 class RawPeer {
  public:
-  static Result<std::unique_ptr<RawPeer>> connect(const std::string& provider, const std::string& target) {
+  // `introduction`: what its hello carries (a capability: targets admit only hellos with a live one, on UCX).
+  static Result<std::unique_ptr<RawPeer>> connect(const std::string& provider, const std::string& target,
+                                                  const std::string& introduction) {
     auto peer = std::unique_ptr<RawPeer>(new RawPeer);
     RFOS_ASSIGN_OR_RETURN(peer->worker_, transport::Worker::create(provider));
+    peer->worker_->set_introduction(introduction);
     peer->worker_->on_message([p = peer.get()](transport::Incoming& in) {
       p->header_.assign(in.header);
       p->got_ = true;
@@ -718,7 +721,7 @@ TEST_P(DataPlane, BadTokensAndGarbageChangeNothing) {
   auto c = open();
   ASSERT_TRUE(c);
   const client::Session& s = c->session();
-  auto peer = RawPeer::connect(GetParam(), s.target_addresses[0]);
+  auto peer = RawPeer::connect(GetParam(), s.target_addresses[0], s.capability);
   ASSERT_TRUE(peer.is_ok()) << peer.status().to_string();
   auto ask = [&](const std::string& h, std::string payload) { return (*peer)->ask(h, std::move(payload)); };
   wire::Request q;
@@ -729,6 +732,19 @@ TEST_P(DataPlane, BadTokensAndGarbageChangeNothing) {
   q.length = 5;
   q.csums = {crc32c("hello", 5)};
   q.capability = s.capability;
+  {
+    // A peer whose hello carries a forged capability is not heard at all (UCX: the target makes no endpoint
+    // for it), whatever its requests carry.
+    std::string forged_cap = s.capability;
+    forged_cap[forged_cap.size() - 1] ^= 1;
+    auto stranger = RawPeer::connect(GetParam(), s.target_addresses[0], forged_cap);
+    ASSERT_TRUE(stranger.is_ok()) << stranger.status().to_string();
+    wire::Request probe = q;
+    probe.op = wire::Op::kFetch;
+    probe.csums.clear();
+    if (GetParam().rfind("ucx+", 0) == 0)
+      EXPECT_EQ((*stranger)->ask(wire::encode_request(probe), "", 1000).status().code(), StatusCode::kTimeout);
+  }
   if (GetParam().rfind("ofi+", 0) == 0) {
     // libfabric: a sender is only the address its message claims, so a target takes it as a peer on its first
     // request whose capability verifies. Before that, garbage and forged tokens go unanswered (and cost the
@@ -791,7 +807,8 @@ TEST_P(DataPlane, ExpiredCapabilityIsRefused) {
   auto s = control_->connect("p", "c", true, 1);
   ASSERT_TRUE(s.is_ok()) << s.status().to_string();
   const ObjectId oid{13, 13};
-  auto peer = RawPeer::connect(GetParam(), s->target_addresses[placement::target_of(oid, "d", s->target_addresses.size())]);
+  auto peer = RawPeer::connect(
+      GetParam(), s->target_addresses[placement::target_of(oid, "d", s->target_addresses.size())], s->capability);
   ASSERT_TRUE(peer.is_ok()) << peer.status().to_string();
   std::string data = "short-lived";
   wire::Request q = raw_update(s->capability, oid, data);
@@ -817,7 +834,7 @@ TEST_P(DataPlane, HostileEpochsAreRefusedAndMoveNothing) {
   std::string before = "before";
   ASSERT_TRUE(c->write(oid, "d", "a", 0, as_span(before)).is_ok());
   size_t target = placement::target_of(oid, "d", s.target_addresses.size());
-  auto peer = RawPeer::connect(GetParam(), s.target_addresses[target]);
+  auto peer = RawPeer::connect(GetParam(), s.target_addresses[target], s.capability);
   ASSERT_TRUE(peer.is_ok()) << peer.status().to_string();
   std::string hostile = "hostile";
   for (uint64_t epoch : {UINT64_MAX - 2, UINT64_MAX - 1, UINT64_MAX, uint64_t{1} << 62, uint64_t{1}}) {
@@ -916,7 +933,8 @@ TEST_P(DataPlane, HostileMemoryDescriptorsAreRefused) {
   // The target that holds the key below: a request elsewhere would end at NotFound before touching memory.
   const ObjectId oid{8, 8};
   auto peer =
-      RawPeer::connect(GetParam(), s.target_addresses[placement::target_of(oid, "d", s.target_addresses.size())]);
+      RawPeer::connect(GetParam(), s.target_addresses[placement::target_of(oid, "d", s.target_addresses.size())],
+                       s.capability);
   ASSERT_TRUE(peer.is_ok()) << peer.status().to_string();
   auto ask = [&](const wire::Request& q) { return (*peer)->ask(wire::encode_request(q)); };
   std::string secret = bytes_of(4096, 99);
@@ -1353,7 +1371,8 @@ int flood_main(const std::string& addr, const std::string& provider) {
   q.capability = s.capability;
   for (const std::string& dkey : dkeys) {
     auto peer = rfos::RawPeer::connect(
-        provider, s.target_addresses[rfos::placement::target_of(q.oid, dkey, s.target_addresses.size())]);
+        provider, s.target_addresses[rfos::placement::target_of(q.oid, dkey, s.target_addresses.size())],
+        s.capability);
     if (!peer.is_ok()) return 3;
     peers.push_back(std::move(peer).value());
   }

@@ -94,6 +94,8 @@ class UcxWorker final : public Worker {
   Status init(const std::string& provider, const WorkerOptions& options) {
     self_.pid = static_cast<uint64_t>(getpid());
     self_.start = process_start_time(self_.pid);
+    hello_payload_.assign(reinterpret_cast<const char*>(&self_), sizeof(self_));
+    admit_hello_ = options.admit_hello;
     sleep_when_waits_long_ = options.sleep_when_waits_long;
     introduced_only_ = options.introduced_peers_only;
     const char* tls = ucx_transports(provider);
@@ -143,6 +145,10 @@ class UcxWorker final : public Worker {
   }
 
   std::string address() const override { return address_; }
+  void set_introduction(std::string token) override {
+    hello_payload_.assign(reinterpret_cast<const char*>(&self_), sizeof(self_));
+    hello_payload_ += token;
+  }
 
   Result<EpHandle> connect(std::string_view peer) override {
     RFOS_ASSIGN_OR_RETURN(EpHandle h, create_ep(peer));
@@ -153,7 +159,9 @@ class UcxWorker final : public Worker {
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     rp.flags = UCP_AM_SEND_FLAG_REPLY;
     ucp_ep_h ep = ep_of(h);
-    void* req = ucp_am_send_nbx(ep, kHelloAmId, address_.data(), address_.size(), &self_, sizeof(self_), &rp);
+    // The hello: our address as the header; our process, then the introduction (a capability), as the payload.
+    void* req = ucp_am_send_nbx(ep, kHelloAmId, address_.data(), address_.size(), hello_payload_.data(),
+                                hello_payload_.size(), &rp);
     if (UCS_PTR_IS_ERR(req)) {
       close_handle(h, true);
       return ucs_error(UCS_PTR_STATUS(req), "hello");
@@ -212,6 +220,7 @@ class UcxWorker final : public Worker {
   // gives up on it: a peer that does not answer would never let a graceful close finish.
   void close_handle(EpHandle h, bool force) {
     forget_rkeys(h);
+    admitted_.erase(h);
     ucp_ep_h ep = ep_of(h);
     if (eps_.erase(h) && ep) {
       forget(ep);
@@ -428,6 +437,20 @@ class UcxWorker final : public Worker {
     EpHandle reply = self->handle_of(param->reply_ep);
     if (self->eps_.count(reply) || self->rma_eps_.count(reply) || self->hello_addrs_.count(reply)) return UCS_OK;
     std::string_view peer(static_cast<const char*>(header), header_length);
+    if (self->admit_hello_) {
+      // Checked before any endpoint is made for the peer: a hello whose introduction does not pass makes nothing,
+      // and the peer is not heard (as a peer that sent no hello).
+      bool eager = !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
+      std::string_view token = eager && length > sizeof(PeerProcess)
+                                   ? std::string_view(static_cast<const char*>(data) + sizeof(PeerProcess),
+                                                      length - sizeof(PeerProcess))
+                                   : std::string_view();
+      if (!self->admit_hello_(token)) {
+        if (self->introduced_only_) self->forget(param->reply_ep);
+        return UCS_OK;
+      }
+      self->admitted_.insert(reply);
+    }
     if (self->peer_failure_) {
       // Adopt the endpoint UCX made for the peer's messages: an endpoint of ours to the peer's address is that
       // one (UCX matches it by the peer's worker and connection number), now with our error handler and able to
@@ -456,7 +479,7 @@ class UcxWorker final : public Worker {
   // names another process and goes on sending after it ends could write into buffers given back, which UCX 1.13's
   // shm FIFOs let any peer that maps them do anyway (docs/wire-format.md, "Dead peers on shm").
   void watch(EpHandle reply, const void* data, size_t length, const ucp_am_recv_param_t* param) {
-    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length != sizeof(PeerProcess)) return;
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length < sizeof(PeerProcess)) return;
     PeerProcess p;
     std::memcpy(&p, data, sizeof(p));
     if (p.start == 0 || process_start_time(p.pid) != p.start) return;
@@ -636,6 +659,8 @@ class UcxWorker final : public Worker {
       in.reply_to = known->second;
     } else if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
       in.reply_to = self->handle_of(param->reply_ep);
+      // Where every message counts (shm), a target still hears only peers whose hello it admitted.
+      if (self->introduced_only_ && self->admit_hello_ && !self->admitted_.count(in.reply_to)) return UCS_OK;
     }
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
       in.rndv = data;
@@ -691,6 +716,7 @@ class UcxWorker final : public Worker {
   // callback).
   void fail(EpHandle h) {
     forget_rkeys(h);
+    admitted_.erase(h);
     hello_addrs_.erase(h);
     watched_.erase(h);
     eps_.erase(h);
@@ -750,6 +776,9 @@ class UcxWorker final : public Worker {
   std::map<EpHandle, std::string> hello_addrs_;        // reply endpoint -> its peer's address, until RMA needs it
   std::vector<ucp_ep_h> failed_;                       // endpoints whose peer failed, to close
   PeerProcess self_;                                   // what this worker's hellos say about its process
+  std::string hello_payload_;                          // self_, then the introduction (set_introduction)
+  std::function<bool(std::string_view)> admit_hello_;  // WorkerOptions::admit_hello
+  std::unordered_set<EpHandle> admitted_;              // reply endpoints whose hello passed admit_hello_
   std::unordered_map<EpHandle, PeerProcess> watched_;  // reply endpoint -> its peer's process (shm; watch())
   static constexpr std::chrono::milliseconds kWatchInterval{500};
   std::chrono::steady_clock::time_point next_watch_;
