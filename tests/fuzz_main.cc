@@ -18,8 +18,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 extern "C" uint64_t rfos_fuzz_accepted;
-extern "C" void rfos_fuzz_seeds(void (*emit)(void* ctx, const char* name, const uint8_t* data, size_t size),
-                                void* ctx);
+extern "C" void rfos_fuzz_seeds(void (*emit)(void* ctx, const char* name, const uint8_t* data, size_t size), void* ctx);
 
 namespace {
 int write_corpus(const std::string& dir) {

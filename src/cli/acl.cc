@@ -62,7 +62,8 @@ void add_acl_commands(CLI::App& parent, Context& ctx, std::shared_ptr<std::strin
   });
 
   auto owner = std::make_shared<std::string>(), group = std::make_shared<std::string>();
-  auto* chown = acl->add_subcommand("set-owner", "give " + what.substr(4) + " to another user or group (administrators)");
+  auto* chown =
+      acl->add_subcommand("set-owner", "give " + what.substr(4) + " to another user or group (administrators)");
   add_target(chown);
   chown->add_option("--user", *owner, "the new owner");
   chown->add_option("--group", *group, "the new owner group");

@@ -12,7 +12,7 @@ namespace rfos::cli {
 
 // Options every client subcommand shares, and the exit code a subcommand leaves.
 struct Context {
-  std::string addr;  // --addr, else $RFOS_ADDR, else the local server's socket
+  std::string addr;      // --addr, else $RFOS_ADDR, else the local server's socket
   client::TlsFiles tls;  // --tls-ca/--tls-cert/--tls-key, else RFOS_TLS_CA/CERT/KEY
   uint32_t timeout_ms = 5000;
   int exit_code = 0;

@@ -28,7 +28,8 @@ void add_server_command(CLI::App& app, Context& ctx) {
   cmd->add_option("--data-sync", flags->data_sync,
                   "always (default): block data synced before each commit; auto: left to the index's sync where "
                   "the engine checked that suffices");
-  cmd->add_option("--capability-ttl-s", flags->capability_ttl_s, "capability lifetime (default 3600; renewed by clients)");
+  cmd->add_option("--capability-ttl-s", flags->capability_ttl_s,
+                  "capability lifetime (default 3600; renewed by clients)");
   cmd->add_option("--provider", flags->provider,
                   "data-plane provider: ucx+tcp, ucx+shm, ofi+tcp, ... (default ucx+tcp)");
   cmd->add_option("--targets", flags->targets, "number of targets (default: one per core; fixed at first start)");

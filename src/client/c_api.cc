@@ -65,8 +65,8 @@ const char* rfos_last_error(void) { return last_error.c_str(); }
 int rfos_connect(const char* addr, uint32_t timeout_ms, rfos_client_t** out) {
   if (bad(out, "out")) return -EINVAL;
   std::string a = addr ? addr : rfos::client::default_control_address();
-  auto* c = new rfos_client{rfos::client::ControlClient::create(a, timeout_ms ? timeout_ms : 5000,
-                                                                rfos::client::TlsFiles::from_env())};
+  auto* c = new rfos_client{
+      rfos::client::ControlClient::create(a, timeout_ms ? timeout_ms : 5000, rfos::client::TlsFiles::from_env())};
   Status s = c->control->health();
   if (!s.is_ok()) {
     delete c;

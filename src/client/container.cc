@@ -1,11 +1,11 @@
 #include "client/container.h"
 
 #include <chrono>
-#include <random>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <optional>
+#include <random>
 #include <set>
 #include <thread>
 

@@ -224,13 +224,14 @@ Status Engine::Impl::open() {
   bool prezeroed = db->Get(rocksdb::ReadOptions(), meta_key("prezeroed"), &value).ok();
   bool same_dev = ::stat(opts.block_file.c_str(), &bs) == 0 && ::stat((opts.dir + "/index").c_str(), &is) == 0 &&
                   bs.st_dev == is.st_dev;
-  const std::string always = "block data synced before every commit (fdatasync of the block file, then the index's WAL)";
+  const std::string always =
+      "block data synced before every commit (fdatasync of the block file, then the index's WAL)";
   durability = always;
   if (opts.data_sync == EngineOptions::DataSync::kAuto) {
-    Status layout = !dev->direct_io()  ? error(StatusCode::kNotSupported, "the block file is not O_DIRECT")
-                    : !prezeroed       ? error(StatusCode::kNotSupported, "the block file was not pre-zeroed")
-                    : !same_dev        ? error(StatusCode::kNotSupported, "the index is on another device")
-                                       : dev->check_in_place_writes();
+    Status layout = !dev->direct_io() ? error(StatusCode::kNotSupported, "the block file is not O_DIRECT")
+                    : !prezeroed      ? error(StatusCode::kNotSupported, "the block file was not pre-zeroed")
+                    : !same_dev       ? error(StatusCode::kNotSupported, "the index is on another device")
+                                      : dev->check_in_place_writes();
     data_flush_by_wal = layout.is_ok();
     durability = data_flush_by_wal ? "block data flushed by the index's WAL sync (data_sync auto; checked: "
                                      "O_DIRECT on ext4/XFS, pre-zeroed, every extent written and unshared, one device)"
@@ -701,7 +702,8 @@ bool Engine::direct_io() const { return impl_->dev->direct_io(); }
 bool Engine::data_flushed_with_index() const { return impl_->data_flush_by_wal; }
 std::string Engine::durability() const { return impl_->durability; }
 Engine::CommitStats Engine::commit_stats() const {
-  return {impl_->commit_groups.load(std::memory_order_relaxed), impl_->committed_writers.load(std::memory_order_relaxed)};
+  return {impl_->commit_groups.load(std::memory_order_relaxed),
+          impl_->committed_writers.load(std::memory_order_relaxed)};
 }
 
 }  // namespace rfos::engine

@@ -38,7 +38,7 @@ class PowerCut::Impl : public blockio::WriteLog {
 
   // ---- the block file ----
   std::string block_file;
-  std::map<std::pair<uint64_t, uint64_t>, int> issued;              // writes in flight
+  std::map<std::pair<uint64_t, uint64_t>, int> issued;                       // writes in flight
   std::vector<std::pair<std::pair<uint64_t, uint64_t>, uint64_t>> finished;  // unsynced, with their order
   uint64_t order = 0;
 
@@ -64,8 +64,8 @@ class PowerCut::Impl : public blockio::WriteLog {
 
   // ---- the index's files ----
   struct FileState {
-    uint64_t written = 0;  // end of what was written through the file system
-    uint64_t synced = 0;   // durable up to here
+    uint64_t written = 0;       // end of what was written through the file system
+    uint64_t synced = 0;        // durable up to here
     bool dir_unsynced = false;  // created since its directory was last synced
   };
   std::map<std::string, FileState> files;
@@ -225,8 +225,7 @@ class CutDirectory : public rocksdb::FSDirectoryWrapper {
     if (s.ok()) cut_->dir_synced(name_);
     return s;
   }
-  IOStatus FsyncWithDirOptions(const IOOptions& o, IODebugContext* dbg,
-                               const rocksdb::DirFsyncOptions& d) override {
+  IOStatus FsyncWithDirOptions(const IOOptions& o, IODebugContext* dbg, const rocksdb::DirFsyncOptions& d) override {
     IOStatus s = FSDirectoryWrapper::FsyncWithDirOptions(o, dbg, d);
     if (s.ok()) cut_->dir_synced(name_);
     return s;

@@ -103,8 +103,8 @@ TEST(EnginePowerCut, AcknowledgedUpdatesSurviveALossOfPower) {
   std::mt19937_64 rng(seed);
   for (uint64_t round = 0; round < rounds; ++round) {
     size_t cut_after = 1 + rng() % 150;
-    RoundResult r = run_round(dir.path(), rng(), static_cast<int>(round), cut_after, EngineOptions::DataSync::kAlways,
-                              &ledger);
+    RoundResult r =
+        run_round(dir.path(), rng(), static_cast<int>(round), cut_after, EngineOptions::DataSync::kAlways, &ledger);
     ASSERT_EQ(r.check.problem, "") << "seed " << seed << ", round " << round << " (cut after " << cut_after
                                    << " acknowledgements; " << r.applied << ")";
     EXPECT_FALSE(r.flushed_with_index);

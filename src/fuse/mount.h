@@ -21,15 +21,15 @@ struct MountOptions {
   std::string fsname = "rfos";  // shown in /proc/mounts
   double attr_timeout_s = 1.0;
   double entry_timeout_s = 1.0;
-  bool direct_io = false;         // bypass the page cache on every open file
-  bool writeback_cache = false;   // let the kernel gather buffered writes (visible to others after fsync/close)
-  bool sync_writes = false;       // store every write before write() returns (no write-behind, see write_behind.h)
-  unsigned writer_threads = 4;    // write-behind: writes of the mount stored at once
-  bool allow_other = true;        // every local user, not just the one who mounted
-  std::string extra_options;      // more -o options passed to FUSE (see check_mount_options)
+  bool direct_io = false;        // bypass the page cache on every open file
+  bool writeback_cache = false;  // let the kernel gather buffered writes (visible to others after fsync/close)
+  bool sync_writes = false;      // store every write before write() returns (no write-behind, see write_behind.h)
+  unsigned writer_threads = 4;   // write-behind: writes of the mount stored at once
+  bool allow_other = true;       // every local user, not just the one who mounted
+  std::string extra_options;     // more -o options passed to FUSE (see check_mount_options)
   // Honour suid and dev in extra_options; otherwise the mount is always nosuid,nodev.
   bool allow_suid_and_devices = false;
-  unsigned request_threads = 16;  // FUSE requests handled at once
+  unsigned request_threads = 16;        // FUSE requests handled at once
   unsigned readahead_bytes = 4u << 20;  // sequential reads: the kernel reads ahead this much
   // Called once the file system is mounted (for daemonizing parents and tests).
   std::function<void(const Status&)> on_mounted;

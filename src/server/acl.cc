@@ -143,7 +143,8 @@ void update(Acl* acl, const Entry& e) {
 }
 
 Status remove(Acl* acl, const Entry& who) {
-  auto it = std::find_if(acl->entries.begin(), acl->entries.end(), [&](const Entry& e) { return same_principal(e, who); });
+  auto it =
+      std::find_if(acl->entries.begin(), acl->entries.end(), [&](const Entry& e) { return same_principal(e, who); });
   if (it == acl->entries.end()) return error(StatusCode::kNotFound, "no ACL entry for " + format_entry(who));
   acl->entries.erase(it);
   return Status::ok();

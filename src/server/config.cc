@@ -24,11 +24,23 @@ Status load_config_file(const std::string& path, ServerConfig* config) {
   }
   if (root.IsNull()) return Status::ok();
   if (!root.IsMap()) return error(StatusCode::kInvalidArgument, "config file " + path + " must be a mapping");
-  static const std::set<std::string> kKeys = {
-      "data_dir",      "control_socket", "control_addr", "insecure",     "admins",
-      "provider",      "targets",        "target_bytes", "tls_ca",       "capability_ttl_s",
-      "media_threads", "tls_cert",       "tls_key",      "bypass_media", "payload_timeout_ms",
-      "session_buffer_bytes", "data_sync"};
+  static const std::set<std::string> kKeys = {"data_dir",
+                                              "control_socket",
+                                              "control_addr",
+                                              "insecure",
+                                              "admins",
+                                              "provider",
+                                              "targets",
+                                              "target_bytes",
+                                              "tls_ca",
+                                              "capability_ttl_s",
+                                              "media_threads",
+                                              "tls_cert",
+                                              "tls_key",
+                                              "bypass_media",
+                                              "payload_timeout_ms",
+                                              "session_buffer_bytes",
+                                              "data_sync"};
   try {
     for (const auto& kv : root) {
       std::string key = kv.first.as<std::string>();

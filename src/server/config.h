@@ -1,7 +1,7 @@
 // rfos server configuration: embedded defaults, overridden by a YAML file, overridden by flags.
 //
-// YAML keys (all optional): data_dir, data_sync, control_socket, control_addr, insecure, tls_cert, tls_key, tls_ca, admins,
-// provider, targets, target_bytes, capability_ttl_s, media_threads, payload_timeout_ms, session_buffer_bytes,
+// YAML keys (all optional): data_dir, data_sync, control_socket, control_addr, insecure, tls_cert, tls_key, tls_ca,
+// admins, provider, targets, target_bytes, capability_ttl_s, media_threads, payload_timeout_ms, session_buffer_bytes,
 // bypass_media. Unknown keys are an error (a typo must not silently fall back to a default).
 //
 // Thread-safety: values.

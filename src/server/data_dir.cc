@@ -19,11 +19,10 @@ Status check_private(const std::string& path, const struct stat& st, const std::
                      std::to_string(geteuid()) + "): someone else may have prepared it. Remove " + dir +
                      " if it holds nothing of yours, or `chown -R` it to the server's user after checking it");
   if (st.st_mode & (S_IRWXG | S_IRWXO))
-    return error(StatusCode::kPermissionDenied, path + " is accessible to group or others (mode " +
-                                                    std::to_string((st.st_mode >> 6) & 7) +
-                                                    std::to_string((st.st_mode >> 3) & 7) +
-                                                    std::to_string(st.st_mode & 7) + "); `chmod -R go-rwx " + dir +
-                                                    "` makes it the server's alone");
+    return error(StatusCode::kPermissionDenied,
+                 path + " is accessible to group or others (mode " + std::to_string((st.st_mode >> 6) & 7) +
+                     std::to_string((st.st_mode >> 3) & 7) + std::to_string(st.st_mode & 7) + "); `chmod -R go-rwx " +
+                     dir + "` makes it the server's alone");
   return Status::ok();
 }
 }  // namespace

@@ -123,7 +123,8 @@ Result<std::unique_ptr<LocalListener>> LocalListener::bind(const std::string& pa
   impl->path = path;
   impl->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   impl->stop_fd = eventfd(0, EFD_CLOEXEC);
-  if (impl->listen_fd < 0 || impl->stop_fd < 0) return error(StatusCode::kIoError, "socket: " + std::string(std::strerror(errno)));
+  if (impl->listen_fd < 0 || impl->stop_fd < 0)
+    return error(StatusCode::kIoError, "socket: " + std::string(std::strerror(errno)));
   a.sun_family = AF_UNIX;
   std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
   if (::bind(impl->listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {

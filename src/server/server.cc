@@ -316,8 +316,8 @@ Status Server::Impl::open() {
     engine::EngineOptions o;
     o.dir = config_.data_dir + "/target-" + std::to_string(i);
     o.block_file_bytes = config_.target_bytes;
-    o.data_sync = config_.data_sync == "auto" ? engine::EngineOptions::DataSync::kAuto
-                                              : engine::EngineOptions::DataSync::kAlways;
+    o.data_sync =
+        config_.data_sync == "auto" ? engine::EngineOptions::DataSync::kAuto : engine::EngineOptions::DataSync::kAlways;
     auto e = Engine::open(o);
     if (!e.is_ok()) return error(e.status().code(), "target " + std::to_string(i) + ": " + e.status().to_string());
     targets_.push_back(std::move(e).value());
@@ -505,9 +505,9 @@ grpc::Status Server::Impl::PoolCreate(ServerContext* ctx, const wire::PoolCreate
   Status s = check_label(req->label());
   if (s.is_ok() && !req->label().empty() && find_pool(req->label()).is_ok())
     s = error(StatusCode::kAlreadyExists, "a pool labelled '" + req->label() + "' exists");
-  acl::Acl a = acl::default_acl(req->owner().empty() ? who.name : req->owner(),
-                                req->owner_group().empty() ? (who.groups.empty() ? "" : who.groups[0])
-                                                           : req->owner_group());
+  acl::Acl a =
+      acl::default_acl(req->owner().empty() ? who.name : req->owner(),
+                       req->owner_group().empty() ? (who.groups.empty() ? "" : who.groups[0]) : req->owner_group());
   if (s.is_ok()) s = acl::check_name(a.owner);
   if (s.is_ok() && !a.owner_group.empty()) s = acl::check_name(a.owner_group);
   if (s.is_ok() && req->acl_size() > 0) {
@@ -564,7 +564,8 @@ grpc::Status Server::Impl::PoolDestroy(ServerContext* ctx, const wire::PoolDestr
                                        wire::PoolDestroyResponse*) {
   Principal who = caller(ctx);
   if (!who.admin)
-    return to_grpc(ctx, error(StatusCode::kPermissionDenied, who.describe() + " may not destroy pools (administrators only)"));
+    return to_grpc(
+        ctx, error(StatusCode::kPermissionDenied, who.describe() + " may not destroy pools (administrators only)"));
   std::lock_guard lock(mu_);
   auto p = find_pool(req->pool());
   if (!p.is_ok()) return to_grpc(ctx, p.status());
@@ -677,8 +678,7 @@ grpc::Status Server::Impl::ContDestroy(ServerContext* ctx, const wire::ContDestr
   auto c = find_cont(*p, req->cont());
   if (!c.is_ok()) return to_grpc(ctx, c.status());
   uint32_t have = acl::rights_of(acl_of(*c), who) | acl::rights_of(acl_of(*p), who);
-  if (!(have & acl::kAdmin))
-    return to_grpc(ctx, denied(who, "destroy container " + req->cont(), acl::kAdmin, have));
+  if (!(have & acl::kAdmin)) return to_grpc(ctx, denied(who, "destroy container " + req->cont(), acl::kAdmin, have));
   Status s = mgmt_.del("cont/" + p->uuid() + "/" + c->uuid());
   if (!s.is_ok()) return to_grpc(ctx, s);
   for (auto& t : targets_) {
@@ -758,9 +758,10 @@ grpc::Status Server::Impl::Connect(ServerContext* ctx, const wire::ConnectReques
   uint32_t want = wire::Capability::kRead | (req->write() ? wire::Capability::kWrite : 0);
   if ((granted & want) != want) {
     uint32_t pool_rights = acl::rights_of(acl_of(*p), who);
-    if (!(pool_rights & acl::kRead)) return to_grpc(ctx, denied(who, "connect to pool " + req->pool(), acl::kRead, pool_rights));
-    return to_grpc(ctx, denied(who, std::string(req->write() ? "write" : "read") + " container " + req->cont(),
-                               want, acl::rights_of(acl_of(*c), who)));
+    if (!(pool_rights & acl::kRead))
+      return to_grpc(ctx, denied(who, "connect to pool " + req->pool(), acl::kRead, pool_rights));
+    return to_grpc(ctx, denied(who, std::string(req->write() ? "write" : "read") + " container " + req->cont(), want,
+                               acl::rights_of(acl_of(*c), who)));
   }
   prune_sessions();
   size_t mine = 0;
@@ -815,7 +816,8 @@ grpc::Status Server::Impl::Disconnect(ServerContext* ctx, const wire::Disconnect
     return to_grpc(ctx, error(StatusCode::kNotFound, "no such session"));
   // A session id is no secret (every capability carries it in clear): only its owner may end it.
   if (!same_principal(it->second, who) && !who.admin)
-    return to_grpc(ctx, error(StatusCode::kPermissionDenied, who.describe() + " may not end another principal's session"));
+    return to_grpc(ctx,
+                   error(StatusCode::kPermissionDenied, who.describe() + " may not end another principal's session"));
   Status s = end_session(&it->second);
   return s.is_ok() ? grpc::Status::OK : to_grpc(ctx, s);
 }
@@ -828,14 +830,15 @@ grpc::Status Server::Impl::Renew(ServerContext* ctx, const wire::RenewRequest* r
     return to_grpc(ctx, error(StatusCode::kPermissionDenied, "the session has ended or expired; connect again"));
   wire::SessionRecord& r = it->second;
   if (!same_principal(r, who))
-    return to_grpc(ctx, error(StatusCode::kPermissionDenied, who.describe() + " may not renew another principal's session"));
+    return to_grpc(ctx,
+                   error(StatusCode::kPermissionDenied, who.describe() + " may not renew another principal's session"));
   auto p = find_pool(r.pool_uuid());
   auto c = p.is_ok() ? find_cont(*p, r.cont_uuid()) : Result<wire::ContInfo>(p.status());
   uint32_t rights = c.is_ok() ? (r.rights() & capability_rights(who, *p, *c)) : 0;
   if (!(rights & wire::Capability::kRead)) {
     Status s = end_session(&r);
-    return to_grpc(ctx, s.is_ok() ? error(StatusCode::kPermissionDenied, who.describe() +
-                                                                             " no longer has read access; the session ended")
+    return to_grpc(ctx, s.is_ok() ? error(StatusCode::kPermissionDenied,
+                                          who.describe() + " no longer has read access; the session ended")
                                   : s);
   }
   uint32_t ttl = req->ttl_s() ? std::min(req->ttl_s(), config_.capability_ttl_s) : config_.capability_ttl_s;
@@ -947,7 +950,7 @@ grpc::Status Server::Impl::ServerInfo(ServerContext* ctx, const wire::ServerInfo
   Principal who = caller(ctx);
   resp->set_version("0.1.0");
   resp->set_control_address(bound_.empty() || tcp_bound_.empty() || bound_ == tcp_bound_ ? bound_
-                                                                                        : bound_ + " " + tcp_bound_);
+                                                                                         : bound_ + " " + tcp_bound_);
   resp->set_provider(config_.provider);
   resp->set_targets(static_cast<uint32_t>(targets_.size()));
   resp->set_uptime_s((now_ms() - started_ms_) / 1000);
@@ -1006,8 +1009,10 @@ int run_server(const ServerConfig& config, const std::function<void(const std::s
   std::printf("rfos server: durability: %s\n", (*server)->durability().c_str());
   std::fflush(stdout);
   if (config.insecure)
-    std::fprintf(stderr, "rfos server: WARNING: %s takes calls without TLS; its callers are anonymous and have "
-                         "only the rights ACLs grant EVERYONE@\n", tcp.c_str());
+    std::fprintf(stderr,
+                 "rfos server: WARNING: %s takes calls without TLS; its callers are anonymous and have "
+                 "only the rights ACLs grant EVERYONE@\n",
+                 tcp.c_str());
   std::fflush(stdout);
   if (on_started) on_started((*server)->control_address());
   std::thread waiter([&] {

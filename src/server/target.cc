@@ -323,8 +323,9 @@ class Target::Impl {
     // could stamp its own writes could move every container's aggregation boundary, or the clock, to 2^64.)
     if (q.epoch != 0 && writes)
       return reply_error(in.reply_to, q.request_id,
-                         error(StatusCode::kInvalidArgument, "updates and punches are stamped by the target; "
-                                                             "a request may name an epoch only to read a snapshot"));
+                         error(StatusCode::kInvalidArgument,
+                               "updates and punches are stamped by the target; "
+                               "a request may name an epoch only to read a snapshot"));
     if (q.epoch != 0 && !engine->has_snapshot(*cid, q.epoch))
       return reply_error(in.reply_to, q.request_id,
                          error(StatusCode::kEpochTooOld, "epoch " + std::to_string(q.epoch) +

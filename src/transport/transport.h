@@ -87,9 +87,10 @@ struct WorkerOptions {
   // Messages count only from peers that introduced themselves (every connect() does): a server's targets set
   // it. On libfabric, where the only introduction is the address a message claims, a message from a sender not
   // known yet comes with reply_to 0 and its claimed_address, and becomes a peer only when the layer above
-  // adopts it (a target: once the request's capability verified), so garbage costs no address-vector entry. UCX keeps an endpoint it made for a peer's messages only once adopted on the hello, and a target that
-  // answers late must not answer through one UCX may have freed. Where endpoints cannot detect a dead peer
-  // (UCX 1.13 shm) nothing is freed under the target, and every message counts.
+  // adopts it (a target: once the request's capability verified), so garbage costs no address-vector entry. UCX keeps
+  // an endpoint it made for a peer's messages only once adopted on the hello, and a target that answers late must not
+  // answer through one UCX may have freed. Where endpoints cannot detect a dead peer (UCX 1.13 shm) nothing is freed
+  // under the target, and every message counts.
   bool introduced_peers_only = false;
   // UCX: whether a peer's hello may introduce it, given the token the peer set (set_introduction): a server's
   // targets check the capability in it before they make or adopt an endpoint for the peer. Unset: every hello

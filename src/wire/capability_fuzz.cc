@@ -28,7 +28,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 // Valid tokens signed with kKey: the stand-in driver's corpus (tests/fuzz/corpus/capability_fuzz).
 extern "C" void rfos_fuzz_seeds(void (*emit)(void*, const char*, const uint8_t*, size_t), void* ctx) {
   int n = 0;
-  for (uint8_t rights : {rfos::wire::Capability::kRead, uint8_t(rfos::wire::Capability::kRead | rfos::wire::Capability::kWrite)})
+  for (uint8_t rights :
+       {rfos::wire::Capability::kRead, uint8_t(rfos::wire::Capability::kRead | rfos::wire::Capability::kWrite)})
     for (uint64_t expires : {uint64_t{1}, uint64_t{1} << 40, UINT64_MAX}) {
       rfos::wire::Capability c;
       c.session = rfos::Uuid::random();

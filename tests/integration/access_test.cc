@@ -171,8 +171,15 @@ TEST(Access, ServerRunsAsAnUnprivilegedUser) {
   ASSERT_EQ(chmod(data_tmpl, 0755), 0);
   ASSERT_EQ(chown(sock_tmpl, kNobody, kNogroup), 0);
   ASSERT_EQ(chmod(sock_tmpl, 0755), 0);
-  std::vector<std::string> args = {"server", "--data-dir", data, "--control-socket", sock, "--targets", "2",
-                                   "--target-bytes", std::to_string(64ull << 20)};
+  std::vector<std::string> args = {"server",
+                                   "--data-dir",
+                                   data,
+                                   "--control-socket",
+                                   sock,
+                                   "--targets",
+                                   "2",
+                                   "--target-bytes",
+                                   std::to_string(64ull << 20)};
   ASSERT_EQ(mkdir(data.c_str(), 0700), 0);
   ASSERT_EQ(chown(data.c_str(), kNobody, kNogroup), 0);
 
@@ -204,7 +211,8 @@ TEST(Access, ServerRunsAsAnUnprivilegedUser) {
     auto c = client::Container::open(*root, "p", "c");
     ASSERT_TRUE(c.is_ok()) << c.status().to_string();
     std::string bytes = "stored by a server that is not root";
-    ASSERT_TRUE((*c)->write({3, 3}, "d", "a", 0, {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}).is_ok());
+    ASSERT_TRUE(
+        (*c)->write({3, 3}, "d", "a", 0, {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}).is_ok());
     std::string back(bytes.size(), '\0');
     ASSERT_TRUE((*c)->read({3, 3}, "d", "a", 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()}).is_ok());
     EXPECT_EQ(back, bytes);
@@ -235,8 +243,8 @@ class Pki {
   }
   bool ok() const { return ok_; }
   std::vector<std::string> server_flags() const {
-    return {"--control-addr", "127.0.0.1:0",         "--tls-cert", file("server.pem"),
-            "--tls-key",      file("server.key"),    "--tls-ca",   file("ca.pem")};
+    return {"--control-addr", "127.0.0.1:0",      "--tls-cert", file("server.pem"),
+            "--tls-key",      file("server.key"), "--tls-ca",   file("ca.pem")};
   }
   TlsFiles client(const std::string& name) const { return {file("ca.pem"), file(name + ".pem"), file(name + ".key")}; }
   TlsFiles rogue(const std::string& name) const {
@@ -393,8 +401,8 @@ TEST_F(TlsAccess, ContainersOutliveTheirCapability) {
   auto expired = wire::decode_capability(first);
   ASSERT_TRUE(expired.is_ok());
   EXPECT_LT(expired->expires_unix_ms, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                          std::chrono::system_clock::now().time_since_epoch())
-                                          .count()));
+                                                                std::chrono::system_clock::now().time_since_epoch())
+                                                                .count()));
 }
 
 // A TCP listener without TLS exists only when the operator says --insecure, and its callers are anonymous: they

@@ -254,9 +254,8 @@ TEST_P(DataPlane, SnapshotsPinAState) {
   auto before = Clock::now();
   auto snap = control_->snapshot_create("p", "c");
   auto after = Clock::now();
-  writes_done([&] {
-    return std::count_if(writes.begin(), writes.end(), [&](const Done& d) { return d.begin > after; }) >= 5;
-  });
+  writes_done(
+      [&] { return std::count_if(writes.begin(), writes.end(), [&](const Done& d) { return d.begin > after; }) >= 5; });
   stop = true;
   writer.join();
   ASSERT_TRUE(snap.is_ok()) << snap.status().to_string();
@@ -932,9 +931,8 @@ TEST_P(DataPlane, HostileMemoryDescriptorsAreRefused) {
   const client::Session& s = c->session();
   // The target that holds the key below: a request elsewhere would end at NotFound before touching memory.
   const ObjectId oid{8, 8};
-  auto peer =
-      RawPeer::connect(GetParam(), s.target_addresses[placement::target_of(oid, "d", s.target_addresses.size())],
-                       s.capability);
+  auto peer = RawPeer::connect(
+      GetParam(), s.target_addresses[placement::target_of(oid, "d", s.target_addresses.size())], s.capability);
   ASSERT_TRUE(peer.is_ok()) << peer.status().to_string();
   auto ask = [&](const wire::Request& q) { return (*peer)->ask(wire::encode_request(q)); };
   std::string secret = bytes_of(4096, 99);
@@ -1371,8 +1369,7 @@ int flood_main(const std::string& addr, const std::string& provider) {
   q.capability = s.capability;
   for (const std::string& dkey : dkeys) {
     auto peer = rfos::RawPeer::connect(
-        provider, s.target_addresses[rfos::placement::target_of(q.oid, dkey, s.target_addresses.size())],
-        s.capability);
+        provider, s.target_addresses[rfos::placement::target_of(q.oid, dkey, s.target_addresses.size())], s.capability);
     if (!peer.is_ok()) return 3;
     peers.push_back(std::move(peer).value());
   }

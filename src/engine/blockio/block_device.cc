@@ -2,13 +2,13 @@
 
 #include <fcntl.h>
 #include <liburing.h>
-#include <sys/eventfd.h>
 #include <linux/fiemap.h>
 #include <linux/fs.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
-#include <sys/vfs.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -94,9 +94,9 @@ Result<std::unique_ptr<BlockDevice>> BlockDevice::open(const BlockDeviceOptions&
     ::close(fd);
     return error(StatusCode::kCorruption, "block file " + options.path + " has an invalid size");
   }
-  return std::unique_ptr<BlockDevice>(new BlockDevice(
-      fd, bytes, direct, !exists, arena, options.queue_depth < 8 ? 8 : options.queue_depth, options.read_window_bytes,
-      options.write_log));
+  return std::unique_ptr<BlockDevice>(new BlockDevice(fd, bytes, direct, !exists, arena,
+                                                      options.queue_depth < 8 ? 8 : options.queue_depth,
+                                                      options.read_window_bytes, options.write_log));
 }
 
 BlockDevice::BlockDevice(int fd, uint64_t bytes, bool direct, bool created, BufferArena* arena, uint32_t depth,

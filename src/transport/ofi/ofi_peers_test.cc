@@ -37,8 +37,8 @@ TEST(OfiPeers, TableIsBoundedAndForgottenHandlesFail) {
     ASSERT_NE(*h, *first) << "a handle was reused";
   }
   Status s = (*a)->send(*first, "hello?", {}, [](Status) {});
-  EXPECT_EQ(s.code(), StatusCode::kShutdown) << "the first of 5001 idle peers should have been forgotten: "
-                                            << s.to_string();
+  EXPECT_EQ(s.code(), StatusCode::kShutdown)
+      << "the first of 5001 idle peers should have been forgotten: " << s.to_string();
   // A real peer still gets through.
   std::string got;
   (*b)->on_message([&](Incoming& in) { got.assign(in.header); });

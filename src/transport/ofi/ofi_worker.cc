@@ -33,10 +33,10 @@
 #include <cstring>
 #include <deque>
 #include <map>
-#include <unordered_map>
 #include <random>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "common/coding.h"
 #include "common/fault.h"

@@ -441,10 +441,10 @@ class UcxWorker final : public Worker {
       // Checked before any endpoint is made for the peer: a hello whose introduction does not pass makes nothing,
       // and the peer is not heard (as a peer that sent no hello).
       bool eager = !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
-      std::string_view token = eager && length > sizeof(PeerProcess)
-                                   ? std::string_view(static_cast<const char*>(data) + sizeof(PeerProcess),
-                                                      length - sizeof(PeerProcess))
-                                   : std::string_view();
+      std::string_view token =
+          eager && length > sizeof(PeerProcess)
+              ? std::string_view(static_cast<const char*>(data) + sizeof(PeerProcess), length - sizeof(PeerProcess))
+              : std::string_view();
       if (!self->admit_hello_(token)) {
         if (self->introduced_only_) self->forget(param->reply_ep);
         return UCS_OK;
