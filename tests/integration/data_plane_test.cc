@@ -79,9 +79,9 @@ class DataPlane : public ::testing::TestWithParam<std::string> {
 
   void kill_a_writer(const char* path, bool stop_first);
 
-  // Runs this test binary as a client of the server: `mode` (--writer, --flood, --vanish; see main()), then the
-  // server's address and the provider, then `extra` if any. Returns its pid (-1 when fork failed). With `told`,
-  // the child's stdout goes to a pipe whose read end *told gets, for heard_from().
+  // Runs this test binary as a client of the server: `mode` (--writer, --flood, --vanish, --hostile-rkey; see
+  // main()), then the server's address and the provider, then `extra` if any. Returns its pid (-1 when fork failed).
+  // With `told`, the child's stdout goes to a pipe whose read end *told gets, for heard_from().
   pid_t spawn_client(const char* mode, const char* extra = nullptr, int* told = nullptr) {
     int ready[2] = {-1, -1};
     if (told && pipe(ready) != 0) return -1;
@@ -922,12 +922,35 @@ class SharedMemoryKey {
 // the peer names, and UCX checks neither the range nor whose segment the key names: trusted, such a descriptor
 // had the server copy out of its own memory (it died of it). Targets refuse those keys. Elsewhere the peer's
 // side serves the access (UCX's software emulation on tcp, libfabric) or its NIC checks it (RDMA), so a range
-// outside the peer's memory is the peer's problem: not tried there (libfabric 1.17 then never completes the
-// target's get or put, and the request keeps its engine buffers: a known limit, docs/wire-format.md).
+// outside the peer's memory is the peer's problem: on ucx+tcp a garbage key at address 0 is sent by a child
+// process, which it takes down, and the server serves on; a bad range is not tried on libfabric (1.17 then never
+// completes the target's get or put, and the request keeps its engine buffers: a known limit,
+// docs/wire-format.md).
 TEST_P(DataPlane, HostileMemoryDescriptorsAreRefused) {
-  if (GetParam() == "ucx+tcp") GTEST_SKIP() << "UCX's emulation on tcp: the peer serves every access to its keys";
   auto c = open();
   ASSERT_TRUE(c);
+  if (GetParam() == "ucx+tcp") {
+    // UCX's emulation on tcp has the peer serve every access to its own keys, so a descriptor naming memory the
+    // peer does not have is the peer's problem: a garbage key at address 0 takes the hostile peer's own process
+    // down (in UCX's get and put handlers). That peer runs as a child here; the server must not notice beyond an error.
+    std::string secret = bytes_of(4096, 99);
+    ASSERT_TRUE(c->write({8, 8}, "d", "a", 0, as_span(secret)).is_ok());
+    int told = -1;
+    pid_t pid = spawn_client("--hostile-rkey", nullptr, &told);
+    ASSERT_GE(pid, 0);
+    EXPECT_TRUE(heard_from(told)) << "the hostile peer did not start";
+    int status = 0;
+    waitpid(pid, &status, 0);
+    testing::remove_shm_regions_of(pid);
+    std::printf("the hostile peer %s %d\n", WIFSIGNALED(status) ? "died of signal" : "exited with",
+                WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    std::string back(secret.size(), '\0');
+    ASSERT_TRUE(c->read({8, 8}, "d", "a", 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()}).is_ok());
+    EXPECT_TRUE(back == secret);
+    std::string data = "still here";
+    ASSERT_TRUE(c->write({7, 7}, "d", "a", 0, as_span(data)).is_ok());
+    return;
+  }
   const client::Session& s = c->session();
   // The target that holds the key below: a request elsewhere would end at NotFound before touching memory.
   const ObjectId oid{8, 8};
@@ -1352,6 +1375,31 @@ int vanish_main(const std::string& addr, const std::string& provider, const std:
 // The client of OneSessionCannotTakeEveryBuffer: opens a session, sends each target 20 fetches of 4 MiB
 // straight on the data plane (RawPeer: replies nobody takes), says so, and never progresses again (it sleeps
 // until killed), so every reply it was sent waits at its target with its buffers.
+// A peer that sends a fetch and an update naming a garbage remote key at address 0 (see
+// HostileMemoryDescriptorsAreRefused): over ucx+tcp UCX has this process serve the target's accesses to it.
+int hostile_rkey_main(const std::string& addr, const std::string& provider) {
+  auto control = rfos::client::ControlClient::create(addr);
+  rfos::client::ContainerOptions o;
+  o.provider = provider;
+  auto c = rfos::client::Container::open(*control, "p", "c", o);
+  if (!c.is_ok()) return 2;
+  const rfos::client::Session& s = (*c)->session();
+  const rfos::ObjectId oid{8, 8};
+  auto peer = rfos::RawPeer::connect(
+      provider, s.target_addresses[rfos::placement::target_of(oid, "d", s.target_addresses.size())], s.capability);
+  if (!peer.is_ok()) return 3;
+  if (write(STDOUT_FILENO, "1", 1) != 1) return 4;
+  rfos::wire::Request q = rfos::raw_update(s.capability, oid, std::string(4096, 'x'));
+  q.rkey = std::string(64, '\x5a');
+  q.remote_addr = 0;
+  q.length = 4096;
+  (void)(*peer)->ask(rfos::wire::encode_request(q), "", 5000);
+  q.op = rfos::wire::Op::kFetch;
+  q.csums.clear();
+  (void)(*peer)->ask(rfos::wire::encode_request(q), "", 5000);
+  return 0;
+}
+
 int flood_main(const std::string& addr, const std::string& provider) {
   auto control = rfos::client::ControlClient::create(addr);
   rfos::client::ContainerOptions o;
@@ -1393,6 +1441,7 @@ int main(int argc, char** argv) {
   if (argc == 5 && std::string(argv[1]) == "--writer") return writer_main(argv[2], argv[3], argv[4]);
   if (argc == 5 && std::string(argv[1]) == "--vanish") return vanish_main(argv[2], argv[3], argv[4]);
   if (argc == 4 && std::string(argv[1]) == "--flood") return flood_main(argv[2], argv[3]);
+  if (argc == 4 && std::string(argv[1]) == "--hostile-rkey") return hostile_rkey_main(argv[2], argv[3]);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
