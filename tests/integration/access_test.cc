@@ -32,6 +32,27 @@ namespace {
 using client::ControlClient;
 using client::TlsFiles;
 
+// A copy of the rfos binary that every user may run: the build tree may sit under a directory other users cannot
+// enter (a clone under /root). Made once per process, removed at exit.
+const std::string& runnable_binary() {
+  static const std::string path = [] {
+    char tmpl[] = "/tmp/rfos-bin-XXXXXX";
+    if (!mkdtemp(tmpl)) return std::string(RFOS_BINARY);
+    chmod(tmpl, 0755);
+    std::string copy = std::string(tmpl) + "/rfos";
+    std::error_code ec;
+    if (!std::filesystem::copy_file(RFOS_BINARY, copy, ec) || chmod(copy.c_str(), 0755) != 0)
+      return std::string(RFOS_BINARY);
+    static std::string dir = tmpl;
+    std::atexit([] {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    });
+    return copy;
+  }();
+  return path;
+}
+
 // `rfos ARGS` started as uid:gid (setgroups, setgid, setuid, exec) with RLIMIT_MEMLOCK `memlock` (unchanged when
 // 0); its stdout and stderr come through `out`.
 struct Spawned {
@@ -39,6 +60,7 @@ struct Spawned {
   FILE* out = nullptr;
 };
 Spawned rfos_spawn(uid_t uid, gid_t gid, const std::vector<std::string>& args, rlim_t memlock = 0) {
+  const std::string& binary = runnable_binary();  // before the fork: the child only execs
   int fds[2];
   if (pipe(fds) != 0) return {};
   pid_t pid = fork();
@@ -50,7 +72,7 @@ Spawned rfos_spawn(uid_t uid, gid_t gid, const std::vector<std::string>& args, r
     if ((memlock && setrlimit(RLIMIT_MEMLOCK, &lim) != 0) || setgroups(0, nullptr) != 0 || setgid(gid) != 0 ||
         setuid(uid) != 0)
       _exit(126);
-    std::vector<std::string> all = {RFOS_BINARY};
+    std::vector<std::string> all = {binary};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : all) argv.push_back(a.data());
