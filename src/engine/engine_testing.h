@@ -13,6 +13,16 @@
 
 #include "engine/engine.h"
 
+// For a test that must act as root (to give a file to another user, or to run as one). CI runs as root: there a
+// test that cannot run fails, loudly; on a developer's machine it is skipped, saying why.
+#define RFOS_REQUIRE_ROOT(why)                                                  \
+  do {                                                                          \
+    if (geteuid() != 0) {                                                       \
+      if (std::getenv("CI")) FAIL() << "needs root (CI runs as root): " << why; \
+      GTEST_SKIP() << "needs root: " << why;                                    \
+    }                                                                           \
+  } while (0)
+
 namespace rfos::engine::testing {
 
 // A fresh directory under $TMPDIR (default /tmp... but the build tree's file system is preferred, since

@@ -109,7 +109,7 @@ constexpr gid_t kNogroup = 65534;
 // A local user who is not root against the control socket: the kernel names them, and they get what ACLs grant.
 // Needs root to become another user (CI runs as root).
 TEST(Access, LocalUsersGetWhatTheAclsGrant) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to run clients as another user (CI runs as root)";
+  RFOS_REQUIRE_ROOT("to run clients as another user");
   engine::testing::TempDir dir;
   testing::ServerProcess server(dir.path());
   ASSERT_TRUE(server.start());
@@ -186,7 +186,7 @@ TEST(Access, LocalUsersGetWhatTheAclsGrant) {
 // CAP_SYS_RESOURCE to raise it, as on CI): the buffer arenas do not fit, so it serves with unregistered buffers,
 // says so and which limit to raise and how; its own user administers it, and what it makes is its own.
 TEST(Access, ServerRunsAsAnUnprivilegedUser) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to start a server as another user (CI runs as root)";
+  RFOS_REQUIRE_ROOT("to start a server as another user");
   char data_tmpl[] = "/var/tmp/rfos-unpriv-XXXXXX", sock_tmpl[] = "/tmp/rfos-unpriv-ctl-XXXXXX";
   ASSERT_TRUE(mkdtemp(data_tmpl) && mkdtemp(sock_tmpl));
   std::string data = std::string(data_tmpl) + "/data", sock_dir = sock_tmpl, sock = sock_dir + "/control.sock";

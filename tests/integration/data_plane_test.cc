@@ -1318,15 +1318,23 @@ INSTANTIATE_TEST_SUITE_P(Providers, DataPlane, ::testing::Values("ucx+tcp", "ucx
 // it puts 8 more writes on the wire and then never progresses again (so its fabric posts nothing more, and
 // those transfers stall half-way at the targets: they wait for the writer to send or serve the payload), says
 // so, and sleeps.
+// A child client's container "c" of pool "p", reached over `provider` through the server at `addr` (the
+// container keeps a control client of its own for renewals).
+rfos::Result<std::unique_ptr<rfos::client::Container>> open_child_container(const std::string& addr,
+                                                                            const std::string& provider,
+                                                                            rfos::client::ContainerOptions o = {}) {
+  o.provider = provider;
+  auto control = rfos::client::ControlClient::create(addr);
+  return rfos::client::Container::open(*control, "p", "c", o);
+}
+
 volatile sig_atomic_t writer_stop = 0;
 int writer_main(const std::string& addr, const std::string& provider, const std::string& path) {
   signal(SIGUSR1, [](int) { writer_stop = 1; });
-  auto control = rfos::client::ControlClient::create(addr);
   rfos::client::ContainerOptions o;
-  o.provider = provider;
   o.data_path = path == "explicit" ? rfos::client::DataPath::kExplicit : rfos::client::DataPath::kMessage;
   o.payload_sends_at_once = 0;  // every write goes on the wire when submitted
-  auto c = rfos::client::Container::open(*control, "p", "c", o);
+  auto c = open_child_container(addr, provider, o);
   if (!c.is_ok()) return 2;
   const std::string data = rfos::engine::testing::pattern(3, 1 << 20);
   uint64_t next = 0;
@@ -1358,10 +1366,7 @@ int writer_main(const std::string& addr, const std::string& provider, const std:
 // exits without waiting for an answer ("request"), exits without disconnecting ("connect"), or closes its
 // session and returns as any CLI call that failed after connecting does ("close").
 int vanish_main(const std::string& addr, const std::string& provider, const std::string& what) {
-  auto control = rfos::client::ControlClient::create(addr);
-  rfos::client::ContainerOptions o;
-  o.provider = provider;
-  auto c = rfos::client::Container::open(*control, "p", "c", o);
+  auto c = open_child_container(addr, provider);
   if (!c.is_ok()) return 2;
   static const std::string data = rfos::engine::testing::pattern(9, 64 << 10);
   for (uint64_t i = 0; what == "request" && i < 8; ++i)
@@ -1372,16 +1377,10 @@ int vanish_main(const std::string& addr, const std::string& provider, const std:
   _exit(0);
 }
 
-// The client of OneSessionCannotTakeEveryBuffer: opens a session, sends each target 20 fetches of 4 MiB
-// straight on the data plane (RawPeer: replies nobody takes), says so, and never progresses again (it sleeps
-// until killed), so every reply it was sent waits at its target with its buffers.
 // A peer that sends a fetch and an update naming a garbage remote key at address 0 (see
 // HostileMemoryDescriptorsAreRefused): over ucx+tcp UCX has this process serve the target's accesses to it.
 int hostile_rkey_main(const std::string& addr, const std::string& provider) {
-  auto control = rfos::client::ControlClient::create(addr);
-  rfos::client::ContainerOptions o;
-  o.provider = provider;
-  auto c = rfos::client::Container::open(*control, "p", "c", o);
+  auto c = open_child_container(addr, provider);
   if (!c.is_ok()) return 2;
   const rfos::client::Session& s = (*c)->session();
   const rfos::ObjectId oid{8, 8};
@@ -1400,11 +1399,11 @@ int hostile_rkey_main(const std::string& addr, const std::string& provider) {
   return 0;
 }
 
+// The client of OneSessionCannotTakeEveryBuffer: opens a session, sends each target 20 fetches of 4 MiB
+// straight on the data plane (RawPeer: replies nobody takes), says so, and never progresses again (it sleeps
+// until killed), so every reply it was sent waits at its target with its buffers.
 int flood_main(const std::string& addr, const std::string& provider) {
-  auto control = rfos::client::ControlClient::create(addr);
-  rfos::client::ContainerOptions o;
-  o.provider = provider;
-  auto c = rfos::client::Container::open(*control, "p", "c", o);
+  auto c = open_child_container(addr, provider);
   if (!c.is_ok()) return 2;
   const rfos::client::Session& s = (*c)->session();
   std::vector<std::string> dkeys = rfos::flood_dkeys(s.target_addresses.size());
