@@ -44,7 +44,7 @@ using Done = std::function<void(Status)>;
 struct Incoming {
   EpHandle reply_to = 0;
   // libfabric, on a worker with introduced_peers_only: reply_to is 0 for a sender not known yet, whose message
-  // names this address (unproved: any peer may write any address there). Worker::adopt makes it a peer.
+  // names this address (proved the sender's own: see ofi_worker.cc). Worker::adopt makes it a peer.
   std::string_view claimed_address;
   std::string_view header;
   size_t payload_bytes = 0;
@@ -120,6 +120,9 @@ class Worker {
     (void)in;
     return error(StatusCode::kNotSupported, "this provider knows its peers by their hellos");
   }
+  // Messages dropped because they did not prove who sent them (libfabric: an envelope without the token the
+  // address it names was given; garbage; proof answers nobody asked for). UCX: 0 (UCX knows its senders).
+  virtual uint64_t unproved_dropped() const { return 0; }
   // Called when a peer fails (dies, disconnects); its in-flight operations complete with errors.
   virtual void on_peer_failure(std::function<void(EpHandle, const Status&)> handler) = 0;
 

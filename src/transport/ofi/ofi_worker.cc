@@ -7,7 +7,16 @@
 // wants the payload posts a tagged receive for that tag straight into the memory it chose (the engine's
 // buffers); the provider's rendezvous does the rest (RDMA on verbs, pipelined on tcp). A payload nobody takes
 // is received into scratch memory and dropped. Payload receives a dead sender never completes are cancelled
-// after WorkerOptions::payload_timeout_ms, which aborts their update. The shm provider neither reports a dead
+// after WorkerOptions::payload_timeout_ms, which aborts their update.
+//
+// An envelope names its sender, and any peer could name any address there, so each one also carries a proof
+// that its sender owns the address it names: a token the receiver made (an HMAC, under a secret of its own, of
+// that address) and sent to that address, where only its owner heard it. A worker asks a peer for its token
+// before its first message to it (a proof request with a nonce, answered to the address it named) and drops
+// every message whose proof does not verify, so a peer cannot have replies or one-sided operations sent to
+// another's address, nor answer for another (docs/wire-format.md).
+//
+// The shm provider neither reports a dead
 // peer nor cancels a send or a remote read toward one, so on ofi+shm those fail once they are that old and the
 // peer's process (its id is in the name every rfos endpoint gives itself) is gone.
 //
@@ -15,6 +24,9 @@
 // as to a client that died) waits in that peer's queue and goes again from progress(); the worker never spins
 // on it, so one dead peer does not stall a target's other clients. A peer that takes none of its queued posts
 // for payload_timeout_ms has them all failed.
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -48,6 +60,12 @@ namespace {
 constexpr uint64_t kHeaderTag = 0;
 constexpr size_t kHeaderBufBytes = 72 * 1024;  // envelope + the largest data-plane header (64 KiB)
 constexpr int kHeaderBufs = 64;
+constexpr size_t kProofBytes = 16;
+
+// Envelope kinds.
+constexpr uint8_t kMessage = 0;       // a message; its header follows
+constexpr uint8_t kProofRequest = 1;  // "send me your token": the header is a nonce, echoed in the answer
+constexpr uint8_t kProofAnswer = 2;   // the token field is the sender's token for the receiver; the header the nonce
 
 Status fi_error(int rc, const std::string& what) {
   rc = rc < 0 ? -rc : rc;
@@ -78,6 +96,7 @@ struct Op {
   pid_t peer_pid = 0;      // sends and remote reads or writes on ofi+shm: the peer's process
   bool abandoned = false;  // failed while the provider still holds it: freed when the provider lets go
   uint64_t peer = 0;       // sends and remote reads or writes: the peer's handle (its operations in flight)
+  fi_addr_t transient = FI_ADDR_UNSPEC;  // a proof answer to a sender not in the table: its own entry
 };
 
 class OfiWorker final : public Worker {
@@ -110,6 +129,7 @@ class OfiWorker final : public Worker {
     int rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info_);
     fi_freeinfo(hints);
     if (rc) return fi_error(rc, "no libfabric '" + std::string(prov) + "' provider here (fi_getinfo)");
+    if (RAND_bytes(secret_, sizeof(secret_)) != 1) return error(StatusCode::kInternal, "no random bytes (RAND_bytes)");
     local_mr_ = info_->domain_attr->mr_mode & FI_MR_LOCAL;
     if ((rc = fi_fabric(info_->fabric_attr, &fabric_, nullptr))) return fi_error(rc, "fi_fabric");
     if ((rc = fi_domain(fabric_, info_, &domain_, nullptr))) return fi_error(rc, "fi_domain");
@@ -154,9 +174,13 @@ class OfiWorker final : public Worker {
   Result<EpHandle> connect(std::string_view peer) override { return lookup(peer); }
   Result<EpHandle> adopt(const Incoming& in) override {
     if (in.reply_to) return in.reply_to;
-    if (in.claimed_address.empty()) return error(StatusCode::kInvalidArgument, "the message names no sender");
-    return lookup(in.claimed_address);
+    if (in.claimed_address.empty() || in.claimed_address != handling_from_)
+      return error(StatusCode::kInvalidArgument, "adopt() takes the message being handled");
+    RFOS_ASSIGN_OR_RETURN(EpHandle h, lookup(in.claimed_address));
+    by_handle_[h].proof = handling_token_;
+    return h;
   }
+  uint64_t unproved_dropped() const override { return unproved_dropped_; }
   void disconnect(EpHandle) override {}  // RDM endpoints hold no connection of their own
   void on_message(std::function<void(Incoming&)> h) override { handler_ = std::move(h); }
   void on_peer_failure(std::function<void(EpHandle, const Status&)> h) override { failure_ = std::move(h); }
@@ -174,29 +198,23 @@ class OfiWorker final : public Worker {
   Status send(EpHandle ep, std::string_view header, std::span<const Iov> payload, Done done) override {
     uint64_t total = 0;
     for (const Iov& v : payload) total += v.len;
+    if (header.size() + envelope_bytes() > kHeaderBufBytes)
+      return error(StatusCode::kInvalidArgument, "message header too large");
+    RFOS_ASSIGN_OR_RETURN(fi_addr_t to, address_of(ep));
+    Peer& peer = by_handle_[ep];
+    // Asked once; again when the last request went unanswered (what waited for it failed, and left).
+    if (peer.proof.empty() && (peer.nonce.empty() || !deferred_.count(ep)))
+      RFOS_RETURN_IF_ERROR(ask_for_proof(ep, peer));
     Op* op = track(new Op{});
     op->kind = Op::kSend;
     op->done = std::move(done);
     uint64_t tag = total ? tag_base_ | (next_tag_++ & 0xffffffffull) : 0;
-    // Envelope: addr_len u16 | addr | payload_tag u64 | payload_len u64 | header
-    put_le<uint16_t>(&op->bytes, static_cast<uint16_t>(address_.size()));
-    op->bytes += address_;
-    put_le<uint64_t>(&op->bytes, tag);
-    put_le<uint64_t>(&op->bytes, total);
-    op->bytes.append(header);
-    if (op->bytes.size() > kHeaderBufBytes) {
-      untrack(op);
-      return error(StatusCode::kInvalidArgument, "message header too large");
-    }
-    auto known = address_of(ep);
-    if (!known.is_ok()) {
-      untrack(op);
-      return known.status();
-    }
-    fi_addr_t to = *known;
+    op->bytes = envelope(kMessage, peer.token, tag, total, header);  // the proof goes in when it is posted
     watch(op, ep);
     op->pending = total ? 2 : 1;
-    Status posted = post(ep, op, "fi_tsend", [this, op, to] {
+    Status posted = post(ep, op, "fi_tsend", [this, op, to, ep] {
+      if (auto p = by_handle_.find(ep); p != by_handle_.end() && p->second.proof.size() == kProofBytes)
+        std::memcpy(op->bytes.data() + proof_offset(), p->second.proof.data(), kProofBytes);
       return fi_tsend(ep_, op->bytes.data(), op->bytes.size(), nullptr, to, kHeaderTag, &op->ctx);
     });
     if (!posted.is_ok()) {
@@ -278,11 +296,26 @@ class OfiWorker final : public Worker {
   void signal() override { signaled_ = true; }
 
  private:
+  struct Peer {
+    fi_addr_t fa = FI_ADDR_UNSPEC;
+    std::string addr;
+    uint64_t last_used = 0;
+    int ops = 0;         // sends and remote reads or writes in flight toward it
+    std::string token;   // ours for it (token_for): what its envelopes must carry
+    std::string proof;   // its token for us, what our envelopes carry; empty until it answered our request
+    std::string nonce;   // our proof request's, until answered
+  };
+  static constexpr size_t kMaxPeers = 4096;
+
   Op* track(Op* op) {
     ops_.insert(op);
     return op;
   }
   void untrack(Op* op) {
+    if (op->transient != FI_ADDR_UNSPEC) {
+      fi_av_remove(av_, &op->transient, 1, 0);
+      --answering_;
+    }
     if (op->peer)
       if (auto p = by_handle_.find(op->peer); p != by_handle_.end()) --p->second.ops;
     for (fid_mr* mr : op->mrs) fi_close(&mr->fid);
@@ -296,6 +329,7 @@ class OfiWorker final : public Worker {
     Op* op = nullptr;
     const char* what = "";
     std::function<ssize_t()> attempt;
+    bool needs_proof = true;  // waits while the peer's token is still asked for (everything but the asking)
   };
   // The refused posts toward one peer (kAnyPeer: receives), oldest first.
   static constexpr EpHandle kAnyPeer = 0;
@@ -305,17 +339,27 @@ class OfiWorker final : public Worker {
   };
 
   // Posts `op` at once, or queues it behind the peer's refused posts, so that they go in order (an envelope
-  // before its payload). Errors: a post libfabric rejects outright, not in flight then.
-  Status post(EpHandle peer, Op* op, const char* what, std::function<ssize_t()> attempt) {
+  // before its payload), and behind the peer's token while it is asked for. A proof request (needs_proof
+  // false) goes ahead of what waits for its answer. Errors: a post libfabric rejects outright, not in flight then.
+  Status post(EpHandle peer, Op* op, const char* what, std::function<ssize_t()> attempt, bool needs_proof = true) {
     auto it = deferred_.find(peer);
-    if (it == deferred_.end()) {
+    if (it == deferred_.end() && !(needs_proof && awaiting_proof(peer))) {
       ssize_t rc = attempt();
       if (rc == 0) return Status::ok();
       if (rc != -FI_EAGAIN) return fi_error(static_cast<int>(rc), what);
-      it = deferred_.emplace(peer, PeerQueue{{}, std::chrono::steady_clock::now()}).first;
     }
-    it->second.posts.push_back({op, what, std::move(attempt)});
+    if (it == deferred_.end()) it = deferred_.emplace(peer, PeerQueue{{}, std::chrono::steady_clock::now()}).first;
+    Deferred d{op, what, std::move(attempt), needs_proof};
+    if (needs_proof)
+      it->second.posts.push_back(std::move(d));
+    else
+      it->second.posts.push_front(std::move(d));
     return Status::ok();
+  }
+
+  bool awaiting_proof(EpHandle peer) const {
+    auto p = by_handle_.find(peer);
+    return p != by_handle_.end() && p->second.proof.empty();
   }
 
   // Tries the refused posts again, in order per peer. Those toward a peer that has taken none of them for
@@ -327,12 +371,14 @@ class OfiWorker final : public Worker {
     for (auto it = deferred_.begin(); it != deferred_.end();) {
       PeerQueue& q = it->second;
       bool expired = it->first != kAnyPeer && now - q.moved >= payload_timeout_;
+      bool unproved = awaiting_proof(it->first);
       while (!q.posts.empty()) {
         Op* op = q.posts.front().op;
         // A piece of a send that failed already (its envelope, an earlier piece) or that was given up does not
         // go: a payload without its envelope is a message nobody receives, and the caller has its buffers back.
         bool moot = op->abandoned || (op->kind == Op::kSend && !op->status.is_ok());
-        ssize_t rc = moot ? -FI_ECANCELED : q.posts.front().attempt();
+        bool held = unproved && q.posts.front().needs_proof;
+        ssize_t rc = moot ? -FI_ECANCELED : held ? -FI_EAGAIN : q.posts.front().attempt();
         if (rc == -FI_EAGAIN && !expired) break;
         if (rc == 0) {
           q.moved = now;
@@ -347,6 +393,9 @@ class OfiWorker final : public Worker {
           continue;
         }
         Status failed = moot ? op->status
+                        : held ? error(StatusCode::kShutdown, std::string(what) +
+                                                                  ": the peer did not answer for its address in " +
+                                                                  std::to_string(payload_timeout_.count()) + " ms")
                         : rc == -FI_EAGAIN
                             ? error(StatusCode::kShutdown, std::string(what) + ": the peer took nothing for " +
                                                                std::to_string(payload_timeout_.count()) + " ms")
@@ -463,7 +512,7 @@ class OfiWorker final : public Worker {
       return error(StatusCode::kShutdown, "cannot add the peer's address (fi_av_insert)");
     EpHandle h = next_handle_++;
     peers_[std::string(addr)] = h;
-    by_handle_[h] = Peer{fa, std::string(addr), ++use_clock_, 0};
+    by_handle_[h] = Peer{fa, std::string(addr), ++use_clock_, 0, token_for(addr), {}, {}};
     // Every rfos endpoint on shm is named rfos-<pid>-<random> (init).
     unsigned pid = 0;
     if (shm_ && std::sscanf(std::string(addr).c_str(), "rfos-%u-", &pid) == 1 && pid > 0) shm_pids_[h] = pid;
@@ -516,6 +565,9 @@ class OfiWorker final : public Worker {
         return;
       case Op::kSend:
         if (!s.is_ok() && op->status.is_ok()) op->status = s;
+        // A peer that went away may come back at the same address with another secret: ask it again.
+        if (!s.is_ok() && op->peer)
+          if (auto p = by_handle_.find(op->peer); p != by_handle_.end()) p->second.proof.clear();
         if (--op->pending > 0) return;
         break;
       case Op::kPayloadRecv:
@@ -532,25 +584,120 @@ class OfiWorker final : public Worker {
     if (d) d(st);
   }
 
+  // Envelope: kind u8 | addr_len u16 | addr | proof [16] | token [16] | payload_tag u64 | payload_len u64 |
+  // header. `proof` is the token the receiver gave the sender; `token` the sender's for the receiver.
+  size_t proof_offset() const { return 3 + address_.size(); }
+  size_t envelope_bytes() const { return proof_offset() + 2 * kProofBytes + 16; }
+  std::string envelope(uint8_t kind, std::string_view token, uint64_t tag, uint64_t payload_len,
+                       std::string_view header) const {
+    std::string e;
+    e.reserve(envelope_bytes() + header.size());
+    put_le<uint8_t>(&e, kind);
+    put_le<uint16_t>(&e, static_cast<uint16_t>(address_.size()));
+    e += address_;
+    e.append(kProofBytes, '\0');
+    e += token;
+    put_le<uint64_t>(&e, tag);
+    put_le<uint64_t>(&e, payload_len);
+    e.append(header);
+    return e;
+  }
+
+  // What a peer at `addr` must show in its envelopes to be heard: known only to us and to whoever receives
+  // what is sent to `addr`.
+  std::string token_for(std::string_view addr) const {
+    unsigned char out[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    HMAC(EVP_sha256(), secret_, sizeof(secret_), reinterpret_cast<const unsigned char*>(addr.data()), addr.size(), out,
+         &len);
+    return std::string(reinterpret_cast<char*>(out), kProofBytes);
+  }
+
+  // Asks `peer` for its token: a nonce to the peer's address, echoed in the answer, which only a peer that
+  // received the request can give.
+  Status ask_for_proof(EpHandle ep, Peer& peer) {
+    peer.nonce.resize(kProofBytes);
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(peer.nonce.data()), kProofBytes) != 1)
+      return error(StatusCode::kInternal, "no random bytes (RAND_bytes)");
+    return send_control(ep, peer.fa, envelope(kProofRequest, peer.token, 0, 0, peer.nonce));
+  }
+
+  // A proof request or answer: sent ahead of whatever waits for the peer's token, nobody told of its completion.
+  // `transient`: the answer's own address-vector entry, removed when the send completes.
+  Status send_control(EpHandle ep, fi_addr_t to, std::string bytes, fi_addr_t transient = FI_ADDR_UNSPEC) {
+    Op* op = track(new Op{});
+    op->kind = Op::kSend;
+    op->bytes = std::move(bytes);
+    op->pending = 1;
+    op->transient = transient;
+    watch(op, ep);
+    Status s = post(
+        ep, op, "fi_tsend",
+        [this, op, to] { return fi_tsend(ep_, op->bytes.data(), op->bytes.size(), nullptr, to, kHeaderTag, &op->ctx); },
+        false);
+    if (!s.is_ok()) untrack(op);
+    return s;
+  }
+
   void deliver(const char* data, size_t len) {
     ByteReader r(std::string_view(data, len));
+    uint8_t kind;
     uint16_t alen;
     uint64_t tag, plen;
-    std::string_view addr;
-    if (!r.get_le(&alen) || !r.get_bytes(alen, &addr) || !r.get_le(&tag) || !r.get_le(&plen)) return;  // garbage
+    std::string_view addr, proof, token;
+    if (!r.get_le(&kind) || !r.get_le(&alen) || !r.get_bytes(alen, &addr) || !r.get_bytes(kProofBytes, &proof) ||
+        !r.get_bytes(kProofBytes, &token) || !r.get_le(&tag) || !r.get_le(&plen) || alen == 0) {
+      ++unproved_dropped_;  // garbage
+      return;
+    }
     std::string_view header(data + (len - r.remaining()), r.remaining());
+    auto known = peers_.find(std::string(addr));
+    Peer* peer = known == peers_.end() ? nullptr : &by_handle_[known->second];
+    if (kind == kProofRequest) {
+      // Answered to the address it names, which only that address's owner hears. Nothing from the request is
+      // kept: the answer goes through an address-vector entry of its own, removed once sent, and a target
+      // (introduced_only_) adds no peer before a request whose capability verifies. At most kMaxAnswers at once.
+      if (header.size() != kProofBytes || plen || answering_ >= kMaxAnswers) return void(++unproved_dropped_);
+      if (peer) return void(send_control(known->second, peer->fa, envelope(kProofAnswer, peer->token, 0, 0, header)));
+      fi_addr_t fa = FI_ADDR_UNSPEC;
+      if (fi_av_insert(av_, addr.data(), 1, &fa, 0, nullptr) != 1) return void(++unproved_dropped_);
+      ++answering_;
+      Status sent = send_control(next_handle_++, fa, envelope(kProofAnswer, token_for(addr), 0, 0, header), fa);
+      if (!sent.is_ok()) {
+        --answering_;
+        fi_av_remove(av_, &fa, 1, 0);
+      }
+      return;
+    }
+    if (kind == kProofAnswer) {
+      if (!peer || peer->nonce.empty() || header != peer->nonce || plen) return void(++unproved_dropped_);
+      peer->nonce.clear();
+      peer->proof.assign(token);  // now what waits for it goes (post_deferred)
+      return;
+    }
+    std::string expected = peer ? peer->token : token_for(addr);
+    if (kind != kMessage || CRYPTO_memcmp(proof.data(), expected.data(), kProofBytes) != 0)
+      return void(++unproved_dropped_);
     Incoming in;
-    if (introduced_only_ && !peers_.count(std::string(addr))) {
+    if (peer) {
+      in.reply_to = known->second;
+      peer->last_used = ++use_clock_;
+      peer->proof.assign(token);
+    } else if (introduced_only_) {
       in.claimed_address = addr;  // not added unless adopted (adopt) by the handler
     } else {
       auto from = lookup(addr);
       if (!from.is_ok()) return;
       in.reply_to = *from;
+      by_handle_[*from].proof.assign(token);
     }
     in.header = header;
     in.payload_bytes = plen;
     in.rndv = plen ? reinterpret_cast<void*>(tag) : nullptr;
+    handling_from_ = addr;
+    handling_token_ = token;
     if (handler_) handler_(in);
+    handling_from_ = {};
     if (plen && !in.rndv_taken) {
       // Nobody wants it: receive into scratch and drop, so the sender completes.
       Op* op = track(new Op{});
@@ -598,14 +745,12 @@ class OfiWorker final : public Worker {
   uint64_t tag_base_ = 0;
   uint64_t next_tag_ = 1;
   uint64_t next_key_ = 1;
-  struct Peer {
-    fi_addr_t fa = FI_ADDR_UNSPEC;
-    std::string addr;
-    uint64_t last_used = 0;
-    int ops = 0;  // sends and remote reads or writes in flight toward it
-  };
-  static constexpr size_t kMaxPeers = 4096;
   bool introduced_only_ = false;  // WorkerOptions::introduced_peers_only
+  unsigned char secret_[32];      // keys token_for
+  uint64_t unproved_dropped_ = 0;
+  static constexpr int kMaxAnswers = 64;
+  int answering_ = 0;  // proof answers in flight through entries of their own
+  std::string_view handling_from_, handling_token_;  // the sender of the message being handled, its token
   std::map<std::string, EpHandle> peers_;
   std::unordered_map<EpHandle, Peer> by_handle_;
   EpHandle next_handle_ = 1;
