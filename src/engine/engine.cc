@@ -705,5 +705,9 @@ Engine::CommitStats Engine::commit_stats() const {
   return {impl_->commit_groups.load(std::memory_order_relaxed),
           impl_->committed_writers.load(std::memory_order_relaxed)};
 }
+Engine::BufferUse Engine::buffers() const {
+  uint64_t total = impl_->arena->bytes();
+  return {total, total - impl_->arena->free_bytes()};
+}
 
 }  // namespace rfos::engine

@@ -325,6 +325,12 @@ class Engine {
     uint64_t writers = 0;
   };
   CommitStats commit_stats() const;
+  // The buffer arena: its size, and what is handed out (to updates and fetches in flight). Safe from any thread.
+  struct BufferUse {
+    uint64_t total_bytes = 0;
+    uint64_t in_use_bytes = 0;
+  };
+  BufferUse buffers() const;
   // Test hook: the block file byte ranges holding one array piece's data at `offset` (empty when inline).
   Result<std::vector<Extent>> debug_locate(const KeyRef& key, uint64_t offset);
 

@@ -438,16 +438,28 @@ Status Server::Impl::open() {
 }
 
 void Server::Impl::fill_space(wire::PoolInfo* info) {
-  uint64_t total = 0, free = 0;
+  uint64_t total = 0, free = 0, buffers = 0, buffers_in_use = 0;
   for (auto& t : targets_) {
     auto s = t->space();
     total += s.total_bytes;
     free += s.free_bytes;
+    auto b = t->buffers();
+    buffers += b.total_bytes;
+    buffers_in_use += b.in_use_bytes;
   }
+  info->set_buffer_bytes(buffers);
+  info->set_buffer_bytes_in_use(buffers_in_use);
   info->set_targets(static_cast<uint32_t>(targets_.size()));
   info->set_total_bytes(total);
   info->set_free_bytes(free);
   info->set_containers(static_cast<uint32_t>(mgmt_.scan("cont/" + info->uuid() + "/").size()));
+  uint64_t epoch = 0, aggregated = UINT64_MAX;
+  for (auto& d : data_) {
+    epoch = std::max(epoch, d->last_epoch());
+    aggregated = std::min(aggregated, d->aggregated_epoch());
+  }
+  info->set_epoch(epoch);
+  info->set_aggregated_epoch(data_.empty() ? 0 : aggregated);
 }
 
 Result<wire::PoolInfo> Server::Impl::find_pool(const std::string& id) {

@@ -156,6 +156,7 @@ class Target::Impl {
   Clock::time_point next_aggregation = Clock::now();
   Clock::time_point last_aggregation;
   bool aggregating = false;
+  std::atomic<uint64_t> aggregated_epoch{0};  // Target::aggregated_epoch
 
   // Under space pressure (less than a quarter of the block file free) it runs every 50 ms instead, so
   // overwrites at media speed do not run a small target out of space.
@@ -184,8 +185,9 @@ class Target::Impl {
           }
           return Status::ok();
         },
-        [this](Status& s) {
+        [this, upto](Status& s) {
           aggregating = false;
+          if (s.is_ok()) aggregated_epoch.store(upto, std::memory_order_relaxed);
           if (!s.is_ok()) std::fprintf(stderr, "rfos target %u: aggregation: %s\n", index, s.to_string().c_str());
         });
   }
@@ -657,6 +659,7 @@ Target::Target(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Target::~Target() { stop(); }
 const std::string& Target::address() const { return impl_->address; }
 uint64_t Target::last_epoch() const { return impl_->last_epoch.load(std::memory_order_relaxed); }
+uint64_t Target::aggregated_epoch() const { return impl_->aggregated_epoch.load(std::memory_order_relaxed); }
 void Target::advance_clock(uint64_t epoch) { impl_->advance_clock(epoch); }
 
 void Target::stop() {

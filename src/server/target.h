@@ -52,6 +52,8 @@ class Target {
   const std::string& address() const;
   // The target's clock: the newest epoch it has stamped, or was advanced to (safe from any thread).
   uint64_t last_epoch() const;
+  // Versions up to this epoch have been aggregated (the last pass that completed; 0 before the first).
+  uint64_t aggregated_epoch() const;
   // Moves the clock to at least `epoch` (a snapshot's), so later writes are stamped above it.
   void advance_clock(uint64_t epoch);
   void stop();

@@ -298,8 +298,14 @@ TEST_P(DataPlane, SnapshotsPinAState) {
   auto latest = c->get_value(oid, "meta", "v");  // the latest view moved on
   EXPECT_TRUE(latest.is_ok() && *latest == "two");
 
-  // Aggregation (every second on each target) keeps what the snapshot sees; so does a restart.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // Aggregation (every second on each target) keeps what the snapshot sees; so does a restart. Checked once
+  // every target has aggregated past the newest write.
+  uint64_t newest = control_->pool_query("p")->epoch;
+  ASSERT_GT(newest, *snap);
+  auto aggregated = [&] { return control_->pool_query("p")->aggregated_epoch >= newest; };
+  for (auto deadline = Clock::now() + std::chrono::seconds(20); !aggregated() && Clock::now() < deadline;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polls the condition (a control call)
+  ASSERT_TRUE(aggregated()) << "no target aggregated past epoch " << newest << " in 20 s";
   check_snapshot(*r);
   c.reset();
   r.reset();
@@ -741,8 +747,9 @@ TEST_P(DataPlane, BadTokensAndGarbageChangeNothing) {
     wire::Request probe = q;
     probe.op = wire::Op::kFetch;
     probe.csums.clear();
-    if (GetParam().rfind("ucx+", 0) == 0)
+    if (GetParam().rfind("ucx+", 0) == 0) {
       EXPECT_EQ((*stranger)->ask(wire::encode_request(probe), "", 1000).status().code(), StatusCode::kTimeout);
+    }
   }
   if (GetParam().rfind("ofi+", 0) == 0) {
     // libfabric: a sender is only the address its message claims, so a target takes it as a peer on its first
@@ -1040,12 +1047,23 @@ TEST_P(DataPlane, OneSessionCannotTakeEveryBuffer) {
     return Status::ok();
   };
   // Floods from another process; returns what serve_another() gave meanwhile. The flooder is killed after.
-  auto flood_then_serve = [&]() -> Status {
+  // `share`: what the flood can hold of each target's buffers (0: all of them, but for less than one fetch).
+  auto flood_then_serve = [&](uint64_t share) -> Status {
     int told = -1;
     pid_t pid = spawn_client("--flood", nullptr, &told);
     if (pid < 0) return error(StatusCode::kInternal, "fork");
+    // Once the targets hold what the flood can take of their buffers (its share each, or all of them), the
+    // replies wait for a client that never takes them.
     bool flooding = heard_from(told);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the targets read and start the replies
+    auto held = [&] {
+      auto q = control_->pool_query("p");
+      if (!q.is_ok() || q->targets == 0) return false;
+      uint64_t each = share ? share : q->buffer_bytes / q->targets - kFloodReadBytes;
+      return q->buffer_bytes_in_use >= each * q->targets;
+    };
+    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20); flooding && !held() && std::chrono::steady_clock::now() < deadline;)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polls the condition (a control call)
+    if (flooding && !held()) return error(StatusCode::kInternal, "the flood never held the targets' buffers");
     Status served = flooding ? serve_another() : error(StatusCode::kInternal, "the flooding client did not start");
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
@@ -1053,7 +1071,7 @@ TEST_P(DataPlane, OneSessionCannotTakeEveryBuffer) {
     return served;
   };
 
-  Status limited = flood_then_serve();
+  Status limited = flood_then_serve(16 << 20);  // ServerConfig::session_buffer_bytes' default
   EXPECT_TRUE(limited.is_ok()) << "with the per-session limit: " << limited.to_string();
 
   server_->stop();
@@ -1062,7 +1080,7 @@ TEST_P(DataPlane, OneSessionCannotTakeEveryBuffer) {
                                             "--payload-timeout-ms", "2000"});
   ASSERT_TRUE(server_->start());
   control_ = ControlClient::create(server_->address());
-  Status unlimited = flood_then_serve();
+  Status unlimited = flood_then_serve(0);
   EXPECT_EQ(unlimited.code(), StatusCode::kBusy)
       << "without the limit the flood should leave the others Busy: " << unlimited.to_string();
   // The flooder dead, its replies are given up and their buffers come back (within 15 s here): UCX reports the
@@ -1130,8 +1148,19 @@ void DataPlane::kill_a_writer(const char* path, bool stop_first) {
   bool stopped = false;
   if (stop_first && acknowledged) {
     stopped = kill(pid, SIGUSR1) == 0 && heard_from(told, true);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // updates whose payloads arrived commit
-    held = free_before - control_->pool_query("p")->free_bytes;
+    // What was on its way still lands (the kernel's socket buffers drain), and updates whose payloads arrived
+    // commit: measured once the space and the buffers held stay the same over two queries.
+    std::pair<uint64_t, uint64_t> last{0, 0};
+    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10); std::chrono::steady_clock::now() < deadline;) {
+      auto q = control_->pool_query("p");
+      ASSERT_TRUE(q.is_ok()) << q.status().to_string();
+      std::pair<uint64_t, uint64_t> now{q->free_bytes, q->buffer_bytes_in_use};
+      if (now == last) break;
+      last = now;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // between the two queries compared
+    }
+    held = free_before - last.first;
+    EXPECT_GT(last.second, 0u) << "no update held buffers when the writer stopped";
   }
   if (stop_first) close(told);
   ASSERT_EQ(kill(pid, SIGKILL), 0);
@@ -1156,13 +1185,17 @@ void DataPlane::kill_a_writer(const char* path, bool stop_first) {
   if (stop_first) {
     EXPECT_GT(held, committed) << "no update was in flight when the writer was killed";
   }
-  uint64_t free_after = 0;
+  uint64_t free_after = 0, buffers_after = 0;
   for (int i = 0; i < 100; ++i) {  // the server notices the dead peer asynchronously
-    free_after = control_->pool_query("p")->free_bytes;
-    if (free_after == free_before - committed) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto q = control_->pool_query("p");
+    ASSERT_TRUE(q.is_ok()) << q.status().to_string();
+    free_after = q->free_bytes;
+    buffers_after = q->buffer_bytes_in_use;
+    if (free_after == free_before - committed && buffers_after == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polls the condition (a control call)
   }
   EXPECT_EQ(free_after, free_before - committed) << "block space still reserved by a dead client's updates";
+  EXPECT_EQ(buffers_after, 0u) << "engine buffers still held by a dead client's updates";
   // The writer may have filled the pool: punched, its space comes back with background aggregation.
   ASSERT_TRUE(c->punch_object(writer_object(path)).is_ok());
   for (int i = 0; i < 100 && control_->pool_query("p")->free_bytes != free_before; ++i)
