@@ -1,5 +1,7 @@
 #include "transport/transport.h"
 
+#include "transport/sim/sim.h"
+
 #include <poll.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -34,6 +36,7 @@ Result<std::unique_ptr<Worker>> make_ucx_worker(const std::string& provider, con
 Result<std::unique_ptr<Worker>> make_ofi_worker(const std::string& provider, const WorkerOptions& options);
 
 Result<std::unique_ptr<Worker>> Worker::create(const std::string& provider, const WorkerOptions& options) {
+  if (provider == "sim") return sim::Fabric::process().create_worker(options);
   if (provider.rfind("ucx+", 0) == 0) return make_ucx_worker(provider, options);
   if (provider.rfind("ofi+", 0) == 0) return make_ofi_worker(provider, options);
   return error(StatusCode::kNotSupported, "unknown data-plane provider '" + provider + "'");

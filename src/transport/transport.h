@@ -102,8 +102,9 @@ class Worker {
  public:
   virtual ~Worker() = default;
 
-  // provider: "ucx+tcp", "ucx+shm", "ucx+rc", "ucx+dc_x", "ucx+ud", "ofi+tcp", "ofi+shm", "ofi+verbs". Errors:
-  // kNotSupported (unknown or unavailable provider), kIoError.
+  // provider: "ucx+tcp", "ucx+shm", "ucx+rc", "ucx+dc_x", "ucx+ud", "ofi+tcp", "ofi+shm", "ofi+verbs"; "sim": the
+  // process's simulated fabric, for tests (sim/sim.h). Errors: kNotSupported (unknown or unavailable provider),
+  // kIoError.
   static Result<std::unique_ptr<Worker>> create(const std::string& provider, const WorkerOptions& options = {});
 
   // The address peers pass to connect() (binary).
