@@ -3,8 +3,8 @@
 //   rfos bench --rw randread --bs 4k --numjobs 2 --iodepth 16 --size 256m --runtime 10 [--provider P]
 //              [--output-format normal|json] [--ceiling]
 //
-// Each job is a thread with its own session and transport worker and its own object, laid out like a file
-// (dkey = 1 MiB chunk index, akey "d", array offset = file offset). Read patterns lay the objects out first.
+// Each job is a thread with its own session and transport worker and its own object, laid out as every
+// file-like object is (client/file_layout.h). Read patterns lay the objects out first.
 // --ceiling also runs the transport's own tool for the same transport and message size on this host
 // (loopback: ucx_perftest for UCX, with the endpoint error-handling mode rfos's endpoints use, and fi_pingpong
 // for libfabric) and prints the ratio. The JSON follows fio's layout
@@ -23,6 +23,7 @@
 
 #include "cli/cli.h"
 #include "client/container.h"
+#include "client/file_layout.h"
 #include "placement/placement.h"
 #include "transport/transport.h"
 
@@ -86,13 +87,17 @@ Status pump(client::Container& c, const ObjectId& oid, bool write, uint64_t bs, 
   std::vector<size_t> free_bufs;
   for (size_t i = 0; i < depth; ++i) free_bufs.push_back(i);
   uint64_t issued = 0;
+  const uint64_t chunk = client::layout::chunk_bytes(c.session().cont.props.chunk_bytes);
+  if (bs > chunk || chunk % bs != 0)
+    return error(StatusCode::kInvalidArgument, "the block size must divide the container's chunk size (" +
+                                                   std::to_string(chunk) + " bytes)");
   while (true) {
     while (!free_bufs.empty() && !stop.load(std::memory_order_relaxed) && issued < max_ops) {
       uint64_t off = next();
       size_t b = free_bufs.back();
-      std::string dkey = std::to_string(off >> 20);
-      auto t = write ? c.submit_write(oid, dkey, "d", off, {bufs[b].data(), bs})
-                     : c.submit_read(oid, dkey, "d", off, {bufs[b].data(), bs});
+      std::string dkey = client::layout::chunk_key(off / chunk);
+      auto t = write ? c.submit_write(oid, dkey, client::layout::kDataAkey, off, {bufs[b].data(), bs})
+                     : c.submit_read(oid, dkey, client::layout::kDataAkey, off, {bufs[b].data(), bs});
       if (!t.is_ok()) return t.status();
       free_bufs.pop_back();
       inflight[*t] = {b, Clock::now()};

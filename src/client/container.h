@@ -68,6 +68,9 @@ class Container {
   // (provider), kIoError.
   static Result<std::unique_ptr<Container>> open(ControlClient& control, const std::string& pool,
                                                  const std::string& cont, const ContainerOptions& options = {});
+  // Over a session granted elsewhere (tests over the simulated fabric; a process handed its session): with no
+  // control plane to ask, the capability is not renewed. Errors: as open's, less the control plane's.
+  static Result<std::unique_ptr<Container>> open(Session session, const ContainerOptions& options = {});
   ~Container();
 
   // Array I/O at [offset, offset+data.size()). Durable when it returns OK. Updates above 1 MiB are split
@@ -132,7 +135,8 @@ class Container {
   // Every dkey of an object over all targets, in key order.
   Result<std::vector<std::string>> list_dkeys(const ObjectId& oid);
   Result<std::vector<std::string>> list_akeys(const ObjectId& oid, std::string_view dkey);
-  // The end of the data of a file-like object (dkey = 8-byte big-endian chunk index) over all targets.
+  // The size of the array `akey` under the greatest dkey (byte order) holding one, over all targets: the data end
+  // of a file-like object (client/file_layout.h).
   Result<uint64_t> object_end(const ObjectId& oid, std::string_view akey);
   uint32_t target_count() const;
   uint32_t target_of(const ObjectId& oid, std::string_view dkey) const;
@@ -144,6 +148,8 @@ class Container {
 
  private:
   explicit Container(std::unique_ptr<Impl> impl);
+  static Result<std::unique_ptr<Container>> open(std::unique_ptr<Impl> impl, Session session,
+                                                 const ContainerOptions& options);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 
+#include "client/file_layout.h"
 #include "common/coding.h"
 #include "placement/placement.h"
 
@@ -16,6 +17,9 @@ namespace rfos::posix {
 
 using client::Container;
 using placement::ObjectClass;
+using client::layout::chunk_key;
+using client::layout::kDataAkey;
+namespace layout = client::layout;
 
 namespace {
 
@@ -24,10 +28,8 @@ constexpr std::string_view kXattrDkey = "/x";
 constexpr std::string_view kInodeAkey = "a";
 constexpr std::string_view kLinkAkey = "l";
 constexpr std::string_view kEntryAkey = "e";
-constexpr std::string_view kDataAkey = "d";
 constexpr uint8_t kInodeVersion = 1;
 constexpr uint8_t kEntryVersion = 1;
-constexpr uint32_t kDefaultChunk = 1u << 20;
 constexpr size_t kXattrValueMax = 64 * 1024;
 // Stored xattr values lead with this byte: the engine keeps no empty values, and an xattr may be empty.
 constexpr char kXattrTag = 'v';
@@ -92,12 +94,6 @@ Result<DirEntry> decode_entry(std::string_view name, std::string_view in) {
   return e;
 }
 
-std::string chunk_key(uint64_t index) {
-  std::string k;
-  put_be64(&k, index);
-  return k;
-}
-
 Status check_name(std::string_view name) {
   if (name.empty() || name == "." || name == "..")
     return fail(StatusCode::kInvalidArgument, "'" + std::string(name) + "' cannot be created or removed");
@@ -126,7 +122,7 @@ class Namespace::Impl {
   SessionFactory factory;
   SpaceQuery space;
   ObjectId root = placement::with_class({0, 1}, ObjectClass::kS1);
-  uint32_t default_chunk = kDefaultChunk;  // the container's chunk property
+  uint32_t default_chunk = layout::kDefaultChunkBytes;  // the container's chunk property
 
   // Container sessions are single-threaded: each call borrows one and gives it back.
   std::mutex mu;
@@ -311,13 +307,13 @@ class Namespace::Impl {
     if (!S_ISREG(a.mode)) return fail(StatusCode::kInvalidArgument, "not a regular file");
     std::lock_guard lock(mu);
     if (chunk_of.size() > 65536) chunk_of.clear();
-    chunk_of[oid] = a.chunk ? a.chunk : kDefaultChunk;
+    chunk_of[oid] = a.chunk ? a.chunk : layout::kDefaultChunkBytes;
     return chunk_of[oid];
   }
 
   // Truncates or extends a file to `size`: punches what lies beyond, then moves the floor.
   Status resize(Lease& c, Attr& a, uint64_t& floor, uint64_t size) {
-    uint64_t chunk = a.chunk ? a.chunk : kDefaultChunk;
+    uint64_t chunk = a.chunk ? a.chunk : layout::kDefaultChunkBytes;
     if (size < a.size) {
       RFOS_ASSIGN_OR_RETURN(auto keys, c->list_dkeys(a.oid));
       for (const std::string& k : keys) {
@@ -787,7 +783,7 @@ Result<std::string> Namespace::getxattr(const ObjectId& oid, std::string_view na
     uint64_t floor = 0;
     RFOS_ASSIGN_OR_RETURN(Attr a, impl_->inode(c, oid, &floor));
     if (!S_ISREG(a.mode)) return fail(StatusCode::kNoData, "only regular files have a chunk size");
-    return std::to_string(a.chunk ? a.chunk : kDefaultChunk);
+    return std::to_string(a.chunk ? a.chunk : layout::kDefaultChunkBytes);
   }
   auto v = c->get_value(oid, kXattrDkey, name);
   if (!v.is_ok() && v.status().code() == StatusCode::kNotFound) return fail(StatusCode::kNoData, "no such xattr");

@@ -437,15 +437,15 @@ class Target::Impl {
     }
   }
 
-  // The data end of a file striped by chunk on this target: dkeys that are 8-byte big-endian chunk indexes sort
-  // in chunk order, so the answer is the size of `akey` under the last such dkey that still has data.
+  // The size of the array `akey` under the greatest dkey (in byte order) that holds one; 0 when none. The
+  // layer above lays files out so that this is a file's end (client/file_layout.h); the target knows nothing of
+  // it.
   Result<uint64_t> object_end(uint32_t cid, const ObjectId& oid, const std::string& akey, engine::Epoch epoch) {
     std::vector<std::string> chunks;
     engine::Anchor anchor;
     while (!anchor.done) {
       RFOS_ASSIGN_OR_RETURN(auto keys, engine->list_dkeys(cid, oid, epoch, &anchor, 1024));
-      for (std::string& k : keys)
-        if (k.size() == 8) chunks.push_back(std::move(k));
+      for (std::string& k : keys) chunks.push_back(std::move(k));
     }
     for (auto it = chunks.rbegin(); it != chunks.rend(); ++it) {
       auto size = engine->array_size({cid, oid, *it, akey}, epoch);

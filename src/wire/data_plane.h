@@ -35,8 +35,8 @@ enum class Op : uint8_t {
                       // return with the keys. Reply payload: a KeyPage
   kListAkeys = 8,     // of (oid, dkey); length: max keys. Reply payload: a KeyPage
   kPunchAkey = 9,     // punches one (dkey, akey)
-  kObjectEnd = 10,    // of oid on this target: the highest end of akey `akey` over dkeys that are 8-byte big-endian
-                      // chunk indexes (reply length), 0 when none: the data end of a file striped by chunk
+  kObjectEnd = 10,    // of oid on this target: the size of the array `akey` under the greatest dkey (byte order)
+                      // holding one (reply length), 0 when none: a file's data end, by client/file_layout.h
   kPunchExtent = 11,  // punches [offset, offset+length) of the array (dkey, akey): a hole, not counted in its size
   kListExtents = 12,  // of the array (dkey, akey); length: max extents; anchor: where to resume. Reply payload:
                       // an ExtentPage
