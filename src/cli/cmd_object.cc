@@ -1,24 +1,21 @@
-// rfos put / get: a local file (or stdin/stdout) into an object and back.
-//
-// Layout of such an object (the same striping a file in the POSIX namespace will use): dkey = chunk index
-// (decimal), akey "d", array offset = byte offset in the file; dkey "meta" holds single values "size" and
-// "name". put writes the data first and the size last, and returns 0 only when every byte is durable.
+// rfos put / get / rm / stat / ls: local files (or stdin/stdout) as named objects (client/named_objects.h), laid out
+// as every file-like object is (client/file_layout.h). put returns 0 only when every byte is durable and the
+// name points at the new object; until then the old object of that name, if any, is what readers see.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "cli/cli.h"
 #include "client/container.h"
-#include "placement/placement.h"
+#include "client/named_objects.h"
 
 namespace rfos::cli {
 
 namespace {
-
-ObjectId object_for(const std::string& key) {
-  ObjectId oid{placement::mix(placement::fnv1a(key)), placement::mix(placement::fnv1a(key, 0x84222325cbf29ce4ull))};
-  return placement::with_class(oid, placement::ObjectClass::kSX);
-}
 
 struct ObjectArgs {
   std::string pool = "default";
@@ -27,13 +24,14 @@ struct ObjectArgs {
   std::string key;
   std::string path = "-";
   uint64_t snapshot = 0;  // read at this snapshot's epoch (0: latest)
+  bool quiet = false;
 };
 
-void add_target_options(CLI::App* cmd, ObjectArgs& a) {
+void add_target_options(CLI::App* cmd, ObjectArgs& a, bool key = true) {
   cmd->add_option("--pool", a.pool, "pool label or uuid")->capture_default_str();
   cmd->add_option("--cont", a.cont, "container label or uuid")->capture_default_str();
   cmd->add_option("--provider", a.provider, "data-plane provider (default: $RFOS_PROVIDER or the pool's)");
-  cmd->add_option("KEY", a.key, "object name")->required();
+  if (key) cmd->add_option("KEY", a.key, "object name")->required();
 }
 
 Result<std::unique_ptr<client::Container>> open_cont(Context& ctx, const ObjectArgs& a, bool write) {
@@ -47,33 +45,61 @@ Result<std::unique_ptr<client::Container>> open_cont(Context& ctx, const ObjectA
   return c;
 }
 
+// Bytes moved, the rate and the time left, redrawn in place on a terminal (stderr) four times a second, as
+// rclone and awscli do; nothing when stderr is not a terminal or --quiet.
+class ProgressLine {
+ public:
+  ProgressLine(std::string what, uint64_t total, bool quiet)
+      : what_(std::move(what)), total_(total), on_(!quiet && isatty(STDERR_FILENO)) {}
+  ~ProgressLine() {
+    if (drawn_) std::fputc('\n', stderr);
+  }
+  void operator()(uint64_t bytes) {
+    if (!on_) return;
+    auto now = Clock::now();
+    if (now < next_ && bytes != total_) return;
+    next_ = now + std::chrono::milliseconds(250);
+    double s = std::chrono::duration<double>(now - start_).count();
+    double rate = s > 0 ? bytes / s : 0;
+    std::string left = "-";
+    if (total_ && rate > 0 && bytes <= total_) left = std::to_string(static_cast<uint64_t>((total_ - bytes) / rate)) + " s";
+    std::fprintf(stderr, "\r%s: %s%s%s  %s/s  %s left   ", what_.c_str(), human_bytes(bytes).c_str(),
+                 total_ ? " of " : "", total_ ? human_bytes(total_).c_str() : "", human_bytes(static_cast<uint64_t>(rate)).c_str(),
+                 left.c_str());
+    drawn_ = true;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::string what_;
+  uint64_t total_;
+  bool on_;
+  bool drawn_ = false;
+  Clock::time_point start_ = Clock::now(), next_{};
+};
+
 }  // namespace
 
 void add_object_commands(CLI::App& app, Context& ctx) {
   auto ls_args = std::make_shared<ObjectArgs>();
-  auto* ls = app.add_subcommand("ls", "list the objects of a container: name and size (objects put by rfos put)");
-  ls->add_option("--pool", ls_args->pool, "pool label or uuid")->capture_default_str();
-  ls->add_option("--cont", ls_args->cont, "container label or uuid")->capture_default_str();
-  ls->add_option("--provider", ls_args->provider, "data-plane provider (default: $RFOS_PROVIDER or the pool's)");
+  auto* ls = app.add_subcommand("ls", "list the named objects of a container (size, name), then other objects by id");
+  add_target_options(ls, *ls_args, false);
   ls->add_option("--snapshot", ls_args->snapshot, "list the container as of this snapshot (its epoch)");
   ls->callback([&ctx, ls_args] {
     auto cont = open_cont(ctx, *ls_args, false);
     if (!ctx.check(cont.status(), "ls")) return;
-    auto oids = (*cont)->list_objects();
-    if (!ctx.check(oids.status(), "ls")) return;
-    for (const ObjectId& oid : *oids) {
-      auto name = (*cont)->get_value(oid, "meta", "name");
-      auto size = (*cont)->get_value(oid, "meta", "size");
-      // Objects written by other means (the bench, the API) have no name record: show their id.
-      std::printf("%12s  %s\n", size.is_ok() ? size->c_str() : "-",
-                  name.is_ok() ? name->c_str() : oid.to_string().c_str());
-    }
+    auto listing = client::NamedObjects(**cont).list();
+    if (!ctx.check(listing.status(), "ls")) return;
+    for (const auto& o : listing->named) std::printf("%12llu  %s\n", (unsigned long long)o.size, o.name.c_str());
+    // Objects written by other means (the bench, the API) have no name: shown by their id.
+    for (const ObjectId& oid : listing->other) std::printf("%12s  %s\n", "-", oid.to_string().c_str());
   });
 
   auto put_args = std::make_shared<ObjectArgs>();
   auto* put = app.add_subcommand("put", "store a file (or stdin) as an object; exit 0 once it is durable");
   add_target_options(put, *put_args);
   put->add_option("FILE", put_args->path, "file to read, - for stdin")->capture_default_str();
+  put->add_flag("-q,--quiet", put_args->quiet, "no progress line");
   put->callback([&ctx, put_args] {
     const ObjectArgs& a = *put_args;
     FILE* in = a.path == "-" ? stdin : std::fopen(a.path.c_str(), "rb");
@@ -82,27 +108,32 @@ void add_object_commands(CLI::App& app, Context& ctx) {
       ctx.exit_code = 1;
       return;
     }
+    struct stat sb{};
+    uint64_t total = fstat(fileno(in), &sb) == 0 && S_ISREG(sb.st_mode) ? static_cast<uint64_t>(sb.st_size) : 0;
     auto cont = open_cont(ctx, a, true);
-    if (!ctx.check(cont.status(), "put")) return;
-    client::Container& c = **cont;
-    ObjectId oid = object_for(a.key);
-    Status s = c.punch_object(oid);  // replace, don't merge with an older object of that name
-    if (s.code() == StatusCode::kNotFound) s = Status::ok();
-    size_t chunk = c.session().cont.props.chunk_bytes ? c.session().cont.props.chunk_bytes : (1u << 20);
-    std::vector<uint8_t> buf(chunk);
-    uint64_t total = 0;
-    for (uint64_t index = 0; s.is_ok(); ++index) {
-      size_t n = std::fread(buf.data(), 1, chunk, in);
-      if (n == 0) break;
-      s = c.write(oid, std::to_string(index), "d", total, {buf.data(), n});
-      total += n;
+    if (!ctx.check(cont.status(), "put")) {
+      if (in != stdin) std::fclose(in);
+      return;
     }
-    if (s.is_ok() && std::ferror(in)) s = error(StatusCode::kIoError, "reading " + a.path + " failed");
+    uint64_t stored = 0;
+    Status s;
+    {
+      ProgressLine line("put " + a.key, total, a.quiet);
+      s = client::NamedObjects(**cont).put(
+          a.key,
+          [&](std::span<uint8_t> buf) -> Result<size_t> {
+            size_t n = std::fread(buf.data(), 1, buf.size(), in);
+            if (n == 0 && std::ferror(in)) return error(StatusCode::kIoError, "reading " + a.path + " failed");
+            return n;
+          },
+          [&](uint64_t bytes) {
+            stored = bytes;
+            line(bytes);
+          });
+    }
     if (in != stdin) std::fclose(in);
-    if (s.is_ok()) s = c.put_value(oid, "meta", "name", a.key);
-    if (s.is_ok()) s = c.put_value(oid, "meta", "size", std::to_string(total));
     if (ctx.check(s, "put"))
-      std::fprintf(stderr, "rfos put: %s: %llu bytes stored\n", a.key.c_str(), (unsigned long long)total);
+      std::fprintf(stderr, "rfos put: %s: %llu bytes stored\n", a.key.c_str(), (unsigned long long)stored);
   });
 
   auto get_args = std::make_shared<ObjectArgs>();
@@ -110,34 +141,31 @@ void add_object_commands(CLI::App& app, Context& ctx) {
   add_target_options(get, *get_args);
   get->add_option("FILE", get_args->path, "file to write, - for stdout")->capture_default_str();
   get->add_option("--snapshot", get_args->snapshot, "read the object as of this snapshot (its epoch)");
+  get->add_flag("-q,--quiet", get_args->quiet, "no progress line");
   get->callback([&ctx, get_args] {
     const ObjectArgs& a = *get_args;
     auto cont = open_cont(ctx, a, false);
     if (!ctx.check(cont.status(), "get")) return;
-    client::Container& c = **cont;
-    ObjectId oid = object_for(a.key);
-    auto size_text = c.get_value(oid, "meta", "size");
-    if (size_text.status().code() == StatusCode::kNotFound) {
-      ctx.check(error(StatusCode::kNotFound, "no object named '" + a.key + "'"), "get");
-      return;
-    }
-    if (!ctx.check(size_text.status(), "get")) return;
-    uint64_t size = std::strtoull(size_text->c_str(), nullptr, 10);
+    client::NamedObjects objects(**cont);
+    auto st = objects.stat(a.key);
+    if (!ctx.check(st.status(), "get")) return;
     FILE* out = a.path == "-" ? stdout : std::fopen(a.path.c_str(), "wb");
     if (!out) {
       std::fprintf(stderr, "rfos get: cannot create %s: %s\n", a.path.c_str(), std::strerror(errno));
       ctx.exit_code = 1;
       return;
     }
-    size_t chunk = c.session().cont.props.chunk_bytes ? c.session().cont.props.chunk_bytes : (1u << 20);
-    std::vector<uint8_t> buf(chunk);
     Status s;
-    for (uint64_t pos = 0, index = 0; pos < size && s.is_ok(); ++index) {
-      size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, size - pos));
-      s = c.read(oid, std::to_string(index), "d", pos, {buf.data(), n});
-      if (s.is_ok() && std::fwrite(buf.data(), 1, n, out) != n)
-        s = error(StatusCode::kIoError, "writing output failed");
-      pos += n;
+    {
+      ProgressLine line("get " + a.key, st->size, a.quiet || out == stdout);
+      s = objects.get(
+          a.key,
+          [&](std::span<const uint8_t> bytes) {
+            return std::fwrite(bytes.data(), 1, bytes.size(), out) == bytes.size()
+                       ? Status::ok()
+                       : error(StatusCode::kIoError, "writing output failed");
+          },
+          [&](uint64_t bytes) { line(bytes); });
     }
     if (out != stdout) {
       if (std::fclose(out) != 0 && s.is_ok()) s = error(StatusCode::kIoError, "closing output failed");
@@ -145,6 +173,28 @@ void add_object_commands(CLI::App& app, Context& ctx) {
       std::fflush(stdout);
     }
     ctx.check(s, "get");
+  });
+
+  auto rm_args = std::make_shared<ObjectArgs>();
+  auto* rm = app.add_subcommand("rm", "remove an object and its name (also what a put that died left behind)");
+  add_target_options(rm, *rm_args);
+  rm->callback([&ctx, rm_args] {
+    auto cont = open_cont(ctx, *rm_args, true);
+    if (!ctx.check(cont.status(), "rm")) return;
+    ctx.check(client::NamedObjects(**cont).remove(rm_args->key), "rm");
+  });
+
+  auto stat_args = std::make_shared<ObjectArgs>();
+  auto* stat_cmd = app.add_subcommand("stat", "an object's size and data object");
+  add_target_options(stat_cmd, *stat_args);
+  stat_cmd->add_option("--snapshot", stat_args->snapshot, "as of this snapshot (its epoch)");
+  stat_cmd->callback([&ctx, stat_args] {
+    auto cont = open_cont(ctx, *stat_args, false);
+    if (!ctx.check(cont.status(), "stat")) return;
+    auto st = client::NamedObjects(**cont).stat(stat_args->key);
+    if (!ctx.check(st.status(), "stat")) return;
+    std::printf("name: %s\nsize: %llu\nobject: %s%s\n", st->name.c_str(), (unsigned long long)st->size,
+                st->data.to_string().c_str(), st->legacy ? " (older layout)" : "");
   });
 }
 

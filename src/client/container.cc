@@ -546,10 +546,20 @@ class Container::Impl {
 
 Result<std::unique_ptr<Container>> Container::open(ControlClient& control, const std::string& pool,
                                                    const std::string& cont, const ContainerOptions& options) {
+  RFOS_ASSIGN_OR_RETURN(Session session, control.connect(pool, cont, options.write, options.ttl_s));
   auto impl = std::make_unique<Impl>();
-  impl->options = options;
-  RFOS_ASSIGN_OR_RETURN(impl->session, control.connect(pool, cont, options.write, options.ttl_s));
   impl->control = control.clone();
+  return open(std::move(impl), std::move(session), options);
+}
+
+Result<std::unique_ptr<Container>> Container::open(Session session, const ContainerOptions& options) {
+  return open(std::make_unique<Impl>(), std::move(session), options);
+}
+
+Result<std::unique_ptr<Container>> Container::open(std::unique_ptr<Impl> impl, Session session,
+                                                   const ContainerOptions& options) {
+  impl->options = options;
+  impl->session = std::move(session);
   impl->schedule_renewal();
   impl->csum_chunk = impl->session.cont.props.csum_chunk_bytes ? impl->session.cont.props.csum_chunk_bytes : 4096;
   std::string provider = options.provider.empty() ? impl->session.provider : options.provider;

@@ -339,6 +339,13 @@ void Fabric::kill(const std::string& address) {
   impl_->kill_locked(address);
 }
 
+std::vector<std::string> Fabric::addresses() const {
+  std::lock_guard lock(impl_->mu);
+  std::vector<std::string> out;
+  for (const auto& [addr, w] : impl_->workers) out.push_back(addr);
+  return out;
+}
+
 Fabric::Counters Fabric::counters() const {
   std::lock_guard lock(impl_->mu);
   return impl_->counters;

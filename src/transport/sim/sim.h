@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "transport/transport.h"
@@ -44,6 +45,8 @@ class Fabric {
   // The worker at `address` dies: what it had queued is lost, its peers' endpoints to it fail (on_peer_failure,
   // from their next progress()), and later sends to it fail with kShutdown.
   void kill(const std::string& address);
+  // The addresses of the live workers.
+  std::vector<std::string> addresses() const;
   // Messages delivered, dropped and duplicated so far.
   struct Counters {
     uint64_t delivered = 0;

@@ -1,0 +1,73 @@
+// Named objects in a container, as `rfos put/get/rm/stat/ls` see them (and, later, an S3 bucket): a name maps
+// to a data object laid out as every file-like object is (file_layout.h).
+//
+// The name's record is an object of its own (its id a hash of the name), whose dkey "meta" holds single values:
+// "name", "object" (the data object's id and size, one value so that they change together) and, while a put is
+// under way, "pending" (the id of the data object it writes). A put writes a new data object, then swaps
+// "object" to it in one update, then removes the old data: a reader sees the old object or the new one, never a
+// mix; a put that fails leaves the old one as it was and removes what it wrote; a put that dies half-way leaves
+// "pending", which the next put or remove of that name clears. docs/object-layout.md has the whole picture.
+//
+// Objects stored by rfos before this layout (their data under the record itself, dkeys the decimal chunk index,
+// the size in "size") are still read, listed and removed; a put replaces one.
+//
+// Thread-safety: as the Container, one thread at a time; put() reads its input on a thread of its own.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "client/container.h"
+
+namespace rfos::client {
+
+struct ObjectStat {
+  std::string name;
+  uint64_t size = 0;
+  ObjectId data;        // the data object (the record itself for an object of the older layout)
+  bool legacy = false;  // stored before this layout
+};
+
+class NamedObjects {
+ public:
+  // Reads up to buf.size() bytes of a put's input into buf: how many (0 at its end), or an error.
+  using Source = std::function<Result<size_t>(std::span<uint8_t> buf)>;
+  // Takes the next bytes of a get's output, in order.
+  using Sink = std::function<Status(std::span<const uint8_t> bytes)>;
+  // Told the bytes moved so far (from the calling thread).
+  using Progress = std::function<void(uint64_t bytes)>;
+
+  // `depth`: pieces in flight at once (each at most one engine piece, 1 MiB).
+  explicit NamedObjects(Container& c, uint32_t depth = 16) : c_(c), depth_(depth ? depth : 1) {}
+
+  // Stores what `source` gives as `name`, replacing any object of that name once all of it is durable.
+  // Errors: the source's, the container's (kNoSpace, ...); the object of that name, if any, is unchanged then.
+  Status put(std::string_view name, const Source& source, const Progress& progress = {});
+  // Gives the object's bytes to `sink`, each piece verified. kNotFound: no object of that name.
+  Status get(std::string_view name, const Sink& sink, const Progress& progress = {});
+  Result<ObjectStat> stat(std::string_view name);
+  // Removes the object and its name. kNotFound: no object of that name.
+  Status remove(std::string_view name);
+  // Every named object, and the ids of objects no name refers to (written by other means: the bench, the API).
+  struct Listing {
+    std::vector<ObjectStat> named;
+    std::vector<ObjectId> other;
+  };
+  Result<Listing> list();
+
+  // The record object of `name`.
+  static ObjectId record_of(std::string_view name);
+
+ private:
+  Status clear_pending(const ObjectId& record);
+  Status write_data(const ObjectId& data, const Source& source, const Progress& progress, uint64_t* size);
+  Status read_data(const ObjectStat& st, const Sink& sink, const Progress& progress);
+
+  Container& c_;
+  uint32_t depth_;
+};
+
+}  // namespace rfos::client

@@ -1,0 +1,180 @@
+// Named objects (put, get, rm, stat, ls) against targets over the simulated fabric: all or nothing, the old object
+// readable until the new one is complete, nothing left behind by a failed put, objects of the older layout read.
+#include "client/named_objects.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+
+#include "client/file_layout.h"
+#include "server/sim_cluster_testing.h"
+
+namespace rfos::client {
+namespace {
+
+using server::testing::bytes;
+
+std::string random_bytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+// A source giving `data` in reads of at most `step` bytes; fails with `fail` once `fail_at` bytes were given.
+NamedObjects::Source source_of(const std::string& data, size_t step = 100000, size_t fail_at = SIZE_MAX,
+                               Status fail = Status::ok()) {
+  auto at = std::make_shared<size_t>(0);
+  return [=, &data](std::span<uint8_t> buf) -> Result<size_t> {
+    if (*at >= fail_at) return fail;
+    size_t n = std::min({buf.size(), step, data.size() - *at});
+    std::memcpy(buf.data(), data.data() + *at, n);
+    *at += n;
+    return n;
+  };
+}
+
+class NamedObjectsTest : public server::testing::SimCluster {
+ protected:
+  void SetUp() override {
+    SimCluster::SetUp();
+    c_ = open(session());
+    ASSERT_TRUE(c_);
+  }
+  Result<std::string> get(NamedObjects& o, const std::string& name) {
+    std::string out;
+    Status s = o.get(name, [&](std::span<const uint8_t> b) {
+      out.append(reinterpret_cast<const char*>(b.data()), b.size());
+      return Status::ok();
+    });
+    if (!s.is_ok()) return s;
+    return out;
+  }
+  size_t object_count() {
+    auto all = c_->list_objects();
+    EXPECT_TRUE(all.is_ok());
+    return all.is_ok() ? all->size() : 0;
+  }
+  std::unique_ptr<Container> c_;
+};
+
+TEST_F(NamedObjectsTest, PutGetStatListRemove) {
+  NamedObjects o(*c_, 4);
+  for (size_t size : {size_t{0}, size_t{1}, size_t{(3u << 20) + 5}}) {
+    std::string data = random_bytes(size, size);
+    std::string name = "obj-" + std::to_string(size);
+    uint64_t reported = 0;
+    ASSERT_TRUE(o.put(name, source_of(data), [&](uint64_t b) { reported = b; }).is_ok());
+    EXPECT_EQ(reported, size);
+    auto back = get(o, name);
+    ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+    EXPECT_TRUE(*back == data) << size;
+    auto st = o.stat(name);
+    ASSERT_TRUE(st.is_ok());
+    EXPECT_EQ(st->size, size);
+    EXPECT_FALSE(st->legacy);
+  }
+  // The data object is laid out as a file: the file layout's end is the object's size.
+  auto st = o.stat("obj-3145733");
+  EXPECT_EQ(*c_->object_end(st->data, layout::kDataAkey), (3u << 20) + 5);
+  auto listing = o.list();
+  ASSERT_TRUE(listing.is_ok());
+  ASSERT_EQ(listing->named.size(), 3u);
+  EXPECT_EQ(listing->named[0].name, "obj-0");
+  EXPECT_TRUE(listing->other.empty());
+  ASSERT_TRUE(o.remove("obj-1").is_ok());
+  EXPECT_EQ(o.remove("obj-1").code(), StatusCode::kNotFound);
+  EXPECT_EQ(get(o, "obj-1").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(o.list()->named.size(), 2u);
+}
+
+TEST_F(NamedObjectsTest, AReplacementIsAllOrNothing) {
+  NamedObjects o(*c_, 4);
+  std::string first = random_bytes(2 << 20, 1), second = random_bytes(5 << 20, 2), third = random_bytes(100, 3);
+  ASSERT_TRUE(o.put("model", source_of(first)).is_ok());
+  size_t objects = object_count();
+  // A put whose input fails half-way: the old object stays, and nothing of the new one remains.
+  Status failed = o.put("model", source_of(second, 100000, 3 << 20, error(StatusCode::kIoError, "disk gone")));
+  EXPECT_EQ(failed.code(), StatusCode::kIoError);
+  EXPECT_TRUE(*get(o, "model") == first);
+  EXPECT_EQ(object_count(), objects);
+  // A longer one, then a shorter one: each replaces the whole object, and the old data goes.
+  ASSERT_TRUE(o.put("model", source_of(second)).is_ok());
+  EXPECT_TRUE(*get(o, "model") == second);
+  ASSERT_TRUE(o.put("model", source_of(third)).is_ok());
+  EXPECT_TRUE(*get(o, "model") == third);
+  EXPECT_EQ(object_count(), objects);
+  // A first put that fails leaves no name behind.
+  EXPECT_FALSE(o.put("never", source_of(second, 100000, 1 << 20, error(StatusCode::kIoError, "x"))).is_ok());
+  EXPECT_EQ(o.stat("never").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(object_count(), objects);
+}
+
+// A client that dies half-way through a put leaves its data pending under the name: readers still see the old
+// object, ls shows nothing strange, and the next put (or rm) of the name clears it.
+TEST_F(NamedObjectsTest, APutThatDiedIsClearedByTheNext) {
+  NamedObjects o(*c_, 4);
+  std::string old = random_bytes(1 << 20, 4), next = random_bytes(3 << 20, 5);
+  ASSERT_TRUE(o.put("ckpt", source_of(old)).is_ok());
+  size_t objects = object_count();
+  {
+    auto& fabric = transport::sim::Fabric::process();
+    auto before = fabric.addresses();
+    auto dying = open(session(), 500);
+    ASSERT_TRUE(dying);
+    std::string own;  // the dying client's worker: the one address that is new
+    for (const std::string& a : fabric.addresses())
+      if (std::find(before.begin(), before.end(), a) == before.end()) own = a;
+    ASSERT_FALSE(own.empty());
+    NamedObjects d(*dying, 4);
+    auto given = std::make_shared<size_t>(0);
+    Status s = d.put("ckpt", [&](std::span<uint8_t> buf) -> Result<size_t> {
+      if (*given >= (2u << 20)) {  // half-way: the client's process dies (its worker, for the fabric)
+        fabric.kill(own);
+        return error(StatusCode::kShutdown, "killed");
+      }
+      size_t n = std::min(buf.size(), next.size() - *given);
+      std::memcpy(buf.data(), next.data() + *given, n);
+      *given += n;
+      return n;
+    });
+    EXPECT_FALSE(s.is_ok());
+  }
+  EXPECT_TRUE(*get(o, "ckpt") == old);
+  auto listing = o.list();
+  ASSERT_TRUE(listing.is_ok());
+  EXPECT_EQ(listing->named.size(), 1u);
+  EXPECT_TRUE(listing->other.empty()) << "the dead put's data shows as a stray object";
+  EXPECT_GT(object_count(), objects) << "the dying put left nothing pending: nothing was tested";
+  ASSERT_TRUE(o.put("ckpt", source_of(next)).is_ok());
+  EXPECT_TRUE(*get(o, "ckpt") == next);
+  EXPECT_EQ(object_count(), objects);
+}
+
+// Objects `rfos put` stored before this layout: data under the record, dkeys the decimal chunk index.
+TEST_F(NamedObjectsTest, ObjectsOfTheOlderLayoutAreReadAndReplaced) {
+  NamedObjects o(*c_, 4);
+  std::string data = random_bytes((2 << 20) + 7, 6);
+  ObjectId record = NamedObjects::record_of("old");
+  for (uint64_t pos = 0, index = 0; pos < data.size(); ++index, pos += 1 << 20) {
+    std::string piece = data.substr(pos, 1 << 20);
+    ASSERT_TRUE(c_->write(record, std::to_string(index), "d", pos, bytes(piece)).is_ok());
+  }
+  ASSERT_TRUE(c_->put_value(record, "meta", "name", "old").is_ok());
+  ASSERT_TRUE(c_->put_value(record, "meta", "size", std::to_string(data.size())).is_ok());
+  auto st = o.stat("old");
+  ASSERT_TRUE(st.is_ok());
+  EXPECT_TRUE(st->legacy);
+  EXPECT_TRUE(*get(o, "old") == data);
+  EXPECT_EQ(o.list()->named.size(), 1u);
+  std::string fresh = "new bytes";
+  ASSERT_TRUE(o.put("old", source_of(fresh)).is_ok());
+  EXPECT_TRUE(*get(o, "old") == fresh);
+  EXPECT_EQ(*c_->list_dkeys(record), std::vector<std::string>{"meta"}) << "the older layout's data is left";
+  ASSERT_TRUE(o.remove("old").is_ok());
+  EXPECT_EQ(object_count(), 0u);
+}
+
+}  // namespace
+}  // namespace rfos::client
