@@ -35,6 +35,7 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
+#include <dlfcn.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -67,13 +68,46 @@ constexpr uint8_t kMessage = 0;       // a message; its header follows
 constexpr uint8_t kProofRequest = 1;  // "send me your token": the header is a nonce, echoed in the answer
 constexpr uint8_t kProofAnswer = 2;   // the token field is the sender's token for the receiver; the header the nonce
 
+// libfabric is opened when a process first asks for an ofi+ provider, not when it starts: loading it runs the
+// constructors of every provider library it links (Debian's pulls in libinfinipath through psm, whose
+// constructor alone takes about 0.3 s), which a process speaking UCX, or only the control plane, never needs.
+// Only these calls are functions of the library; the rest of its API is inline, through the objects they open.
+struct Libfabric {
+  decltype(&::fi_getinfo) getinfo = nullptr;
+  decltype(&::fi_freeinfo) freeinfo = nullptr;
+  decltype(&::fi_dupinfo) dupinfo = nullptr;
+  decltype(&::fi_fabric) fabric = nullptr;
+  decltype(&::fi_strerror) strerror = nullptr;
+  std::string missing;  // why it could not be opened; empty once it was
+};
+
+const Libfabric& libfabric() {
+  static const Libfabric lib = [] {
+    Libfabric l;
+    void* h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      l.missing = std::string("libfabric cannot be loaded (") + dlerror() + "); install libfabric1";
+      return l;
+    }
+    l.getinfo = reinterpret_cast<decltype(l.getinfo)>(dlsym(h, "fi_getinfo"));
+    l.freeinfo = reinterpret_cast<decltype(l.freeinfo)>(dlsym(h, "fi_freeinfo"));
+    l.dupinfo = reinterpret_cast<decltype(l.dupinfo)>(dlsym(h, "fi_dupinfo"));
+    l.fabric = reinterpret_cast<decltype(l.fabric)>(dlsym(h, "fi_fabric"));
+    l.strerror = reinterpret_cast<decltype(l.strerror)>(dlsym(h, "fi_strerror"));
+    if (!l.getinfo || !l.freeinfo || !l.dupinfo || !l.fabric || !l.strerror)
+      l.missing = "libfabric.so.1 lacks the calls rfos uses (fi_getinfo, fi_fabric, ...)";
+    return l;
+  }();
+  return lib;
+}
+
 Status fi_error(int rc, const std::string& what) {
   rc = rc < 0 ? -rc : rc;
   StatusCode code = StatusCode::kIoError;
   if (rc == FI_ENODATA || rc == FI_ENOSYS || rc == FI_EOPNOTSUPP) code = StatusCode::kNotSupported;
   if (rc == FI_ECONNREFUSED || rc == FI_ECONNRESET || rc == FI_EHOSTUNREACH || rc == FI_ECANCELED)
     code = StatusCode::kShutdown;
-  return error(code, what + ": " + fi_strerror(rc));
+  return error(code, what + ": " + libfabric().strerror(rc));
 }
 
 const char* prov_for(const std::string& provider) {
@@ -107,7 +141,7 @@ class OfiWorker final : public Worker {
     if (cq_) fi_close(&cq_->fid);
     if (domain_) fi_close(&domain_->fid);
     if (fabric_) fi_close(&fabric_->fid);
-    if (info_) fi_freeinfo(info_);
+    if (info_) libfabric().freeinfo(info_);
     for (Op* op : ops_) {
       for (fid_mr* mr : op->mrs) fi_close(&mr->fid);
       delete op;
@@ -119,19 +153,21 @@ class OfiWorker final : public Worker {
     introduced_only_ = options.introduced_peers_only;
     const char* prov = prov_for(provider);
     if (!prov) return error(StatusCode::kNotSupported, "libfabric does not provide '" + provider + "'");
-    fi_info* hints = fi_allocinfo();
+    const Libfabric& fi = libfabric();
+    if (!fi.missing.empty()) return error(StatusCode::kNotSupported, fi.missing);
+    fi_info* hints = fi.dupinfo(nullptr);
     hints->ep_attr->type = FI_EP_RDM;
     hints->caps = FI_TAGGED | FI_RMA;
     hints->mode = FI_CONTEXT;
     hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
     hints->domain_attr->threading = FI_THREAD_DOMAIN;
     hints->fabric_attr->prov_name = strdup(prov);
-    int rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info_);
-    fi_freeinfo(hints);
+    int rc = fi.getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info_);
+    fi.freeinfo(hints);
     if (rc) return fi_error(rc, "no libfabric '" + std::string(prov) + "' provider here (fi_getinfo)");
     if (RAND_bytes(secret_, sizeof(secret_)) != 1) return error(StatusCode::kInternal, "no random bytes (RAND_bytes)");
     local_mr_ = info_->domain_attr->mr_mode & FI_MR_LOCAL;
-    if ((rc = fi_fabric(info_->fabric_attr, &fabric_, nullptr))) return fi_error(rc, "fi_fabric");
+    if ((rc = fi.fabric(info_->fabric_attr, &fabric_, nullptr))) return fi_error(rc, "fi_fabric");
     if ((rc = fi_domain(fabric_, info_, &domain_, nullptr))) return fi_error(rc, "fi_domain");
     fi_cq_attr cq_attr{};
     cq_attr.format = FI_CQ_FORMAT_TAGGED;

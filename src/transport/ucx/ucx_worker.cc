@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -20,6 +21,15 @@
 
 namespace rfos::transport {
 namespace {
+
+// UCX 1.13 sets a context and a worker up under locks of its memory hooks (ucm) taken in different orders on
+// different paths (ucs_rcache_create installing an event handler; ucs_sysv_alloc's shmat, which the hooks
+// intercept): sixteen threads opening workers at once (rfos bench --numjobs 16 over ucx+shm) deadlocked in
+// them. Contexts and workers are made and closed one at a time per process; it costs nothing afterwards.
+std::mutex& ucx_setup_mutex() {
+  static std::mutex mu;
+  return mu;
+}
 
 constexpr unsigned kAmId = 7;
 constexpr unsigned kHelloAmId = 8;  // a new endpoint's first message: the sender's worker address
@@ -83,6 +93,7 @@ class UcxWorker final : public Worker {
     for (auto& [h, _] : eps_)
       if (ucp_ep_h ep = ep_of(h)) open.push_back(ep);
     for (ucp_ep_h ep : open) close_ep(ep, true);
+    std::lock_guard setup(ucx_setup_mutex());
     if (worker_) ucp_worker_destroy(worker_);
     if (context_) ucp_cleanup(context_);
     // Operations UCX never completed (a send to a peer that stopped progressing; one given up on a dead shm
@@ -100,6 +111,7 @@ class UcxWorker final : public Worker {
     introduced_only_ = options.introduced_peers_only;
     const char* tls = ucx_transports(provider);
     if (tls == nullptr) return error(StatusCode::kNotSupported, "UCX does not provide '" + provider + "'");
+    std::lock_guard setup(ucx_setup_mutex());
     ucp_config_t* config = nullptr;
     ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
     if (s != UCS_OK) return ucs_error(s, "ucp_config_read");
