@@ -5,7 +5,8 @@
 
 Starts a server on 127.0.0.1 (its own data directory and control socket, loopback only), then per rep, in turn:
   - `rfos put` of a --size file, `rfos get` of it back (compared with cmp, outside the timing);
-  - `rfos bench --rw write|read --bs 1m --iodepth 16 --numjobs 1 --size SIZE` (the same bytes, sequential, the
+  - `rfos bench --rw write|read --bs 1m --iodepth 16 --numjobs 1 --size SIZE --io-size SIZE` (the same bytes once,
+    sequential, the
     same depth put and get keep: the data plane's figure for this transfer);
   - `cp` of the file into and out of `rfos mount` (root and /dev/fuse only), with a final sync, as put's exit
     status promises durability.
@@ -32,9 +33,26 @@ def timed(cmd, env):
     return time.monotonic() - t
 
 
+def settle(rfos, env):
+    """Waits until every target has aggregated past the newest epoch: the space a replaced or removed object held
+    is reclaimed, so that the next step does not pay for the last one's background work."""
+    import re
+    deadline = time.monotonic() + 60
+    target = None
+    while time.monotonic() < deadline:
+        out = subprocess.run([rfos, "pool", "query", "default"], env=env, check=True, capture_output=True,
+                             text=True).stdout
+        m = re.search(r"epoch (\d+)  aggregated to (\d+)", out)
+        epoch, aggregated = int(m.group(1)), int(m.group(2))
+        target = target or epoch
+        if aggregated >= target:
+            return
+        time.sleep(0.1)  # polls the server's report
+
+
 def bench_mbps(rfos, env, rw, size):
     out = subprocess.run([rfos, "bench", "--rw", rw, "--bs", "1m", "--iodepth", "16", "--numjobs", "1",
-                          "--size", size, "--runtime", "60", "--output-format", "json"],
+                          "--size", size, "--io-size", size, "--runtime", "120", "--output-format", "json"],
                          env=env, check=True, capture_output=True, text=True).stdout
     import json
     job = json.loads(out)["jobs"][0]
@@ -56,7 +74,7 @@ def main():
     env = dict(os.environ, UCX_NET_DEVICES="lo", FI_TCP_IFACE="lo", FI_NET_IFACE="lo", RFOS_ADDR="unix:" + sock)
     server = subprocess.Popen([rfos, "server", "--data-dir", os.path.join(work, "data"), "--control-socket", sock,
                                "--provider", args.provider, "--targets", "2",
-                               "--target-bytes", str(max(4 * size, 4 << 30) // 2), "--create-defaults"],
+                               "--target-bytes", str(max(16 * size, 8 << 30) // 2), "--create-defaults"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         for line in server.stdout:  # the server says when it serves
@@ -69,13 +87,18 @@ def main():
         can_mount = os.geteuid() == 0 and os.path.exists("/dev/fuse") and shutil.which("fusermount3")
         rows = {k: [] for k in ("put", "get", "bench write", "bench read", "cp into mount", "cp out of mount")}
         for rep in range(args.reps):
+            settle(rfos, env)
             rows["put"].append(size / timed([rfos, "put", "-q", "big", src], env) / 1e6)
+            settle(rfos, env)
+            rows["bench write"].append(bench_mbps(rfos, env, "write", args.size))
+            settle(rfos, env)
             back = os.path.join(work, "back.bin")
             rows["get"].append(size / timed([rfos, "get", "-q", "big", back], env) / 1e6)
             subprocess.run(["cmp", src, back], check=True)
             os.unlink(back)
-            rows["bench write"].append(bench_mbps(rfos, env, "write", args.size))
+            settle(rfos, env)
             rows["bench read"].append(bench_mbps(rfos, env, "read", args.size))
+            settle(rfos, env)
             if can_mount:
                 mnt = os.path.join(work, "mnt")
                 os.makedirs(mnt, exist_ok=True)
@@ -84,10 +107,12 @@ def main():
                     dst = os.path.join(mnt, "big.bin")
                     rows["cp into mount"].append(size / timed(["sh", "-c", "cp %s %s && sync %s" % (src, dst, dst)],
                                                               env) / 1e6)
+                    settle(rfos, env)
                     subprocess.run(["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches"], check=False)
                     rows["cp out of mount"].append(size / timed(["cp", dst, back], env) / 1e6)
                     os.unlink(back)
                     os.unlink(dst)
+                    settle(rfos, env)
                 finally:
                     subprocess.run(["fusermount3", "-u", "-z", mnt], check=False)
         med = {k: statistics.median(v) for k, v in rows.items() if v}

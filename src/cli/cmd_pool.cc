@@ -41,7 +41,11 @@ void add_pool_commands(CLI::App& app, Context& ctx) {
   query->add_option("pool", *id, "pool label or uuid")->required();
   query->callback([&ctx, id] {
     auto p = ctx.control()->pool_query(*id);
-    if (ctx.check(p.status(), "pool query")) print_pool(*p);
+    if (!ctx.check(p.status(), "pool query")) return;
+    print_pool(*p);
+    std::printf("  epoch %llu  aggregated to %llu  engine buffers %s in use of %s\n", (unsigned long long)p->epoch,
+                (unsigned long long)p->aggregated_epoch, human_bytes(p->buffer_bytes_in_use).c_str(),
+                human_bytes(p->buffer_bytes).c_str());
   });
 
   auto force = std::make_shared<bool>(false);
