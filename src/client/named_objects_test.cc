@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <random>
+#include <thread>
 #include <set>
 
 #include "client/file_layout.h"
@@ -128,17 +131,25 @@ TEST_F(NamedObjectsTest, APutThatDiedIsClearedByTheNext) {
       if (std::find(before.begin(), before.end(), a) == before.end()) own = a;
     ASSERT_FALSE(own.empty());
     NamedObjects d(*dying, 4);
-    auto given = std::make_shared<size_t>(0);
-    Status s = d.put("ckpt", [&](std::span<uint8_t> buf) -> Result<size_t> {
-      if (*given >= (2u << 20)) {  // half-way: the client's process dies (its worker, for the fabric)
-        fabric.kill(own);
-        return error(StatusCode::kShutdown, "killed");
-      }
-      size_t n = std::min(buf.size(), next.size() - *given);
-      std::memcpy(buf.data(), next.data() + *given, n);
-      *given += n;
-      return n;
-    });
+    size_t given = 0;
+    std::atomic<uint64_t> stored{0};
+    Status s = d.put(
+        "ckpt",
+        [&](std::span<uint8_t> buf) -> Result<size_t> {
+          // Half-way, once some of the new data is stored: the client's process dies (its worker, for the
+          // fabric). The source runs on the put's reader thread; the put's own thread reports what is stored.
+          if (given >= (2u << 20)) {
+            auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            while (stored.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+            fabric.kill(own);
+            return error(StatusCode::kShutdown, "killed");
+          }
+          size_t n = std::min(buf.size(), next.size() - given);
+          std::memcpy(buf.data(), next.data() + given, n);
+          given += n;
+          return n;
+        },
+        [&](uint64_t bytes) { stored = bytes; });
     EXPECT_FALSE(s.is_ok());
   }
   EXPECT_TRUE(*get(o, "ckpt") == old);
