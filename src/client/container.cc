@@ -1,3 +1,4 @@
+#include "common/clock.h"
 #include "client/container.h"
 
 #include <chrono>
@@ -81,10 +82,6 @@ class Container::Impl {
       // Requests go on with the capability held; the targets refuse them once it is no longer valid.
       next_try_ms = now + 1000;
     }
-  }
-  static uint64_t wall_ms() {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-        .count();
   }
   std::unique_ptr<transport::Worker> worker;
   std::vector<transport::EpHandle> eps;
@@ -308,9 +305,7 @@ class Container::Impl {
     call.region = region;
     call.into = into;
     call.sized_by_reply = sized;
-    bool writes = q.op == wire::Op::kUpdate || q.op == wire::Op::kPunchDkey || q.op == wire::Op::kPunchAkey ||
-                  q.op == wire::Op::kPunchExtent || q.op == wire::Op::kPunchObject;
-    call.restamp = writes && q.epoch == 0;
+    call.restamp = wire::is_write(q.op) && q.epoch == 0;
     call.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeout_ms);
     call.header = wire::encode_request(q);
     call.payload.assign(payload.begin(), payload.end());

@@ -1,4 +1,5 @@
 #define FUSE_USE_VERSION 34
+#include "common/clock.h"
 #include "fuse/mount.h"
 #include "fuse/write_behind.h"
 
@@ -288,11 +289,6 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   fuse_reply_attr(req, &st, fs_of(req)->options().attr_timeout_s);
 }
 
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
 
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
   RFOS_FUSE_OID(oid, req, ino);
@@ -308,10 +304,10 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, f
   s.size = static_cast<uint64_t>(attr->st_size);
   s.set_atime = to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW);
   s.atime_ns =
-      (to_set & FUSE_SET_ATTR_ATIME_NOW) ? now_ns() : attr->st_atim.tv_sec * 1000000000ull + attr->st_atim.tv_nsec;
+      (to_set & FUSE_SET_ATTR_ATIME_NOW) ? wall_ns() : attr->st_atim.tv_sec * 1000000000ull + attr->st_atim.tv_nsec;
   s.set_mtime = to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW);
   s.mtime_ns =
-      (to_set & FUSE_SET_ATTR_MTIME_NOW) ? now_ns() : attr->st_mtim.tv_sec * 1000000000ull + attr->st_mtim.tv_nsec;
+      (to_set & FUSE_SET_ATTR_MTIME_NOW) ? wall_ns() : attr->st_mtim.tv_sec * 1000000000ull + attr->st_mtim.tv_nsec;
   Cred cred = cred_of(req);
   Result<Attr> a = error(StatusCode::kInternal, "unset");
   if (fi && s.set_size) {

@@ -1,3 +1,4 @@
+#include "common/clock.h"
 #include "posix/namespace.h"
 
 #include <sys/stat.h>
@@ -34,10 +35,6 @@ constexpr size_t kXattrValueMax = 64 * 1024;
 // Stored xattr values lead with this byte: the engine keeps no empty values, and an xattr may be empty.
 constexpr char kXattrTag = 'v';
 
-uint64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 Status fail(StatusCode code, const std::string& what) { return error(code, what); }
 
@@ -236,7 +233,7 @@ class Namespace::Impl {
   }
 
   Status dir_changed(Lease& c, const ObjectId& dir, int nlink_delta) {
-    uint64_t t = now_ns();
+    uint64_t t = wall_ns();
     return update_inode(c, dir,
                         [&](Attr& d, uint64_t&) {
                           d.mtime_ns = d.ctime_ns = t;
@@ -277,7 +274,7 @@ class Namespace::Impl {
     if (!is_dir && !in_group(cred, a.gid) && cred.uid != 0) a.mode &= ~static_cast<uint32_t>(S_ISGID);
     a.nlink = is_dir ? 2 : 1;
     a.rdev = rdev;
-    a.atime_ns = a.mtime_ns = a.ctime_ns = now_ns();
+    a.atime_ns = a.mtime_ns = a.ctime_ns = wall_ns();
     a.chunk = S_ISREG(mode) ? (chunk ? chunk : default_chunk) : 0;
     if (is_dir) a.parent = dir;
     if (!link_target.empty()) RFOS_RETURN_IF_ERROR(c->put_value(a.oid, kInodeDkey, kLinkAkey, link_target));
@@ -352,7 +349,7 @@ Result<std::unique_ptr<Namespace>> Namespace::open(SessionFactory open_session, 
       a.oid = impl->root;
       a.mode = S_IFDIR | (root_mode & 07777);
       a.nlink = 2;
-      a.atime_ns = a.mtime_ns = a.ctime_ns = now_ns();
+      a.atime_ns = a.mtime_ns = a.ctime_ns = wall_ns();
       a.parent = impl->root;
       Status s = c->insert_value(a.oid, kInodeDkey, kInodeAkey, encode_inode(a, 0));
       if (!s.is_ok() && s.code() != StatusCode::kAlreadyExists) return s;
@@ -439,7 +436,7 @@ Result<Attr> Namespace::link(const ObjectId& oid, const ObjectId& dir, std::stri
   if (s.code() == StatusCode::kAlreadyExists)
     return fail(StatusCode::kAlreadyExists, "'" + std::string(name) + "' exists");
   RFOS_RETURN_IF_ERROR(s);
-  uint64_t t = now_ns();
+  uint64_t t = wall_ns();
   RFOS_ASSIGN_OR_RETURN(a, impl_->update_inode(c, oid, [&](Attr& x, uint64_t&) {
     ++x.nlink;
     x.ctime_ns = t;
@@ -465,7 +462,7 @@ Result<Attr> Namespace::unlink(const ObjectId& dir, std::string_view name, const
     gone.oid = e.oid;
     return gone;
   }
-  uint64_t t = now_ns();
+  uint64_t t = wall_ns();
   return impl_->update_inode(c, e.oid, [&](Attr& x, uint64_t&) {
     if (x.nlink > 0) --x.nlink;
     x.ctime_ns = t;
@@ -534,7 +531,7 @@ Status Namespace::rename(const ObjectId& src_dir, std::string_view src, const Ob
   }
   auto de = impl_->entry(c, dst_dir, dst);
   if (!de.is_ok() && de.status().code() != StatusCode::kNotFound) return de.status();
-  uint64_t t = now_ns();
+  uint64_t t = wall_ns();
 
   if (flags & kRenameExchange) {
     if (!de.is_ok()) return de.status();
@@ -630,7 +627,7 @@ Result<Attr> Namespace::setattr(const ObjectId& oid, const SetAttr& set, const C
   }
   if ((set.set_atime || set.set_mtime) && !owner && !permits(cur, cred, W_OK))
     return denied("only the owner or a writer sets times");
-  uint64_t t = now_ns();
+  uint64_t t = wall_ns();
   return impl_->update_inode(c, oid, [&](Attr& a, uint64_t& floor) -> Status {
     a.size = cur.size;
     if (set.set_mode) {
@@ -695,7 +692,7 @@ Status Namespace::write(const ObjectId& oid, uint64_t offset, std::span<const ui
 
 Status Namespace::touch_written(const ObjectId& oid) {
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  uint64_t t = now_ns();
+  uint64_t t = wall_ns();
   return impl_
       ->update_inode(c, oid,
                      [&](Attr& a, uint64_t&) {

@@ -1,3 +1,4 @@
+#include "common/clock.h"
 #include "server/server.h"
 
 #include <grpc/grpc_security_constants.h>
@@ -34,14 +35,6 @@ using grpc::ServerContext;
 
 namespace {
 
-uint64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-uint64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 grpc::StatusCode grpc_code(StatusCode c) {
   switch (c) {
@@ -192,7 +185,7 @@ bool slurp(const std::string& path, std::string* out) {
 
 class Server::Impl final : public wire::Control::Service {
  public:
-  explicit Impl(const ServerConfig& c) : config_(c), started_ms_(now_ms()) {}
+  explicit Impl(const ServerConfig& c) : config_(c), started_ms_(wall_ms()) {}
 
   Status open();
   ServerConfig config_;
@@ -240,7 +233,7 @@ class Server::Impl final : public wire::Control::Service {
   }
   // Drops the records of sessions whose capability expired (nothing can use them any more).
   void prune_sessions() {
-    uint64_t now = now_ms();
+    uint64_t now = wall_ms();
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       if (it->second.expires_unix_ms() > now) {
         ++it;
@@ -482,7 +475,7 @@ Result<wire::ContInfo> Server::Impl::find_cont(const wire::PoolInfo& pool, const
 }
 
 Status Server::Impl::revoke_lost_rights(const std::string& pool_uuid, const std::string& cont_uuid) {
-  uint64_t now = now_ms();
+  uint64_t now = wall_ms();
   for (auto& [id, r] : sessions_) {
     if (r.ended() || r.expires_unix_ms() <= now || r.pool_uuid() != pool_uuid) continue;
     if (!cont_uuid.empty() && r.cont_uuid() != cont_uuid) continue;
@@ -538,7 +531,7 @@ grpc::Status Server::Impl::PoolCreate(ServerContext* ctx, const wire::PoolCreate
   wire::PoolInfo info;
   info.set_uuid(uuid.to_string());
   info.set_label(req->label());
-  info.set_created_unix_ms(now_ms());
+  info.set_created_unix_ms(wall_ms());
   set_acl(&info, a);
   s = mgmt_.put("pool/" + info.uuid(), info.SerializeAsString());
   if (!s.is_ok()) return to_grpc(ctx, s);
@@ -641,7 +634,7 @@ grpc::Status Server::Impl::ContCreate(ServerContext* ctx, const wire::ContCreate
   info.set_label(req->label());
   info.set_pool_uuid(p->uuid());
   *info.mutable_props() = props;
-  info.set_created_unix_ms(now_ms());
+  info.set_created_unix_ms(wall_ms());
   set_acl(&info, a);
   s = mgmt_.put("cont/" + p->uuid() + "/" + info.uuid(), info.SerializeAsString());
   if (!s.is_ok()) return to_grpc(ctx, s);
@@ -715,7 +708,7 @@ grpc::Status Server::Impl::SnapshotCreate(ServerContext* ctx, const wire::Snapsh
   uint32_t have = acl::rights_of(acl_of(*c), who);
   if (!(have & acl::kWrite)) return to_grpc(ctx, denied(who, "snapshot container " + req->cont(), acl::kWrite, have));
   Uuid pu = *Uuid::parse(p->uuid()), cu = *Uuid::parse(c->uuid());
-  uint64_t epoch = now_ns();
+  uint64_t epoch = wall_ns();
   for (auto& d : data_) epoch = std::max(epoch, d->last_epoch() + 1);
   if (epoch >= engine::kEpochLatest - 1)  // saturated clocks: see Target's next_epoch
     return to_grpc(ctx, error(StatusCode::kEpochTooOld, "the targets' epoch clocks are exhausted"));
@@ -787,7 +780,7 @@ grpc::Status Server::Impl::Connect(ServerContext* ctx, const wire::ConnectReques
   cap.pool = *Uuid::parse(p->uuid());
   cap.cont = *Uuid::parse(c->uuid());
   cap.rights = static_cast<uint8_t>(want);
-  cap.expires_unix_ms = now_ms() + uint64_t{ttl} * 1000;
+  cap.expires_unix_ms = wall_ms() + uint64_t{ttl} * 1000;
   wire::SessionRecord rec;
   rec.set_session_id(std::string(reinterpret_cast<const char*>(cap.session.bytes.data()), 16));
   rec.set_pool_uuid(p->uuid());
@@ -824,7 +817,7 @@ grpc::Status Server::Impl::Disconnect(ServerContext* ctx, const wire::Disconnect
   Principal who = caller(ctx);
   std::lock_guard lock(mu_);
   auto it = sessions_.find(req->session_id());
-  if (it == sessions_.end() || it->second.ended() || it->second.expires_unix_ms() <= now_ms())
+  if (it == sessions_.end() || it->second.ended() || it->second.expires_unix_ms() <= wall_ms())
     return to_grpc(ctx, error(StatusCode::kNotFound, "no such session"));
   // A session id is no secret (every capability carries it in clear): only its owner may end it.
   if (!same_principal(it->second, who) && !who.admin)
@@ -838,7 +831,7 @@ grpc::Status Server::Impl::Renew(ServerContext* ctx, const wire::RenewRequest* r
   Principal who = caller(ctx);
   std::lock_guard lock(mu_);
   auto it = sessions_.find(req->session_id());
-  if (it == sessions_.end() || it->second.ended() || it->second.expires_unix_ms() <= now_ms())
+  if (it == sessions_.end() || it->second.ended() || it->second.expires_unix_ms() <= wall_ms())
     return to_grpc(ctx, error(StatusCode::kPermissionDenied, "the session has ended or expired; connect again"));
   wire::SessionRecord& r = it->second;
   if (!same_principal(r, who))
@@ -859,7 +852,7 @@ grpc::Status Server::Impl::Renew(ServerContext* ctx, const wire::RenewRequest* r
   cap.pool = *Uuid::parse(r.pool_uuid());
   cap.cont = *Uuid::parse(r.cont_uuid());
   cap.rights = static_cast<uint8_t>(rights);
-  cap.expires_unix_ms = std::max(r.expires_unix_ms(), now_ms() + uint64_t{ttl} * 1000);
+  cap.expires_unix_ms = std::max(r.expires_unix_ms(), wall_ms() + uint64_t{ttl} * 1000);
   wire::SessionRecord updated = r;
   updated.set_rights(rights);
   updated.set_expires_unix_ms(cap.expires_unix_ms);
@@ -965,7 +958,7 @@ grpc::Status Server::Impl::ServerInfo(ServerContext* ctx, const wire::ServerInfo
                                                                                          : bound_ + " " + tcp_bound_);
   resp->set_provider(config_.provider);
   resp->set_targets(static_cast<uint32_t>(targets_.size()));
-  resp->set_uptime_s((now_ms() - started_ms_) / 1000);
+  resp->set_uptime_s((wall_ms() - started_ms_) / 1000);
   if (who.admin) resp->set_data_dir(config_.data_dir);
   resp->set_caller(who.describe());
   resp->set_caller_rights(who.admin ? acl::kAll : 0);

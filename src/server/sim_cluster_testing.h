@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "client/container.h"
+#include "common/clock.h"
 #include "engine/engine.h"
 #include "engine/engine_testing.h"
 #include "server/target.h"
@@ -28,11 +29,6 @@ inline std::span<const uint8_t> bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 inline std::span<uint8_t> bytes(std::string& s) { return {reinterpret_cast<uint8_t*>(s.data()), s.size()}; }
-
-inline uint64_t wall_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 class SimCluster : public ::testing::Test {
  protected:

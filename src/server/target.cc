@@ -1,3 +1,4 @@
+#include "common/clock.h"
 #include "server/target.h"
 
 #include <algorithm>
@@ -28,14 +29,6 @@ using transport::Iov;
 
 namespace {
 using Clock = std::chrono::steady_clock;
-uint64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-uint64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 }  // namespace
 
 void Revocations::revoke(const Uuid& session, uint64_t expires_unix_ms) {
@@ -170,7 +163,7 @@ class Target::Impl {
     aggregating = true;
     last_aggregation = now;
     next_aggregation = now + std::chrono::seconds(1);
-    uint64_t high = std::max(now_ns(), last_epoch.load(std::memory_order_relaxed));
+    uint64_t high = std::max(wall_ns(), last_epoch.load(std::memory_order_relaxed));
     uint64_t upto = high > kAggregationSlackNs ? high - kAggregationSlackNs : 0;
     if (!inflight_epochs.empty()) upto = std::min(upto, *inflight_epochs.begin() - 1);
     offload<Status>(
@@ -220,7 +213,7 @@ class Target::Impl {
     uint64_t last = last_epoch.load(std::memory_order_relaxed);
     for (;;) {
       if (last >= engine::kEpochLatest - 1) return 0;
-      uint64_t e = std::max(now_ns(), last + 1);
+      uint64_t e = std::max(wall_ns(), last + 1);
       if (last_epoch.compare_exchange_weak(last, e, std::memory_order_relaxed)) return e;
     }
   }
@@ -295,7 +288,7 @@ class Target::Impl {
   void handle(Incoming& in) {
     auto req = wire::decode_request(in.header);
     std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(secret.data()), secret.size());
-    uint64_t now = now_ms();
+    uint64_t now = wall_ms();
     if (!in.reply_to) {
       // A sender the transport does not know yet (libfabric: only the address its message claims). It becomes a
       // peer on a request whose capability verifies; anything else is dropped unanswered, and costs nothing.
@@ -312,9 +305,7 @@ class Target::Impl {
     if (!cap.is_ok()) return reply_error(in.reply_to, q.request_id, cap.status());
     if (revocations->revoked(cap->session, now))
       return reply_error(in.reply_to, q.request_id, error(StatusCode::kPermissionDenied, "the session has ended"));
-    bool writes = q.op == wire::Op::kUpdate || q.op == wire::Op::kPunchDkey || q.op == wire::Op::kPunchObject ||
-                  q.op == wire::Op::kPunchAkey || q.op == wire::Op::kPunchExtent;
-    if (writes && !(cap->rights & wire::Capability::kWrite))
+    if (wire::is_write(q.op) && !(cap->rights & wire::Capability::kWrite))
       return reply_error(in.reply_to, q.request_id, error(StatusCode::kPermissionDenied, "the session is read-only"));
     auto cid = container(cap->pool, cap->cont);
     if (!cid.is_ok()) {
@@ -323,7 +314,7 @@ class Target::Impl {
     }
     // Epochs come from the target's clock: a client names one only to read at a snapshot. (A client that
     // could stamp its own writes could move every container's aggregation boundary, or the clock, to 2^64.)
-    if (q.epoch != 0 && writes)
+    if (q.epoch != 0 && wire::is_write(q.op))
       return reply_error(in.reply_to, q.request_id,
                          error(StatusCode::kInvalidArgument,
                                "updates and punches are stamped by the target; "
@@ -635,7 +626,7 @@ Result<std::unique_ptr<Target>> Target::start(uint32_t index, Engine* engine, co
   // A peer is introduced only by a live capability: a target makes no endpoint for anyone else's hello.
   wo.admit_hello = [self](std::string_view token) {
     std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(self->secret.data()), self->secret.size());
-    uint64_t now = now_ms();
+    uint64_t now = wall_ms();
     auto cap = self->verified(std::string(token), key, now);
     return cap.is_ok() && !self->revocations->revoked(cap->session, now);
   };

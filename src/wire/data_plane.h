@@ -43,6 +43,12 @@ enum class Op : uint8_t {
 };
 inline constexpr uint8_t kMaxOp = 12;
 
+// The operations that change what a container holds: they need a writable session, and the target stamps them.
+constexpr bool is_write(Op op) {
+  return op == Op::kUpdate || op == Op::kPunchDkey || op == Op::kPunchObject || op == Op::kPunchAkey ||
+         op == Op::kPunchExtent;
+}
+
 // Request flags.
 inline constexpr uint32_t kIfAbsent = 1;  // update: only when (dkey, akey) has no visible value (kAlreadyExists)
 
