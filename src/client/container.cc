@@ -128,7 +128,12 @@ class Container::Impl {
   static constexpr int kMaxBusyRetries = 200;
   static constexpr int kMaxRestamps = 16;
   std::map<uint64_t, Call> calls;
-  std::vector<Completion> completed;                                  // finished, not yet handed out
+  // A finished call, with the reply it got (its checksums, for reads verified when handed out).
+  struct Finished {
+    Completion done;
+    wire::Reply reply;
+  };
+  std::vector<Finished> completed;                                    // finished, not yet handed out
   std::map<uint64_t, std::pair<uint64_t, std::span<uint8_t>>> reads;  // async reads to verify: offset, bytes
 
   void on_message(transport::Incoming& in) {
@@ -390,7 +395,7 @@ class Container::Impl {
         if (auto r = regions.find(c.region); c.region && r != regions.end() && !r->second.allocated) drop_region(r);
       }
       if (c.done()) {
-        completed.push_back({it->first, c.status, c.reply.length, std::move(c.reply)});
+        completed.push_back({{it->first, c.status, c.reply.length}, std::move(c.reply)});
         it = calls.erase(it);
       } else {
         ++it;
@@ -399,11 +404,11 @@ class Container::Impl {
   }
 
   // Progresses until `id` completed; returns its completion.
-  Completion wait_for(uint64_t id) {
+  Finished wait_for(uint64_t id) {
     for (;;) {
       for (auto it = completed.begin(); it != completed.end(); ++it) {
-        if (it->ticket == id) {
-          Completion c = std::move(*it);
+        if (it->done.ticket == id) {
+          Finished c = std::move(*it);
           completed.erase(it);
           return c;
         }
@@ -414,13 +419,14 @@ class Container::Impl {
   }
 
   // A finished async read counts only once the checksums that came with it match its bytes.
-  Completion verify_read(Completion c) {
+  Completion verify_read(Finished f) {
+    Completion c = f.done;
     auto r = reads.find(c.ticket);
     if (r == reads.end()) return c;
     if (c.status.is_ok()) {
       std::vector<uint32_t> want;
       chunk_crcs(r->second.first, r->second.second, csum_chunk, &want);
-      if (want != c.reply.csums)
+      if (want != f.reply.csums)
         c.status = error(StatusCode::kChecksumMismatch, "the data read at offset " + std::to_string(r->second.first) +
                                                             " fails its checksum (damaged at rest or in transit)");
     }
@@ -431,8 +437,8 @@ class Container::Impl {
   Status roundtrip(uint32_t t, wire::Request& q, std::span<const Iov> payload, std::span<uint8_t> into,
                    wire::Reply* out, std::string* sized = nullptr) {
     RFOS_ASSIGN_OR_RETURN(uint64_t id, submit(t, q, payload, into, sized));
-    Completion c = wait_for(id);
-    RFOS_RETURN_IF_ERROR(c.status);
+    Finished c = wait_for(id);
+    RFOS_RETURN_IF_ERROR(c.done.status);
     if (out) *out = std::move(c.reply);
     return Status::ok();
   }
@@ -489,8 +495,7 @@ class Container::Impl {
     auto finish_oldest = [&] {
       InFlight f = std::move(window.front());
       window.pop_front();
-      Completion c = wait_for(f.ticket);
-      if (!write) c = verify_read(std::move(c));
+      Completion c = write ? wait_for(f.ticket).done : verify_read(wait_for(f.ticket));
       if (c.status.is_ok() && !write) {
         size_t at = 0;
         for (std::span<uint8_t> part : f.parts) {
@@ -792,15 +797,18 @@ Status Container::insert_value(const ObjectId& oid, std::string_view dkey, std::
   }
 }
 
-Result<wire::KeyPage> Container::list_dkeys(const ObjectId& oid, uint32_t target, const std::string& anchor, size_t max,
-                                            std::string_view value_akey) {
+Result<KeyPage> Container::list_dkeys(const ObjectId& oid, uint32_t target, const std::string& anchor, size_t max,
+                                     std::string_view value_akey) {
   if (target >= impl_->eps.size()) return error(StatusCode::kInvalidArgument, "no such target");
   wire::Request q = make_request(wire::Op::kListDkeys, wire::Kind::kArray, oid, {}, value_akey, 0, max);
   q.anchor = anchor;
   q.epoch = impl_->read_epoch;
   std::string page;
   RFOS_RETURN_IF_ERROR(impl_->roundtrip(target, q, {}, {}, nullptr, &page));
-  return wire::decode_key_page(page);
+  RFOS_ASSIGN_OR_RETURN(wire::KeyPage got, wire::decode_key_page(page));
+  if (!value_akey.empty() && (!got.with_values || got.values.size() != got.keys.size()))
+    return error(StatusCode::kInternal, "the server listed keys without the values asked for");
+  return KeyPage{std::move(got.anchor), got.done, std::move(got.keys), std::move(got.values)};
 }
 
 Result<std::vector<std::string>> Container::list_dkeys(const ObjectId& oid) {
@@ -809,7 +817,7 @@ Result<std::vector<std::string>> Container::list_dkeys(const ObjectId& oid) {
     if (placement::object_class(oid) == placement::ObjectClass::kS1 && t != target_of(oid, {})) continue;
     std::string anchor;
     for (bool done = false; !done;) {
-      RFOS_ASSIGN_OR_RETURN(wire::KeyPage page, list_dkeys(oid, t, anchor, 1024));
+      RFOS_ASSIGN_OR_RETURN(KeyPage page, list_dkeys(oid, t, anchor, 1024));
       if (!page.done && page.anchor == anchor) return error(StatusCode::kInternal, "key listing made no progress");
       all.insert(page.keys.begin(), page.keys.end());
       anchor = std::move(page.anchor);

@@ -23,7 +23,6 @@
 #include "client/control_client.h"
 #include "common/ids.h"
 #include "common/status.h"
-#include "wire/data_plane.h"
 
 namespace rfos::client {
 
@@ -33,7 +32,14 @@ struct Completion {
   Ticket ticket = 0;
   Status status;
   uint64_t length = 0;
-  wire::Reply reply;  // internal detail of the reply (checksums)
+};
+
+// One page of keys (Container::list_dkeys): pass `anchor` back for the next page until `done`.
+struct KeyPage {
+  std::string anchor;
+  bool done = false;
+  std::vector<std::string> keys;
+  std::vector<std::string> values;  // with value_akey: each key's single value under it ("" where none), one per key
 };
 
 // How array data moves between the client's buffer and the target's engine buffer.
@@ -130,7 +136,7 @@ class Container {
   Status insert_value(const ObjectId& oid, std::string_view dkey, std::string_view akey, std::string_view value);
   // dkeys of an object on one target, a page at a time: pass the returned anchor back until `done`.
   // With value_akey set, each dkey comes with its single value under that akey ("" where none).
-  Result<wire::KeyPage> list_dkeys(const ObjectId& oid, uint32_t target, const std::string& anchor, size_t max,
+  Result<KeyPage> list_dkeys(const ObjectId& oid, uint32_t target, const std::string& anchor, size_t max,
                                    std::string_view value_akey = {});
   // Every dkey of an object over all targets, in key order.
   Result<std::vector<std::string>> list_dkeys(const ObjectId& oid);

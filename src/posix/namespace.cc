@@ -709,8 +709,6 @@ Result<DirPage> Namespace::readdir(const ObjectId& dir, const std::string& ancho
   while (!out.done && out.entries.size() < max) {
     RFOS_ASSIGN_OR_RETURN(auto page, c->list_dkeys(dir, c->target_of(dir, {}), out.anchor,
                                                    std::max<size_t>(max - out.entries.size(), 1), kEntryAkey));
-    if (!page.with_values || page.values.size() != page.keys.size())
-      return fail(StatusCode::kInternal, "the server listed entries without their values");
     for (size_t i = 0; i < page.keys.size(); ++i) {
       if (page.keys[i] == kInodeDkey || page.keys[i] == kXattrDkey || page.values[i].empty()) continue;
       auto e = decode_entry(page.keys[i], page.values[i]);
