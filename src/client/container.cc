@@ -564,8 +564,7 @@ Result<std::unique_ptr<Container>> Container::open(std::unique_ptr<Impl> impl, S
   impl->csum_chunk = impl->session.cont.props.csum_chunk_bytes ? impl->session.cont.props.csum_chunk_bytes : 4096;
   std::string provider = options.provider.empty() ? impl->session.provider : options.provider;
   RFOS_ASSIGN_OR_RETURN(impl->worker, transport::Worker::create(provider));
-  impl->rdma_provider =
-      provider == "ucx+rc" || provider == "ucx+dc_x" || provider == "ucx+ud" || provider == "ofi+verbs";
+  impl->rdma_provider = transport::one_sided_in_hardware(provider);
   impl->send_limit = options.payload_sends_at_once >= 0 ? static_cast<uint32_t>(options.payload_sends_at_once)
                                                         : transport::payload_sends_at_once(provider);
   Impl* raw = impl.get();

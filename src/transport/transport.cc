@@ -77,6 +77,10 @@ uint32_t payload_sends_at_once(std::string_view provider) { return provider == "
 
 bool ucx_detects_peer_failure(std::string_view provider) { return provider != "ucx+shm"; }
 
+bool one_sided_in_hardware(std::string_view provider) {
+  return provider == "ucx+rc" || provider == "ucx+dc_x" || provider == "ucx+ud" || provider == "ofi+verbs";
+}
+
 const char* ucx_transports(std::string_view provider) {
   if (provider == "ucx+tcp") return "tcp";
   // Shared memory without CMA: UCX's rendezvous over CMA has the receiver copy each payload out of the sender

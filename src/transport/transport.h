@@ -167,6 +167,11 @@ bool ucx_detects_peer_failure(std::string_view provider);
 // a tool measuring the transport for rfos (rfos bench --ceiling) runs on.
 const char* ucx_transports(std::string_view provider);
 
+// Whether `provider`'s one-sided gets and puts are done by the NIC (the verbs providers: ucx+rc, ucx+dc_x,
+// ucx+ud, ofi+verbs). Over tcp and shm the peer serves each one with messages of its own, so a client's default
+// data path keeps to messages there (measured faster, docs/BENCHMARKS.md).
+bool one_sided_in_hardware(std::string_view provider);
+
 // A payload above this size goes by the fabric's rendezvous on every provider (far above their eager limits).
 inline constexpr size_t kLargePayloadBytes = 64 * 1024;
 
