@@ -248,7 +248,7 @@ void add_bench_command(CLI::App& app, Context& ctx) {
       if (!ctx.check(io_size.status(), "bench")) return;
       max_ops = std::max<uint64_t>(*io_size / *bs, 1);
     }
-    if (*bs > (1u << 20) || (1u << 20) % *bs != 0 || *size < *bs || a->numjobs == 0 || a->iodepth == 0) {
+    if (*bs > client::kMaxIoBytes || client::kMaxIoBytes % *bs != 0 || *size < *bs || a->numjobs == 0 || a->iodepth == 0) {
       ctx.check(error(StatusCode::kInvalidArgument, "--bs must divide 1m, --size >= --bs, jobs and depth >= 1"),
                 "bench");
       return;

@@ -158,8 +158,8 @@ void add_object_commands(CLI::App& app, Context& ctx) {
     Status s;
     {
       ProgressLine line("get " + a.key, st->size, a.quiet || out == stdout);
-      s = objects.get(
-          a.key,
+      s = objects.read(
+          *st,
           [&](std::span<const uint8_t> bytes) {
             return std::fwrite(bytes.data(), 1, bytes.size(), out) == bytes.size()
                        ? Status::ok()

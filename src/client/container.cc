@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "client/file_layout.h"
 #include "common/crc32c.h"
 #include "placement/placement.h"
 #include "transport/transport.h"
@@ -20,7 +21,6 @@ namespace rfos::client {
 using transport::Iov;
 
 namespace {
-constexpr size_t kMaxRequestBytes = 1u << 20;  // one engine grain per request
 
 wire::Request make_request(wire::Op op, wire::Kind kind, const ObjectId& oid, std::string_view dkey,
                            std::string_view akey, uint64_t offset = 0, uint64_t length = 0) {
@@ -35,13 +35,11 @@ wire::Request make_request(wire::Op op, wire::Kind kind, const ObjectId& oid, st
   return q;
 }
 
-// Bytes from `at` up to the end of its 1 MiB-aligned range, at most `left`.
-size_t piece_at(uint64_t at, size_t left) {
-  return static_cast<size_t>(std::min<uint64_t>(left, (at / kMaxRequestBytes + 1) * kMaxRequestBytes - at));
-}
+// Bytes from `at` up to the end of its kMaxIoBytes-aligned range, at most `left`.
+size_t piece_at(uint64_t at, size_t left) { return static_cast<size_t>(layout::piece_length(kMaxIoBytes, at, left)); }
 
 bool within_one_piece(uint64_t offset, size_t len) {
-  return len > 0 && len <= kMaxRequestBytes && offset / kMaxRequestBytes == (offset + len - 1) / kMaxRequestBytes;
+  return len > 0 && len <= kMaxIoBytes && offset / kMaxIoBytes == (offset + len - 1) / kMaxIoBytes;
 }
 }  // namespace
 

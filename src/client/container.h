@@ -28,6 +28,9 @@ namespace rfos::client {
 
 using Ticket = uint64_t;
 
+// The most one submitted I/O moves: one engine piece. It stays inside one kMaxIoBytes-aligned range.
+inline constexpr size_t kMaxIoBytes = 1u << 20;
+
 struct Completion {
   Ticket ticket = 0;
   Status status;

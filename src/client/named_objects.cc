@@ -22,7 +22,6 @@ constexpr std::string_view kName = "name";
 constexpr std::string_view kObject = "object";    // "<id> <size>": the data object and its size
 constexpr std::string_view kPending = "pending";  // "<id>": the data object a put is writing
 constexpr std::string_view kLegacySize = "size";  // the older layout's size
-constexpr uint64_t kPieceBytes = 1u << 20;        // one engine piece: the most one submitted I/O may span
 
 std::string encode_id(const ObjectId& oid) {
   char b[40];
@@ -54,7 +53,7 @@ ObjectId fresh_data_object() {
 
 // The bytes at `offset` one I/O may move: within its chunk and within one engine piece.
 uint64_t piece_at(uint64_t chunk, uint64_t offset, uint64_t left) {
-  return std::min(layout::piece_length(chunk, offset, left), kPieceBytes - offset % kPieceBytes);
+  return layout::piece_length(chunk, offset, layout::piece_length(kMaxIoBytes, offset, left));
 }
 
 Status ignore_not_found(Status s) { return s.code() == StatusCode::kNotFound ? Status::ok() : s; }
@@ -122,7 +121,7 @@ Status NamedObjects::write_data(const ObjectId& data, const Source& source, cons
     size_t buf = 0;
     size_t len = 0;
   };
-  std::vector<std::vector<uint8_t>> bufs(depth_, std::vector<uint8_t>(kPieceBytes));
+  std::vector<std::vector<uint8_t>> bufs(depth_, std::vector<uint8_t>(kMaxIoBytes));
   std::mutex mu;
   std::condition_variable cv;
   std::deque<size_t> empty;
@@ -142,7 +141,7 @@ Status NamedObjects::write_data(const ObjectId& data, const Source& source, cons
         b = empty.front();
         empty.pop_front();
       }
-      size_t want = static_cast<size_t>(piece_at(chunk, at, kPieceBytes)), got = 0;
+      size_t want = static_cast<size_t>(piece_at(chunk, at, kMaxIoBytes)), got = 0;
       Status st;
       while (got < want) {
         auto n = source({bufs[b].data() + got, want - got});
@@ -218,8 +217,9 @@ Status NamedObjects::write_data(const ObjectId& data, const Source& source, cons
   return s;
 }
 
-Result<ObjectStat> NamedObjects::stat(std::string_view name) {
-  const ObjectId record = record_of(name);
+Result<ObjectStat> NamedObjects::stat(std::string_view name) { return stat_of(record_of(name), name); }
+
+Result<ObjectStat> NamedObjects::stat_of(const ObjectId& record, std::string_view name) {
   ObjectStat st;
   st.name = name;
   auto object = c_.get_value(record, kMeta, kObject);
@@ -242,11 +242,11 @@ Result<ObjectStat> NamedObjects::stat(std::string_view name) {
 
 Status NamedObjects::get(std::string_view name, const Sink& sink, const Progress& progress) {
   RFOS_ASSIGN_OR_RETURN(ObjectStat st, stat(name));
-  return read_data(st, sink, progress);
+  return read(st, sink, progress);
 }
 
 // Reads ahead up to depth_ pieces, and hands them to the sink in order as they arrive.
-Status NamedObjects::read_data(const ObjectStat& st, const Sink& sink, const Progress& progress) {
+Status NamedObjects::read(const ObjectStat& st, const Sink& sink, const Progress& progress) {
   const uint64_t chunk = layout::chunk_bytes(c_.session().cont.props.chunk_bytes);
   if (st.legacy) {  // one chunk at a time, as the older layout was written
     std::vector<uint8_t> buf(chunk);
@@ -259,7 +259,7 @@ Status NamedObjects::read_data(const ObjectStat& st, const Sink& sink, const Pro
     }
     return Status::ok();
   }
-  std::vector<std::vector<uint8_t>> bufs(depth_, std::vector<uint8_t>(kPieceBytes));
+  std::vector<std::vector<uint8_t>> bufs(depth_, std::vector<uint8_t>(kMaxIoBytes));
   std::vector<size_t> free_bufs;
   for (size_t i = 0; i < bufs.size(); ++i) free_bufs.push_back(i);
   struct Piece {
@@ -333,8 +333,9 @@ Result<NamedObjects::Listing> NamedObjects::list() {
     referenced.insert(oid);
     if (auto pending = c_.get_value(oid, kMeta, kPending); pending.is_ok())
       if (auto p = decode_id(*pending); p.is_ok()) referenced.insert(*p);
-    auto st = stat(*name);
-    if (!st.is_ok()) continue;  // a name whose first put is still under way
+    auto st = stat_of(oid, *name);
+    if (st.status().code() == StatusCode::kNotFound) continue;  // a name whose first put is still under way
+    RFOS_RETURN_IF_ERROR(st.status());
     referenced.insert(st->data);
     out.named.push_back(std::move(st).value());
   }

@@ -48,6 +48,8 @@ class NamedObjects {
   Status put(std::string_view name, const Source& source, const Progress& progress = {});
   // Gives the object's bytes to `sink`, each piece verified. kNotFound: no object of that name.
   Status get(std::string_view name, const Sink& sink, const Progress& progress = {});
+  // The same for an object stat() already found (no second look at its name).
+  Status read(const ObjectStat& st, const Sink& sink, const Progress& progress = {});
   Result<ObjectStat> stat(std::string_view name);
   // Removes the object and its name. kNotFound: no object of that name.
   Status remove(std::string_view name);
@@ -64,7 +66,7 @@ class NamedObjects {
  private:
   Status clear_pending(const ObjectId& record);
   Status write_data(const ObjectId& data, const Source& source, const Progress& progress, uint64_t* size);
-  Status read_data(const ObjectStat& st, const Sink& sink, const Progress& progress);
+  Result<ObjectStat> stat_of(const ObjectId& record, std::string_view name);
 
   Container& c_;
   uint32_t depth_;
