@@ -336,30 +336,21 @@ class Servers:
 
 def ceilings(cells, cell):
     """The media and transport ceilings of an end-to-end cell (IOPS), from the same run; None where not measured."""
-    def find(stage, source, provider, pattern):
-        for c in cells:
-            if (c["stage"], c["source"], c["provider"], c["pattern"], c["bs"], c["jobs"]) == (
-                    stage, source, provider, pattern, cell["bs"], cell["jobs"]) and (
-                    stage != "transport" or c.get("targets", 2) == cell.get("targets", 2)):
-                return c["iops"]
-        return None
+    def best_at_most_jobs(stage, source, provider, pattern):
+        runs = [c["iops"] for c in cells if (c["stage"], c["source"], c["provider"], c["pattern"], c["bs"]) ==
+                (stage, source, provider, pattern, cell["bs"]) and c["jobs"] <= cell["jobs"]]
+        return max(runs) if runs else None
     # A device does not get slower with more submitters; fio on two cores does, as its processes crowd one
     # another (1 MiB random reads: 2808/s at one job, 1747 at sixteen), while rfos reaches the media through
     # its targets whatever its jobs. So a cell's media ceiling is the best of fio at as many jobs or fewer.
-    runs = [c["iops"] for c in cells if (c["stage"], c["source"], c["provider"], c["pattern"], c["bs"]) ==
-            ("media", "fio", "-", cell["pattern"], cell["bs"]) and c["jobs"] <= cell["jobs"]]
-    media = max(runs) if runs else None
+    media = best_at_most_jobs("media", "fio", "-", cell["pattern"])
     direction = "write" if "write" in cell["pattern"] else "read"
     # The fabric's own tool, not rfos's bypass server (rfos measuring itself bounds nothing). fi_pingpong keeps
     # one message in flight, so it bounds no cell at depth: libfabric cells have the media ceiling only.
     # The tool runs as many pairs as the cell has jobs up to the cores (more busy-polling pairs than cores only
     # thrash the scheduler, bounding nothing); a cell with more jobs takes the best of the pair counts measured.
-    transport = None
-    if cell["provider"].startswith("ucx+"):
-        runs = [c["iops"] for c in cells
-                if (c["stage"], c["source"], c["provider"], c["pattern"], c["bs"]) ==
-                ("transport", "ucx_perftest", cell["provider"], direction, cell["bs"]) and c["jobs"] <= cell["jobs"]]
-        transport = max(runs) if runs else None
+    transport = best_at_most_jobs("transport", "ucx_perftest", cell["provider"], direction) \
+        if cell["provider"].startswith("ucx+") else None
     return media, transport
 
 

@@ -13,7 +13,9 @@ Starts a server on 127.0.0.1 (its own data directory and control socket, loopbac
 Prints each figure in MB/s and put and get as ratios to rfos bench's, medians over reps.
 """
 import argparse
+import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -36,7 +38,6 @@ def timed(cmd, env):
 def settle(rfos, env):
     """Waits until every target has aggregated past the newest epoch: the space a replaced or removed object held
     is reclaimed, so that the next step does not pay for the last one's background work."""
-    import re
     deadline = time.monotonic() + 60
     target = None
     while time.monotonic() < deadline:
@@ -54,7 +55,6 @@ def bench_mbps(rfos, env, rw, size):
     out = subprocess.run([rfos, "bench", "--rw", rw, "--bs", "1m", "--iodepth", "16", "--numjobs", "1",
                           "--size", size, "--io-size", size, "--runtime", "120", "--output-format", "json"],
                          env=env, check=True, capture_output=True, text=True).stdout
-    import json
     job = json.loads(out)["jobs"][0]
     return job["write" if rw == "write" else "read"]["bw_bytes"] / 1e6
 
