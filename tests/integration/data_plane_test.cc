@@ -303,9 +303,8 @@ TEST_P(DataPlane, SnapshotsPinAState) {
   uint64_t newest = control_->pool_query("p")->epoch;
   ASSERT_GT(newest, *snap);
   auto aggregated = [&] { return control_->pool_query("p")->aggregated_epoch >= newest; };
-  for (auto deadline = Clock::now() + std::chrono::seconds(20); !aggregated() && Clock::now() < deadline;)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polls the condition (a control call)
-  ASSERT_TRUE(aggregated()) << "no target aggregated past epoch " << newest << " in 20 s";
+  ASSERT_TRUE(testing::poll_until(aggregated, std::chrono::seconds(20), std::chrono::milliseconds(50)))
+      << "no target aggregated past epoch " << newest << " in 20 s";
   check_snapshot(*r);
   c.reset();
   r.reset();
@@ -1061,9 +1060,8 @@ TEST_P(DataPlane, OneSessionCannotTakeEveryBuffer) {
       uint64_t each = share ? share : q->buffer_bytes / q->targets - kFloodReadBytes;
       return q->buffer_bytes_in_use >= each * q->targets;
     };
-    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20); flooding && !held() && std::chrono::steady_clock::now() < deadline;)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polls the condition (a control call)
-    if (flooding && !held()) return error(StatusCode::kInternal, "the flood never held the targets' buffers");
+    if (flooding && !testing::poll_until(held, std::chrono::seconds(20), std::chrono::milliseconds(20)))
+      return error(StatusCode::kInternal, "the flood never held the targets' buffers");
     Status served = flooding ? serve_another() : error(StatusCode::kInternal, "the flooding client did not start");
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,17 @@
 #endif
 
 namespace rfos::testing {
+
+// Checks `done` every `every` (each check a call to the server: what it reports is the event waited for) until it
+// holds or `limit` passed; returns whether it held.
+inline bool poll_until(const std::function<bool()>& done, std::chrono::milliseconds limit,
+                       std::chrono::milliseconds every) {
+  for (auto deadline = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < deadline;) {
+    if (done()) return true;
+    std::this_thread::sleep_for(every);
+  }
+  return done();
+}
 
 // Removes the shared-memory regions a process that died without closing its endpoints left behind (libfabric
 // shm names them rfos-<pid>-...), as an operator would after a crash, so test runs do not fill /dev/shm.
