@@ -90,8 +90,8 @@ Status pump(client::Container& c, const ObjectId& oid, bool write, uint64_t bs, 
   uint64_t issued = 0;
   const uint64_t chunk = client::layout::chunk_bytes(c.session().cont.props.chunk_bytes);
   if (bs > chunk || chunk % bs != 0)
-    return error(StatusCode::kInvalidArgument, "the block size must divide the container's chunk size (" +
-                                                   std::to_string(chunk) + " bytes)");
+    return error(StatusCode::kInvalidArgument,
+                 "the block size must divide the container's chunk size (" + std::to_string(chunk) + " bytes)");
   while (true) {
     while (!free_bufs.empty() && !stop.load(std::memory_order_relaxed) && issued < max_ops) {
       uint64_t off = next();
@@ -216,7 +216,8 @@ void add_bench_command(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   cmd->add_option("--iodepth", a->iodepth, "I/Os in flight per job")->capture_default_str();
   cmd->add_option("--size", a->size_text, "bytes per job")->capture_default_str();
-  cmd->add_option("--io-size", a->io_size_text, "bytes each job moves before it stops (fio's io_size; default: until --runtime)");
+  cmd->add_option("--io-size", a->io_size_text,
+                  "bytes each job moves before it stops (fio's io_size; default: until --runtime)");
   cmd->add_option("--runtime", a->runtime_s, "seconds")->capture_default_str();
   cmd->add_option("--provider", a->provider, "data-plane provider (default: $RFOS_PROVIDER or the pool's)");
   cmd->add_option("--output-format", a->format, "normal or json")->check(CLI::IsMember({"normal", "json"}));
@@ -248,7 +249,8 @@ void add_bench_command(CLI::App& app, Context& ctx) {
       if (!ctx.check(io_size.status(), "bench")) return;
       max_ops = std::max<uint64_t>(*io_size / *bs, 1);
     }
-    if (*bs > client::kMaxIoBytes || client::kMaxIoBytes % *bs != 0 || *size < *bs || a->numjobs == 0 || a->iodepth == 0) {
+    if (*bs > client::kMaxIoBytes || client::kMaxIoBytes % *bs != 0 || *size < *bs || a->numjobs == 0 ||
+        a->iodepth == 0) {
       ctx.check(error(StatusCode::kInvalidArgument, "--bs must divide 1m, --size >= --bs, jobs and depth >= 1"),
                 "bench");
       return;

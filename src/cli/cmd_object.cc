@@ -62,10 +62,11 @@ class ProgressLine {
     double s = std::chrono::duration<double>(now - start_).count();
     double rate = s > 0 ? bytes / s : 0;
     std::string left = "-";
-    if (total_ && rate > 0 && bytes <= total_) left = std::to_string(static_cast<uint64_t>((total_ - bytes) / rate)) + " s";
+    if (total_ && rate > 0 && bytes <= total_)
+      left = std::to_string(static_cast<uint64_t>((total_ - bytes) / rate)) + " s";
     std::fprintf(stderr, "\r%s: %s%s%s  %s/s  %s left   ", what_.c_str(), human_bytes(bytes).c_str(),
-                 total_ ? " of " : "", total_ ? human_bytes(total_).c_str() : "", human_bytes(static_cast<uint64_t>(rate)).c_str(),
-                 left.c_str());
+                 total_ ? " of " : "", total_ ? human_bytes(total_).c_str() : "",
+                 human_bytes(static_cast<uint64_t>(rate)).c_str(), left.c_str());
     drawn_ = true;
   }
 
@@ -108,7 +109,7 @@ void add_object_commands(CLI::App& app, Context& ctx) {
       ctx.exit_code = 1;
       return;
     }
-    struct stat sb{};
+    struct stat sb {};
     uint64_t total = fstat(fileno(in), &sb) == 0 && S_ISREG(sb.st_mode) ? static_cast<uint64_t>(sb.st_size) : 0;
     auto cont = open_cont(ctx, a, true);
     if (!ctx.check(cont.status(), "put")) {

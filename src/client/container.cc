@@ -1,5 +1,5 @@
-#include "common/clock.h"
 #include "client/container.h"
+#include "common/clock.h"
 
 #include <chrono>
 #include <cstring>
@@ -795,7 +795,7 @@ Status Container::insert_value(const ObjectId& oid, std::string_view dkey, std::
 }
 
 Result<KeyPage> Container::list_dkeys(const ObjectId& oid, uint32_t target, const std::string& anchor, size_t max,
-                                     std::string_view value_akey) {
+                                      std::string_view value_akey) {
   if (target >= impl_->eps.size()) return error(StatusCode::kInvalidArgument, "no such target");
   wire::Request q = make_request(wire::Op::kListDkeys, wire::Kind::kArray, oid, {}, value_akey, 0, max);
   q.anchor = anchor;

@@ -140,7 +140,7 @@ class Container {
   // dkeys of an object on one target, a page at a time: pass the returned anchor back until `done`.
   // With value_akey set, each dkey comes with its single value under that akey ("" where none).
   Result<KeyPage> list_dkeys(const ObjectId& oid, uint32_t target, const std::string& anchor, size_t max,
-                                   std::string_view value_akey = {});
+                             std::string_view value_akey = {});
   // Every dkey of an object over all targets, in key order.
   Result<std::vector<std::string>> list_dkeys(const ObjectId& oid);
   Result<std::vector<std::string>> list_akeys(const ObjectId& oid, std::string_view dkey);

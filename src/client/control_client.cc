@@ -50,9 +50,8 @@ class ControlClient::Impl {
 
 namespace {
 PoolInfo from_wire(const wire::PoolInfo& p) {
-  return {p.uuid(),       p.label(),      p.targets(), p.total_bytes(), p.free_bytes(),
-          p.containers(), p.owner(),      p.owner_group(), p.epoch(),    p.aggregated_epoch(),
-          p.buffer_bytes(), p.buffer_bytes_in_use()};
+  return {p.uuid(),  p.label(),       p.targets(), p.total_bytes(),      p.free_bytes(),   p.containers(),
+          p.owner(), p.owner_group(), p.epoch(),   p.aggregated_epoch(), p.buffer_bytes(), p.buffer_bytes_in_use()};
 }
 Acl from_wire(const wire::AclResponse& a) {
   return {a.owner(), a.owner_group(), std::vector<std::string>(a.entries().begin(), a.entries().end())};

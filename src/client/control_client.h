@@ -25,8 +25,8 @@ struct PoolInfo {
   uint32_t containers = 0;
   std::string owner;
   std::string owner_group;
-  uint64_t epoch = 0;             // the newest epoch any target has stamped
-  uint64_t aggregated_epoch = 0;  // every target has aggregated the versions up to this epoch
+  uint64_t epoch = 0;                // the newest epoch any target has stamped
+  uint64_t aggregated_epoch = 0;     // every target has aggregated the versions up to this epoch
   uint64_t buffer_bytes = 0;         // the targets' engine buffers, all pools
   uint64_t buffer_bytes_in_use = 0;  // of those, held by updates and fetches in flight
 };

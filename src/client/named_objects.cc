@@ -114,8 +114,7 @@ Status NamedObjects::put(std::string_view name, const Source& source, const Prog
 
 // The source is read on a thread of its own into `depth_` buffers, while this thread keeps the filled ones
 // moving: the next input is read while earlier pieces are on their way.
-Status NamedObjects::write_data(const ObjectId& data, const Source& source, const Progress& progress,
-                                uint64_t* size) {
+Status NamedObjects::write_data(const ObjectId& data, const Source& source, const Progress& progress, uint64_t* size) {
   const uint64_t chunk = layout::chunk_bytes(c_.session().cont.props.chunk_bytes);
   struct Filled {
     size_t buf = 0;

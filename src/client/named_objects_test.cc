@@ -7,8 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <random>
-#include <thread>
 #include <set>
+#include <thread>
 
 #include "client/file_layout.h"
 #include "server/sim_cluster_testing.h"

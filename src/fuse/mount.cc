@@ -1,6 +1,6 @@
 #define FUSE_USE_VERSION 34
-#include "common/clock.h"
 #include "fuse/mount.h"
+#include "common/clock.h"
 #include "fuse/write_behind.h"
 
 #include <fcntl.h>
@@ -288,7 +288,6 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   struct stat st = fs_of(req)->to_stat(*a, ino);
   fuse_reply_attr(req, &st, fs_of(req)->options().attr_timeout_s);
 }
-
 
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
   RFOS_FUSE_OID(oid, req, ino);

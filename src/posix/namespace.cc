@@ -1,5 +1,5 @@
-#include "common/clock.h"
 #include "posix/namespace.h"
+#include "common/clock.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,9 +17,9 @@
 namespace rfos::posix {
 
 using client::Container;
-using placement::ObjectClass;
 using client::layout::chunk_key;
 using client::layout::kDataAkey;
+using placement::ObjectClass;
 namespace layout = client::layout;
 
 namespace {
@@ -34,7 +34,6 @@ constexpr uint8_t kEntryVersion = 1;
 constexpr size_t kXattrValueMax = 64 * 1024;
 // Stored xattr values lead with this byte: the engine keeps no empty values, and an xattr may be empty.
 constexpr char kXattrTag = 'v';
-
 
 Status fail(StatusCode code, const std::string& what) { return error(code, what); }
 

@@ -1,5 +1,5 @@
-#include "common/clock.h"
 #include "server/server.h"
+#include "common/clock.h"
 
 #include <grpc/grpc_security_constants.h>
 #include <grpcpp/grpcpp.h>
@@ -34,7 +34,6 @@ using engine::Engine;
 using grpc::ServerContext;
 
 namespace {
-
 
 grpc::StatusCode grpc_code(StatusCode c) {
   switch (c) {

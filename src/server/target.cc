@@ -1,5 +1,5 @@
-#include "common/clock.h"
 #include "server/target.h"
+#include "common/clock.h"
 
 #include <algorithm>
 #include <atomic>

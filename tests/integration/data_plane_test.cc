@@ -1149,7 +1149,8 @@ void DataPlane::kill_a_writer(const char* path, bool stop_first) {
     // What was on its way still lands (the kernel's socket buffers drain), and updates whose payloads arrived
     // commit: measured once the space and the buffers held stay the same over two queries.
     std::pair<uint64_t, uint64_t> last{0, 0};
-    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10); std::chrono::steady_clock::now() < deadline;) {
+    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+         std::chrono::steady_clock::now() < deadline;) {
       auto q = control_->pool_query("p");
       ASSERT_TRUE(q.is_ok()) << q.status().to_string();
       std::pair<uint64_t, uint64_t> now{q->free_bytes, q->buffer_bytes_in_use};

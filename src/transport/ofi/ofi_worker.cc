@@ -336,10 +336,10 @@ class OfiWorker final : public Worker {
     fi_addr_t fa = FI_ADDR_UNSPEC;
     std::string addr;
     uint64_t last_used = 0;
-    int ops = 0;         // sends and remote reads or writes in flight toward it
-    std::string token;   // ours for it (token_for): what its envelopes must carry
-    std::string proof;   // its token for us, what our envelopes carry; empty until it answered our request
-    std::string nonce;   // our proof request's, until answered
+    int ops = 0;        // sends and remote reads or writes in flight toward it
+    std::string token;  // ours for it (token_for): what its envelopes must carry
+    std::string proof;  // its token for us, what our envelopes carry; empty until it answered our request
+    std::string nonce;  // our proof request's, until answered
   };
   static constexpr size_t kMaxPeers = 4096;
 
@@ -428,14 +428,13 @@ class OfiWorker final : public Worker {
           untrack(op);
           continue;
         }
-        Status failed = moot ? op->status
-                        : held ? error(StatusCode::kShutdown, std::string(what) +
-                                                                  ": the peer did not answer for its address in " +
+        Status failed =
+            moot   ? op->status
+            : held ? error(StatusCode::kShutdown, std::string(what) + ": the peer did not answer for its address in " +
+                                                      std::to_string(payload_timeout_.count()) + " ms")
+            : rc == -FI_EAGAIN ? error(StatusCode::kShutdown, std::string(what) + ": the peer took nothing for " +
                                                                   std::to_string(payload_timeout_.count()) + " ms")
-                        : rc == -FI_EAGAIN
-                            ? error(StatusCode::kShutdown, std::string(what) + ": the peer took nothing for " +
-                                                               std::to_string(payload_timeout_.count()) + " ms")
-                            : fi_error(static_cast<int>(rc), what);
+                               : fi_error(static_cast<int>(rc), what);
         complete(op, failed, nullptr);  // as a failed transfer would: its callbacks may post more (to q's back)
       }
       it = q.posts.empty() ? deferred_.erase(it) : std::next(it);
@@ -785,7 +784,7 @@ class OfiWorker final : public Worker {
   unsigned char secret_[32];      // keys token_for
   uint64_t unproved_dropped_ = 0;
   static constexpr int kMaxAnswers = 64;
-  int answering_ = 0;  // proof answers in flight through entries of their own
+  int answering_ = 0;                                // proof answers in flight through entries of their own
   std::string_view handling_from_, handling_token_;  // the sender of the message being handled, its token
   std::map<std::string, EpHandle> peers_;
   std::unordered_map<EpHandle, Peer> by_handle_;

@@ -262,8 +262,8 @@ class SimWorker final : public Worker {
     for (const Iov& v : local) total += v.len;
     auto region = peer->regions_.find(key);
     Status s = Status::ok();
-    if (region == peer->regions_.end() || remote_addr < region->second.first ||
-        total > region->second.second || remote_addr - region->second.first > region->second.second - total) {
+    if (region == peer->regions_.end() || remote_addr < region->second.first || total > region->second.second ||
+        remote_addr - region->second.first > region->second.second - total) {
       s = error(StatusCode::kPermissionDenied, "the remote key does not cover the range (simulated NIC)");
     } else {
       char* remote = reinterpret_cast<char*>(remote_addr);
