@@ -1,0 +1,224 @@
+#include "client/call_engine.h"
+
+#include <algorithm>
+
+namespace rfos::client {
+
+using transport::Iov;
+
+CallEngine::CallEngine(std::unique_ptr<transport::Worker> worker, std::vector<transport::EpHandle> eps, Options options)
+    : options_(options), worker_(std::move(worker)), eps_(std::move(eps)) {
+  worker_->on_message([this](transport::Incoming& in) { on_message(in); });
+}
+
+CallEngine::~CallEngine() {
+  // The worker goes first: sends still in flight complete (cancelled) as it closes the endpoints, and their
+  // callbacks look up calls, which must still exist then; nothing queued may be sent by them.
+  send_queue_.clear();
+  worker_.reset();
+}
+
+// Request ids are random, and a reply counts only from the endpoint its request went to: a peer on the fabric
+// cannot answer for a target by guessing ids, and a stale reply cannot match a later request.
+uint64_t CallEngine::new_id() {
+  for (;;) {
+    uint64_t id = ids_();
+    if (id != 0 && !calls_.count(id)) return id;
+  }
+}
+
+void CallEngine::on_message(transport::Incoming& in) {
+  auto r = wire::decode_reply(in.header);
+  if (!r.is_ok()) return;
+  auto it = calls_.find(r->request_id);
+  if (it == calls_.end() || it->second.replied) return;  // stale (timed out), duplicate or foreign: dropped
+  if (in.reply_to != eps_[it->second.target]) return;    // not from the target it asked
+  Call& call = it->second;
+  uint64_t id = it->first;
+  call.reply = std::move(r).value();
+  if (call.reply.status == StatusCode::kBusy && call.attempts < kMaxBusyRetries) {
+    auto backoff = std::chrono::microseconds(200 * std::min(++call.attempts, 25));
+    call.retry_at = Clock::now() + backoff;
+    return;
+  }
+  // Refused as too old: a snapshot overtook the write in flight; sent again, it gets a newer epoch.
+  if (call.reply.status == StatusCode::kEpochTooOld && call.restamp && call.attempts < kMaxRestamps) {
+    ++call.attempts;
+    call.retry_at = Clock::now();
+    return;
+  }
+  if (call.reply.status != StatusCode::kOk) {
+    call.status = error(call.reply.status, call.reply.message);
+    call.replied = true;
+    return;
+  }
+  if (in.payload_bytes == 0) {
+    // On the explicit path a fetch's bytes are already in place: the target wrote them before it answered.
+    if (call.memory.region && !call.into.empty() && call.reply.length != call.into.size())
+      call.status = error(StatusCode::kInternal, "the server wrote " + std::to_string(call.reply.length) +
+                                                     " bytes for a read of " + std::to_string(call.into.size()));
+    call.replied = true;
+    return;
+  }
+  if (call.sized_by_reply) {
+    call.sized_by_reply->resize(in.payload_bytes);
+    call.into = {reinterpret_cast<uint8_t*>(call.sized_by_reply->data()), call.sized_by_reply->size()};
+  }
+  if (in.payload_bytes != call.into.size() || call.reply.length != in.payload_bytes) {
+    call.status = error(StatusCode::kInternal, "the server sent " + std::to_string(in.payload_bytes) +
+                                                   " bytes for a read of " + std::to_string(call.into.size()));
+    call.replied = true;
+    return;
+  }
+  Iov dst{call.into.data(), call.into.size()};
+  Status s = worker_->fetch_payload(in, {&dst, 1}, [this, id](Status got) {
+    auto c = calls_.find(id);
+    if (c == calls_.end()) return;
+    c->second.status = got;
+    c->second.replied = true;
+  });
+  if (!s.is_ok()) {
+    call.status = s;
+    call.replied = true;
+  }
+}
+
+Result<uint64_t> CallEngine::submit(uint32_t t, wire::Request& q, std::span<const Iov> payload, std::span<uint8_t> into,
+                                    std::string* sized, Memory memory) {
+  if (t >= eps_.size()) return error(StatusCode::kInvalidArgument, "no target " + std::to_string(t));
+  uint64_t id = new_id();
+  q.request_id = id;
+  Call& call = calls_[id];
+  call.target = t;
+  call.memory = memory;
+  call.into = into;
+  call.sized_by_reply = sized;
+  call.restamp = wire::is_write(q.op) && q.epoch == 0;
+  call.deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+  call.header = wire::encode_request(q);
+  call.payload.assign(payload.begin(), payload.end());
+  Status s = send(id, call);
+  if (!s.is_ok()) {
+    calls_.erase(id);
+    return s;
+  }
+  return id;
+}
+
+Status CallEngine::send(uint64_t id, Call& call) {
+  call.sent = false;
+  size_t bytes = 0;
+  for (const Iov& v : call.payload) bytes += v.len;
+  bool large = options_.send_limit > 0 && bytes > transport::kLargePayloadBytes;
+  if (large && large_sending_ >= options_.send_limit) {
+    send_queue_.push_back(id);
+    return Status::ok();
+  }
+  if (large) ++large_sending_;
+  Status s = worker_->send(eps_[call.target], call.header, call.payload, [this, id, large](Status st) {
+    if (large) send_done();
+    auto c = calls_.find(id);
+    if (c == calls_.end()) return;
+    c->second.sent = true;
+    if (!st.is_ok() && !c->second.replied) {
+      c->second.status = st;
+      c->second.replied = true;
+    }
+  });
+  if (!s.is_ok() && large) send_done();
+  return s;
+}
+
+// A large payload finished sending (or failed): the next queued one goes, skipping calls that ended while they
+// waited (timed out).
+void CallEngine::send_done() {
+  --large_sending_;
+  while (!send_queue_.empty() && large_sending_ < options_.send_limit) {
+    auto c = calls_.find(send_queue_.front());
+    send_queue_.pop_front();
+    if (c == calls_.end() || c->second.sent) continue;
+    Status s = send(c->first, c->second);
+    if (!s.is_ok()) {
+      c->second.status = s;
+      c->second.replied = c->second.sent = true;
+    }
+  }
+}
+
+// Sends what waited out its backoff; moves finished and timed-out calls to `completed_`.
+void CallEngine::reap() {
+  auto now = Clock::now();
+  for (auto it = calls_.begin(); it != calls_.end();) {
+    Call& c = it->second;
+    if (c.retry_at && c.sent && now >= *c.retry_at && now <= c.deadline) {
+      c.retry_at.reset();
+      Status s = send(it->first, c);
+      if (!s.is_ok()) {
+        c.status = s;
+        c.replied = c.sent = true;
+      }
+    }
+    if (!c.done() && now > c.deadline) {
+      std::string ms = std::to_string(options_.timeout_ms);
+      c.status = c.retry_at ? error(StatusCode::kBusy, "target " + std::to_string(c.target) +
+                                                           " stayed busy (out of engine buffers) for " + ms + " ms")
+                            : error(StatusCode::kTimeout,
+                                    "target " + std::to_string(c.target) + " did not answer within " + ms + " ms");
+      c.replied = c.sent = true;  // a late reply or send completion finds nothing and is dropped
+      if (on_deadline_) on_deadline_(c.memory);
+    }
+    if (c.done()) {
+      completed_.push_back({{it->first, c.status, c.reply.length}, std::move(c.reply)});
+      it = calls_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+CallEngine::Finished CallEngine::wait_for(uint64_t id) {
+  for (;;) {
+    for (auto it = completed_.begin(); it != completed_.end(); ++it) {
+      if (it->done.ticket == id) {
+        Finished c = std::move(*it);
+        completed_.erase(it);
+        return c;
+      }
+    }
+    if (worker_->progress() == 0) worker_->wait(1);
+    reap();
+  }
+}
+
+Status CallEngine::roundtrip(uint32_t t, wire::Request& q, std::span<const Iov> payload, std::span<uint8_t> into,
+                             wire::Reply* out, std::string* sized) {
+  RFOS_ASSIGN_OR_RETURN(uint64_t id, submit(t, q, payload, into, sized));
+  Finished c = wait_for(id);
+  RFOS_RETURN_IF_ERROR(c.done.status);
+  if (out) *out = std::move(c.reply);
+  return Status::ok();
+}
+
+std::vector<CallEngine::Finished> CallEngine::take(size_t max, int timeout_ms) {
+  auto until = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    worker_->progress();
+    reap();
+    if (!completed_.empty() || calls_.empty() || Clock::now() >= until) break;
+    worker_->wait(1);
+  }
+  std::vector<Finished> out;
+  while (!completed_.empty() && out.size() < max) {
+    out.push_back(std::move(completed_.front()));
+    completed_.pop_front();
+  }
+  return out;
+}
+
+bool CallEngine::in_use(uintptr_t region) const {
+  for (const auto& [id, call] : calls_)
+    if (call.memory.region == region || call.memory.held == region) return true;
+  return false;
+}
+
+}  // namespace rfos::client

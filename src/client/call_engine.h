@@ -1,0 +1,118 @@
+// The client's call engine: requests in flight from one container handle to its targets. It owns the
+// transport worker and one endpoint per target, gives every request a random id and a deadline, matches replies
+// (only from the endpoint the request went to), sends a request again when its target answers Busy (growing
+// backoff) or EpochTooOld on a write it stamps (restamp), keeps at most `send_limit` large payloads moving at a
+// time (the rest wait in order), and hands out finished calls.
+//
+// It knows nothing of objects, checksums or registrations: the container builds each request; the engine
+// carries it.
+//
+// Thread-safety: one thread (the container's).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "client/container.h"
+#include "transport/transport.h"
+#include "wire/data_plane.h"
+
+namespace rfos::client {
+
+// Where a call's bytes lie, so the container can tell which memory is still in use.
+struct CallMemory {
+  uintptr_t region = 0;  // explicit path: the registered region the target reads or writes
+  uintptr_t held = 0;    // fabric memory the bytes lie in, on any path
+};
+
+class CallEngine {
+ public:
+  struct Options {
+    uint32_t timeout_ms = 30000;  // per request, retries included
+    uint32_t send_limit = 0;      // large payloads (> transport::kLargePayloadBytes) moving at once; 0: no limit
+  };
+  // A finished call, with the reply it got.
+  struct Finished {
+    Completion done;
+    wire::Reply reply;
+  };
+  using Memory = CallMemory;
+
+  CallEngine(std::unique_ptr<transport::Worker> worker, std::vector<transport::EpHandle> eps, Options options);
+  ~CallEngine();
+  CallEngine(const CallEngine&) = delete;
+  CallEngine& operator=(const CallEngine&) = delete;
+
+  // Called for the memory of a call that timed out: the target may still hold its descriptor.
+  void on_deadline(std::function<void(const Memory&)> f) { on_deadline_ = std::move(f); }
+
+  // Sends `q` (its request_id set here) to target `t`; its completion comes out of wait_for / take. A fetch's
+  // payload lands in `into`, or in `sized` resized to what arrives. `payload` and `into` must stay valid until
+  // the call finished.
+  Result<uint64_t> submit(uint32_t t, wire::Request& q, std::span<const transport::Iov> payload,
+                          std::span<uint8_t> into, std::string* sized = nullptr, Memory memory = {});
+  // Progresses until call `id` finished.
+  Finished wait_for(uint64_t id);
+  // Submit and wait; the reply in *out when it succeeded.
+  Status roundtrip(uint32_t t, wire::Request& q, std::span<const transport::Iov> payload, std::span<uint8_t> into,
+                   wire::Reply* out, std::string* sized = nullptr);
+  // Progresses for up to timeout_ms, until something finished or nothing is in flight; then hands out up to
+  // `max` finished calls, oldest first.
+  std::vector<Finished> take(size_t max, int timeout_ms);
+
+  // Whether a call in flight uses memory starting at `region` (as its region or its fabric memory).
+  bool in_use(uintptr_t region) const;
+  size_t in_flight() const { return calls_.size(); }
+  uint32_t targets() const { return static_cast<uint32_t>(eps_.size()); }
+  transport::Worker& worker() { return *worker_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  // One request in flight: done when its reply (and reply payload) arrived and its own send completed.
+  struct Call {
+    uint32_t target = 0;
+    bool replied = false;
+    bool sent = false;
+    Status status;
+    wire::Reply reply;
+    std::span<uint8_t> into;
+    std::string* sized_by_reply = nullptr;
+    Clock::time_point deadline;
+    Memory memory;
+    std::string header;
+    std::vector<transport::Iov> payload;
+    int attempts = 0;
+    std::optional<Clock::time_point> retry_at;
+    bool restamp = false;  // an update or punch the target stamps
+    bool done() const { return replied && sent; }
+  };
+  static constexpr int kMaxBusyRetries = 200;
+  static constexpr int kMaxRestamps = 16;
+
+  uint64_t new_id();
+  void on_message(transport::Incoming& in);
+  Status send(uint64_t id, Call& call);
+  void send_done();
+  void reap();
+
+  Options options_;
+  std::unique_ptr<transport::Worker> worker_;
+  std::vector<transport::EpHandle> eps_;
+  std::function<void(const Memory&)> on_deadline_;
+  std::mt19937_64 ids_{std::random_device{}()};
+  std::map<uint64_t, Call> calls_;
+  std::deque<Finished> completed_;  // finished, not yet handed out
+  uint32_t large_sending_ = 0;
+  std::deque<uint64_t> send_queue_;
+};
+
+}  // namespace rfos::client

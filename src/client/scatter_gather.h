@@ -1,0 +1,27 @@
+// Scatter-gather array I/O, apart from how a piece moves: the extents are cut at kMaxIoBytes-aligned
+// boundaries (one engine piece each), up to `window` pieces in flight. The extents' bytes, in order, are the
+// concatenation of the buffers of `sgl`; a piece inside one buffer moves straight from or into it, a piece
+// that straddles buffers goes through a bounce buffer.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "client/container.h"
+
+namespace rfos::client {
+
+// How one piece moves: submit starts it (write: from mem; read: into mem) and gives a ticket, finish waits for
+// that ticket and gives the piece's outcome. Tickets finish in the order they were submitted.
+struct PieceIo {
+  std::function<Result<uint64_t>(uint64_t offset, std::span<uint8_t> mem)> submit;
+  std::function<Status(uint64_t ticket)> finish;
+};
+
+// kInvalidArgument when an extent is empty or reaches past 2^62, or the totals differ. Otherwise the first
+// piece's failure, returned once nothing is in flight; pieces after it are not started.
+Status scatter_gather(bool write, std::span<const Extent> extents, std::span<const std::span<uint8_t>> sgl,
+                      size_t window, const PieceIo& io);
+
+}  // namespace rfos::client
