@@ -1,12 +1,17 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 
 #include "common/coding.h"
 #include "common/crc32c.h"
 #include "common/fault.h"
 #include "common/ids.h"
+#include "common/log.h"
 #include "common/status.h"
+#include "common/worker_pool.h"
 
 namespace rfos {
 namespace {
@@ -101,6 +106,36 @@ TEST(Fault, FiresOnNthHitOnce) {
   EXPECT_FALSE(RFOS_FAULT("test.point"));
   EXPECT_FALSE(RFOS_FAULT("other"));
   fault::disarm_all();
+}
+
+TEST(Log, LevelsByName) {
+  for (const char* l : {"trace", "debug", "info", "warn", "error", "off"}) EXPECT_TRUE(log::set_level(l).is_ok()) << l;
+  EXPECT_EQ(log::set_level("loud").code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(log::set_level("info").is_ok());
+}
+
+TEST(WorkerPool, RunsEveryJobAndDrainsBeforeItGoes) {
+  std::atomic<int> ran{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  {
+    WorkerPool pool(2);
+    // Both threads block until released, so the rest queue up; the destructor still runs all of them.
+    for (int i = 0; i < 2; ++i)
+      pool.post([&] {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return release; });
+        ++ran;
+      });
+    for (int i = 0; i < 100; ++i) pool.post([&] { ++ran; });
+    {
+      std::lock_guard lock(mu);
+      release = true;
+    }
+    cv.notify_all();
+  }
+  EXPECT_EQ(ran.load(), 102);
 }
 
 }  // namespace

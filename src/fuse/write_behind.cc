@@ -5,18 +5,10 @@
 
 namespace rfos::fuse {
 
-WriteBehind::WriteBehind(posix::Namespace& ns, unsigned threads, uint64_t max_bytes) : ns_(ns), max_bytes_(max_bytes) {
-  for (unsigned i = 0; i < std::max(1u, threads); ++i) threads_.emplace_back([this] { run(); });
-}
+WriteBehind::WriteBehind(posix::Namespace& ns, unsigned threads, uint64_t max_bytes)
+    : ns_(ns), max_bytes_(max_bytes), writers_(threads) {}
 
-WriteBehind::~WriteBehind() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  work_.notify_all();
-  for (auto& t : threads_) t.join();
-}
+WriteBehind::~WriteBehind() = default;
 
 std::shared_ptr<WriteBehind::File> WriteBehind::file_locked(const ObjectId& oid) {
   auto& f = files_[oid];
@@ -42,33 +34,20 @@ void WriteBehind::submit(const ObjectId& oid, uint64_t offset, WriteBytes bytes)
   });
   f->ranges.emplace_back(offset, end);
   f->bytes += bytes.size;
-  jobs_.push_back({oid, offset, std::move(bytes), f});
   lock.unlock();
-  work_.notify_one();
+  writers_.post([this, oid, offset, bytes = std::move(bytes), f] { land(oid, offset, bytes, *f); });
 }
 
-void WriteBehind::run() {
-  for (;;) {
-    Job job;
-    {
-      std::unique_lock lock(mu_);
-      work_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;  // stopping, and everything queued has landed
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-    }
-    Status s = ns_.write(job.oid, job.offset, {job.bytes.data, job.bytes.size});
-    {
-      std::lock_guard lock(mu_);
-      File& f = *job.file;
-      auto it = std::find(f.ranges.begin(), f.ranges.end(),
-                          std::make_pair(job.offset, job.offset + uint64_t{job.bytes.size}));
-      if (it != f.ranges.end()) f.ranges.erase(it);
-      f.bytes -= job.bytes.size;
-      if (!s.is_ok() && f.failed.is_ok()) f.failed = s;
-    }
-    landed_.notify_all();
+void WriteBehind::land(const ObjectId& oid, uint64_t offset, const WriteBytes& bytes, File& f) {
+  Status s = ns_.write(oid, offset, {bytes.data, bytes.size});
+  {
+    std::lock_guard lock(mu_);
+    auto it = std::find(f.ranges.begin(), f.ranges.end(), std::make_pair(offset, offset + uint64_t{bytes.size}));
+    if (it != f.ranges.end()) f.ranges.erase(it);
+    f.bytes -= bytes.size;
+    if (!s.is_ok() && f.failed.is_ok()) f.failed = s;
   }
+  landed_.notify_all();
 }
 
 bool WriteBehind::wait(const ObjectId& oid) {

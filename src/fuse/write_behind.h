@@ -12,14 +12,12 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <string>
-#include <thread>
 #include <vector>
 
+#include "common/worker_pool.h"
 #include "posix/namespace.h"
 
 namespace rfos::fuse {
@@ -52,25 +50,15 @@ class WriteBehind {
     uint64_t bytes = 0;
     Status failed = Status::ok();
   };
-  struct Job {
-    ObjectId oid;
-    uint64_t offset = 0;
-    WriteBytes bytes;
-    std::shared_ptr<File> file;
-  };
-
-  void run();
+  void land(const ObjectId& oid, uint64_t offset, const WriteBytes& bytes, File& file);
   std::shared_ptr<File> file_locked(const ObjectId& oid);
 
   posix::Namespace& ns_;
   const uint64_t max_bytes_;
   std::mutex mu_;
-  std::condition_variable work_;    // a job was queued (one writer takes it)
-  std::condition_variable landed_;  // a job landed: room, overlaps and waits for a file may have changed
+  std::condition_variable landed_;  // a write landed: room, overlaps and waits for a file may have changed
   std::map<ObjectId, std::shared_ptr<File>> files_;
-  std::deque<Job> jobs_;
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
+  WorkerPool writers_;  // last: it goes first, letting queued writes land while the rest still exists
 };
 
 }  // namespace rfos::fuse

@@ -106,5 +106,22 @@ TEST(DataPlane, ExtentPagesRoundTripAndRefuseDamage) {
   EXPECT_FALSE(decode_extent_page(encode_extent_page(page)).is_ok());
 }
 
+TEST(DataPlane, ObjectPagesRoundTripAndRefuseDamage) {
+  ObjectPage page;
+  page.anchor = "resume";
+  page.done = true;
+  page.oids = {{1, 2}, {UINT64_MAX, 7}};
+  std::string s = encode_object_page(page);
+  auto back = decode_object_page(s);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->anchor, page.anchor);
+  EXPECT_TRUE(back->done);
+  EXPECT_EQ(back->oids, page.oids);
+  for (size_t cut = 0; cut < s.size(); ++cut) EXPECT_FALSE(decode_object_page(s.substr(0, cut)).is_ok());
+  EXPECT_FALSE(decode_object_page(s + "x").is_ok());
+  s[0] = 2;  // done is 0 or 1
+  EXPECT_FALSE(decode_object_page(s).is_ok());
+}
+
 }  // namespace
 }  // namespace rfos::wire

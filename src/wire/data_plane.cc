@@ -167,6 +167,39 @@ Result<ExtentPage> decode_extent_page(std::string_view in) {
   return p;
 }
 
+std::string encode_object_page(const ObjectPage& p) {
+  std::string s;
+  put_le<uint8_t>(&s, p.done ? 1 : 0);
+  put_le<uint16_t>(&s, static_cast<uint16_t>(p.anchor.size()));
+  s += p.anchor;
+  put_le<uint32_t>(&s, static_cast<uint32_t>(p.oids.size()));
+  for (const ObjectId& o : p.oids) {
+    put_le<uint64_t>(&s, o.hi);
+    put_le<uint64_t>(&s, o.lo);
+  }
+  return s;
+}
+
+Result<ObjectPage> decode_object_page(std::string_view in) {
+  ByteReader r(in);
+  ObjectPage p;
+  uint8_t done = 0;
+  uint16_t alen = 0;
+  uint32_t n = 0;
+  std::string_view anchor;
+  if (!r.get_le(&done) || done > 1 || !r.get_le(&alen) || alen > kMaxAnchorBytes || !r.get_bytes(alen, &anchor) ||
+      !r.get_le(&n) || n > kMaxObjectsPerPage || r.remaining() != n * size_t{16})
+    return malformed("object page");
+  p.done = done == 1;
+  p.anchor.assign(anchor);
+  p.oids.resize(n);
+  for (ObjectId& o : p.oids) {
+    r.get_le(&o.hi);
+    r.get_le(&o.lo);
+  }
+  return p;
+}
+
 std::string encode_key_page(const KeyPage& p) {
   std::string s;
   put_le<uint8_t>(&s, (p.done ? 1 : 0) | (p.with_values ? 2 : 0));

@@ -29,8 +29,7 @@ enum class Op : uint8_t {
   kArraySize = 3,  // reply length: the array's size
   kPunchDkey = 4,  // punches one dkey
   kPunchObject = 5,
-  kListObjects = 6,   // dkey: resume anchor ("" to start); length: max objects. Reply payload: 16-byte oids,
-                      // message: the next anchor, epoch: 1 when the enumeration is complete
+  kListObjects = 6,   // anchor: where to resume ("" to start); length: max objects. Reply payload: an ObjectPage
   kListDkeys = 7,     // of oid on this target; length: max keys; akey: "" or the akey whose single values to
                       // return with the keys. Reply payload: a KeyPage
   kListAkeys = 8,     // of (oid, dkey); length: max keys. Reply payload: a KeyPage
@@ -105,9 +104,18 @@ struct ExtentPage {
   std::vector<std::pair<uint64_t, uint64_t>> extents;  // (offset, length)
 };
 inline constexpr size_t kMaxExtentsPerPage = 4096;
+// A page of a container's objects on one target (list objects reply payload), in id order.
+struct ObjectPage {
+  std::string anchor;
+  bool done = false;
+  std::vector<ObjectId> oids;
+};
+inline constexpr size_t kMaxObjectsPerPage = 4096;
 
 std::string encode_extent_page(const ExtentPage& p);
 Result<ExtentPage> decode_extent_page(std::string_view in);
+std::string encode_object_page(const ObjectPage& p);
+Result<ObjectPage> decode_object_page(std::string_view in);
 std::string encode_key_page(const KeyPage& p);
 Result<KeyPage> decode_key_page(std::string_view in);
 Result<Reply> decode_reply(std::string_view in);

@@ -1,5 +1,6 @@
-// Fuzz target for the data-plane decoders: requests (what a target reads from any peer), replies, key pages and
-// extent pages (what a client reads from a target). Whatever a decoder accepts must re-encode to the same bytes.
+// Fuzz target for the data-plane decoders: requests (what a target reads from any peer), replies, key pages,
+// extent pages and object pages (what a client reads from a target). Whatever a decoder accepts must re-encode to the
+// same bytes.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -26,6 +27,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto e = rfos::wire::decode_extent_page(in);
   if (e.is_ok() && rfos::wire::encode_extent_page(*e) != in) std::abort();
   any |= e.is_ok();
+  auto o = rfos::wire::decode_object_page(in);
+  if (o.is_ok() && rfos::wire::encode_object_page(*o) != in) std::abort();
+  any |= o.is_ok();
   rfos_fuzz_accepted += any;
   return 0;
 }
@@ -48,7 +52,7 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void*, const char*, const uint8_t*,
     q.dkey = "dkey-" + std::to_string(op);
     q.akey = op % 3 ? "a" : "";
     if (q.op == Op::kUpdate) q.csums = {1, 2};
-    if (op == 7 || op == 8 || op == 12) q.anchor = "resume-here";
+    if (op == 6 || op == 7 || op == 8 || op == 12) q.anchor = "resume-here";
     if (op == 1 || op == 2) q.flags = op == 1 ? kIfAbsent : 0;
     out("request-" + std::to_string(op), encode_request(q));
     if (op == 1 || op == 2) {  // the explicit path: a memory descriptor
@@ -81,4 +85,8 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void*, const char*, const uint8_t*,
   e.anchor = "x";
   e.extents = {{0, 4096}, {1 << 20, 77}};
   out("extent-page", encode_extent_page(e));
+  ObjectPage o;
+  o.anchor = "after";
+  o.oids = {{1, 2}, {UINT64_MAX, 0}};
+  out("object-page", encode_object_page(o));
 }

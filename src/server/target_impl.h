@@ -1,0 +1,179 @@
+// Inside a target (server/target.h): what the loop, the admission of a request and its handlers share. Private
+// to server/: target.cc has the loop, the clock, aggregation and admission; target_handlers.cc one handler per
+// operation (decode done, engine, encode); session_buffers.h the per-session charge of engine buffers.
+//
+// Thread-safety: everything here is the target thread's, unless marked atomic.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/worker_pool.h"
+#include "engine/engine.h"
+#include "server/session_buffers.h"
+#include "server/target.h"
+#include "transport/transport.h"
+#include "wire/capability.h"
+#include "wire/data_plane.h"
+
+namespace rfos::server {
+
+class Target::Impl {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // What a handler gets: the request, decoded and admitted (capability verified, rights checked, container
+  // open), and where to answer.
+  struct Call {
+    transport::Incoming& in;
+    wire::Request& q;
+    const wire::Capability& cap;
+    uint32_t cid = 0;  // the engine's container handle
+    engine::KeyRef key;
+    engine::Epoch read_at = engine::kEpochLatest;  // reads: latest, or a snapshot's epoch
+    engine::ValueKind kind = engine::ValueKind::kArray;
+    transport::EpHandle to() const { return in.reply_to; }
+    uint64_t id() const { return q.request_id; }
+  };
+  using Handler = void (Impl::*)(Call&);
+
+  uint32_t index = 0;
+  engine::Engine* engine = nullptr;
+  std::string secret;
+  std::shared_ptr<Revocations> revocations;
+  std::unique_ptr<transport::Worker> worker;
+  std::string address;
+  std::thread thread;
+  std::atomic<bool> stopping{false};
+  std::atomic<uint64_t> last_epoch{0};              // the clock (next_epoch); raised by snapshot creation too
+  std::map<std::pair<Uuid, Uuid>, uint32_t> conts;  // (pool, cont) -> engine handle
+  SessionBuffers session_buffers;
+  bool bypass_media = false;
+
+  // --- the loop (target.cc) ---
+  void run();
+  // Runs `work` on a media helper thread, then `then` (with work's result) on the target thread.
+  template <typename T>
+  void offload(std::function<T()> work, std::function<void(T&)> then);
+  // Engine calls that still block on the media (punches, aggregation) run on helpers, so the target thread
+  // keeps serving the network; their continuations come back through `finished`.
+  std::unique_ptr<WorkerPool> media;
+  std::mutex finished_mu;
+  std::vector<std::function<void()>> finished;
+  std::unique_ptr<engine::IoRing> ring;  // the target's own media ring (fetches, update writes)
+  transport::WakeSource ring_wake;
+
+  // --- aggregation (target.cc) ---
+  static constexpr uint64_t kAggregationSlackNs = 100'000'000ull;
+  std::multiset<uint64_t> inflight_epochs;  // epochs stamped here whose update or punch has not finished
+  Clock::time_point next_aggregation = Clock::now();
+  Clock::time_point last_aggregation;
+  bool aggregating = false;
+  std::atomic<uint64_t> aggregated_epoch{0};
+  void maybe_aggregate();
+
+  // --- the clock (target.cc) ---
+  uint64_t next_epoch();
+  void advance_clock(uint64_t e);
+  static Status clock_exhausted();
+
+  // --- admission (target.cc) ---
+  void handle(transport::Incoming& in);
+  Result<wire::Capability> verified(const std::string& token, uint64_t now);
+  std::unordered_map<std::string, wire::Capability> verified_tokens;
+  Result<uint32_t> container(const Uuid& pool, const Uuid& cont);
+  // Writes carried out (or being carried out), by (session, request id): a fabric that delivers a request
+  // twice (the simulated one can; a buggy or hostile peer might) must not apply it twice, which could undo a
+  // later write. A write refused before it began, or refused as Busy or too old, is not recorded: the client
+  // sends it again with the same id. Bounded: the oldest go first.
+  struct Executed {
+    Uuid session;
+    uint64_t id = 0;
+    bool operator==(const Executed&) const = default;
+  };
+  struct ExecutedHash {
+    size_t operator()(const Executed& e) const { return std::hash<uint64_t>()(e.id ^ e.session.bytes[0]); }
+  };
+  static constexpr size_t kMaxExecuted = 1 << 16;
+  std::unordered_set<Executed, ExecutedHash> executed;
+  std::deque<Executed> executed_order;
+  void executing(const Call& c);
+  void forget_execution(const Uuid& session, uint64_t id);
+
+  // --- answers (target.cc) ---
+  void reply(
+      transport::EpHandle to, wire::Reply r, std::span<const transport::Iov> payload = {},
+      transport::Done done = [](Status) {});
+  void reply_with(transport::EpHandle to, wire::Reply r, std::string bytes);
+  void reply_error(transport::EpHandle to, uint64_t id, const Status& s);
+  void reply_length(Call& c, uint64_t length);
+  // The continuation of a write stamped with `epoch`: release the epoch, then answer.
+  std::function<void(Status&)> write_done(Call& c, uint64_t epoch, std::multiset<uint64_t>::iterator held);
+
+  // --- handlers (target_handlers.cc), one per operation ---
+  static Handler handler_for(wire::Op op);
+  void handle_io(Call& c);  // update and fetch: charged to the session's buffers
+  void handle_array_size(Call& c);
+  void handle_list_objects(Call& c);
+  void handle_list_keys(Call& c);
+  void handle_list_extents(Call& c);
+  void handle_object_end(Call& c);
+  void handle_punch(Call& c);
+  void update(Call& c, std::shared_ptr<SessionBuffers::Charge> charge);
+  void fetch(Call& c, std::shared_ptr<SessionBuffers::Charge> charge);
+  Result<uint64_t> object_end(uint32_t cid, const ObjectId& oid, const std::string& akey, engine::Epoch epoch);
+
+  // Conditional inserts (kIfAbsent) in flight, by key: a second one on the same key waits its turn (kBusy, the
+  // client retries), so of two racing creates exactly one wins.
+  std::set<std::string> if_absent_keys;
+  struct KeyHold {
+    KeyHold(Impl* i, std::string k) : impl(i), key(std::move(k)) { impl->if_absent_keys.insert(key); }
+    KeyHold(const KeyHold&) = delete;
+    KeyHold& operator=(const KeyHold&) = delete;
+    ~KeyHold() { impl->if_absent_keys.erase(key); }
+    Impl* impl;
+    std::string key;
+  };
+  Result<std::shared_ptr<KeyHold>> hold_if_absent(const engine::KeyRef& k, engine::ValueKind kind);
+
+  // Lands an update's bytes in dst: the message's payload (rendezvous), or on the explicit path a get from the
+  // client's registered memory.
+  Status land(transport::Incoming& in, const wire::Request& q, std::span<const transport::Iov> dst,
+              transport::Done done);
+  // A fetch's answer on the explicit path: write src into the client's memory, then the reply (no payload)
+  // once the bytes are visible there. `keep` holds src's buffers until the transport is done with them.
+  void put_then_reply(transport::EpHandle to, std::span<const transport::Iov> src, uint64_t remote_addr,
+                      const std::string& rkey, wire::Reply r, std::shared_ptr<const void> keep);
+
+  // --bypass-media: the data plane without the engine. Updates land in scratch memory and are dropped; fetches
+  // answer zeros with their true checksums. Everything before (decode, capability, rights, container) runs.
+  std::vector<uint8_t> zeros;                                   // 1 MiB, shared by every bypassed fetch
+  std::vector<uint8_t> sink;                                    // 1 MiB, where every bypassed update lands
+  std::map<std::pair<Uuid, Uuid>, uint32_t> bypass_csum_chunk;  // per container, looked up once
+  void bypass(Call& c);
+};
+
+template <typename T>
+void Target::Impl::offload(std::function<T()> work, std::function<void(T&)> then) {
+  media->post([this, work = std::move(work), then = std::move(then)]() mutable {
+    auto result = std::make_shared<T>(work());
+    {
+      std::lock_guard done(finished_mu);
+      finished.push_back([then = std::move(then), result]() mutable { then(*result); });
+    }
+    worker->signal();
+  });
+}
+
+}  // namespace rfos::server
