@@ -1,6 +1,7 @@
 #define FUSE_USE_VERSION 34
 #include "fuse/mount.h"
 #include "common/clock.h"
+#include "fuse/inodes.h"
 #include "fuse/write_behind.h"
 
 #include <fcntl.h>
@@ -29,15 +30,6 @@ namespace {
 using posix::Attr;
 using posix::Cred;
 using posix::Namespace;
-
-// What the kernel holds of an inode: lookups it has not forgotten and open files. An inode whose last name
-// was removed lives on until both are gone, then its object is deleted.
-struct Node {
-  ObjectId oid;
-  uint64_t lookups = 0;
-  uint32_t opens = 0;
-  bool unlinked = false;
-};
 
 struct FileHandle {
   ObjectId oid;
@@ -92,8 +84,7 @@ thread_local fuse_buf* t_request = nullptr;
 class Fs {
  public:
   Fs(Namespace& ns, const MountOptions& o) : ns_(ns), opt_(o) {
-    nodes_[FUSE_ROOT_ID] = Node{ns.root(), 1, 0, false};
-    inos_[ns.root()] = FUSE_ROOT_ID;
+    static_assert(kRootIno == FUSE_ROOT_ID);
     if (!o.sync_writes) writes_ = std::make_unique<WriteBehind>(ns, o.writer_threads, 16u << 20);
   }
 
@@ -118,68 +109,12 @@ class Fs {
   bool wait_writes(const ObjectId& oid) { return writes_ && writes_->wait(oid); }
   const MountOptions& options() const { return opt_; }
 
-  Result<ObjectId> oid(fuse_ino_t ino) {
-    std::lock_guard lock(mu_);
-    auto it = nodes_.find(ino);
-    if (it == nodes_.end()) return error(StatusCode::kNotFound, "stale inode number");
-    return it->second.oid;
-  }
-
-  // The inode number of `oid`, one lookup more.
-  fuse_ino_t remember(const ObjectId& oid) {
-    std::lock_guard lock(mu_);
-    auto it = inos_.find(oid);
-    fuse_ino_t ino = it != inos_.end() ? it->second : next_ino_++;
-    if (it == inos_.end()) {
-      inos_[oid] = ino;
-      nodes_[ino] = Node{oid, 0, 0, false};
-    }
-    ++nodes_[ino].lookups;
-    return ino;
-  }
-
-  void forget(fuse_ino_t ino, uint64_t n) {
-    ObjectId purge;
-    {
-      std::lock_guard lock(mu_);
-      auto it = nodes_.find(ino);
-      if (it == nodes_.end() || ino == FUSE_ROOT_ID) return;
-      it->second.lookups -= std::min(n, it->second.lookups);
-      if (!release_if_unused(it, &purge)) return;
-    }
-    if (purge != ObjectId{}) (void)ns_.forget(purge);
-  }
-
-  void opened(fuse_ino_t ino, int delta) {
-    ObjectId purge;
-    {
-      std::lock_guard lock(mu_);
-      auto it = nodes_.find(ino);
-      if (it == nodes_.end()) return;
-      it->second.opens += delta;
-      if (!release_if_unused(it, &purge)) return;
-    }
-    if (purge != ObjectId{}) (void)ns_.forget(purge);
-  }
-
-  // An inode lost its last name: its object goes once the kernel lets go of it (now, if it holds nothing).
-  void unlinked(const ObjectId& oid) {
-    {
-      std::lock_guard lock(mu_);
-      auto it = inos_.find(oid);
-      if (it != inos_.end()) {
-        nodes_[it->second].unlinked = true;
-        return;
-      }
-    }
-    (void)ns_.forget(oid);
-  }
-
-  fuse_ino_t ino_hint(const ObjectId& oid) {
-    std::lock_guard lock(mu_);
-    auto it = inos_.find(oid);
-    return it != inos_.end() ? it->second : (oid.lo ^ oid.hi) | (1ull << 63);
-  }
+  Result<ObjectId> oid(fuse_ino_t ino) { return inodes_.oid(ino); }
+  fuse_ino_t remember(const ObjectId& oid) { return inodes_.remember(oid); }
+  void forget(fuse_ino_t ino, uint64_t n) { inodes_.forget(ino, n); }
+  void opened(fuse_ino_t ino, int delta) { inodes_.opened(ino, delta); }
+  void unlinked(const ObjectId& oid) { inodes_.unlinked(oid); }
+  fuse_ino_t ino_hint(const ObjectId& oid) { return inodes_.hint(oid); }
 
   struct stat to_stat(const Attr& a, fuse_ino_t ino) const {
     struct stat st {};
@@ -208,23 +143,11 @@ class Fs {
   }
 
  private:
-  // Drops a node nobody holds; sets *purge when its object must go too.
-  bool release_if_unused(std::unordered_map<fuse_ino_t, Node>::iterator it, ObjectId* purge) {
-    if (it->second.lookups > 0 || it->second.opens > 0) return false;
-    if (it->second.unlinked) *purge = it->second.oid;
-    inos_.erase(it->second.oid);
-    nodes_.erase(it);
-    return true;
-  }
-
   Namespace& ns_;
   MountOptions opt_;
   std::shared_ptr<RequestBuffers> buffers_ = std::make_shared<RequestBuffers>();  // queued writes hold it too
   std::unique_ptr<WriteBehind> writes_;
-  std::mutex mu_;
-  std::unordered_map<fuse_ino_t, Node> nodes_;
-  std::map<ObjectId, fuse_ino_t> inos_;
-  fuse_ino_t next_ino_ = FUSE_ROOT_ID + 1;
+  Inodes inodes_{ns_.root(), [this](const ObjectId& oid) { (void)ns_.forget(oid); }};
 };
 
 Fs* fs_of(fuse_req_t req) { return static_cast<Fs*>(fuse_req_userdata(req)); }

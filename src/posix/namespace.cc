@@ -137,6 +137,7 @@ class Namespace::Impl {
       }
     }
     Container* operator->() { return c_.get(); }
+    Container& operator*() { return *c_; }
 
    private:
     Impl* impl_;
@@ -228,7 +229,7 @@ class Namespace::Impl {
   // The sticky bit: in such a directory only the owner of an entry, of the directory, or root removes it.
   static Status sticky_ok(const Attr& dir, const Attr& victim, const Cred& cred) {
     if (!(dir.mode & S_ISVTX) || cred.uid == 0 || cred.uid == dir.uid || cred.uid == victim.uid) return Status::ok();
-    return denied("the directory is sticky and the entry is someone else's");
+    return fail(StatusCode::kNotPermitted, "the directory is sticky and the entry is someone else's");  // EPERM
   }
 
   Status dir_changed(Lease& c, const ObjectId& dir, int nlink_delta) {
@@ -687,6 +688,48 @@ Status Namespace::write(const ObjectId& oid, uint64_t offset, std::span<const ui
     pos += len;
   }
   return Status::ok();
+}
+
+Result<bool> Namespace::holds_inode(client::Container& c, const ObjectId& oid) {
+  auto raw = c.get_value(oid, kInodeDkey, kInodeAkey);
+  if (raw.status().code() == StatusCode::kNotFound) return false;
+  RFOS_RETURN_IF_ERROR(raw.status());
+  return true;
+}
+
+Result<Attr> Namespace::put_file(const ObjectId& dir, std::string_view name, uint32_t mode,
+                                 const client::StreamSource& source, const Cred& cred, uint32_t depth,
+                                 const client::StreamProgress& progress) {
+  RFOS_RETURN_IF_ERROR(check_name(name));
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char suffix[24];
+  std::snprintf(suffix, sizeof(suffix), ".rfos-put-%016llx", static_cast<unsigned long long>(rng()));
+  std::string hidden = "." + std::string(name) + suffix;
+  if (hidden.size() > kNameMax) hidden = suffix;
+  RFOS_ASSIGN_OR_RETURN(Attr f, mknod(dir, hidden, S_IFREG | (mode & 07777), 0, cred));
+  Status s;
+  {
+    RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+    uint64_t size = 0;
+    s = client::write_file_object(*c, f.oid, f.chunk, source, depth, progress, &size);
+  }
+  if (s.is_ok()) s = touch_written(f.oid);
+  if (s.is_ok()) s = rename(dir, hidden, dir, name, 0, cred);
+  if (!s.is_ok()) {
+    auto gone = unlink(dir, hidden, cred);
+    if (gone.is_ok() && gone->nlink == 0) (void)forget(f.oid);
+    return s;
+  }
+  return getattr(f.oid);
+}
+
+Status Namespace::get_file(const Attr& a, const client::StreamSink& sink, uint32_t depth,
+                           const client::StreamProgress& progress) {
+  if (S_ISDIR(a.mode)) return fail(StatusCode::kIsDirectory, "is a directory");
+  if (!S_ISREG(a.mode)) return fail(StatusCode::kInvalidArgument, "not a regular file");
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  return client::read_file_object(*c, a.oid, a.chunk ? a.chunk : layout::kDefaultChunkBytes, a.size, sink, depth,
+                                  progress);
 }
 
 Status Namespace::touch_written(const ObjectId& oid) {

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "client/container.h"
+#include "client/file_stream.h"
 #include "common/ids.h"
 #include "common/status.h"
 
@@ -129,6 +130,17 @@ class Namespace {
   // Updates the times of a file written through this namespace (mtime/ctime = now).
   Status touch_written(const ObjectId& oid);
 
+  // A whole regular file from `source` at dir/name, all or nothing (rfos put of a path, rfos fs copy): the bytes
+  // go into a new file under a hidden name in the same directory ("." + name + ".rfos-put-" + hex), `depth`
+  // pieces in flight, and it is renamed over `name` once all of them are durable; a file of that name stays
+  // readable until then. On failure the new file is removed (a client that dies half-way leaves the hidden one:
+  // any rm clears it). Returns the new file's attributes.
+  Result<Attr> put_file(const ObjectId& dir, std::string_view name, uint32_t mode, const client::StreamSource& source,
+                        const Cred& cred, uint32_t depth = 16, const client::StreamProgress& progress = {});
+  // A whole regular file (`a`, as lookup or getattr gave it) to `sink`, in order, `depth` pieces read ahead.
+  Status get_file(const Attr& a, const client::StreamSink& sink, uint32_t depth = 16,
+                  const client::StreamProgress& progress = {});
+
   // Directory listing in the engine's key order, a page at a time; stable under concurrent changes (an entry present
   // throughout appears exactly once; the anchor is the last name returned).
   Result<DirPage> readdir(const ObjectId& dir, const std::string& anchor, size_t max);
@@ -140,6 +152,10 @@ class Namespace {
   Status removexattr(const ObjectId& oid, std::string_view name, const Cred& cred);
 
   Result<StatFs> statfs();
+
+  // Whether `oid` is an inode of a namespace (it holds an inode record): how `rfos ls` tells the namespace's
+  // objects from others.
+  static Result<bool> holds_inode(client::Container& c, const ObjectId& oid);
 
   // Permission check as the kernel does it: mask of R_OK, W_OK, X_OK.
   static bool permits(const Attr& a, const Cred& c, int mask);

@@ -1,0 +1,86 @@
+#include "fuse/inodes.h"
+
+#include <algorithm>
+
+namespace rfos::fuse {
+
+Inodes::Inodes(const ObjectId& root, std::function<void(const ObjectId&)> purge) : purge_(std::move(purge)) {
+  nodes_[kRootIno] = Node{root, 1, 0, false};
+  inos_[root] = kRootIno;
+}
+
+Result<ObjectId> Inodes::oid(Ino ino) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(ino);
+  if (it == nodes_.end()) return error(StatusCode::kNotFound, "stale inode number");
+  return it->second.oid;
+}
+
+Ino Inodes::remember(const ObjectId& oid) {
+  std::lock_guard lock(mu_);
+  auto it = inos_.find(oid);
+  Ino ino = it != inos_.end() ? it->second : next_++;
+  if (it == inos_.end()) {
+    inos_[oid] = ino;
+    nodes_[ino] = Node{oid, 0, 0, false};
+  }
+  ++nodes_[ino].lookups;
+  return ino;
+}
+
+void Inodes::forget(Ino ino, uint64_t n) {
+  ObjectId purge;
+  {
+    std::lock_guard lock(mu_);
+    auto it = nodes_.find(ino);
+    if (it == nodes_.end() || ino == kRootIno) return;
+    it->second.lookups -= std::min(n, it->second.lookups);
+    if (!release_if_unused(it, &purge)) return;
+  }
+  if (purge != ObjectId{}) purge_(purge);
+}
+
+void Inodes::opened(Ino ino, int delta) {
+  ObjectId purge;
+  {
+    std::lock_guard lock(mu_);
+    auto it = nodes_.find(ino);
+    if (it == nodes_.end()) return;
+    it->second.opens += delta;
+    if (!release_if_unused(it, &purge)) return;
+  }
+  if (purge != ObjectId{}) purge_(purge);
+}
+
+void Inodes::unlinked(const ObjectId& oid) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = inos_.find(oid);
+    if (it != inos_.end()) {
+      nodes_[it->second].unlinked = true;
+      return;
+    }
+  }
+  purge_(oid);
+}
+
+Ino Inodes::hint(const ObjectId& oid) {
+  std::lock_guard lock(mu_);
+  auto it = inos_.find(oid);
+  return it != inos_.end() ? it->second : (oid.lo ^ oid.hi) | (1ull << 63);
+}
+
+size_t Inodes::size() {
+  std::lock_guard lock(mu_);
+  return nodes_.size();
+}
+
+bool Inodes::release_if_unused(std::unordered_map<Ino, Node>::iterator it, ObjectId* purge) {
+  if (it->second.lookups > 0 || it->second.opens > 0) return false;
+  if (it->second.unlinked) *purge = it->second.oid;
+  inos_.erase(it->second.oid);
+  nodes_.erase(it);
+  return true;
+}
+
+}  // namespace rfos::fuse

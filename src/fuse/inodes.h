@@ -1,0 +1,58 @@
+// The mount's inode table: FUSE inode numbers for the namespace's objects, and what the kernel holds of each
+// (lookups it has not forgotten, open files). An inode whose last name was removed lives on until both are
+// gone; then its object is purged (Namespace::forget), as a local file system frees an unlinked open file on
+// its last close.
+//
+// Thread-safety: every member may be called from any FUSE thread; `purge` runs outside the table's lock.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "common/ids.h"
+#include "common/status.h"
+
+namespace rfos::fuse {
+
+using Ino = uint64_t;               // fuse_ino_t
+inline constexpr Ino kRootIno = 1;  // FUSE_ROOT_ID
+
+class Inodes {
+ public:
+  Inodes(const ObjectId& root, std::function<void(const ObjectId&)> purge);
+
+  // The object behind `ino`; kNotFound for a number the kernel should no longer hold (stale).
+  Result<ObjectId> oid(Ino ino);
+  // The inode number of `oid`, with one lookup more (an entry handed to the kernel).
+  Ino remember(const ObjectId& oid);
+  // The kernel forgot `n` lookups.
+  void forget(Ino ino, uint64_t n);
+  // A file of `ino` was opened (+1) or released (-1).
+  void opened(Ino ino, int delta);
+  // `oid` lost its last name: purged once the kernel holds nothing of it (now, if it holds nothing already).
+  void unlinked(const ObjectId& oid);
+  // The number `oid` has, or a stable stand-in (high bit set) for one the kernel was not handed (readdir).
+  Ino hint(const ObjectId& oid);
+  size_t size();
+
+ private:
+  struct Node {
+    ObjectId oid;
+    uint64_t lookups = 0;
+    uint32_t opens = 0;
+    bool unlinked = false;
+  };
+  // Drops a node nobody holds; sets *purge when its object must go too.
+  bool release_if_unused(std::unordered_map<Ino, Node>::iterator it, ObjectId* purge);
+
+  std::function<void(const ObjectId&)> purge_;
+  std::mutex mu_;
+  std::unordered_map<Ino, Node> nodes_;
+  std::map<ObjectId, Ino> inos_;
+  Ino next_ = kRootIno + 1;
+};
+
+}  // namespace rfos::fuse

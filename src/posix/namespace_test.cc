@@ -1,0 +1,193 @@
+// The POSIX namespace over real targets on the simulated fabric (server/sim_cluster_testing.h): no server
+// process, no mount. Each Namespace stands for one client; two of them race where clients would.
+#include "posix/namespace.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include "server/sim_cluster_testing.h"
+
+namespace rfos::posix {
+namespace {
+
+std::span<const uint8_t> bytes_of(const std::string& s) { return server::testing::bytes(s); }
+
+class Ns : public server::testing::SimCluster {
+ protected:
+  std::unique_ptr<Namespace> client() {
+    auto ns =
+        Namespace::open([this] { return client::Container::open(session()); }, [] { return Result<StatFs>(StatFs{}); });
+    EXPECT_TRUE(ns.is_ok()) << ns.status().to_string();
+    return ns.is_ok() ? std::move(ns).value() : nullptr;
+  }
+  Cred root_{0, 0, {}};
+  Cred alice_{1001, 1001, {}};
+  Cred bob_{1002, 1002, {}};
+};
+
+TEST_F(Ns, TreesFilesAndLinks) {
+  auto ns = client();
+  ASSERT_TRUE(ns);
+  auto dir = ns->mkdir(ns->root(), "d", 0755, root_);
+  ASSERT_TRUE(dir.is_ok()) << dir.status().to_string();
+  EXPECT_EQ(ns->mkdir(ns->root(), "d", 0755, root_).status().to_errno(), EEXIST);
+  auto f = ns->mknod(dir->oid, "f", S_IFREG | 0644, 0, root_);
+  ASSERT_TRUE(f.is_ok());
+  std::string data(3u << 20, 'x');  // three chunks
+  data[5] = 'y';
+  ASSERT_TRUE(ns->write(f->oid, 100, bytes_of(data)).is_ok());
+  EXPECT_EQ(ns->getattr(f->oid)->size, data.size() + 100);
+  std::string back(data.size() + 200, '\0');
+  auto n = ns->read(f->oid, 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()});
+  ASSERT_TRUE(n.is_ok());
+  EXPECT_EQ(*n, data.size() + 100) << "short at the end of the file";
+  EXPECT_EQ(back.substr(0, 100), std::string(100, '\0')) << "a hole reads as zeros";
+  EXPECT_TRUE(back.substr(100, data.size()) == data);
+
+  ASSERT_TRUE(ns->link(f->oid, ns->root(), "hard", root_).is_ok());
+  EXPECT_EQ(ns->getattr(f->oid)->nlink, 2u);
+  ASSERT_TRUE(ns->rename(dir->oid, "f", ns->root(), "moved", 0, root_).is_ok());
+  EXPECT_EQ(ns->lookup(dir->oid, "f", root_).status().to_errno(), ENOENT);
+  EXPECT_EQ(ns->resolve("/moved", root_)->oid, f->oid);
+  auto gone = ns->unlink(ns->root(), "moved", root_);
+  ASSERT_TRUE(gone.is_ok());
+  EXPECT_EQ(gone->nlink, 1u);
+  EXPECT_EQ(ns->rmdir(ns->root(), "hard", root_).to_errno(), ENOTDIR);
+  auto last = ns->unlink(ns->root(), "hard", root_);
+  ASSERT_TRUE(last.is_ok());
+  EXPECT_EQ(last->nlink, 0u);
+  ASSERT_TRUE(ns->forget(f->oid).is_ok());
+  EXPECT_EQ(ns->getattr(f->oid).status().to_errno(), ENOENT);
+
+  auto s = ns->symlink(dir->oid, "ln", "../elsewhere", root_);
+  ASSERT_TRUE(s.is_ok());
+  EXPECT_EQ(*ns->readlink(s->oid), "../elsewhere");
+  EXPECT_EQ(ns->rmdir(ns->root(), "d", root_).to_errno(), ENOTEMPTY);
+}
+
+TEST_F(Ns, TruncateMovesTheSizeAndDropsWhatLiesBeyond) {
+  auto ns = client();
+  ASSERT_TRUE(ns);
+  auto f = ns->mknod(ns->root(), "t", S_IFREG | 0644, 0, root_);
+  ASSERT_TRUE(f.is_ok());
+  std::string data(2u << 20, 'z');
+  ASSERT_TRUE(ns->write(f->oid, 0, bytes_of(data)).is_ok());
+  SetAttr shrink;
+  shrink.set_size = true;
+  shrink.size = 10;
+  ASSERT_TRUE(ns->setattr(f->oid, shrink, root_).is_ok());
+  SetAttr grow = shrink;
+  grow.size = 5u << 20;
+  ASSERT_TRUE(ns->setattr(f->oid, grow, root_).is_ok());
+  EXPECT_EQ(ns->getattr(f->oid)->size, 5u << 20);
+  std::string back(20, 'q');
+  ASSERT_EQ(*ns->read(f->oid, 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()}), 20u);
+  EXPECT_EQ(back, std::string(10, 'z') + std::string(10, '\0')) << "bytes cut by the truncate stay cut";
+}
+
+TEST_F(Ns, PermissionsAreCheckedLikeLinux) {
+  auto ns = client();
+  ASSERT_TRUE(ns);
+  auto shared = ns->mkdir(ns->root(), "shared", 01777, root_);  // sticky, world-writable: /tmp
+  ASSERT_TRUE(shared.is_ok());
+  auto mine = ns->mknod(shared->oid, "alice-file", S_IFREG | 0644, 0, alice_);
+  ASSERT_TRUE(mine.is_ok());
+  EXPECT_EQ(mine->uid, 1001u);
+  EXPECT_EQ(ns->unlink(shared->oid, "alice-file", bob_).status().to_errno(), EPERM) << "the sticky bit";
+  EXPECT_EQ(ns->mkdir(ns->root(), "x", 0755, bob_).status().to_errno(), EACCES) << "root's 0755 directory";
+  SetAttr chmod;
+  chmod.set_mode = true;
+  chmod.mode = 0600;
+  EXPECT_EQ(ns->setattr(mine->oid, chmod, bob_).status().to_errno(), EPERM) << "only the owner changes the mode";
+  ASSERT_TRUE(ns->setattr(mine->oid, chmod, alice_).is_ok());
+  EXPECT_FALSE(Namespace::permits(*ns->getattr(mine->oid), bob_, R_OK));
+  EXPECT_TRUE(Namespace::permits(*ns->getattr(mine->oid), root_, R_OK | W_OK));
+  EXPECT_TRUE(ns->unlink(shared->oid, "alice-file", alice_).is_ok());
+}
+
+// put_file writes all or nothing: a replacement that fails leaves the old file as it was, and nothing behind.
+TEST_F(Ns, PutFileIsAllOrNothing) {
+  auto ns = client();
+  ASSERT_TRUE(ns);
+  auto from = [](std::string data, size_t fail_after = SIZE_MAX) {
+    auto at = std::make_shared<size_t>(0);
+    return [data, at, fail_after](std::span<uint8_t> buf) -> Result<size_t> {
+      if (*at >= fail_after) return error(StatusCode::kIoError, "the source broke");
+      size_t n = std::min(buf.size(), data.size() - *at);
+      std::memcpy(buf.data(), data.data() + *at, n);
+      *at += n;
+      return n;
+    };
+  };
+  std::string first(3u << 20, 'a'), second(5u << 20, 'b');
+  first[12345] = 'z';
+  auto f = ns->put_file(ns->root(), "model", 0640, from(first), root_);
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  EXPECT_EQ(f->size, first.size());
+  EXPECT_EQ(f->mode, S_IFREG | 0640u);
+  auto read_back = [&](const Attr& a) {
+    std::string got;
+    Status s = ns->get_file(a, [&](std::span<const uint8_t> b) {
+      got.append(reinterpret_cast<const char*>(b.data()), b.size());
+      return Status::ok();
+    });
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+    return got;
+  };
+  EXPECT_TRUE(read_back(*ns->resolve("/model", root_)) == first);
+  EXPECT_EQ(ns->put_file(ns->root(), "model", 0640, from(second, 2u << 20), root_).status().code(),
+            StatusCode::kIoError);
+  EXPECT_TRUE(read_back(*ns->resolve("/model", root_)) == first) << "the old file stays until the new one is whole";
+  auto page = ns->readdir(ns->root(), "", 100);
+  ASSERT_TRUE(page.is_ok());
+  ASSERT_EQ(page->entries.size(), 1u) << "the failed put left " << page->entries.back().name;
+  ASSERT_TRUE(ns->put_file(ns->root(), "model", 0640, from(second), root_).is_ok());
+  EXPECT_TRUE(read_back(*ns->resolve("/model", root_)) == second);
+  EXPECT_EQ(ns->get_file(*ns->getattr(ns->root()), [](std::span<const uint8_t>) { return Status::ok(); }).to_errno(),
+            EISDIR);
+}
+
+// Two clients create the same names at once: each name is created exactly once, and the loser gets EEXIST.
+TEST_F(Ns, RacingCreatesHaveOneWinner) {
+  auto a = client(), b = client();
+  ASSERT_TRUE(a && b);
+  std::atomic<int> won{0}, lost{0}, failed{0};
+  auto create_all = [&](Namespace& ns) {
+    for (int i = 0; i < 40; ++i) {
+      auto r = ns.mknod(ns.root(), "n" + std::to_string(i), S_IFREG | 0644, 0, root_);
+      if (r.is_ok())
+        ++won;
+      else if (r.status().to_errno() == EEXIST)
+        ++lost;
+      else
+        ++failed;
+    }
+  };
+  std::thread ta([&] { create_all(*a); }), tb([&] { create_all(*b); });
+  ta.join();
+  tb.join();
+  EXPECT_EQ(won.load(), 40);
+  EXPECT_EQ(lost.load(), 40);
+  EXPECT_EQ(failed.load(), 0);
+  std::set<std::string> names;
+  std::string anchor;
+  for (bool done = false; !done;) {
+    auto page = a->readdir(a->root(), anchor, 7);  // small pages: the anchor carries the listing on
+    ASSERT_TRUE(page.is_ok());
+    for (const DirEntry& e : page->entries) EXPECT_TRUE(names.insert(e.name).second) << e.name << " twice";
+    anchor = page->anchor;
+    done = page->done;
+  }
+  EXPECT_EQ(names.size(), 40u);
+}
+
+}  // namespace
+}  // namespace rfos::posix
