@@ -7,6 +7,7 @@
 #include <string>
 
 #include "client/control_client.h"
+#include "posix/namespace.h"
 
 namespace rfos::cli {
 
@@ -33,6 +34,27 @@ void add_bench_command(CLI::App& app, Context& ctx);
 void add_fs_commands(CLI::App& app, Context& ctx);  // mount, fs
 
 std::string human_bytes(uint64_t bytes);
+
+// A container's POSIX namespace with the control client its sessions are opened through (cli/namespace_access.cc).
+struct Mounted {
+  std::unique_ptr<client::ControlClient> control;
+  std::unique_ptr<posix::Namespace> ns;
+  std::string owner;  // the container's
+};
+Result<Mounted> open_namespace(const Context& ctx, const std::string& pool, const std::string& cont,
+                               const std::string& provider);
+// This process's credentials, as the namespace checks them.
+posix::Cred my_cred();
+// The directory that will hold `path` and the last name in it.
+Result<std::pair<posix::Attr, std::string>> parent_of(posix::Namespace& ns, const posix::Cred& cred,
+                                                      std::string_view path);
+
+// An option that takes a size: bytes, or with a unit as fio and dd take them (4k, 1m, 2g, 1MiB: powers of
+// 1024), read by CLI11.
+template <typename T>
+CLI::Option* add_size_option(CLI::App* cmd, const std::string& name, T& value, const std::string& what) {
+  return cmd->add_option(name, value, what)->transform(CLI::AsSizeValue(false));
+}
 
 // `acl get|set|update|delete` and `set-owner` under `parent` (pool or cont): `pool` is the pool the commands act
 // on (or in), `cont` the container (empty: the pool itself).

@@ -21,11 +21,14 @@
 #include <random>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/cli.h"
 #include "client/container.h"
 #include "client/file_layout.h"
 #include "placement/placement.h"
 #include "transport/transport.h"
+#include "transport/ucx/ucx.h"
 
 namespace rfos::cli {
 
@@ -35,11 +38,11 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchArgs {
   std::string rw = "randread";
-  std::string bs_text = "4k";
+  uint64_t bs = 4096;
   uint32_t numjobs = 1;
   uint32_t iodepth = 16;
-  std::string size_text = "256m";
-  std::string io_size_text;  // fio's io_size: bytes each job moves, then stops (empty: until --runtime)
+  uint64_t size = 256u << 20;
+  uint64_t io_size = 0;  // fio's io_size: bytes each job moves, then stops (0: until --runtime)
   double runtime_s = 10;
   std::string provider;
   std::string format = "normal";
@@ -50,22 +53,6 @@ struct BenchArgs {
   std::string iomem = "malloc";
   int payload_sends = -1;
 };
-
-Result<uint64_t> parse_size(const std::string& t) {
-  char* end = nullptr;
-  double v = std::strtod(t.c_str(), &end);
-  if (end == t.c_str() || v <= 0) return error(StatusCode::kInvalidArgument, "bad size '" + t + "'");
-  std::string unit(end);
-  if (unit == "k" || unit == "K" || unit == "KiB")
-    v *= 1024;
-  else if (unit == "m" || unit == "M" || unit == "MiB")
-    v *= 1024 * 1024;
-  else if (unit == "g" || unit == "G" || unit == "GiB")
-    v *= 1024.0 * 1024 * 1024;
-  else if (!unit.empty())
-    return error(StatusCode::kInvalidArgument, "bad size unit in '" + t + "'");
-  return static_cast<uint64_t>(v);
-}
 
 struct JobResult {
   Status status;
@@ -211,12 +198,12 @@ void add_bench_command(CLI::App& app, Context& ctx) {
   cmd->add_option("--rw", a->rw, "read, write, randread or randwrite")
       ->check(CLI::IsMember({"read", "write", "randread", "randwrite"}))
       ->capture_default_str();
-  cmd->add_option("--bs", a->bs_text, "block size, up to 1m")->capture_default_str();
+  add_size_option(cmd, "--bs", a->bs, "block size, up to 1m")->capture_default_str();
   cmd->add_option("--numjobs", a->numjobs, "jobs (threads), each with its own session and object")
       ->capture_default_str();
   cmd->add_option("--iodepth", a->iodepth, "I/Os in flight per job")->capture_default_str();
-  cmd->add_option("--size", a->size_text, "bytes per job")->capture_default_str();
-  cmd->add_option("--io-size", a->io_size_text,
+  add_size_option(cmd, "--size", a->size, "bytes per job")->capture_default_str();
+  add_size_option(cmd, "--io-size", a->io_size,
                   "bytes each job moves before it stops (fio's io_size; default: until --runtime)");
   cmd->add_option("--runtime", a->runtime_s, "seconds")->capture_default_str();
   cmd->add_option("--provider", a->provider, "data-plane provider (default: $RFOS_PROVIDER or the pool's)");
@@ -240,16 +227,10 @@ void add_bench_command(CLI::App& app, Context& ctx) {
   cmd->add_flag("--ceiling", a->ceiling,
                 "also measure the transport ceiling (ucx_perftest or fi_pingpong, loopback) and print the ratio");
   cmd->callback([&ctx, a] {
-    auto bs = parse_size(a->bs_text);
-    auto size = parse_size(a->size_text);
-    if (!ctx.check(bs.status(), "bench") || !ctx.check(size.status(), "bench")) return;
-    uint64_t max_ops = UINT64_MAX;
-    if (!a->io_size_text.empty()) {
-      auto io_size = parse_size(a->io_size_text);
-      if (!ctx.check(io_size.status(), "bench")) return;
-      max_ops = std::max<uint64_t>(*io_size / *bs, 1);
-    }
-    if (*bs > client::kMaxIoBytes || client::kMaxIoBytes % *bs != 0 || *size < *bs || a->numjobs == 0 ||
+    const uint64_t* bs = &a->bs;
+    const uint64_t* size = &a->size;
+    uint64_t max_ops = a->io_size ? std::max<uint64_t>(a->io_size / a->bs, 1) : UINT64_MAX;
+    if (*bs == 0 || *bs > client::kMaxIoBytes || client::kMaxIoBytes % *bs != 0 || *size < *bs || a->numjobs == 0 ||
         a->iodepth == 0) {
       ctx.check(error(StatusCode::kInvalidArgument, "--bs must divide 1m, --size >= --bs, jobs and depth >= 1"),
                 "bench");
@@ -333,7 +314,7 @@ void add_bench_command(CLI::App& app, Context& ctx) {
     go = true;
     while (std::chrono::duration<double>(Clock::now() - t0).count() < a->runtime_s && finished.load() < a->numjobs) {
       // A run bounded by --io-size ends within 2 ms of its last I/O; one bounded by time needs no finer look.
-      std::this_thread::sleep_for(std::chrono::milliseconds(a->io_size_text.empty() ? 20 : 2));
+      std::this_thread::sleep_for(std::chrono::milliseconds(a->io_size == 0 ? 20 : 2));
       bool failed = false;
       for (auto& r : results) failed |= !r.status.is_ok();
       if (failed) break;
@@ -373,39 +354,50 @@ void add_bench_command(CLI::App& app, Context& ctx) {
 
     const char* dir = write ? "write" : "read";
     if (a->format == "json") {
+      // fio's layout (--output-format=json), so tools that read fio read this too.
       auto side = [&](bool active) {
-        char buf[1024];
-        std::snprintf(buf, sizeof(buf),
-                      "{\"io_bytes\":%llu,\"bw_bytes\":%.0f,\"iops\":%.3f,\"runtime\":%.0f,\"total_ios\":%llu,"
-                      "\"clat_ns\":{\"min\":%llu,\"max\":%llu,\"mean\":%.1f,\"percentile\":{\"1.000000\":%llu,"
-                      "\"50.000000\":%llu,\"90.000000\":%llu,\"99.000000\":%llu,\"99.900000\":%llu}}}",
-                      active ? (unsigned long long)(ops * *bs) : 0ull, active ? bw : 0.0, active ? iops : 0.0,
-                      active ? secs * 1000 : 0.0, active ? (unsigned long long)ops : 0ull,
-                      active ? (unsigned long long)pct(0) : 0ull,
-                      active && !lat.empty() ? (unsigned long long)lat.back() : 0ull, active ? mean : 0.0,
-                      active ? (unsigned long long)pct(1) : 0ull, active ? (unsigned long long)pct(50) : 0ull,
-                      active ? (unsigned long long)pct(90) : 0ull, active ? (unsigned long long)pct(99) : 0ull,
-                      active ? (unsigned long long)pct(99.9) : 0ull);
-        return std::string(buf);
+        nlohmann::ordered_json j = {{"io_bytes", active ? ops * *bs : 0},
+                                    {"bw_bytes", active ? bw : 0.0},
+                                    {"iops", active ? iops : 0.0},
+                                    {"runtime", active ? secs * 1000 : 0.0},
+                                    {"total_ios", active ? ops : 0}};
+        j["clat_ns"] = {{"min", active ? pct(0) : 0},
+                        {"max", active && !lat.empty() ? lat.back() : 0},
+                        {"mean", active ? mean : 0.0},
+                        {"percentile",
+                         {{"1.000000", active ? pct(1) : 0},
+                          {"50.000000", active ? pct(50) : 0},
+                          {"90.000000", active ? pct(90) : 0},
+                          {"99.000000", active ? pct(99) : 0},
+                          {"99.900000", active ? pct(99.9) : 0}}}};
+        return j;
       };
-      std::printf(
-          "{\"fio version\":\"rfos-0.1.0\",\"global options\":{\"rw\":\"%s\",\"bs\":\"%llu\",\"numjobs\":\"%u\","
-          "\"iodepth\":\"%u\",\"provider\":\"%s\"},\"jobs\":[{\"jobname\":\"rfos-bench\",\"groupid\":0,"
-          "\"error\":0,\"read\":%s,\"write\":%s}]",
-          a->rw.c_str(), (unsigned long long)*bs, a->numjobs, a->iodepth, used.c_str(), side(!write).c_str(),
-          side(write).c_str());
+      nlohmann::ordered_json out = {{"fio version", "rfos-0.1.0"},
+                                    {"global options",
+                                     {{"rw", a->rw},
+                                      {"bs", std::to_string(*bs)},
+                                      {"numjobs", std::to_string(a->numjobs)},
+                                      {"iodepth", std::to_string(a->iodepth)},
+                                      {"provider", used}}},
+                                    {"jobs",
+                                     {{{"jobname", "rfos-bench"},
+                                       {"groupid", 0},
+                                       {"error", 0},
+                                       {"read", side(!write)},
+                                       {"write", side(write)}}}}};
       if (ceiling.is_ok()) {
-        std::printf(
-            ",\"ceiling\":{\"tool\":\"%s\",\"msg_rate\":%.1f,\"bw_bytes\":%.0f,\"ratio_iops\":%.3f,"
-            "\"ratio_bw\":%.3f",
-            ceiling->tool.c_str(), ceiling->msg_rate, ceiling->bw_bytes, iops / ceiling->msg_rate,
-            bw / ceiling->bw_bytes);
+        nlohmann::ordered_json c = {{"tool", ceiling->tool},
+                                    {"msg_rate", ceiling->msg_rate},
+                                    {"bw_bytes", ceiling->bw_bytes},
+                                    {"ratio_iops", iops / ceiling->msg_rate},
+                                    {"ratio_bw", bw / ceiling->bw_bytes}};
         if (ceiling->unhandled_msg_rate > 0)
-          std::printf(",\"without_peer_failure_handling\":{\"msg_rate\":%.1f,\"bw_bytes\":%.0f,\"ratio_iops\":%.3f}",
-                      ceiling->unhandled_msg_rate, ceiling->unhandled_bw_bytes, iops / ceiling->unhandled_msg_rate);
-        std::printf("}");
+          c["without_peer_failure_handling"] = {{"msg_rate", ceiling->unhandled_msg_rate},
+                                                {"bw_bytes", ceiling->unhandled_bw_bytes},
+                                                {"ratio_iops", iops / ceiling->unhandled_msg_rate}};
+        out["ceiling"] = std::move(c);
       }
-      std::printf("}\n");
+      std::printf("%s\n", out.dump().c_str());
       return;
     }
     std::printf("rfos-bench: (g=0): rw=%s, bs=(R) %llu-%llu, provider=%s, iodepth=%u, numjobs=%u\n", a->rw.c_str(),

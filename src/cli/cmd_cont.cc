@@ -25,8 +25,8 @@ void add_cont_commands(CLI::App& app, Context& ctx) {
   create->add_option("--pool", *pool, "pool label or uuid")->required();
   create->add_option("label", *id, "a name for the container");
   create->add_option("--oclass", props->oclass, "default object class: S1 or SX (default SX)");
-  create->add_option("--chunk-size", props->chunk_bytes, "file/array chunk size in bytes (default 1 MiB)");
-  create->add_option("--csum-chunk", props->csum_chunk_bytes, "checksum chunk in bytes (default 4096)");
+  add_size_option(create, "--chunk-size", props->chunk_bytes, "file/array chunk size in bytes (default 1 MiB)");
+  add_size_option(create, "--csum-chunk", props->csum_chunk_bytes, "checksum chunk in bytes (default 4096)");
   create->add_flag("--no-csum", props->csum_off, "no end-to-end checksums (data at rest is still checksummed)");
   auto acl = std::make_shared<std::vector<std::string>>();
   create->add_option("--acl", *acl, "its ACL entries (default: A::OWNER@:rwa A:G:GROUP@:r); you own it");

@@ -28,43 +28,6 @@ struct FsArgs {
   std::string provider;
 };
 
-// A namespace with the control client its sessions are opened through.
-struct Mounted {
-  std::unique_ptr<client::ControlClient> control;
-  std::unique_ptr<posix::Namespace> ns;
-  std::string owner;  // the container's
-};
-
-Result<Mounted> open_namespace(const Context& ctx, const FsArgs& a) {
-  Mounted m;
-  m.control = ctx.control();
-  auto info = m.control->cont_query(a.pool, a.cont);  // a clear error before anything else
-  RFOS_RETURN_IF_ERROR(info.status());
-  m.owner = info->owner;
-  client::ContainerOptions o;
-  o.provider = a.provider.empty() && std::getenv("RFOS_PROVIDER") ? std::getenv("RFOS_PROVIDER") : a.provider;
-  auto* control = m.control.get();
-  std::string pool = a.pool, cont = a.cont;
-  RFOS_ASSIGN_OR_RETURN(m.ns, posix::Namespace::open([control, pool, cont,
-                                                      o]() { return client::Container::open(*control, pool, cont, o); },
-                                                     [control, pool]() -> Result<posix::StatFs> {
-                                                       RFOS_ASSIGN_OR_RETURN(auto info, control->pool_query(pool));
-                                                       posix::StatFs s;
-                                                       s.total_bytes = info.total_bytes;
-                                                       s.free_bytes = info.free_bytes;
-                                                       return s;
-                                                     }));
-  return m;
-}
-
-posix::Cred my_cred() {
-  posix::Cred c{static_cast<uint32_t>(geteuid()), static_cast<uint32_t>(getegid()), {}};
-  gid_t groups[256];
-  int n = getgroups(256, groups);
-  for (int i = 0; i < n; ++i) c.groups.push_back(groups[i]);
-  return c;
-}
-
 constexpr std::string_view kPrefix = "rfos:";
 bool in_container(const std::string& p) { return p.rfind(kPrefix, 0) == 0; }
 std::string_view inner(const std::string& p) { return std::string_view(p).substr(kPrefix.size()); }
@@ -97,34 +60,18 @@ Status copy_in(posix::Namespace& ns, const posix::Cred& cred, const std::filesys
   if (!S_ISREG(st.st_mode)) return Status::ok();  // devices, fifos and sockets are not copied
   int fd = ::open(src.c_str(), O_RDONLY);
   if (fd < 0) return errno_error(src.string());
-  auto f = ns.mknod(dir, name, S_IFREG | (st.st_mode & 07777), 0, cred);
-  if (!f.is_ok() && f.status().code() == StatusCode::kAlreadyExists) {  // replace what is there
-    f = ns.lookup(dir, name, cred);
-    if (f.is_ok()) {
-      posix::SetAttr t;
-      t.set_size = true;
-      f = ns.setattr(f->oid, t, cred);
-    }
-  }
-  if (!f.is_ok()) {
-    ::close(fd);
-    return f.status();
-  }
-  std::vector<uint8_t> buf(4u << 20);
-  uint64_t off = 0;
-  Status s = Status::ok();
-  for (;;) {
-    ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0) s = errno_error(src.string());
-    if (n <= 0) break;
-    s = ns.write(f->oid, off, {buf.data(), static_cast<size_t>(n)});
-    if (!s.is_ok()) break;
-    off += static_cast<uint64_t>(n);
-  }
+  // All or nothing, many pieces in flight: a file of that name stays as it was until the copy is complete.
+  auto f = ns.put_file(
+      dir, name, st.st_mode & 07777,
+      [&](std::span<uint8_t> buf) -> Result<size_t> {
+        ssize_t n = ::read(fd, buf.data(), buf.size());
+        if (n < 0) return errno_error(src.string());
+        return static_cast<size_t>(n);
+      },
+      cred);
   ::close(fd);
   ++*files;
-  if (s.is_ok()) s = ns.touch_written(f->oid);
-  return s;
+  return f.status();
 }
 
 // Container path -> local path.
@@ -153,34 +100,18 @@ Status copy_out(posix::Namespace& ns, const posix::Cred& cred, const posix::Attr
   if (!S_ISREG(a.mode)) return Status::ok();
   int fd = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_TRUNC, a.mode & 07777);
   if (fd < 0) return errno_error(dst.string());
-  std::vector<uint8_t> buf(4u << 20);
-  Status s = Status::ok();
-  for (uint64_t off = 0; off < a.size && s.is_ok();) {
-    auto n =
-        ns.read(a.oid, off, {buf.data(), static_cast<size_t>(std::min<uint64_t>(buf.size(), a.size - off))}, a.size);
-    if (!n.is_ok()) {
-      s = n.status();
-      break;
+  Status s = ns.get_file(a, [&](std::span<const uint8_t> bytes) {
+    for (size_t done = 0; done < bytes.size();) {
+      ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0) return errno_error(dst.string());
+      done += static_cast<size_t>(n);
     }
-    if (*n == 0) break;
-    if (::write(fd, buf.data(), *n) != static_cast<ssize_t>(*n)) s = errno_error(dst.string());
-    off += *n;
-  }
+    return Status::ok();
+  });
   if (s.is_ok() && ::fsync(fd) != 0) s = errno_error(dst.string());
   ::close(fd);
   ++*files;
   return s;
-}
-
-// The directory that will hold `path` and the last name in it.
-Result<std::pair<posix::Attr, std::string>> parent_of(posix::Namespace& ns, const posix::Cred& cred,
-                                                      std::string_view path) {
-  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
-  size_t slash = path.rfind('/');
-  std::string_view dir = slash == std::string_view::npos ? "" : path.substr(0, slash);
-  std::string name(slash == std::string_view::npos ? path : path.substr(slash + 1));
-  RFOS_ASSIGN_OR_RETURN(posix::Attr d, ns.resolve(dir, cred));
-  return std::make_pair(d, name);
 }
 
 }  // namespace
@@ -208,7 +139,7 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
                     "more FUSE mount options; suid and dev only as root on a container root owns (docs/posix.md)");
   mount->add_flag("--sync-writes", m->sync_writes,
                   "store each write before write() returns (default: write-behind; fsync and close wait)");
-  mount->add_option("--readahead", m->readahead_bytes, "bytes the kernel reads ahead on sequential reads")
+  add_size_option(mount, "--readahead", m->readahead_bytes, "bytes the kernel reads ahead on sequential reads")
       ->capture_default_str();
   mount->callback([&ctx, a, m, foreground] {
     // Daemonize before any client thread exists: the parent waits for the child's word that it mounted.
@@ -236,7 +167,7 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
     };
     m->fsname = "rfos:" + a->pool + "/" + a->cont;
     Status where = fuse::check_mountpoint(m->mountpoint);
-    auto opened = where.is_ok() ? open_namespace(ctx, *a) : Result<Mounted>(where);
+    auto opened = where.is_ok() ? open_namespace(ctx, a->pool, a->cont, a->provider) : Result<Mounted>(where);
     if (opened.is_ok()) {
       auto allowed = fuse::check_mount_options(m->extra_options, geteuid(), opened->owner);
       if (allowed.is_ok())
@@ -283,7 +214,7 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
     if (in_container(*src) == in_container(*dst))
       return (void)ctx.check(error(StatusCode::kInvalidArgument, "exactly one of SRC and DST is an rfos:/ path"),
                              "fs copy");
-    auto opened = open_namespace(ctx, *a);
+    auto opened = open_namespace(ctx, a->pool, a->cont, a->provider);
     if (!ctx.check(opened.status(), "fs copy")) return;
     posix::Namespace& ns = *opened->ns;
     posix::Cred cred = my_cred();
@@ -318,7 +249,7 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
   ls->callback([&ctx, a, path] {
     if (!in_container(*path))
       return (void)ctx.check(error(StatusCode::kInvalidArgument, "paths are written rfos:/PATH"), "fs ls");
-    auto opened = open_namespace(ctx, *a);
+    auto opened = open_namespace(ctx, a->pool, a->cont, a->provider);
     if (!ctx.check(opened.status(), "fs ls")) return;
     posix::Namespace& ns = *opened->ns;
     auto dir = ns.resolve(inner(*path), my_cred());

@@ -1,6 +1,9 @@
 // rfos put / get / rm / stat / ls: local files (or stdin/stdout) as named objects (client/named_objects.h), laid out
 // as every file-like object is (client/file_layout.h). put returns 0 only when every byte is durable and the
 // name points at the new object; until then the old object of that name, if any, is what readers see.
+//
+// A KEY that starts with '/' is a path in the container's POSIX namespace instead (posix/namespace.h): the file
+// is what `rfos mount` and `rfos fs` show, written all or nothing the same way (Namespace::put_file).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +15,7 @@
 #include "cli/cli.h"
 #include "client/container.h"
 #include "client/named_objects.h"
+#include "posix/namespace.h"
 
 namespace rfos::cli {
 
@@ -31,7 +35,8 @@ void add_target_options(CLI::App* cmd, ObjectArgs& a, bool key = true) {
   cmd->add_option("--pool", a.pool, "pool label or uuid")->capture_default_str();
   cmd->add_option("--cont", a.cont, "container label or uuid")->capture_default_str();
   cmd->add_option("--provider", a.provider, "data-plane provider (default: $RFOS_PROVIDER or the pool's)");
-  if (key) cmd->add_option("KEY", a.key, "object name")->required();
+  if (key)
+    cmd->add_option("KEY", a.key, "object name, or /PATH: a file of the container's POSIX namespace")->required();
 }
 
 Result<std::unique_ptr<client::Container>> open_cont(Context& ctx, const ObjectArgs& a, bool write) {
@@ -79,6 +84,44 @@ class ProgressLine {
   Clock::time_point start_ = Clock::now(), next_{};
 };
 
+bool is_path(const std::string& key) { return !key.empty() && key[0] == '/'; }
+
+Result<Mounted> open_ns(Context& ctx, const ObjectArgs& a) { return open_namespace(ctx, a.pool, a.cont, a.provider); }
+
+// Reads a put's input.
+client::StreamSource reader_of(FILE* in, const std::string& path) {
+  return [in, path](std::span<uint8_t> buf) -> Result<size_t> {
+    size_t n = std::fread(buf.data(), 1, buf.size(), in);
+    if (n == 0 && std::ferror(in)) return error(StatusCode::kIoError, "reading " + path + " failed");
+    return n;
+  };
+}
+
+// Writes a get's output.
+client::StreamSink writer_to(FILE* out) {
+  return [out](std::span<const uint8_t> bytes) {
+    return std::fwrite(bytes.data(), 1, bytes.size(), out) == bytes.size()
+               ? Status::ok()
+               : error(StatusCode::kIoError, "writing output failed");
+  };
+}
+
+// put of a /PATH: a file in the namespace, created with the mode a new file gets here (0666 less the umask).
+Result<uint64_t> put_path(Context& ctx, const ObjectArgs& a, FILE* in, ProgressLine& line) {
+  RFOS_ASSIGN_OR_RETURN(Mounted m, open_ns(ctx, a));
+  posix::Cred cred = my_cred();
+  RFOS_ASSIGN_OR_RETURN(auto parent, parent_of(*m.ns, cred, a.key));
+  mode_t mask = umask(0);
+  umask(mask);
+  uint64_t stored = 0;
+  RFOS_ASSIGN_OR_RETURN(posix::Attr f, m.ns->put_file(parent.first.oid, parent.second, 0666 & ~mask,
+                                                      reader_of(in, a.path), cred, 16, [&](uint64_t bytes) {
+                                                        stored = bytes;
+                                                        line(bytes);
+                                                      }));
+  return f.size;
+}
+
 }  // namespace
 
 void add_object_commands(CLI::App& app, Context& ctx) {
@@ -92,8 +135,20 @@ void add_object_commands(CLI::App& app, Context& ctx) {
     auto listing = client::NamedObjects(**cont).list();
     if (!ctx.check(listing.status(), "ls")) return;
     for (const auto& o : listing->named) std::printf("%12llu  %s\n", (unsigned long long)o.size, o.name.c_str());
-    // Objects written by other means (the bench, the API) have no name: shown by their id.
-    for (const ObjectId& oid : listing->other) std::printf("%12s  %s\n", "-", oid.to_string().c_str());
+    // The POSIX namespace's inodes are counted, not listed (rfos fs ls rfos:/ lists its tree); objects written
+    // by other means (the bench, the API) have no name: shown by their id.
+    size_t inodes = 0;
+    for (const ObjectId& oid : listing->other) {
+      auto inode = posix::Namespace::holds_inode(**cont, oid);
+      if (!ctx.check(inode.status(), "ls")) return;
+      if (*inode) {
+        ++inodes;
+        continue;
+      }
+      std::printf("%12s  %s\n", "-", oid.to_string().c_str());
+    }
+    if (inodes)
+      std::printf("%12s  (%zu files and directories of the POSIX namespace: rfos fs ls rfos:/)\n", "-", inodes);
   });
 
   auto put_args = std::make_shared<ObjectArgs>();
@@ -111,26 +166,28 @@ void add_object_commands(CLI::App& app, Context& ctx) {
     }
     struct stat sb {};
     uint64_t total = fstat(fileno(in), &sb) == 0 && S_ISREG(sb.st_mode) ? static_cast<uint64_t>(sb.st_size) : 0;
-    auto cont = open_cont(ctx, a, true);
-    if (!ctx.check(cont.status(), "put")) {
-      if (in != stdin) std::fclose(in);
-      return;
+    Result<std::unique_ptr<client::Container>> cont = error(StatusCode::kNotFound, "not opened");
+    if (!is_path(a.key)) {
+      cont = open_cont(ctx, a, true);
+      if (!ctx.check(cont.status(), "put")) {
+        if (in != stdin) std::fclose(in);
+        return;
+      }
     }
     uint64_t stored = 0;
     Status s;
     {
       ProgressLine line("put " + a.key, total, a.quiet);
-      s = client::NamedObjects(**cont).put(
-          a.key,
-          [&](std::span<uint8_t> buf) -> Result<size_t> {
-            size_t n = std::fread(buf.data(), 1, buf.size(), in);
-            if (n == 0 && std::ferror(in)) return error(StatusCode::kIoError, "reading " + a.path + " failed");
-            return n;
-          },
-          [&](uint64_t bytes) {
-            stored = bytes;
-            line(bytes);
-          });
+      if (is_path(a.key)) {
+        auto size = put_path(ctx, a, in, line);
+        s = size.status();
+        if (size.is_ok()) stored = *size;
+      } else {
+        s = client::NamedObjects(**cont).put(a.key, reader_of(in, a.path), [&](uint64_t bytes) {
+          stored = bytes;
+          line(bytes);
+        });
+      }
     }
     if (in != stdin) std::fclose(in);
     if (ctx.check(s, "put"))
@@ -145,11 +202,26 @@ void add_object_commands(CLI::App& app, Context& ctx) {
   get->add_flag("-q,--quiet", get_args->quiet, "no progress line");
   get->callback([&ctx, get_args] {
     const ObjectArgs& a = *get_args;
-    auto cont = open_cont(ctx, a, false);
-    if (!ctx.check(cont.status(), "get")) return;
-    client::NamedObjects objects(**cont);
-    auto st = objects.stat(a.key);
-    if (!ctx.check(st.status(), "get")) return;
+    if (is_path(a.key) && a.snapshot)
+      return (void)ctx.check(error(StatusCode::kNotSupported, "--snapshot reads named objects, not paths yet"), "get");
+    Result<Mounted> m = error(StatusCode::kNotFound, "not opened");
+    Result<posix::Attr> file = error(StatusCode::kNotFound, "not found");
+    Result<std::unique_ptr<client::Container>> cont = error(StatusCode::kNotFound, "not opened");
+    Result<client::ObjectStat> st = error(StatusCode::kNotFound, "not found");
+    if (is_path(a.key)) {
+      m = open_ns(ctx, a);
+      if (!ctx.check(m.status(), "get")) return;
+      file = m->ns->resolve(a.key, my_cred());
+      if (file.is_ok() && !posix::Namespace::permits(*file, my_cred(), R_OK))
+        file = error(StatusCode::kPermissionDenied, a.key + ": no read permission");
+      if (!ctx.check(file.status(), "get")) return;
+      st = client::ObjectStat{a.key, file->size, file->oid, false};
+    } else {
+      cont = open_cont(ctx, a, false);
+      if (!ctx.check(cont.status(), "get")) return;
+      st = client::NamedObjects(**cont).stat(a.key);
+      if (!ctx.check(st.status(), "get")) return;
+    }
     FILE* out = a.path == "-" ? stdout : std::fopen(a.path.c_str(), "wb");
     if (!out) {
       std::fprintf(stderr, "rfos get: cannot create %s: %s\n", a.path.c_str(), std::strerror(errno));
@@ -159,14 +231,9 @@ void add_object_commands(CLI::App& app, Context& ctx) {
     Status s;
     {
       ProgressLine line("get " + a.key, st->size, a.quiet || out == stdout);
-      s = objects.read(
-          *st,
-          [&](std::span<const uint8_t> bytes) {
-            return std::fwrite(bytes.data(), 1, bytes.size(), out) == bytes.size()
-                       ? Status::ok()
-                       : error(StatusCode::kIoError, "writing output failed");
-          },
-          [&](uint64_t bytes) { line(bytes); });
+      auto progress = [&](uint64_t bytes) { line(bytes); };
+      s = is_path(a.key) ? m->ns->get_file(*file, writer_to(out), 16, progress)
+                         : client::NamedObjects(**cont).read(*st, writer_to(out), progress);
     }
     if (out != stdout) {
       if (std::fclose(out) != 0 && s.is_ok()) s = error(StatusCode::kIoError, "closing output failed");
@@ -180,6 +247,17 @@ void add_object_commands(CLI::App& app, Context& ctx) {
   auto* rm = app.add_subcommand("rm", "remove an object and its name (also what a put that died left behind)");
   add_target_options(rm, *rm_args);
   rm->callback([&ctx, rm_args] {
+    if (is_path(rm_args->key)) {
+      auto m = open_ns(ctx, *rm_args);
+      if (!ctx.check(m.status(), "rm")) return;
+      posix::Cred cred = my_cred();
+      auto parent = parent_of(*m->ns, cred, rm_args->key);
+      if (!ctx.check(parent.status(), "rm")) return;
+      auto gone = m->ns->unlink(parent->first.oid, parent->second, cred);
+      if (gone.is_ok() && gone->nlink == 0) (void)m->ns->forget(gone->oid);
+      ctx.check(gone.status(), "rm");
+      return;
+    }
     auto cont = open_cont(ctx, *rm_args, true);
     if (!ctx.check(cont.status(), "rm")) return;
     ctx.check(client::NamedObjects(**cont).remove(rm_args->key), "rm");
@@ -190,6 +268,15 @@ void add_object_commands(CLI::App& app, Context& ctx) {
   add_target_options(stat_cmd, *stat_args);
   stat_cmd->add_option("--snapshot", stat_args->snapshot, "as of this snapshot (its epoch)");
   stat_cmd->callback([&ctx, stat_args] {
+    if (is_path(stat_args->key)) {
+      auto m = open_ns(ctx, *stat_args);
+      if (!ctx.check(m.status(), "stat")) return;
+      auto a = m->ns->resolve(stat_args->key, my_cred());
+      if (!ctx.check(a.status(), "stat")) return;
+      std::printf("name: %s\nsize: %llu\nobject: %s\nmode: %06o\nuid: %u\ngid: %u\n", stat_args->key.c_str(),
+                  (unsigned long long)a->size, a->oid.to_string().c_str(), a->mode, a->uid, a->gid);
+      return;
+    }
     auto cont = open_cont(ctx, *stat_args, false);
     if (!ctx.check(cont.status(), "stat")) return;
     auto st = client::NamedObjects(**cont).stat(stat_args->key);

@@ -33,15 +33,16 @@ void add_server_command(CLI::App& app, Context& ctx) {
   cmd->add_option("--provider", flags->provider,
                   "data-plane provider: ucx+tcp, ucx+shm, ofi+tcp, ... (default ucx+tcp)");
   cmd->add_option("--targets", flags->targets, "number of targets (default: one per core; fixed at first start)");
-  cmd->add_option("--target-bytes", flags->target_bytes, "block file size of each target (default 1 GiB)");
+  add_size_option(cmd, "--target-bytes", flags->target_bytes, "block file size of each target (default 1 GiB)");
   cmd->add_option("--media-threads", flags->media_threads,
                   "helper threads per target for engine calls that block: punches, aggregation (default 2)");
   cmd->add_option("--payload-timeout-ms", flags->payload_timeout_ms,
                   "how long a target waits for an update's payload from a silent sender before it gives the update "
                   "up (libfabric providers; default 30000)");
-  cmd->add_option("--session-buffer-bytes", flags->session_buffer_bytes,
+  add_size_option(cmd, "--session-buffer-bytes", flags->session_buffer_bytes,
                   "engine buffers one session may hold on a target at once; more gets Busy, which clients retry "
                   "(0: no limit; default 16777216)");
+  cmd->add_option("--log-level", flags->log_level, "diagnostics: trace, debug, info (default), warn, error, off");
   cmd->add_flag("--bypass-media", flags->bypass_media,
                 "benchmarks only: answer reads with zeros and drop writes, to measure the data plane alone");
   auto defaults = std::make_shared<bool>(false);
@@ -67,6 +68,7 @@ void add_server_command(CLI::App& app, Context& ctx) {
     if (cmd->count("--payload-timeout-ms")) config->payload_timeout_ms = flags->payload_timeout_ms;
     if (cmd->count("--session-buffer-bytes")) config->session_buffer_bytes = flags->session_buffer_bytes;
     if (cmd->count("--bypass-media")) config->bypass_media = true;
+    if (cmd->count("--log-level")) config->log_level = flags->log_level;
     if (config->bypass_media)
       std::fprintf(stderr, "rfos server: --bypass-media: nothing written is stored (data-plane benchmarks only)\n");
     auto on_started = [&ctx, defaults](const std::string& addr) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "cli/cli.h"
+#include "common/log.h"
 
 namespace rfos::cli {
 
@@ -30,6 +31,7 @@ std::string human_bytes(uint64_t bytes) {
 }  // namespace rfos::cli
 
 int main(int argc, char** argv) {
+  rfos::log::init_from_env();
   rfos::cli::Context ctx;
   ctx.addr = rfos::client::default_control_address();
   ctx.tls = rfos::client::TlsFiles::from_env();

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "client/container.h"
+#include "client/file_stream.h"
 
 namespace rfos::client {
 
@@ -33,12 +34,9 @@ struct ObjectStat {
 
 class NamedObjects {
  public:
-  // Reads up to buf.size() bytes of a put's input into buf: how many (0 at its end), or an error.
-  using Source = std::function<Result<size_t>(std::span<uint8_t> buf)>;
-  // Takes the next bytes of a get's output, in order.
-  using Sink = std::function<Status(std::span<const uint8_t> bytes)>;
-  // Told the bytes moved so far (from the calling thread).
-  using Progress = std::function<void(uint64_t bytes)>;
+  using Source = StreamSource;
+  using Sink = StreamSink;
+  using Progress = StreamProgress;
 
   // `depth`: pieces in flight at once (each at most one engine piece, 1 MiB).
   explicit NamedObjects(Container& c, uint32_t depth = 16) : c_(c), depth_(depth ? depth : 1) {}
@@ -65,7 +63,6 @@ class NamedObjects {
 
  private:
   Status clear_pending(const ObjectId& record);
-  Status write_data(const ObjectId& data, const Source& source, const Progress& progress, uint64_t* size);
   Result<ObjectStat> stat_of(const ObjectId& record, std::string_view name);
 
   Container& c_;

@@ -83,6 +83,22 @@ TEST(Cli, PutGetRoundTripsAndExitCodes) {
   EXPECT_NE(ls.out.find("         0  empty"), std::string::npos) << ls.out;
   EXPECT_EQ(std::count(ls.out.begin(), ls.out.end(), '\n'), 3) << ls.out;
 
+  // A KEY that starts with '/' is a file of the container's POSIX namespace: what rfos fs and the mount show,
+  // written all or nothing as well.
+  std::string model = engine::testing::pattern(4, 2 * 1024 * 1024 + 7);
+  std::ofstream(in, std::ios::binary | std::ios::trunc) << model;
+  EXPECT_EQ(sh(rfos + " put -q /model.bin " + in).code, 0);
+  Shell fls = sh(rfos + " fs ls rfos:/");
+  EXPECT_NE(fls.out.find(std::to_string(model.size()) + "  model.bin"), std::string::npos) << fls.out;
+  EXPECT_EQ(sh(rfos + " get -q /model.bin " + out).code, 0);
+  EXPECT_TRUE(slurp(out) == model);
+  EXPECT_NE(sh(rfos + " stat /model.bin").out.find("size: " + std::to_string(model.size())), std::string::npos);
+  ls = sh(rfos + " ls");
+  EXPECT_NE(ls.out.find("files and directories of the POSIX namespace"), std::string::npos) << ls.out;
+  EXPECT_EQ(sh(rfos + " put -q /no/such/dir " + in + " 2>/dev/null").code, 1);
+  EXPECT_EQ(sh(rfos + " rm /model.bin").code, 0);
+  EXPECT_EQ(sh(rfos + " get /model.bin - 2>/dev/null").code, 1);
+
   // rfos bench speaks fio's JSON layout: a short run of each pattern yields I/O in the right direction.
   for (std::string rw : {"randwrite", "randread"}) {
     Shell b = sh(rfos + " bench --rw " + rw + " --bs 4k --iodepth 4 --size 2m --runtime 1 --output-format json");

@@ -1,0 +1,187 @@
+#include "client/file_stream.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "client/file_layout.h"
+
+namespace rfos::client {
+
+namespace {
+// The bytes at `offset` one I/O may move: within its chunk and within one engine piece.
+uint64_t piece_at(uint64_t chunk, uint64_t offset, uint64_t left) {
+  return layout::piece_length(chunk, offset, layout::piece_length(kMaxIoBytes, offset, left));
+}
+}  // namespace
+
+// The source is read on a thread of its own into `depth` buffers, while this thread keeps the filled ones
+// moving: the next input is read while earlier pieces are on their way.
+Status write_file_object(Container& c, const ObjectId& data, uint64_t chunk, const StreamSource& source, uint32_t depth,
+                         const StreamProgress& progress, uint64_t* size) {
+  depth = std::max(depth, 1u);
+  if (chunk == 0) chunk = layout::chunk_bytes(c.session().cont.props.chunk_bytes);
+  struct Filled {
+    size_t buf = 0;
+    size_t len = 0;
+  };
+  std::vector<std::vector<uint8_t>> bufs(depth, std::vector<uint8_t>(kMaxIoBytes));
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<size_t> empty;
+  std::deque<Filled> filled;
+  bool ended = false, stop = false;
+  Status read_status;
+  for (size_t i = 0; i < bufs.size(); ++i) empty.push_back(i);
+  // Each buffer is filled to the next piece boundary (or the end), so that every one is one I/O.
+  std::thread reader([&] {
+    uint64_t at = 0;
+    for (;;) {
+      size_t b;
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return stop || !empty.empty(); });
+        if (stop) return;
+        b = empty.front();
+        empty.pop_front();
+      }
+      size_t want = static_cast<size_t>(piece_at(chunk, at, kMaxIoBytes)), got = 0;
+      Status st;
+      while (got < want) {
+        auto n = source({bufs[b].data() + got, want - got});
+        if (!n.is_ok()) {
+          st = n.status();
+          break;
+        }
+        if (*n == 0) break;
+        got += *n;
+      }
+      at += got;
+      std::lock_guard lock(mu);
+      if (got) filled.push_back({b, got});
+      if (!st.is_ok() || got < want) {
+        read_status = st;
+        ended = true;
+        cv.notify_all();
+        return;
+      }
+      cv.notify_all();
+    }
+  });
+  std::map<Ticket, Filled> in_flight;
+  uint64_t offset = 0, done = 0;
+  Status s;
+  for (;;) {
+    std::vector<Filled> ready;
+    bool finished = false;
+    {
+      std::unique_lock lock(mu);
+      if (in_flight.empty()) cv.wait(lock, [&] { return ended || !filled.empty(); });
+      ready.assign(filled.begin(), filled.end());
+      filled.clear();
+      finished = ended && ready.empty();
+    }
+    for (const Filled& f : ready) {
+      if (!s.is_ok()) break;
+      auto t = c.submit_write(data, layout::chunk_key(offset / chunk), layout::kDataAkey, offset,
+                              {bufs[f.buf].data(), f.len});
+      if (!t.is_ok()) {
+        s = t.status();
+        break;
+      }
+      in_flight[*t] = f;
+      offset += f.len;
+    }
+    if (!s.is_ok() || (finished && in_flight.empty())) break;
+    for (const Completion& comp : c.poll(depth, in_flight.empty() ? 0 : 1)) {
+      auto it = in_flight.find(comp.ticket);
+      if (it == in_flight.end()) continue;
+      if (!comp.status.is_ok() && s.is_ok()) s = comp.status;
+      done += it->second.len;
+      std::lock_guard lock(mu);
+      empty.push_back(it->second.buf);
+      in_flight.erase(it);
+      cv.notify_all();
+    }
+    if (!s.is_ok()) break;
+    if (progress) progress(done);
+  }
+  {
+    std::lock_guard lock(mu);
+    stop = true;
+    cv.notify_all();
+  }
+  reader.join();
+  while (!in_flight.empty()) {  // the buffers must outlive what is still moving them
+    for (const Completion& comp : c.poll(depth, 100)) in_flight.erase(comp.ticket);
+  }
+  if (s.is_ok()) s = read_status;
+  if (s.is_ok() && progress) progress(done);
+  *size = offset;
+  return s;
+}
+
+// Reads ahead up to `depth` pieces, and hands them to the sink in order as they arrive.
+Status read_file_object(Container& c, const ObjectId& oid, uint64_t chunk, uint64_t size, const StreamSink& sink,
+                        uint32_t depth, const StreamProgress& progress) {
+  depth = std::max(depth, 1u);
+  if (chunk == 0) chunk = layout::chunk_bytes(c.session().cont.props.chunk_bytes);
+  std::vector<std::vector<uint8_t>> bufs(depth, std::vector<uint8_t>(kMaxIoBytes));
+  std::vector<size_t> free_bufs;
+  for (size_t i = 0; i < bufs.size(); ++i) free_bufs.push_back(i);
+  struct Piece {
+    size_t buf = 0;
+    size_t len = 0;
+    bool arrived = false;
+  };
+  std::map<uint64_t, Piece> pieces;  // by offset: in flight or arrived, not yet handed out
+  std::map<Ticket, uint64_t> tickets;
+  uint64_t next = 0, handed = 0;
+  Status s;
+  while (s.is_ok() && handed < size) {
+    while (!free_bufs.empty() && next < size) {
+      size_t len = static_cast<size_t>(piece_at(chunk, next, size - next));
+      size_t b = free_bufs.back();
+      auto t = c.submit_read(oid, layout::chunk_key(next / chunk), layout::kDataAkey, next, {bufs[b].data(), len});
+      if (!t.is_ok()) {
+        s = t.status();
+        break;
+      }
+      free_bufs.pop_back();
+      tickets[*t] = next;
+      pieces[next] = {b, len, false};
+      next += len;
+    }
+    if (!s.is_ok()) break;
+    for (const Completion& comp : c.poll(depth, 100)) {
+      auto it = tickets.find(comp.ticket);
+      if (it == tickets.end()) continue;
+      Piece& p = pieces[it->second];
+      if (comp.status.code() == StatusCode::kNotFound)
+        std::memset(bufs[p.buf].data(), 0, p.len);  // a chunk never written: a hole
+      else if (!comp.status.is_ok() && s.is_ok())
+        s = comp.status;
+      p.arrived = true;
+      tickets.erase(it);
+    }
+    while (s.is_ok() && !pieces.empty() && pieces.begin()->first == handed && pieces.begin()->second.arrived) {
+      Piece p = pieces.begin()->second;
+      pieces.erase(pieces.begin());
+      s = sink({bufs[p.buf].data(), p.len});
+      handed += p.len;
+      free_bufs.push_back(p.buf);
+    }
+    if (progress) progress(handed);
+  }
+  while (!tickets.empty()) {  // the buffers must outlive what is still moving into them
+    for (const Completion& comp : c.poll(depth, 100)) tickets.erase(comp.ticket);
+  }
+  return s;
+}
+
+}  // namespace rfos::client

@@ -1,0 +1,33 @@
+// A whole file-like object (client/file_layout.h) streamed in or out with many pieces in flight over the
+// targets: on the way in, the next input is read (on a thread of its own) while earlier pieces move; on the way
+// out, pieces are read ahead and handed over in order as they arrive, each verified. rfos put/get (named
+// objects and namespace paths) and rfos fs copy move their bytes through here.
+//
+// Thread-safety: as the Container: one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "client/container.h"
+
+namespace rfos::client {
+
+// Reads up to buf.size() bytes of the input into buf: how many (0 at its end), or an error.
+using StreamSource = std::function<Result<size_t>(std::span<uint8_t> buf)>;
+// Takes the next bytes of the output, in order.
+using StreamSink = std::function<Status(std::span<const uint8_t> bytes)>;
+// Told the bytes moved so far (from the calling thread).
+using StreamProgress = std::function<void(uint64_t bytes)>;
+
+// Writes all of `source` into `oid` from offset 0, laid out in `chunk`-byte chunks (0: the container's chunk
+// size), `depth` pieces (1 MiB each at most) in flight; *size gets the bytes written. On an error some pieces
+// may be stored: the caller owns the cleanup (a fresh object).
+Status write_file_object(Container& c, const ObjectId& oid, uint64_t chunk, const StreamSource& source, uint32_t depth,
+                         const StreamProgress& progress, uint64_t* size);
+// Gives the first `size` bytes of `oid` to `sink`; holes, and chunks never written, read as zeros.
+Status read_file_object(Container& c, const ObjectId& oid, uint64_t chunk, uint64_t size, const StreamSink& sink,
+                        uint32_t depth, const StreamProgress& progress);
+
+}  // namespace rfos::client
