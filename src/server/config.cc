@@ -40,7 +40,8 @@ Status load_config_file(const std::string& path, ServerConfig* config) {
                                               "bypass_media",
                                               "payload_timeout_ms",
                                               "session_buffer_bytes",
-                                              "data_sync"};
+                                              "data_sync",
+                                              "log_level"};
   try {
     for (const auto& kv : root) {
       std::string key = kv.first.as<std::string>();
@@ -49,6 +50,7 @@ Status load_config_file(const std::string& path, ServerConfig* config) {
     if (root["data_dir"]) config->data_dir = root["data_dir"].as<std::string>();
     if (root["control_addr"]) config->control_addr = root["control_addr"].as<std::string>();
     if (root["data_sync"]) config->data_sync = root["data_sync"].as<std::string>();
+    if (root["log_level"]) config->log_level = root["log_level"].as<std::string>();
     if (root["control_socket"]) config->control_socket = root["control_socket"].as<std::string>();
     if (root["insecure"]) config->insecure = root["insecure"].as<bool>();
     if (root["admins"]) config->admins = root["admins"].as<std::vector<std::string>>();
@@ -92,6 +94,10 @@ Status validate(const ServerConfig& c) {
   if (c.data_dir.empty()) return error(StatusCode::kInvalidArgument, "data directory is empty");
   if (c.data_sync != "always" && c.data_sync != "auto")
     return error(StatusCode::kInvalidArgument, "data_sync is 'always' or 'auto', not '" + c.data_sync + "'");
+  static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "off"};
+  if (!kLevels.count(c.log_level))
+    return error(StatusCode::kInvalidArgument,
+                 "log_level is one of trace, debug, info, warn, error, off, not '" + c.log_level + "'");
   if (c.target_bytes < (16ull << 20)) return error(StatusCode::kInvalidArgument, "target_bytes must be >= 16 MiB");
   if (c.targets > 256) return error(StatusCode::kInvalidArgument, "at most 256 targets");
   if (c.media_threads == 0 || c.media_threads > 256)

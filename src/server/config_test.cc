@@ -24,7 +24,7 @@ TEST(Config, DefaultsFileAndValidation) {
   ASSERT_TRUE(load_config_file(write_file(dir.path(),
                                           "provider: ofi+shm\ntargets: 3\nmedia_threads: 8\npayload_timeout_ms: 5000\n"
                                           "session_buffer_bytes: 8388608\nadmins: [alice, ops.bot]\n"
-                                          "control_socket: /run/x/c.sock\n"),
+                                          "control_socket: /run/x/c.sock\nlog_level: debug\n"),
                                &c)
                   .is_ok());
   EXPECT_EQ(c.provider, "ofi+shm");
@@ -34,6 +34,8 @@ TEST(Config, DefaultsFileAndValidation) {
   EXPECT_EQ(c.session_buffer_bytes, 8u << 20);
   EXPECT_EQ(c.admins, (std::vector<std::string>{"alice", "ops.bot"}));
   EXPECT_EQ(c.control_socket, "/run/x/c.sock");
+  EXPECT_EQ(c.log_level, "debug");
+  EXPECT_TRUE(validate(c).is_ok());
   EXPECT_EQ(c.data_dir, "/var/lib/rfos");  // untouched keys keep their defaults
 
   ServerConfig d;
@@ -72,6 +74,9 @@ TEST(Config, DefaultsFileAndValidation) {
   d = ServerConfig{};
   d.tls_cert = "cert.pem";
   EXPECT_EQ(validate(d).code(), StatusCode::kInvalidArgument);  // a certificate without its key
+  d = ServerConfig{};
+  d.log_level = "loud";
+  EXPECT_EQ(validate(d).code(), StatusCode::kInvalidArgument);
   d = ServerConfig{};
   d.media_threads = 0;
   EXPECT_EQ(validate(d).code(), StatusCode::kInvalidArgument);

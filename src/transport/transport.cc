@@ -75,24 +75,8 @@ void poll_then_nap(const std::function<int()>& progress, std::atomic<bool>& sign
 
 uint32_t payload_sends_at_once(std::string_view provider) { return provider == "ucx+tcp" ? 1 : 0; }
 
-bool ucx_detects_peer_failure(std::string_view provider) { return provider != "ucx+shm"; }
-
 bool one_sided_in_hardware(std::string_view provider) {
   return provider == "ucx+rc" || provider == "ucx+dc_x" || provider == "ucx+ud" || provider == "ofi+verbs";
-}
-
-const char* ucx_transports(std::string_view provider) {
-  if (provider == "ucx+tcp") return "tcp";
-  // Shared memory without CMA: UCX's rendezvous over CMA has the receiver copy each payload out of the sender
-  // with process_vm_readv, a page at a time into memory that is mostly not in cache. Through the posix/sysv
-  // segments instead, 1 MiB reads over ucx+shm ran 1673-1935/s against 976-985 on a tmpfs data directory and
-  // 1245-1313 against 724-763 on disk (alternating); 4 KiB random reads 39-44k against 36k, 1 MiB writes level
-  // to 8 % lower.
-  if (provider == "ucx+shm") return "posix,sysv,self";
-  if (provider == "ucx+rc") return "rc,sm,self";
-  if (provider == "ucx+dc_x") return "dc_x,sm,self";
-  if (provider == "ucx+ud") return "ud,sm,self";
-  return nullptr;
 }
 
 }  // namespace rfos::transport

@@ -157,16 +157,6 @@ class Worker {
   virtual void signal() = 0;
 };
 
-// Whether UCX endpoints for `provider` detect a dead peer (UCP_ERR_HANDLING_MODE_PEER, which UCX documents as
-// turning off the protocols that could hang on one: on tcp the zero-copy rendezvous lanes): every UCX transport
-// but shared memory, which cannot in UCX 1.13. A tool measuring the transport for rfos (rfos bench --ceiling)
-// sets its endpoints up the same way.
-bool ucx_detects_peer_failure(std::string_view provider);
-
-// UCX's transports (UCX_TLS) for a `ucx+...` provider string, nullptr for one UCX does not provide. Also what
-// a tool measuring the transport for rfos (rfos bench --ceiling) runs on.
-const char* ucx_transports(std::string_view provider);
-
 // Whether `provider`'s one-sided gets and puts are done by the NIC (the verbs providers: ucx+rc, ucx+dc_x,
 // ucx+ud, ofi+verbs). Over tcp and shm the peer serves each one with messages of its own, so a client's default
 // data path keeps to messages there (measured faster, docs/BENCHMARKS.md).

@@ -26,6 +26,7 @@
 #include "placement/placement.h"
 #include "server_process.h"
 #include "transport/transport.h"
+#include "transport/ucx/ucx.h"
 #include "wire/capability.h"
 #include "wire/data_plane.h"
 

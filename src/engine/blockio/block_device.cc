@@ -4,6 +4,7 @@
 #include <liburing.h>
 #include <linux/fiemap.h>
 #include <linux/fs.h>
+#include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
@@ -136,13 +137,12 @@ Result<std::unique_ptr<Ring>> BlockDevice::make_ring() {
       rlimit lim{};
       getrlimit(RLIMIT_MEMLOCK, &lim);
       std::string have = lim.rlim_cur == RLIM_INFINITY ? "unlimited" : std::to_string(lim.rlim_cur >> 10) + " KiB";
-      std::fprintf(stderr,
-                   "rfos engine: the %zu MiB buffer arena does not fit the locked-memory limit "
-                   "(RLIMIT_MEMLOCK %s), so its I/O uses unregistered buffers (slower: pages pinned per I/O). "
-                   "For registered buffers raise the limit for the server's user: LimitMEMLOCK=infinity in its "
-                   "systemd unit (packaging/rfos-server.service), `ulimit -l unlimited` where it starts, or "
-                   "'<user> - memlock unlimited' in /etc/security/limits.conf\n",
-                   arena_->bytes() >> 20, have.c_str());
+      spdlog::warn(
+          "engine: the {} MiB buffer arena does not fit the locked-memory limit (RLIMIT_MEMLOCK {}), so its I/O "
+          "uses unregistered buffers (slower: pages pinned per I/O). For registered buffers raise the limit for "
+          "the server's user: LimitMEMLOCK=infinity in its systemd unit (packaging/rfos-server.service), "
+          "`ulimit -l unlimited` where it starts, or '<user> - memlock unlimited' in /etc/security/limits.conf",
+          arena_->bytes() >> 20, have);
     }
     return ring;
   }

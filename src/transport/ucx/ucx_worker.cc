@@ -18,8 +18,24 @@
 #include <unordered_set>
 
 #include "transport/transport.h"
+#include "transport/ucx/ucx.h"
 
 namespace rfos::transport {
+
+bool ucx_detects_peer_failure(std::string_view provider) { return provider != "ucx+shm"; }
+
+const char* ucx_transports(std::string_view provider) {
+  if (provider == "ucx+tcp") return "tcp";
+  // Shared memory without CMA: UCX's rendezvous over CMA has the receiver copy each payload out of the sender
+  // with process_vm_readv, a page at a time into memory that is mostly not in cache; through the posix/sysv
+  // segments large reads measured faster (docs/BENCHMARKS.md).
+  if (provider == "ucx+shm") return "posix,sysv,self";
+  if (provider == "ucx+rc") return "rc,sm,self";
+  if (provider == "ucx+dc_x") return "dc_x,sm,self";
+  if (provider == "ucx+ud") return "ud,sm,self";
+  return nullptr;
+}
+
 namespace {
 
 // UCX 1.13 sets a context and a worker up under locks of its memory hooks (ucm) taken in different orders on
