@@ -1,0 +1,227 @@
+// The call engine against a scripted target over the simulated fabric: retries, restamps, deadlines, replies
+// from the wrong peer, duplicates and the send window, each decided by the test, not by an engine.
+#include "client/call_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <functional>
+
+#include "transport/sim/sim.h"
+
+namespace rfos::client {
+namespace {
+
+using transport::Incoming;
+using transport::Iov;
+
+// A target whose answers the test scripts: each request it hears goes to `answer`, which returns the replies
+// to send (none: stay silent).
+struct ScriptedTarget {
+  std::unique_ptr<transport::Worker> w;
+  std::vector<wire::Request> heard;
+  std::vector<size_t> payloads;  // payload bytes of each request heard
+  std::function<std::vector<wire::Reply>(const wire::Request&)> answer;
+
+  explicit ScriptedTarget(transport::sim::Fabric& f) {
+    w = std::move(f.create_worker()).value();
+    w->on_message([this](Incoming& in) {
+      auto q = wire::decode_request(in.header);
+      ASSERT_TRUE(q.is_ok());
+      heard.push_back(*q);
+      payloads.push_back(in.payload_bytes);
+      for (const wire::Reply& r : answer(*q))
+        ASSERT_TRUE(w->send(in.reply_to, wire::encode_reply(r), {}, [](Status) {}).is_ok());
+    });
+  }
+};
+
+wire::Reply reply(const wire::Request& q, StatusCode code = StatusCode::kOk) {
+  wire::Reply r;
+  r.request_id = q.request_id;
+  r.status = code;
+  if (code != StatusCode::kOk) r.message = "scripted";
+  return r;
+}
+
+class CallEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override { target_ = std::make_unique<ScriptedTarget>(fabric_); }
+
+  std::unique_ptr<CallEngine> engine(CallEngine::Options o = {}) {
+    auto w = fabric_.create_worker();
+    EXPECT_TRUE(w.is_ok());
+    auto ep = (*w)->connect(target_->w->address());
+    EXPECT_TRUE(ep.is_ok());
+    return std::make_unique<CallEngine>(std::move(w).value(), std::vector<transport::EpHandle>{*ep}, o);
+  }
+
+  // Drives the target and the engine until `n` calls finished, for at most 10 s (the engine's deadlines and
+  // backoffs are on its clock).
+  std::vector<CallEngine::Finished> finish(CallEngine& e, size_t n) {
+    std::vector<CallEngine::Finished> out;
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (out.size() < n && std::chrono::steady_clock::now() < until) {
+      target_->w->progress();
+      for (auto& f : e.take(n - out.size(), 0)) out.push_back(std::move(f));
+    }
+    return out;
+  }
+
+  wire::Request request(wire::Op op = wire::Op::kUpdate) {
+    wire::Request q;
+    q.op = op;
+    q.dkey = "d";
+    q.akey = "a";
+    return q;
+  }
+
+  transport::sim::Fabric fabric_;
+  std::unique_ptr<ScriptedTarget> target_;
+};
+
+TEST_F(CallEngineTest, BusyIsSentAgainUntilItSucceeds) {
+  int busy = 3;
+  target_->answer = [&](const wire::Request& q) {
+    return std::vector{reply(q, busy-- > 0 ? StatusCode::kBusy : StatusCode::kOk)};
+  };
+  auto e = engine();
+  wire::Request q = request();
+  auto id = e->submit(0, q, {}, {});
+  ASSERT_TRUE(id.is_ok());
+  auto done = finish(*e, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(done[0].done.status.is_ok()) << done[0].done.status.to_string();
+  EXPECT_EQ(done[0].done.ticket, *id);
+  ASSERT_EQ(target_->heard.size(), 4u);
+  for (const auto& h : target_->heard) EXPECT_EQ(h.request_id, *id) << "a retry is the same request";
+  EXPECT_EQ(e->in_flight(), 0u);
+}
+
+TEST_F(CallEngineTest, OnlyWritesTheTargetStampsAreRestamped) {
+  int refusals = 1;
+  target_->answer = [&](const wire::Request& q) {
+    return std::vector{reply(q, refusals-- > 0 ? StatusCode::kEpochTooOld : StatusCode::kOk)};
+  };
+  auto e = engine();
+  wire::Request write = request(wire::Op::kUpdate);
+  ASSERT_TRUE(e->submit(0, write, {}, {}).is_ok());
+  auto done = finish(*e, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(done[0].done.status.is_ok()) << "a write a snapshot overtook goes again with a newer epoch";
+  EXPECT_EQ(target_->heard.size(), 2u);
+
+  refusals = 1;
+  wire::Request read = request(wire::Op::kFetch);
+  read.epoch = 42;  // a snapshot's: refused as too old, it stays refused
+  ASSERT_TRUE(e->submit(0, read, {}, {}).is_ok());
+  done = finish(*e, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].done.status.code(), StatusCode::kEpochTooOld);
+  EXPECT_EQ(target_->heard.size(), 3u);
+}
+
+TEST_F(CallEngineTest, SilenceEndsAtTheDeadlineAndHandsTheMemoryBack) {
+  target_->answer = [](const wire::Request&) { return std::vector<wire::Reply>{}; };
+  CallEngine::Options o;
+  o.timeout_ms = 50;
+  auto e = engine(o);
+  std::vector<uintptr_t> revoked;
+  e->on_deadline([&](const CallEngine::Memory& m) { revoked.push_back(m.region); });
+  wire::Request q = request();
+  ASSERT_TRUE(e->submit(0, q, {}, {}, nullptr, {0x1000, 0}).is_ok());
+  EXPECT_TRUE(e->in_use(0x1000));
+  auto done = e->take(1, 5000);  // the engine's own clock ends it; the target never answers
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].done.status.code(), StatusCode::kTimeout);
+  EXPECT_EQ(revoked, std::vector<uintptr_t>{0x1000});
+  EXPECT_FALSE(e->in_use(0x1000));
+}
+
+TEST_F(CallEngineTest, BusyPastTheDeadlineSaysBusy) {
+  target_->answer = [](const wire::Request& q) { return std::vector{reply(q, StatusCode::kBusy)}; };
+  CallEngine::Options o;
+  o.timeout_ms = 30;
+  auto e = engine(o);
+  wire::Request q = request();
+  ASSERT_TRUE(e->submit(0, q, {}, {}).is_ok());
+  auto done = finish(*e, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].done.status.code(), StatusCode::kBusy) << done[0].done.status.to_string();
+}
+
+TEST_F(CallEngineTest, RepliesFromAnotherPeerAndDuplicatesAreDropped) {
+  std::vector<wire::Request> pending;
+  target_->answer = [&](const wire::Request& q) {
+    pending.push_back(q);
+    return std::vector<wire::Reply>{};
+  };
+  auto e = engine();
+  wire::Request q = request();
+  auto id = e->submit(0, q, {}, {});
+  ASSERT_TRUE(id.is_ok());
+  for (int i = 0; i < 100 && pending.empty(); ++i) target_->w->progress(), e->take(1, 0);
+  ASSERT_EQ(pending.size(), 1u);
+
+  // A rogue peer that learned the id answers first, with a failure: not from the target asked, so not taken.
+  auto rogue = std::move(fabric_.create_worker()).value();
+  rogue->on_message([](Incoming&) {});
+  auto to_client = rogue->connect(e->worker().address());
+  ASSERT_TRUE(to_client.is_ok());
+  ASSERT_TRUE(
+      rogue->send(*to_client, wire::encode_reply(reply(pending[0], StatusCode::kNotFound)), {}, [](Status) {}).is_ok());
+  for (int i = 0; i < 100; ++i) rogue->progress(), e->take(1, 0);
+  EXPECT_EQ(e->in_flight(), 1u) << "a reply from another peer finished the call";
+
+  // The target's answer, twice: the first finishes the call, the second finds nothing.
+  wire::Request second = request();
+  target_->answer = [&](const wire::Request& q2) {
+    wire::Reply ok = reply(pending[0]);
+    std::vector<wire::Reply> out{ok, ok, reply(q2)};
+    return out;
+  };
+  ASSERT_TRUE(e->submit(0, second, {}, {}).is_ok());
+  auto done = finish(*e, 2);
+  ASSERT_EQ(done.size(), 2u);
+  for (const auto& f : done) EXPECT_TRUE(f.done.status.is_ok()) << f.done.status.to_string();
+  EXPECT_EQ(e->in_flight(), 0u);
+}
+
+TEST_F(CallEngineTest, LargePayloadsWaitForTheSendWindow) {
+  target_->answer = [](const wire::Request& q) { return std::vector{reply(q)}; };
+  std::vector<char> big(transport::kLargePayloadBytes + 1, 'x');
+  Iov v{big.data(), big.size()};
+  std::vector<wire::Request> qs(4, request());
+  // The window decides how many reach the target before the engine learns a send completed (sim: from the
+  // sender's next progress).
+  for (uint32_t limit : {0u, 1u}) {
+    target_->heard.clear();
+    CallEngine::Options o;
+    o.send_limit = limit;
+    auto e = engine(o);
+    for (auto& q : qs) ASSERT_TRUE(e->submit(0, q, {&v, 1}, {}).is_ok());
+    for (int i = 0; i < 10; ++i) target_->w->progress();
+    EXPECT_EQ(target_->heard.size(), limit ? limit : qs.size()) << "send limit " << limit;
+    EXPECT_EQ(finish(*e, qs.size()).size(), qs.size());
+  }
+  target_->payloads.clear();
+  CallEngine::Options o;
+  o.send_limit = 1;
+  auto e = engine(o);
+  for (auto& q : qs) ASSERT_TRUE(e->submit(0, q, {&v, 1}, {}).is_ok());
+  auto done = finish(*e, qs.size());
+  ASSERT_EQ(done.size(), qs.size());
+  for (const auto& f : done) EXPECT_TRUE(f.done.status.is_ok()) << f.done.status.to_string();
+  ASSERT_EQ(target_->payloads.size(), qs.size());
+  for (size_t n : target_->payloads) EXPECT_EQ(n, big.size());
+}
+
+TEST_F(CallEngineTest, NoSuchTargetIsRefused) {
+  auto e = engine();
+  wire::Request q = request();
+  EXPECT_EQ(e->submit(1, q, {}, {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->in_flight(), 0u);
+}
+
+}  // namespace
+}  // namespace rfos::client
