@@ -45,7 +45,8 @@ PROFILES = {  # jobs, runtime per cell (s), bytes per job per block size, provid
 INSTALL = {"fio": "fio", "ucx_perftest": "ucx-utils", "fi_pingpong": "libfabric-bin", "fusermount3": "fuse3"}
 
 
-# ---- parsers (unit-tested on recorded outputs: tests/bench/matrix_test.py) ----
+# ---- parsers (unit-tested on recorded outputs: tests/bench/matrix_test.py; the fabric tools' output is read by
+# rfos itself, src/cli/transport_tools.cc) ----
 
 def parse_fio_json(text, rw):
     """fio --output-format=json (also `rfos bench --output-format json`, which follows fio's layout)."""
@@ -55,29 +56,6 @@ def parse_fio_json(text, rw):
     pct = side.get("clat_ns", {}).get("percentile", {})
     p50 = pct.get("50.000000", 0) / 1000.0
     return {"iops": float(side["iops"]), "bw_bytes": float(side["bw_bytes"]), "p50_us": p50}
-
-
-def parse_ucx_perftest(text):
-    """ucx_perftest: the "Final:" line (iters, lat50, lat avg, lat overall, bw avg MB/s, bw overall, msgrate avg,
-    msgrate overall; with -T > 1: iters, overhead, bw, msgrate); its MB are MiB."""
-    for line in text.splitlines():
-        if line.startswith("Final:"):
-            v = [float(x) for x in re.findall(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", line)]
-            if len(v) >= 8:
-                return {"iops": v[7], "bw_bytes": v[5] * 2**20, "p50_us": v[1]}
-            if len(v) == 4:  # multi-threaded runs (-T > 1): iterations, overhead, bandwidth, message rate
-                return {"iops": v[3], "bw_bytes": v[2] * 2**20, "p50_us": v[1]}
-    raise ValueError("no Final: line in ucx_perftest output: " + text[-300:])
-
-
-def parse_fi_pingpong(text):
-    """fi_pingpong: 'bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec' (MB = 10^6 bytes)."""
-    for line in text.splitlines():
-        f = line.split()
-        if len(f) >= 8 and re.fullmatch(r"\d+[kmg]?", f[0]) and f[2].startswith("="):
-            usec = float(f[6])
-            return {"iops": 1e6 / usec, "bw_bytes": float(f[5]) * 1e6, "p50_us": usec}
-    raise ValueError("no result line in fi_pingpong output")
 
 
 # ---- running ----
@@ -155,52 +133,35 @@ def rfos_bench(r, addr, provider, rw, bs, jobs, size, runtime):
 
 def fabric_tool(r, provider, bs, pairs):
     """The fabric's own tool between `pairs` independent client and server processes at once (as rfos's jobs are
-    independent clients), their rates summed; None where the tool cannot measure the cell."""
+    independent clients), their rates summed; None where the tool cannot measure the cell. `rfos bench
+    --ceiling-only` runs the tool and reads its output (one parser of it, src/cli/transport_tools.cc), with
+    endpoints set up as rfos's: ucx_perftest ucp_am_bw on the transports rfos's workers pick, with peer-failure
+    handling where rfos's endpoints have it (ucx+tcp); fi_pingpong for libfabric, one message in flight."""
+    if provider not in ("ucx+tcp", "ucx+shm", "ofi+tcp", "ofi+shm"):
+        return None
+    if provider.startswith("ofi+") and pairs != 1:  # a ping-pong keeps one message in flight: no ceiling for many
+        return None
     size = str(4096 if bs == "4k" else 1 << 20)
     base = 20000 + os.getpid() % 20000
-    if provider.startswith("ucx+"):
-        tls = {"ucx+tcp": "tcp", "ucx+shm": "sm,self"}.get(provider)
-        if not tls:
-            return None
-        env = "UCX_TLS=%s UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}" % tls
-        tool, parse = "ucx_perftest", parse_ucx_perftest
+    ports = [base + 2 * i for i in range(pairs)]
 
-        def commands(port):
-            args = "-t ucp_am_bw -s %s -O %d -p %d -n %s" % (size, DEPTH[bs], port, "20000" if bs == "4k" else "1000")
-            return ("%s timeout 120 ucx_perftest %s" % (env, args),
-                    "%s timeout 120 ucx_perftest 127.0.0.1 %s" % (env, args))
-    else:
-        prov = {"ofi+tcp": "tcp;ofi_rxm", "ofi+shm": "shm"}.get(provider)
-        if not prov or pairs != 1:  # a ping-pong keeps one message in flight: no ceiling for many clients
-            return None
-        env = "FI_TCP_IFACE=${FI_TCP_IFACE:-lo} FI_NET_IFACE=${FI_NET_IFACE:-lo}"
-        tool, parse = "fi_pingpong", parse_fi_pingpong
-
-        def commands(port):
-            args = "-p '%s' -e rdm -S %s -I %s" % (prov, size, "5000" if bs == "4k" else "300")
-            return ("%s timeout 60 fi_pingpong %s -B %d" % (env, args, port),
-                    "%s timeout 60 fi_pingpong %s -P %d 127.0.0.1" % (env, args, port))
-    ports = [base + i for i in range(pairs)]
-    peers = [subprocess.Popen(commands(p)[0], shell=True, env=r.env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL) for p in ports]
-    time.sleep(0.4 + 0.05 * pairs)  # the servers listening (the tools have no readiness signal)
-    try:
-        clients = [subprocess.Popen(commands(p)[1], shell=True, env=r.env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True) for p in ports]
-        results = []
-        for c in clients:
-            out, err = c.communicate(timeout=150)
-            if c.returncode != 0:
-                raise RuntimeError("%s failed (%d): %s" % (tool, c.returncode, (err or out).strip()[-500:]))
-            results.append(parse(out))
-    finally:
-        for p in peers:
-            p.wait(timeout=150)
+    def command(port):
+        return [r.args.rfos, "bench", "--ceiling-only", "--provider", provider, "--bs", size, "--iodepth",
+                str(DEPTH[bs]), "--ceiling-port", str(port), "--output-format", "json"]
+    procs = [subprocess.Popen(command(p), env=r.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for p in ports]
+    results = []
+    for c in procs:
+        out, err = c.communicate(timeout=600)
+        if c.returncode != 0:
+            raise RuntimeError("rfos bench --ceiling-only failed (%d): %s" % (c.returncode, (err or out).strip()[-500:]))
+        j = json.loads(out)
+        results.append({"iops": j["msg_rate"], "bw_bytes": j["bw_bytes"], "p50_us": j["p50_us"]})
     total = {"iops": sum(x["iops"] for x in results), "bw_bytes": sum(x["bw_bytes"] for x in results),
              "p50_us": statistics.median(x["p50_us"] for x in results)}
-    command = commands(ports[0])[1] + ("  (x%d pairs at once, ports %d..%d)" % (pairs, ports[0], ports[-1])
-                                        if pairs > 1 else "")
-    return tool, total, command
+    cmd = " ".join(command(ports[0])) + ("  (x%d at once, ports %d..%d)" % (pairs, ports[0], ports[-1])
+                                         if pairs > 1 else "")
+    return ("ucx_perftest" if provider.startswith("ucx+") else "fi_pingpong"), total, cmd
 
 
 def stage_transport(r, servers, jobs_list, runtime, sizes):

@@ -24,11 +24,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
+#include "cli/transport_tools.h"
 #include "client/container.h"
 #include "client/file_layout.h"
 #include "placement/placement.h"
 #include "transport/transport.h"
-#include "transport/ucx/ucx.h"
 
 namespace rfos::cli {
 
@@ -49,6 +49,8 @@ struct BenchArgs {
   std::string pool = "default";
   std::string cont = "default";
   bool ceiling = false;
+  bool ceiling_only = false;
+  int ceiling_port = 0;
   std::string data_path = "auto";
   std::string iomem = "malloc";
   int payload_sends = -1;
@@ -108,86 +110,25 @@ Status pump(client::Container& c, const ObjectId& oid, bool write, uint64_t bs, 
   }
 }
 
-struct Ceiling {
-  std::string tool;
-  double msg_rate = 0;  // messages per second
-  double bw_bytes = 0;  // bytes per second
-  // UCX over tcp: the same tool with endpoints that do not detect peer failure, which a server cannot use;
-  // shown beside the ceiling, not taken as it. 0 where not measured.
-  double unhandled_msg_rate = 0;
-  double unhandled_bw_bytes = 0;
-};
-
-// Runs a two-sided benchmark tool on loopback: a server copy in the background, then the client; returns the
-// client's output.
-Result<std::string> run_pair(const std::string& env, const std::string& tool, const std::string& server_args,
-                             const std::string& client_args, const std::string& install) {
-  if (std::system(("command -v " + tool + " >/dev/null 2>&1").c_str()) != 0)
-    return error(StatusCode::kNotFound, tool + " is not installed (apt-get install " + install + ")");
-  std::string server = env + "timeout 60 " + tool + server_args + " >/dev/null 2>&1 &";
-  if (std::system(server.c_str()) != 0) return error(StatusCode::kInternal, "cannot start " + tool);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  FILE* p = popen((env + "timeout 60 " + tool + client_args + " 127.0.0.1 2>&1").c_str(), "r");
-  std::string out;
-  char line[512];
-  while (p && fgets(line, sizeof(line), p)) out += line;
-  if (p) pclose(p);
-  return out;
-}
-
-// The transport's own figure on loopback for `provider`: ucx_perftest (ucp_am_bw with the same message size and
-// window) for UCX; fi_pingpong (RDM, same size) for libfabric, which Debian ships without fabtests' bandwidth
-// tests: a ping-pong is one message in flight, so at depth > 1 rfos may beat it (ratio above 1).
-Result<Ceiling> transport_ceiling(const std::string& provider, uint64_t bs, uint32_t depth) {
-  int port = 20000 + static_cast<int>(getpid() % 20000);
-  if (provider.rfind("ofi+", 0) == 0) {
-    const char* prov = provider == "ofi+tcp" ? "tcp;ofi_rxm" : provider == "ofi+shm" ? "shm" : nullptr;
-    if (!prov) return error(StatusCode::kNotSupported, "no fi_pingpong ceiling for " + provider);
-    std::string env = "FI_TCP_IFACE=${FI_TCP_IFACE:-lo} FI_NET_IFACE=${FI_NET_IFACE:-lo} ";
-    std::string args = std::string(" -p '") + prov + "' -e rdm -S " + std::to_string(bs) + " -I " +
-                       (bs >= (1 << 20) ? "500" : "20000");
-    std::string p = std::to_string(port);
-    RFOS_ASSIGN_OR_RETURN(std::string out,
-                          run_pair(env, "fi_pingpong", args + " -B " + p, args + " -P " + p, "libfabric-bin"));
-    // "bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec"
-    for (size_t at = 0; (at = out.find('\n', at)) != std::string::npos;) {
-      std::string_view l(out.c_str() + at + 1);
-      ++at;
-      char size[32], sent[32], ack[32], total[32], time[32];
-      double mbs = 0, usec = 0;
-      if (std::sscanf(l.data(), "%31s %31s %31s %31s %31s %lf %lf", size, sent, ack, total, time, &mbs, &usec) == 7 &&
-          usec > 0)
-        return Ceiling{"fi_pingpong rdm, depth 1", 1e6 / usec, mbs * 1e6};
-    }
-    return error(StatusCode::kInternal, "fi_pingpong gave no result");
+// --ceiling-only: the transport tool's figures alone (what bench/matrix.py takes as its transport ceilings).
+void ceiling_only(Context& ctx, const BenchArgs& a) {
+  std::string provider = a.provider.empty() && std::getenv("RFOS_PROVIDER") ? std::getenv("RFOS_PROVIDER") : a.provider;
+  if (provider.empty())
+    return (void)ctx.check(error(StatusCode::kInvalidArgument, "--ceiling-only needs --provider"), "bench");
+  auto c = transport_ceiling(provider, a.bs, a.iodepth, a.ceiling_port);
+  if (!ctx.check(c.status(), "bench")) return;
+  if (a.format == "json") {
+    nlohmann::ordered_json j = {{"provider", provider},    {"bs", a.bs},
+                                {"iodepth", a.iodepth},    {"tool", c->tool},
+                                {"msg_rate", c->msg_rate}, {"bw_bytes", c->bw_bytes},
+                                {"p50_us", c->p50_us}};
+    if (c->unhandled_msg_rate > 0)
+      j["without_peer_failure_handling"] = {{"msg_rate", c->unhandled_msg_rate}, {"bw_bytes", c->unhandled_bw_bytes}};
+    std::printf("%s\n", j.dump().c_str());
+    return;
   }
-  const char* tls = provider == "ucx+tcp" || provider == "ucx+shm" ? transport::ucx_transports(provider) : nullptr;
-  if (!tls) return error(StatusCode::kNotSupported, "no ucx_perftest ceiling for " + provider);
-  std::string env = std::string("UCX_TLS=") + tls + " UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo} ";
-  std::string args = " -p " + std::to_string(port) + " -t ucp_am_bw -s " + std::to_string(bs) + " -O " +
-                     std::to_string(std::max<uint32_t>(depth, 1)) + " -n " + (bs >= (1 << 20) ? "2000" : "100000");
-  // Returns {msg/s, bytes/s}.
-  auto perftest = [&](const std::string& a) -> Result<std::pair<double, double>> {
-    RFOS_ASSIGN_OR_RETURN(std::string out, run_pair(env, "ucx_perftest", a, a, "ucx-utils"));
-    // "Final: iters lat50 lat_avg lat_overall bw_avg(MB/s) bw_overall msgrate_avg msgrate_overall"
-    auto at = out.find("Final:");
-    double v[8] = {};
-    if (at == std::string::npos ||
-        std::sscanf(out.c_str() + at + 6, "%lf %lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                    &v[6], &v[7]) != 8 ||
-        v[7] <= 0)
-      return error(StatusCode::kInternal, "ucx_perftest gave no result");
-    return std::make_pair(v[7], v[5] * 1024 * 1024);  // ucx_perftest's MB is MiB
-  };
-  // The ceiling is UCX with endpoints like rfos's: with peer-failure handling (-e) where rfos's detect a dead
-  // peer (on tcp the receiver then copies every payload), without it on shm, which cannot.
-  if (!transport::ucx_detects_peer_failure(provider)) {
-    RFOS_ASSIGN_OR_RETURN(auto plain, perftest(args));
-    return Ceiling{"ucx_perftest ucp_am_bw", plain.first, plain.second};
-  }
-  RFOS_ASSIGN_OR_RETURN(auto handled, perftest(args + " -e"));
-  RFOS_ASSIGN_OR_RETURN(auto unhandled, perftest(args));
-  return Ceiling{"ucx_perftest ucp_am_bw -e", handled.first, handled.second, unhandled.first, unhandled.second};
+  std::printf("ceiling (%s, %s, %llu B, depth %u, loopback): %.1fk msg/s, %.1f MiB/s\n", c->tool.c_str(),
+              provider.c_str(), (unsigned long long)a.bs, a.iodepth, c->msg_rate / 1000, c->bw_bytes / 1048576);
 }
 
 }  // namespace
@@ -226,7 +167,13 @@ void add_bench_command(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   cmd->add_flag("--ceiling", a->ceiling,
                 "also measure the transport ceiling (ucx_perftest or fi_pingpong, loopback) and print the ratio");
+  cmd->add_flag("--ceiling-only", a->ceiling_only,
+                "measure only the transport ceiling for --provider, --bs and --iodepth (no server needed)");
+  cmd->add_option("--ceiling-port", a->ceiling_port,
+                  "the port the ceiling's tool pair meets on (default: from the pid)")
+      ->check(CLI::Range(1024, 65535));
   cmd->callback([&ctx, a] {
+    if (a->ceiling_only) return ceiling_only(ctx, *a);
     const uint64_t* bs = &a->bs;
     const uint64_t* size = &a->size;
     uint64_t max_ops = a->io_size ? std::max<uint64_t>(a->io_size / a->bs, 1) : UINT64_MAX;
@@ -349,7 +296,7 @@ void add_bench_command(CLI::App& app, Context& ctx) {
         if (s.is_ok()) p = s->provider;
       }
       used = p;
-      ceiling = transport_ceiling(p, *bs, a->iodepth);
+      ceiling = transport_ceiling(p, *bs, a->iodepth, a->ceiling_port);
     }
 
     const char* dir = write ? "write" : "read";

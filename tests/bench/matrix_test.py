@@ -42,24 +42,6 @@ class Parsers(unittest.TestCase):
         text = "fio: note: both iodepth >= 1 and synchronous I/O engine are selected\n" + fixture("fio_randread.json")
         self.assertGreater(matrix.parse_fio_json(text, "randread")["iops"], 0)
 
-    def test_ucx_perftest_both_layouts(self):
-        one = matrix.parse_ucx_perftest(fixture("ucx_perftest_am_bw.txt"))
-        self.assertEqual(one["iops"], 141407)
-        self.assertAlmostEqual(one["bw_bytes"], 552.37 * 2**20)
-        self.assertAlmostEqual(one["p50_us"], 5.788)
-        threads = matrix.parse_ucx_perftest(fixture("ucx_perftest_am_bw_threads.txt"))
-        self.assertEqual(threads["iops"], 179535)
-        self.assertAlmostEqual(threads["bw_bytes"], 701.31 * 2**20)
-        with self.assertRaises(ValueError):
-            matrix.parse_ucx_perftest("connection refused\n")
-
-    def test_fi_pingpong(self):
-        r = matrix.parse_fi_pingpong(fixture("fi_pingpong.txt"))
-        self.assertAlmostEqual(r["iops"], 1e6 / 42.47)
-        self.assertAlmostEqual(r["bw_bytes"], 96.44e6)
-        with self.assertRaises(ValueError):
-            matrix.parse_fi_pingpong("bytes   #sent   #ack     total\n")
-
 
 class Report(unittest.TestCase):
     def test_every_file_and_every_e2e_cell_with_its_ceilings(self):

@@ -18,9 +18,15 @@
 #include <unordered_set>
 
 #include "transport/transport.h"
+#include "transport/ucx/peer_process.h"
+#include "transport/ucx/remote_keys.h"
 #include "transport/ucx/ucx.h"
+#include "transport/ucx/ucx_common.h"
 
 namespace rfos::transport {
+
+using ucx::ucs_error;
+using ucx::ucx_setup_mutex;
 
 bool ucx_detects_peer_failure(std::string_view provider) { return provider != "ucx+shm"; }
 
@@ -38,50 +44,9 @@ const char* ucx_transports(std::string_view provider) {
 
 namespace {
 
-// UCX 1.13 sets a context and a worker up under locks of its memory hooks (ucm) taken in different orders on
-// different paths (ucs_rcache_create installing an event handler; ucs_sysv_alloc's shmat, which the hooks
-// intercept): sixteen threads opening workers at once (rfos bench --numjobs 16 over ucx+shm) deadlocked in
-// them. Contexts and workers are made and closed one at a time per process; it costs nothing afterwards.
-std::mutex& ucx_setup_mutex() {
-  static std::mutex mu;
-  return mu;
-}
-
 constexpr unsigned kAmId = 7;
 constexpr unsigned kHelloAmId = 8;  // a new endpoint's first message: the sender's worker address
 constexpr std::chrono::seconds kWireupTimeout{10};
-
-Status ucs_error(ucs_status_t s, const std::string& what) {
-  StatusCode code = StatusCode::kIoError;
-  if (s == UCS_ERR_UNREACHABLE || s == UCS_ERR_ENDPOINT_TIMEOUT || s == UCS_ERR_CONNECTION_RESET ||
-      s == UCS_ERR_CANCELED || s == UCS_ERR_REJECTED || s == UCS_ERR_NOT_CONNECTED)
-    code = StatusCode::kShutdown;
-  if (s == UCS_ERR_NO_MEMORY || s == UCS_ERR_NO_RESOURCE) code = StatusCode::kBusy;
-  if (s == UCS_ERR_UNSUPPORTED || s == UCS_ERR_NO_DEVICE) code = StatusCode::kNotSupported;
-  return error(code, what + ": " + ucs_status_string(s));
-}
-
-// A process as a hello names it on shm: its id and its start time (in clock ticks since boot, /proc/PID/stat's
-// 22nd field), which together name one process even after the id is reused.
-struct PeerProcess {
-  uint64_t pid = 0;
-  uint64_t start = 0;
-};
-
-// The start time of process `pid`, 0 when there is no such process (or /proc cannot tell).
-uint64_t process_start_time(uint64_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  size_t end = stat.rfind(')');  // the command name in parentheses may hold spaces and parentheses
-  if (end == std::string::npos) return 0;
-  // After ") " come the state (field 3) and fields 4..: the start time is field 22.
-  const char* p = stat.c_str() + end + 1;
-  for (int field = 3; field < 22; ++field) {
-    p = std::strchr(p + 1, ' ');
-    if (p == nullptr) return 0;
-  }
-  return std::strtoull(p + 1, nullptr, 10);
-}
 
 // What a pending UCX request calls back into.
 class UcxWorker;
@@ -104,7 +69,7 @@ class UcxWorker final : public Worker {
     // Closing progresses the worker, and UCX's callbacks must not touch this worker's maps or call up into a
     // target that is going away meanwhile.
     closing_ = true;
-    for (auto& [_, rk] : rkeys_) ucp_rkey_destroy(rk);
+    rkeys_.clear();
     std::vector<ucp_ep_h> open = std::move(failed_);
     for (auto& [h, _] : eps_)
       if (ucp_ep_h ep = ep_of(h)) open.push_back(ep);
@@ -119,8 +84,7 @@ class UcxWorker final : public Worker {
   }
 
   Status init(const std::string& provider, const WorkerOptions& options) {
-    self_.pid = static_cast<uint64_t>(getpid());
-    self_.start = process_start_time(self_.pid);
+    self_ = ucx::PeerProcess::self();
     hello_payload_.assign(reinterpret_cast<const char*>(&self_), sizeof(self_));
     admit_hello_ = options.admit_hello;
     sleep_when_waits_long_ = options.sleep_when_waits_long;
@@ -247,7 +211,7 @@ class UcxWorker final : public Worker {
   // Closes an endpoint this worker created, unless its failure closed it already. By force where connect()
   // gives up on it: a peer that does not answer would never let a graceful close finish.
   void close_handle(EpHandle h, bool force) {
-    forget_rkeys(h);
+    rkeys_.forget(h);
     admitted_.erase(h);
     ucp_ep_h ep = ep_of(h);
     if (eps_.erase(h) && ep) {
@@ -469,10 +433,10 @@ class UcxWorker final : public Worker {
       // Checked before any endpoint is made for the peer: a hello whose introduction does not pass makes nothing,
       // and the peer is not heard (as a peer that sent no hello).
       bool eager = !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
-      std::string_view token =
-          eager && length > sizeof(PeerProcess)
-              ? std::string_view(static_cast<const char*>(data) + sizeof(PeerProcess), length - sizeof(PeerProcess))
-              : std::string_view();
+      std::string_view token = eager && length > sizeof(ucx::PeerProcess)
+                                   ? std::string_view(static_cast<const char*>(data) + sizeof(ucx::PeerProcess),
+                                                      length - sizeof(ucx::PeerProcess))
+                                   : std::string_view();
       if (!self->admit_hello_(token)) {
         if (self->introduced_only_) self->forget(param->reply_ep);
         return UCS_OK;
@@ -501,32 +465,20 @@ class UcxWorker final : public Worker {
     return UCS_OK;
   }
 
-  // Where UCX cannot tell that a peer died (shm), a target watches the process the peer's hello names: once it
-  // is gone, the peer fails as it would on tcp (peer_gone). Only a process that exists now with the start time
-  // the hello gives is watched: a peer in another pid namespace is not. The claim is not proved; a peer that
-  // names another process and goes on sending after it ends could write into buffers given back, which UCX 1.13's
-  // shm FIFOs let any peer that maps them do anyway (docs/wire-format.md, "Dead peers on shm").
+  // Where UCX cannot tell that a peer died (shm), a target watches the process the peer's hello names
+  // (transport/ucx/peer_process.h): once it is gone, the peer fails as it would on tcp (peer_gone). A peer that
+  // names another process and goes on sending after it ends could write into buffers given back, which UCX
+  // 1.13's shm FIFOs let any peer that maps them do anyway (docs/wire-format.md, "Dead peers on shm").
   void watch(EpHandle reply, const void* data, size_t length, const ucp_am_recv_param_t* param) {
-    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length < sizeof(PeerProcess)) return;
-    PeerProcess p;
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length < sizeof(ucx::PeerProcess)) return;
+    ucx::PeerProcess p;
     std::memcpy(&p, data, sizeof(p));
-    if (p.start == 0 || process_start_time(p.pid) != p.start) return;
-    watched_[reply] = p;
+    watched_.watch(reply, p);
   }
 
-  // Fails every watched peer whose process has ended (at most every kWatchInterval).
+  // Fails every watched peer whose process has ended.
   void check_watched() {
-    if (watched_.empty()) return;
-    auto now = std::chrono::steady_clock::now();
-    if (now < next_watch_) return;
-    next_watch_ = now + kWatchInterval;
-    std::vector<EpHandle> gone;
-    std::unordered_map<uint64_t, uint64_t> start_of;  // one look at /proc per process, for its many endpoints
-    for (auto& [h, p] : watched_) {
-      auto [it, fresh] = start_of.try_emplace(p.pid, 0);
-      if (fresh) it->second = process_start_time(p.pid);
-      if (it->second != p.start) gone.push_back(h);
-    }
+    std::vector<EpHandle> gone = watched_.gone();
     if (gone.empty()) return;
     // What the dead peers sent before they died is in this worker's receive queue now: taken in first, so that
     // nothing of theirs arrives after their operations were given up (into buffers handed back by then).
@@ -534,7 +486,7 @@ class UcxWorker final : public Worker {
     }
     Status why = error(StatusCode::kShutdown, "the peer's process has exited");
     for (EpHandle h : gone) {
-      if (watched_.count(h) == 0) continue;  // failed while draining
+      if (!watched_.watching(h)) continue;  // failed while draining
       std::vector<EpHandle> eps = {h};
       if (auto it = rma_eps_.find(h); it != rma_eps_.end()) eps.push_back(it->second);
       peer_gone(h, why);
@@ -562,45 +514,11 @@ class UcxWorker final : public Worker {
     for (Done& d : dones) d(why);
   }
 
-  Result<ucp_rkey_h> rkey_for(EpHandle h, ucp_ep_h ep, std::string_view packed) {
-    auto key = std::make_pair(h, std::string(packed));
-    auto it = rkeys_.find(key);
-    if (it != rkeys_.end()) return it->second;
-    if (rkeys_.size() >= kMaxRkeys) {  // bounded: clients register once, so the cache rarely turns over
-      for (auto& [_, rk] : rkeys_) ucp_rkey_destroy(rk);
-      rkeys_.clear();
-    }
-    ucp_rkey_h rk = nullptr;
-    ucs_status_t s = ucp_ep_rkey_unpack(ep, packed.data(), &rk);
-    if (s != UCS_OK) return ucs_error(s, "malformed remote key");
-    // A key UCX would serve through a mapping in this process (its shared-memory transports: sysv, posix) is
-    // refused. Over such a key this worker's own CPU copies into or out of the segment the key names, at the
-    // offset the peer gives, and UCX checks neither that the range lies inside the segment nor whose segment it
-    // is: a peer could have this process write into its own memory or read another peer's. The keys rfos
-    // clients send are of memory they registered (register_memory, alloc_memory), which UCX's shared-memory
-    // transports reach by messages the owner serves, and which RDMA NICs check.
-    void* mapped = nullptr;
-    if (ucp_rkey_ptr(rk, 0, &mapped) == UCS_OK) {
-      ucp_rkey_destroy(rk);
-      return error(StatusCode::kPermissionDenied,
-                   "the remote key names a shared-memory segment, which this server does not map for peers");
-    }
-    rkeys_.emplace(std::move(key), rk);
-    return rk;
-  }
-
-  void forget_rkeys(EpHandle ep) {
-    for (auto it = rkeys_.lower_bound({ep, std::string()}); it != rkeys_.end() && it->first.first == ep;) {
-      ucp_rkey_destroy(it->second);
-      it = rkeys_.erase(it);
-    }
-  }
-
   Status rma(bool put, EpHandle ep, uint64_t remote_addr, std::string_view packed, std::span<const Iov> local,
              Done done) {
     RFOS_ASSIGN_OR_RETURN(auto target, rma_ep(ep));
     ucp_ep_h to = target.second;
-    RFOS_ASSIGN_OR_RETURN(ucp_rkey_h rk, rkey_for(target.first, to, packed));
+    RFOS_ASSIGN_OR_RETURN(ucp_rkey_h rk, rkeys_.get(target.first, to, packed));
     auto* op = new Rma{this, std::move(done), 1, Status::ok(), put ? to : nullptr, ep};
     rmas_.insert(op);
     for (const Iov& v : local) {
@@ -743,10 +661,10 @@ class UcxWorker final : public Worker {
   // A failed endpoint: its handle resolves to nothing from now on, and progress() closes it (not inside UCX's
   // callback).
   void fail(EpHandle h) {
-    forget_rkeys(h);
+    rkeys_.forget(h);
     admitted_.erase(h);
     hello_addrs_.erase(h);
-    watched_.erase(h);
+    watched_.forget(h);
     eps_.erase(h);
     ucp_ep_h ep = ep_of(h);
     if (ep == nullptr) return;
@@ -797,19 +715,16 @@ class UcxWorker final : public Worker {
   std::unordered_map<ucp_ep_h, EpHandle> handles_;
   std::unordered_map<EpHandle, ucp_ep_h> by_handle_;
   EpHandle next_handle_ = 1;
-  static constexpr size_t kMaxRkeys = 4096;
-  std::map<std::pair<EpHandle, std::string>, ucp_rkey_h> rkeys_;  // unpacked remote keys per peer
-  std::map<EpHandle, EpHandle> rma_eps_;                          // reply endpoint -> our own, from hellos
+  ucx::RemoteKeys rkeys_;                 // unpacked remote keys per peer
+  std::map<EpHandle, EpHandle> rma_eps_;  // reply endpoint -> our own, from hellos
   static constexpr size_t kMaxHelloBytes = 64 << 10;
   std::map<EpHandle, std::string> hello_addrs_;        // reply endpoint -> its peer's address, until RMA needs it
   std::vector<ucp_ep_h> failed_;                       // endpoints whose peer failed, to close
-  PeerProcess self_;                                   // what this worker's hellos say about its process
+  ucx::PeerProcess self_;                              // what this worker's hellos say about its process
   std::string hello_payload_;                          // self_, then the introduction (set_introduction)
   std::function<bool(std::string_view)> admit_hello_;  // WorkerOptions::admit_hello
   std::unordered_set<EpHandle> admitted_;              // reply endpoints whose hello passed admit_hello_
-  std::unordered_map<EpHandle, PeerProcess> watched_;  // reply endpoint -> its peer's process (shm; watch())
-  static constexpr std::chrono::milliseconds kWatchInterval{500};
-  std::chrono::steady_clock::time_point next_watch_;
+  ucx::ProcessWatch watched_;                          // reply endpoints' peer processes (shm; watch())
 };
 
 }  // namespace

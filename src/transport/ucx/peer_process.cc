@@ -1,0 +1,53 @@
+#include "transport/ucx/peer_process.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+namespace rfos::transport::ucx {
+
+PeerProcess PeerProcess::self() {
+  PeerProcess p;
+  p.pid = static_cast<uint64_t>(getpid());
+  p.start = process_start_time(p.pid);
+  return p;
+}
+
+uint64_t process_start_time(uint64_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  size_t end = stat.rfind(')');  // the command name in parentheses may hold spaces and parentheses
+  if (end == std::string::npos) return 0;
+  // After ") " come the state (field 3) and fields 4..: the start time is field 22.
+  const char* p = stat.c_str() + end + 1;
+  for (int field = 3; field < 22; ++field) {
+    p = std::strchr(p + 1, ' ');
+    if (p == nullptr) return 0;
+  }
+  return std::strtoull(p + 1, nullptr, 10);
+}
+
+bool ProcessWatch::watch(Handle h, const PeerProcess& p) {
+  if (p.start == 0 || process_start_time(p.pid) != p.start) return false;
+  watched_[h] = p;
+  return true;
+}
+
+std::vector<ProcessWatch::Handle> ProcessWatch::gone(std::chrono::steady_clock::time_point now) {
+  std::vector<Handle> out;
+  if (watched_.empty() || now < next_) return out;
+  next_ = now + interval_;
+  std::unordered_map<uint64_t, uint64_t> start_of;  // one look at /proc per process, for its many endpoints
+  for (auto& [h, p] : watched_) {
+    auto [it, fresh] = start_of.try_emplace(p.pid, 0);
+    if (fresh) it->second = process_start_time(p.pid);
+    if (it->second != p.start) out.push_back(h);
+  }
+  return out;
+}
+
+}  // namespace rfos::transport::ucx
