@@ -115,6 +115,8 @@ void ceiling_only(Context& ctx, const BenchArgs& a) {
   std::string provider = a.provider.empty() && std::getenv("RFOS_PROVIDER") ? std::getenv("RFOS_PROVIDER") : a.provider;
   if (provider.empty())
     return (void)ctx.check(error(StatusCode::kInvalidArgument, "--ceiling-only needs --provider"), "bench");
+  if (a.bs == 0 || a.iodepth == 0)
+    return (void)ctx.check(error(StatusCode::kInvalidArgument, "--bs and --iodepth must be at least 1"), "bench");
   auto c = transport_ceiling(provider, a.bs, a.iodepth, a.ceiling_port);
   if (!ctx.check(c.status(), "bench")) return;
   if (a.format == "json") {
@@ -176,13 +178,13 @@ void add_bench_command(CLI::App& app, Context& ctx) {
     if (a->ceiling_only) return ceiling_only(ctx, *a);
     const uint64_t* bs = &a->bs;
     const uint64_t* size = &a->size;
-    uint64_t max_ops = a->io_size ? std::max<uint64_t>(a->io_size / a->bs, 1) : UINT64_MAX;
     if (*bs == 0 || *bs > client::kMaxIoBytes || client::kMaxIoBytes % *bs != 0 || *size < *bs || a->numjobs == 0 ||
         a->iodepth == 0) {
       ctx.check(error(StatusCode::kInvalidArgument, "--bs must divide 1m, --size >= --bs, jobs and depth >= 1"),
                 "bench");
       return;
     }
+    uint64_t max_ops = a->io_size ? std::max<uint64_t>(a->io_size / a->bs, 1) : UINT64_MAX;
     uint64_t blocks = *size / *bs;
     bool write = a->rw == "write" || a->rw == "randwrite";
     bool rand = a->rw == "randread" || a->rw == "randwrite";

@@ -60,18 +60,28 @@ Status copy_in(posix::Namespace& ns, const posix::Cred& cred, const std::filesys
   if (!S_ISREG(st.st_mode)) return Status::ok();  // devices, fifos and sockets are not copied
   int fd = ::open(src.c_str(), O_RDONLY);
   if (fd < 0) return errno_error(src.string());
-  // All or nothing, many pieces in flight: a file of that name stays as it was until the copy is complete.
-  auto f = ns.put_file(
-      dir, name, st.st_mode & 07777,
-      [&](std::span<uint8_t> buf) -> Result<size_t> {
-        ssize_t n = ::read(fd, buf.data(), buf.size());
-        if (n < 0) return errno_error(src.string());
-        return static_cast<size_t>(n);
-      },
-      cred);
+  client::StreamSource source = [&](std::span<uint8_t> buf) -> Result<size_t> {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0) return errno_error(src.string());
+    return static_cast<size_t>(n);
+  };
+  // A new file is written whole, then named (Namespace::put_file); an existing one is rewritten in place, as cp
+  // does, keeping its inode, owner, links and xattrs. Many pieces in flight either way.
+  Status s;
+  auto existing = ns.lookup(dir, name, cred);
+  if (existing.is_ok() && S_ISREG(existing->mode)) {
+    posix::SetAttr t;
+    t.set_size = true;
+    auto f = ns.setattr(existing->oid, t, cred);
+    s = f.is_ok() ? ns.write_file(*f, source).status() : f.status();
+  } else {
+    s = existing.is_ok() || existing.status().code() == StatusCode::kNotFound
+            ? ns.put_file(dir, name, st.st_mode & 07777, source, cred).status()
+            : existing.status();
+  }
   ::close(fd);
   ++*files;
-  return f.status();
+  return s;
 }
 
 // Container path -> local path.

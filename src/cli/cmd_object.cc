@@ -269,6 +269,9 @@ void add_object_commands(CLI::App& app, Context& ctx) {
   stat_cmd->add_option("--snapshot", stat_args->snapshot, "as of this snapshot (its epoch)");
   stat_cmd->callback([&ctx, stat_args] {
     if (is_path(stat_args->key)) {
+      if (stat_args->snapshot)
+        return (void)ctx.check(error(StatusCode::kNotSupported, "--snapshot reads named objects, not paths yet"),
+                               "stat");
       auto m = open_ns(ctx, *stat_args);
       if (!ctx.check(m.status(), "stat")) return;
       auto a = m->ns->resolve(stat_args->key, my_cred());

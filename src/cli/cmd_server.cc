@@ -42,7 +42,8 @@ void add_server_command(CLI::App& app, Context& ctx) {
   add_size_option(cmd, "--session-buffer-bytes", flags->session_buffer_bytes,
                   "engine buffers one session may hold on a target at once; more gets Busy, which clients retry "
                   "(0: no limit; default 16777216)");
-  cmd->add_option("--log-level", flags->log_level, "diagnostics: trace, debug, info (default), warn, error, off");
+  cmd->add_option("--log-level", flags->log_level,
+                  "diagnostics: trace, debug, info, warn, error, off (default: $RFOS_LOG_LEVEL, else info)");
   cmd->add_flag("--bypass-media", flags->bypass_media,
                 "benchmarks only: answer reads with zeros and drop writes, to measure the data plane alone");
   auto defaults = std::make_shared<bool>(false);

@@ -61,8 +61,8 @@ Result<ToolFigure> parse_ucx_perftest(std::string_view out) {
   for (std::string_view l : lines(out)) {
     if (l.rfind("Final:", 0) != 0) continue;
     std::vector<double> v = numbers(l.substr(6));
-    if (v.size() >= 8) return ToolFigure{v[7], v[5] * 1024 * 1024, v[1]};  // its MB are MiB
-    if (v.size() == 4) return ToolFigure{v[3], v[2] * 1024 * 1024, v[1]};  // several threads (-T)
+    if (v.size() >= 8 && v[7] > 0) return ToolFigure{v[7], v[5] * 1024 * 1024, v[1]};  // its MB are MiB
+    if (v.size() == 4 && v[3] > 0) return ToolFigure{v[3], v[2] * 1024 * 1024, v[1]};  // several threads (-T)
   }
   return error(StatusCode::kInvalidArgument, "no Final: line in ucx_perftest's output");
 }

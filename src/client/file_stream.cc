@@ -128,7 +128,7 @@ Status write_file_object(Container& c, const ObjectId& data, uint64_t chunk, con
 
 // Reads ahead up to `depth` pieces, and hands them to the sink in order as they arrive.
 Status read_file_object(Container& c, const ObjectId& oid, uint64_t chunk, uint64_t size, const StreamSink& sink,
-                        uint32_t depth, const StreamProgress& progress) {
+                        uint32_t depth, const StreamProgress& progress, bool sparse) {
   depth = std::max(depth, 1u);
   if (chunk == 0) chunk = layout::chunk_bytes(c.session().cont.props.chunk_bytes);
   std::vector<std::vector<uint8_t>> bufs(depth, std::vector<uint8_t>(kMaxIoBytes));
@@ -162,7 +162,7 @@ Status read_file_object(Container& c, const ObjectId& oid, uint64_t chunk, uint6
       auto it = tickets.find(comp.ticket);
       if (it == tickets.end()) continue;
       Piece& p = pieces[it->second];
-      if (comp.status.code() == StatusCode::kNotFound)
+      if (sparse && comp.status.code() == StatusCode::kNotFound)
         std::memset(bufs[p.buf].data(), 0, p.len);  // a chunk never written: a hole
       else if (!comp.status.is_ok() && s.is_ok())
         s = comp.status;

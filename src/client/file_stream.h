@@ -26,8 +26,10 @@ using StreamProgress = std::function<void(uint64_t bytes)>;
 // may be stored: the caller owns the cleanup (a fresh object).
 Status write_file_object(Container& c, const ObjectId& oid, uint64_t chunk, const StreamSource& source, uint32_t depth,
                          const StreamProgress& progress, uint64_t* size);
-// Gives the first `size` bytes of `oid` to `sink`; holes, and chunks never written, read as zeros.
+// Gives the first `size` bytes of `oid` to `sink`; holes read as zeros. A chunk that is not there is a hole with
+// `sparse` (a file of the namespace), and kNotFound without it (a named object's data, written whole: a chunk
+// missing means the object was removed or replaced under the reader).
 Status read_file_object(Container& c, const ObjectId& oid, uint64_t chunk, uint64_t size, const StreamSink& sink,
-                        uint32_t depth, const StreamProgress& progress);
+                        uint32_t depth, const StreamProgress& progress, bool sparse);
 
 }  // namespace rfos::client

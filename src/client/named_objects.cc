@@ -150,7 +150,7 @@ Status NamedObjects::read(const ObjectStat& st, const Sink& sink, const Progress
     }
     return Status::ok();
   }
-  return read_file_object(c_, st.data, 0, st.size, sink, depth_, progress);
+  return read_file_object(c_, st.data, 0, st.size, sink, depth_, progress, false);
 }
 
 Status NamedObjects::remove(std::string_view name) {

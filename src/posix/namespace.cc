@@ -697,6 +697,17 @@ Result<bool> Namespace::holds_inode(client::Container& c, const ObjectId& oid) {
   return true;
 }
 
+Result<uint64_t> Namespace::write_file(const Attr& f, const client::StreamSource& source, uint32_t depth,
+                                       const client::StreamProgress& progress) {
+  if (!S_ISREG(f.mode)) return fail(StatusCode::kInvalidArgument, "not a regular file");
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  uint64_t size = 0;
+  RFOS_RETURN_IF_ERROR(client::write_file_object(*c, f.oid, f.chunk ? f.chunk : layout::kDefaultChunkBytes, source,
+                                                 depth, progress, &size));
+  RFOS_RETURN_IF_ERROR(touch_written(f.oid));
+  return size;
+}
+
 Result<Attr> Namespace::put_file(const ObjectId& dir, std::string_view name, uint32_t mode,
                                  const client::StreamSource& source, const Cred& cred, uint32_t depth,
                                  const client::StreamProgress& progress) {
@@ -707,13 +718,7 @@ Result<Attr> Namespace::put_file(const ObjectId& dir, std::string_view name, uin
   std::string hidden = "." + std::string(name) + suffix;
   if (hidden.size() > kNameMax) hidden = suffix;
   RFOS_ASSIGN_OR_RETURN(Attr f, mknod(dir, hidden, S_IFREG | (mode & 07777), 0, cred));
-  Status s;
-  {
-    RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-    uint64_t size = 0;
-    s = client::write_file_object(*c, f.oid, f.chunk, source, depth, progress, &size);
-  }
-  if (s.is_ok()) s = touch_written(f.oid);
+  Status s = write_file(f, source, depth, progress).status();
   if (s.is_ok()) s = rename(dir, hidden, dir, name, 0, cred);
   if (!s.is_ok()) {
     auto gone = unlink(dir, hidden, cred);
@@ -727,9 +732,14 @@ Status Namespace::get_file(const Attr& a, const client::StreamSink& sink, uint32
                            const client::StreamProgress& progress) {
   if (S_ISDIR(a.mode)) return fail(StatusCode::kIsDirectory, "is a directory");
   if (!S_ISREG(a.mode)) return fail(StatusCode::kInvalidArgument, "not a regular file");
-  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  return client::read_file_object(*c, a.oid, a.chunk ? a.chunk : layout::kDefaultChunkBytes, a.size, sink, depth,
-                                  progress);
+  {
+    RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+    RFOS_RETURN_IF_ERROR(client::read_file_object(*c, a.oid, a.chunk ? a.chunk : layout::kDefaultChunkBytes, a.size,
+                                                  sink, depth, progress, true));
+  }
+  // Chunks not there read as holes: a file removed or replaced while it was read would read as zeros. It must
+  // still be there once all of it was read.
+  return getattr(a.oid).status();
 }
 
 Status Namespace::touch_written(const ObjectId& oid) {

@@ -137,7 +137,13 @@ class Namespace {
   // any rm clears it). Returns the new file's attributes.
   Result<Attr> put_file(const ObjectId& dir, std::string_view name, uint32_t mode, const client::StreamSource& source,
                         const Cred& cred, uint32_t depth = 16, const client::StreamProgress& progress = {});
-  // A whole regular file (`a`, as lookup or getattr gave it) to `sink`, in order, `depth` pieces read ahead.
+  // Writes all of `source` into the regular file `f` from offset 0, `depth` pieces in flight, then updates its
+  // times; returns the bytes written. In place: a failure leaves what was written (rfos fs copy onto an existing
+  // file, which keeps its inode, owner, links and xattrs, as cp does).
+  Result<uint64_t> write_file(const Attr& f, const client::StreamSource& source, uint32_t depth = 16,
+                              const client::StreamProgress& progress = {});
+  // A whole regular file (`a`, as lookup or getattr gave it) to `sink`, in order, `depth` pieces read ahead;
+  // kNotFound when the file went away while it was read.
   Status get_file(const Attr& a, const client::StreamSink& sink, uint32_t depth = 16,
                   const client::StreamProgress& progress = {});
 

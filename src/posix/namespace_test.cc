@@ -150,7 +150,18 @@ TEST_F(Ns, PutFileIsAllOrNothing) {
   ASSERT_TRUE(page.is_ok());
   ASSERT_EQ(page->entries.size(), 1u) << "the failed put left " << page->entries.back().name;
   ASSERT_TRUE(ns->put_file(ns->root(), "model", 0640, from(second), root_).is_ok());
-  EXPECT_TRUE(read_back(*ns->resolve("/model", root_)) == second);
+  auto now = ns->resolve("/model", root_);
+  EXPECT_TRUE(read_back(*now) == second);
+  // write_file rewrites in place: the same inode (links, owner, xattrs) with the new bytes.
+  auto written = ns->write_file(*now, from(first));
+  ASSERT_TRUE(written.is_ok());
+  EXPECT_EQ(*written, first.size());
+  EXPECT_EQ(ns->resolve("/model", root_)->oid, now->oid);
+  // A file removed while it is read reads as gone, not as zeros.
+  Attr stale = *ns->getattr(now->oid);
+  ASSERT_TRUE(ns->unlink(ns->root(), "model", root_).is_ok());
+  ASSERT_TRUE(ns->forget(now->oid).is_ok());
+  EXPECT_EQ(ns->get_file(stale, [](std::span<const uint8_t>) { return Status::ok(); }).code(), StatusCode::kNotFound);
   EXPECT_EQ(ns->get_file(*ns->getattr(ns->root()), [](std::span<const uint8_t>) { return Status::ok(); }).to_errno(),
             EISDIR);
 }

@@ -95,7 +95,7 @@ Status validate(const ServerConfig& c) {
   if (c.data_sync != "always" && c.data_sync != "auto")
     return error(StatusCode::kInvalidArgument, "data_sync is 'always' or 'auto', not '" + c.data_sync + "'");
   static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "off"};
-  if (!kLevels.count(c.log_level))
+  if (!c.log_level.empty() && !kLevels.count(c.log_level))
     return error(StatusCode::kInvalidArgument,
                  "log_level is one of trace, debug, info, warn, error, off, not '" + c.log_level + "'");
   if (c.target_bytes < (16ull << 20)) return error(StatusCode::kInvalidArgument, "target_bytes must be >= 16 MiB");

@@ -36,7 +36,9 @@ struct ServerConfig {
   // "always": block data synced before every commit; "auto": left to the index's sync when the engine has checked
   // that this suffices (engine.h, EngineOptions::DataSync); the server says at start which mode runs.
   std::string data_sync = "always";
-  std::string log_level = "info";  // diagnostics on stderr (common/log.h): trace, debug, info, warn, error, off
+  // Diagnostics on stderr (common/log.h): trace, debug, info, warn, error, off; "" leaves the level
+  // RFOS_LOG_LEVEL set (or info).
+  std::string log_level;
   uint32_t capability_ttl_s = 3600;
   uint32_t media_threads = 2;  // per target: helper threads for engine calls that block (punches, aggregation)
   // How long a target waits for an update's payload whose sender went silent before it gives the update up

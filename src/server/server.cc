@@ -248,7 +248,7 @@ void Server::shutdown() {
 }
 
 int run_server(const ServerConfig& config, const std::function<void(const std::string&)>& on_started) {
-  if (Status s = log::set_level(config.log_level); !s.is_ok()) {
+  if (Status s = config.log_level.empty() ? Status::ok() : log::set_level(config.log_level); !s.is_ok()) {
     std::fprintf(stderr, "rfos server: %s\n", s.to_string().c_str());
     return 1;
   }

@@ -1,4 +1,4 @@
-// The data-plane message format, version 1 (docs/wire-format.md). Every request carries the session's capability.
+// The data-plane message format, version 2 (docs/wire-format.md). Every request carries the session's capability.
 // A message is a header (encoded here) plus an optional payload moved by the transport: update data on requests,
 // fetched data on replies.
 //
@@ -17,7 +17,7 @@ namespace rfos::wire {
 
 inline constexpr uint32_t kRequestMagic = 0x31514652;  // "RFQ1"
 inline constexpr uint32_t kReplyMagic = 0x31504652;    // "RFP1"
-inline constexpr uint8_t kDataPlaneVersion = 1;
+inline constexpr uint8_t kDataPlaneVersion = 2;        // 2: list objects answers an ObjectPage
 inline constexpr size_t kMaxKeyBytes = 4096;
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;
 inline constexpr size_t kMaxRkeyBytes = 1024;
