@@ -88,60 +88,66 @@ class Server::Impl final : public wire::Control::Service {
 
   // Who called: the kernel's word on the local socket, the verified certificate on TLS, else anonymous.
   Principal caller(ServerContext* ctx) const;
+  // Every call: the caller, the management layer's answer, its error as gRPC's.
+  template <typename Req, typename Resp>
+  grpc::Status adapt(ServerContext* ctx, Status (Management::*op)(const Principal&, const Req&, Resp*), const Req* req,
+                     Resp* resp) {
+    return to_grpc(ctx, (management_.get()->*op)(caller(ctx), *req, resp));
+  }
 
   grpc::Status PoolCreate(ServerContext* ctx, const wire::PoolCreateRequest* req,
                           wire::PoolCreateResponse* resp) override {
-    return to_grpc(ctx, management_->pool_create(caller(ctx), *req, resp));
+    return adapt(ctx, &Management::pool_create, req, resp);
   }
   grpc::Status PoolList(ServerContext* ctx, const wire::PoolListRequest* req, wire::PoolListResponse* resp) override {
-    return to_grpc(ctx, management_->pool_list(caller(ctx), *req, resp));
+    return adapt(ctx, &Management::pool_list, req, resp);
   }
   grpc::Status PoolQuery(ServerContext* ctx, const wire::PoolQueryRequest* req,
                          wire::PoolQueryResponse* resp) override {
-    return to_grpc(ctx, management_->pool_query(caller(ctx), *req, resp));
+    return adapt(ctx, &Management::pool_query, req, resp);
   }
   grpc::Status PoolDestroy(ServerContext* ctx, const wire::PoolDestroyRequest* req,
                            wire::PoolDestroyResponse* resp) override {
-    return to_grpc(ctx, management_->pool_destroy(caller(ctx), *req, resp));
+    return adapt(ctx, &Management::pool_destroy, req, resp);
   }
   grpc::Status ContCreate(ServerContext* ctx, const wire::ContCreateRequest* req,
                           wire::ContCreateResponse* resp) override {
-    return to_grpc(ctx, management_->cont_create(caller(ctx), *req, resp));
+    return adapt(ctx, &Management::cont_create, req, resp);
   }
   grpc::Status ContList(ServerContext* ctx, const wire::ContListRequest* req, wire::ContListResponse* resp) override {
-    return to_grpc(ctx, management_->cont_list(caller(ctx), *req, resp));
+    return adapt(ctx, &Management::cont_list, req, resp);
   }
   grpc::Status ContQuery(ServerContext* ctx, const wire::ContQueryRequest* req,
                          wire::ContQueryResponse* resp) override {
-    return to_grpc(ctx, management_->cont_query(caller(ctx), *req, resp));
+    return adapt(ctx, &Management::cont_query, req, resp);
   }
   grpc::Status ContDestroy(ServerContext* ctx, const wire::ContDestroyRequest* req,
                            wire::ContDestroyResponse* resp) override {
-    return to_grpc(ctx, management_->cont_destroy(caller(ctx), *req, resp));
+    return adapt(ctx, &Management::cont_destroy, req, resp);
   }
   grpc::Status SnapshotCreate(ServerContext* ctx, const wire::SnapshotCreateRequest* req,
                               wire::SnapshotCreateResponse* resp) override {
-    return to_grpc(ctx, management_->snapshot_create(caller(ctx), *req, resp));
+    return adapt(ctx, &Management::snapshot_create, req, resp);
   }
   grpc::Status SnapshotDestroy(ServerContext* ctx, const wire::SnapshotDestroyRequest* req,
                                wire::SnapshotDestroyResponse* resp) override {
-    return to_grpc(ctx, management_->snapshot_destroy(caller(ctx), *req, resp));
+    return adapt(ctx, &Management::snapshot_destroy, req, resp);
   }
   grpc::Status Connect(ServerContext* ctx, const wire::ConnectRequest* req, wire::ConnectResponse* resp) override {
-    return to_grpc(ctx, management_->connect(caller(ctx), *req, resp));
+    return adapt(ctx, &Management::connect, req, resp);
   }
   grpc::Status Disconnect(ServerContext* ctx, const wire::DisconnectRequest* req,
                           wire::DisconnectResponse* resp) override {
-    return to_grpc(ctx, management_->disconnect(caller(ctx), *req, resp));
+    return adapt(ctx, &Management::disconnect, req, resp);
   }
   grpc::Status Renew(ServerContext* ctx, const wire::RenewRequest* req, wire::RenewResponse* resp) override {
-    return to_grpc(ctx, management_->renew(caller(ctx), *req, resp));
+    return adapt(ctx, &Management::renew, req, resp);
   }
   grpc::Status AclGet(ServerContext* ctx, const wire::AclGetRequest* req, wire::AclResponse* resp) override {
-    return to_grpc(ctx, management_->acl_get(caller(ctx), *req, resp));
+    return adapt(ctx, &Management::acl_get, req, resp);
   }
   grpc::Status AclModify(ServerContext* ctx, const wire::AclModifyRequest* req, wire::AclResponse* resp) override {
-    return to_grpc(ctx, management_->acl_modify(caller(ctx), *req, resp));
+    return adapt(ctx, &Management::acl_modify, req, resp);
   }
   grpc::Status ServerInfo(ServerContext*, const wire::ServerInfoRequest*, wire::ServerInfoResponse*) override;
   grpc::Status Health(ServerContext*, const wire::HealthRequest*, wire::HealthResponse*) override;

@@ -133,12 +133,26 @@ Result<Reply> decode_reply(std::string_view in) {
   return p;
 }
 
+namespace {
+// Every page (extents, objects, keys) starts alike: u8 flags (bit 0: done), u16 anchor length, the anchor, u32
+// entry count.
+void put_page_head(std::string* s, uint8_t flags, std::string_view anchor, size_t count) {
+  put_le<uint8_t>(s, flags);
+  put_le<uint16_t>(s, static_cast<uint16_t>(anchor.size()));
+  s->append(anchor);
+  put_le<uint32_t>(s, static_cast<uint32_t>(count));
+}
+
+bool get_page_head(ByteReader& r, uint8_t max_flags, uint8_t* flags, std::string_view* anchor, uint32_t* count) {
+  uint16_t alen = 0;
+  return r.get_le(flags) && *flags <= max_flags && r.get_le(&alen) && alen <= kMaxAnchorBytes &&
+         r.get_bytes(alen, anchor) && r.get_le(count);
+}
+}  // namespace
+
 std::string encode_extent_page(const ExtentPage& p) {
   std::string s;
-  put_le<uint8_t>(&s, p.done ? 1 : 0);
-  put_le<uint16_t>(&s, static_cast<uint16_t>(p.anchor.size()));
-  s += p.anchor;
-  put_le<uint32_t>(&s, static_cast<uint32_t>(p.extents.size()));
+  put_page_head(&s, p.done ? 1 : 0, p.anchor, p.extents.size());
   for (const auto& [offset, length] : p.extents) {
     put_le<uint64_t>(&s, offset);
     put_le<uint64_t>(&s, length);
@@ -150,11 +164,9 @@ Result<ExtentPage> decode_extent_page(std::string_view in) {
   ByteReader r(in);
   ExtentPage p;
   uint8_t done = 0;
-  uint16_t alen = 0;
   uint32_t n = 0;
   std::string_view anchor;
-  if (!r.get_le(&done) || done > 1 || !r.get_le(&alen) || alen > kMaxAnchorBytes || !r.get_bytes(alen, &anchor) ||
-      !r.get_le(&n) || n > kMaxExtentsPerPage || r.remaining() != n * size_t{16})
+  if (!get_page_head(r, 1, &done, &anchor, &n) || n > kMaxExtentsPerPage || r.remaining() != n * size_t{16})
     return malformed("extent page");
   p.done = done == 1;
   p.anchor.assign(anchor);
@@ -169,10 +181,7 @@ Result<ExtentPage> decode_extent_page(std::string_view in) {
 
 std::string encode_object_page(const ObjectPage& p) {
   std::string s;
-  put_le<uint8_t>(&s, p.done ? 1 : 0);
-  put_le<uint16_t>(&s, static_cast<uint16_t>(p.anchor.size()));
-  s += p.anchor;
-  put_le<uint32_t>(&s, static_cast<uint32_t>(p.oids.size()));
+  put_page_head(&s, p.done ? 1 : 0, p.anchor, p.oids.size());
   for (const ObjectId& o : p.oids) {
     put_le<uint64_t>(&s, o.hi);
     put_le<uint64_t>(&s, o.lo);
@@ -184,11 +193,9 @@ Result<ObjectPage> decode_object_page(std::string_view in) {
   ByteReader r(in);
   ObjectPage p;
   uint8_t done = 0;
-  uint16_t alen = 0;
   uint32_t n = 0;
   std::string_view anchor;
-  if (!r.get_le(&done) || done > 1 || !r.get_le(&alen) || alen > kMaxAnchorBytes || !r.get_bytes(alen, &anchor) ||
-      !r.get_le(&n) || n > kMaxObjectsPerPage || r.remaining() != n * size_t{16})
+  if (!get_page_head(r, 1, &done, &anchor, &n) || n > kMaxObjectsPerPage || r.remaining() != n * size_t{16})
     return malformed("object page");
   p.done = done == 1;
   p.anchor.assign(anchor);
@@ -202,10 +209,7 @@ Result<ObjectPage> decode_object_page(std::string_view in) {
 
 std::string encode_key_page(const KeyPage& p) {
   std::string s;
-  put_le<uint8_t>(&s, (p.done ? 1 : 0) | (p.with_values ? 2 : 0));
-  put_le<uint16_t>(&s, static_cast<uint16_t>(p.anchor.size()));
-  s += p.anchor;
-  put_le<uint32_t>(&s, static_cast<uint32_t>(p.keys.size()));
+  put_page_head(&s, (p.done ? 1 : 0) | (p.with_values ? 2 : 0), p.anchor, p.keys.size());
   for (size_t i = 0; i < p.keys.size(); ++i) {
     put_le<uint16_t>(&s, static_cast<uint16_t>(p.keys[i].size()));
     s += p.keys[i];
@@ -221,12 +225,9 @@ Result<KeyPage> decode_key_page(std::string_view in) {
   ByteReader r(in);
   KeyPage p;
   uint8_t done = 0;
-  uint16_t alen = 0;
   uint32_t n = 0;
   std::string_view anchor;
-  if (!r.get_le(&done) || done > 3 || !r.get_le(&alen) || alen > kMaxAnchorBytes || !r.get_bytes(alen, &anchor) ||
-      !r.get_le(&n) || n > in.size() / 2)
-    return malformed("key page header");
+  if (!get_page_head(r, 3, &done, &anchor, &n) || n > in.size() / 2) return malformed("key page header");
   p.done = done & 1;
   p.with_values = done & 2;
   p.anchor.assign(anchor);
