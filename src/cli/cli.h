@@ -25,6 +25,11 @@ struct Context {
   bool check(const Status& s, const std::string& what);
 };
 
+// Both executables: the logging level from the environment, the control address and TLS files from theirs.
+Context make_context();
+// --addr, --tls-*, --timeout-ms, --version.
+void add_global_options(CLI::App& app, Context& ctx);
+
 void add_server_command(CLI::App& app, Context& ctx);
 void add_pool_commands(CLI::App& app, Context& ctx);
 void add_cont_commands(CLI::App& app, Context& ctx);

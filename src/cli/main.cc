@@ -1,61 +1,67 @@
-// rfos: the one user-facing binary.
+// rfos: the user-facing command. The client commands run here; `rfos server` and `rfos fsck`, which need the
+// engine (RocksDB, io_uring), run in rfos-server beside this binary, which this one becomes (exec) for them, so
+// that every other command starts without loading the engine's libraries.
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
 #include <cstdio>
-#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "cli/cli.h"
-#include "common/log.h"
 
-namespace rfos::cli {
+namespace {
 
-bool Context::check(const Status& s, const std::string& what) {
-  if (s.is_ok()) return true;
-  std::fprintf(stderr, "rfos %s: %s\n", what.c_str(), s.to_string().c_str());
-  // Exit codes: 1 for errors the server reports, 3 when no server answers.
-  exit_code = (s.code() == StatusCode::kTimeout || s.code() == StatusCode::kShutdown) ? 3 : 1;
-  return false;
-}
-
-std::string human_bytes(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 5) {
-    v /= 1024;
-    ++u;
+// The subcommand argv names (after the global options and their values), or "".
+std::string_view subcommand_of(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a.empty() || a[0] != '-') return a;
+    bool takes_value = a == "--addr" || a == "--tls-ca" || a == "--tls-cert" || a == "--tls-key" || a == "--timeout-ms";
+    if (takes_value) ++i;  // "--addr=X" carries its value itself
   }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-  return buf;
+  return {};
 }
 
-}  // namespace rfos::cli
+// Becomes rfos-server (from the same directory as this binary) with the same arguments; returns only on failure.
+int run_node_command(char** argv) {
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) {
+    std::fprintf(stderr, "rfos: cannot find where rfos is installed: %s\n", std::strerror(errno));
+    return 1;
+  }
+  std::string path(self, static_cast<size_t>(n));
+  path = path.substr(0, path.rfind('/') + 1) + "rfos-server";
+  execv(path.c_str(), argv);
+  std::fprintf(stderr, "rfos: cannot run %s (install it beside rfos): %s\n", path.c_str(), std::strerror(errno));
+  return 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  rfos::log::init_from_env();
-  rfos::cli::Context ctx;
-  ctx.addr = rfos::client::default_control_address();
-  ctx.tls = rfos::client::TlsFiles::from_env();
+  std::string_view sub = subcommand_of(argc, argv);
+  if (sub == "server" || sub == "fsck") return run_node_command(argv);
 
+  rfos::cli::Context ctx = rfos::cli::make_context();
   CLI::App app{"rfos: an RDMA-first object store for AI data paths"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", "rfos 0.1.0");
-  app.add_option("--addr", ctx.addr,
-                 "control plane: unix:/path or HOST:PORT (default: $RFOS_ADDR, else unix:/run/rfos/control.sock)");
-  app.add_option("--tls-ca", ctx.tls.ca, "mutual TLS: the CA of the server's certificate, PEM (or $RFOS_TLS_CA)");
-  app.add_option("--tls-cert", ctx.tls.cert, "mutual TLS: this client's certificate, PEM (or $RFOS_TLS_CERT)");
-  app.add_option("--tls-key", ctx.tls.key, "mutual TLS: this client's key, PEM (or $RFOS_TLS_KEY)");
-  app.add_option("--timeout-ms", ctx.timeout_ms, "deadline of each control call")->capture_default_str();
+  rfos::cli::add_global_options(app, ctx);
   auto* version = app.add_subcommand("version", "print the version");
   version->callback([] { std::printf("rfos 0.1.0\n"); });
   app.add_subcommand("whoami", "who the server takes this client for")->callback([&ctx] {
     auto info = ctx.control()->server_info();
     if (ctx.check(info.status(), "whoami")) std::printf("%s\n", info->caller.c_str());
   });
-
-  rfos::cli::add_server_command(app, ctx);
+  // Listed for --help; run by rfos-server (above).
+  app.add_subcommand("server", "run a storage server (until SIGINT/SIGTERM); rfos server --help for its options")
+      ->allow_extras();
+  app.add_subcommand("fsck", "check a target's index and block allocator offline; rfos fsck --help")->allow_extras();
   rfos::cli::add_pool_commands(app, ctx);
   rfos::cli::add_cont_commands(app, ctx);
-  rfos::cli::add_fsck_command(app, ctx);
   rfos::cli::add_object_commands(app, ctx);
   rfos::cli::add_bench_command(app, ctx);
   rfos::cli::add_fs_commands(app, ctx);

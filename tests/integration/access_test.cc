@@ -32,16 +32,19 @@ namespace {
 using client::ControlClient;
 using client::TlsFiles;
 
-// A copy of the rfos binary that every user may run: the build tree may sit under a directory other users cannot
-// enter (a clone under /root). Made once per process, removed at exit.
+// A copy of the rfos binaries (rfos, and rfos-server beside it, which `rfos server` runs) that every user may run:
+// the build tree may sit under a directory other users cannot enter (a clone under /root). Made once per
+// process, removed at exit.
 const std::string& runnable_binary() {
   static const std::string path = [] {
     char tmpl[] = "/tmp/rfos-bin-XXXXXX";
     if (!mkdtemp(tmpl)) return std::string(RFOS_BINARY);
     chmod(tmpl, 0755);
-    std::string copy = std::string(tmpl) + "/rfos";
+    std::string copy = std::string(tmpl) + "/rfos", server = std::string(tmpl) + "/rfos-server";
+    std::string built_server = std::filesystem::path(RFOS_BINARY).parent_path() / "rfos-server";
     std::error_code ec;
-    if (!std::filesystem::copy_file(RFOS_BINARY, copy, ec) || chmod(copy.c_str(), 0755) != 0)
+    if (!std::filesystem::copy_file(RFOS_BINARY, copy, ec) || chmod(copy.c_str(), 0755) != 0 ||
+        !std::filesystem::copy_file(built_server, server, ec) || chmod(server.c_str(), 0755) != 0)
       return std::string(RFOS_BINARY);
     static std::string dir = tmpl;
     std::atexit([] {
