@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/clock.h"
+
 namespace rfos::client {
 
 using transport::Iov;
@@ -38,13 +40,13 @@ void CallEngine::on_message(transport::Incoming& in) {
   call.reply = std::move(r).value();
   if (call.reply.status == StatusCode::kBusy && call.attempts < kMaxBusyRetries) {
     auto backoff = std::chrono::microseconds(200 * std::min(++call.attempts, 25));
-    call.retry_at = Clock::now() + backoff;
+    call.retry_at = steady_now() + backoff;
     return;
   }
   // Refused as too old: a snapshot overtook the write in flight; sent again, it gets a newer epoch.
   if (call.reply.status == StatusCode::kEpochTooOld && call.restamp && call.attempts < kMaxRestamps) {
     ++call.attempts;
-    call.retry_at = Clock::now();
+    call.retry_at = steady_now();
     return;
   }
   if (call.reply.status != StatusCode::kOk) {
@@ -94,7 +96,7 @@ Result<uint64_t> CallEngine::submit(uint32_t t, wire::Request& q, std::span<cons
   call.into = into;
   call.sized_by_reply = sized;
   call.restamp = wire::is_write(q.op) && q.epoch == 0;
-  call.deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+  call.deadline = steady_now() + std::chrono::milliseconds(options_.timeout_ms);
   call.header = wire::encode_request(q);
   call.payload.assign(payload.begin(), payload.end());
   Status s = send(id, call);
@@ -147,7 +149,7 @@ void CallEngine::send_done() {
 
 // Sends what waited out its backoff; moves finished and timed-out calls to `completed_`.
 void CallEngine::reap() {
-  auto now = Clock::now();
+  auto now = steady_now();
   for (auto it = calls_.begin(); it != calls_.end();) {
     Call& c = it->second;
     if (c.retry_at && c.sent && now >= *c.retry_at && now <= c.deadline) {

@@ -76,6 +76,7 @@ class CallEngine {
   transport::Worker& worker() { return *worker_; }
 
  private:
+  // Deadlines and backoffs run on steady_now() (common/clock.h), which tests move; waits on the real clock.
   using Clock = std::chrono::steady_clock;
   // One request in flight: done when its reply (and reply payload) arrived and its own send completed.
   struct Call {

@@ -7,6 +7,7 @@
 #include <deque>
 #include <functional>
 
+#include "common/clock.h"
 #include "transport/sim/sim.h"
 
 namespace rfos::client {
@@ -47,6 +48,7 @@ wire::Reply reply(const wire::Request& q, StatusCode code = StatusCode::kOk) {
 class CallEngineTest : public ::testing::Test {
  protected:
   void SetUp() override { target_ = std::make_unique<ScriptedTarget>(fabric_); }
+  void TearDown() override { clock::reset(); }
 
   std::unique_ptr<CallEngine> engine(CallEngine::Options o = {}) {
     auto w = fabric_.create_worker();
@@ -56,11 +58,12 @@ class CallEngineTest : public ::testing::Test {
     return std::make_unique<CallEngine>(std::move(w).value(), std::vector<transport::EpHandle>{*ep}, o);
   }
 
-  // Drives the target and the engine until `n` calls finished, for at most 10 s (the engine's deadlines and
+  // Drives the target and the engine until `n` calls finished, for at most `limit` (the engine's deadlines and
   // backoffs are on its clock).
-  std::vector<CallEngine::Finished> finish(CallEngine& e, size_t n) {
+  std::vector<CallEngine::Finished> finish(CallEngine& e, size_t n,
+                                           std::chrono::milliseconds limit = std::chrono::seconds(10)) {
     std::vector<CallEngine::Finished> out;
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    auto until = std::chrono::steady_clock::now() + limit;
     while (out.size() < n && std::chrono::steady_clock::now() < until) {
       target_->w->progress();
       for (auto& f : e.take(n - out.size(), 0)) out.push_back(std::move(f));
@@ -123,15 +126,15 @@ TEST_F(CallEngineTest, OnlyWritesTheTargetStampsAreRestamped) {
 
 TEST_F(CallEngineTest, SilenceEndsAtTheDeadlineAndHandsTheMemoryBack) {
   target_->answer = [](const wire::Request&) { return std::vector<wire::Reply>{}; };
-  CallEngine::Options o;
-  o.timeout_ms = 50;
-  auto e = engine(o);
+  auto e = engine();  // 30 s deadlines
   std::vector<uintptr_t> revoked;
   e->on_deadline([&](const CallEngine::Memory& m) { revoked.push_back(m.region); });
   wire::Request q = request();
   ASSERT_TRUE(e->submit(0, q, {}, {}, nullptr, {0x1000, 0}).is_ok());
   EXPECT_TRUE(e->in_use(0x1000));
-  auto done = e->take(1, 5000);  // the engine's own clock ends it; the target never answers
+  EXPECT_TRUE(finish(*e, 1, std::chrono::milliseconds(50)).empty()) << "the deadline is 30 s away";
+  clock::advance(std::chrono::seconds(31));  // the target never answers: time passes instead
+  auto done = e->take(1, 0);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].done.status.code(), StatusCode::kTimeout);
   EXPECT_EQ(revoked, std::vector<uintptr_t>{0x1000});
@@ -140,11 +143,12 @@ TEST_F(CallEngineTest, SilenceEndsAtTheDeadlineAndHandsTheMemoryBack) {
 
 TEST_F(CallEngineTest, BusyPastTheDeadlineSaysBusy) {
   target_->answer = [](const wire::Request& q) { return std::vector{reply(q, StatusCode::kBusy)}; };
-  CallEngine::Options o;
-  o.timeout_ms = 30;
-  auto e = engine(o);
+  auto e = engine();
   wire::Request q = request();
   ASSERT_TRUE(e->submit(0, q, {}, {}).is_ok());
+  for (int i = 0; i < 100 && target_->heard.empty(); ++i) target_->w->progress(), e->take(1, 0);
+  ASSERT_FALSE(target_->heard.empty());
+  clock::advance(std::chrono::seconds(31));
   auto done = finish(*e, 1);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].done.status.code(), StatusCode::kBusy) << done[0].done.status.to_string();

@@ -34,6 +34,7 @@ class SimCluster : public ::testing::Test {
  protected:
   void SetUp() override { start(2); }
   void TearDown() override {
+    clock::reset();
     transport::sim::Fabric::process().set_knobs({});
     targets_.clear();
     engines_.clear();

@@ -74,6 +74,19 @@ TEST_F(SimTarget, CapabilitiesBoundWhatASessionDoes) {
   EXPECT_EQ(writer->write({1, 1}, "d", "a", 0, bytes(data)).code(), StatusCode::kPermissionDenied);
 }
 
+// A capability stops working at its expiry, checked by every target on every request (time moved, not slept).
+TEST_F(SimTarget, CapabilitiesExpire) {
+  auto c = open(session(wire::Capability::kRead | wire::Capability::kWrite, 60000));
+  ASSERT_TRUE(c);
+  std::string data = "before";
+  ASSERT_TRUE(c->write({1, 1}, "d", "a", 0, bytes(data)).is_ok());
+  clock::advance(std::chrono::seconds(61));
+  Status s = c->write({1, 1}, "d", "a", 0, bytes(data));
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s.to_string();
+  std::string back(data.size(), '\0');
+  EXPECT_EQ(c->read({1, 1}, "d", "a", 0, bytes(back)).code(), StatusCode::kPermissionDenied);
+}
+
 // A message the fabric loses is a request that times out, not a client that hangs.
 TEST_F(SimTarget, LostMessagesTimeOut) {
   auto c = open(session(), 300);
