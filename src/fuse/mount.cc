@@ -333,6 +333,15 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto a = fs_of(req)->ns().getattr(oid);
   if (!a.is_ok()) return reply_status(req, a.status());
   if (S_ISDIR(a->mode)) return (void)fuse_reply_err(req, EISDIR);
+  // O_TRUNC comes with the open (libfuse asks the kernel for atomic_o_trunc): the file is cut here, and its
+  // mtime and ctime move even when it was empty already, as POSIX says of open(O_TRUNC).
+  if ((fi->flags & O_TRUNC) && S_ISREG(a->mode)) {
+    fs_of(req)->wait_writes(oid);
+    posix::SetAttr cut;
+    cut.set_size = true;
+    a = fs_of(req)->ns().setattr(oid, cut, cred_of(req));
+    if (!a.is_ok()) return reply_status(req, a.status());
+  }
   open_file(req, ino, fi, *a);
   if (fuse_reply_open(req, fi) != 0) {
     fs_of(req)->opened(ino, -1);

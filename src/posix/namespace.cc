@@ -615,7 +615,14 @@ Result<Attr> Namespace::setattr(const ObjectId& oid, const SetAttr& set, const C
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   RFOS_ASSIGN_OR_RETURN(Attr cur, impl_->attr(c, oid));
   bool owner = cred.uid == 0 || cred.uid == cur.uid;
-  if (set.set_mode && !owner) return fail(StatusCode::kNotPermitted, "only the owner changes the mode");
+  // A writer that is not the owner may drop a file's set-id bits, and nothing else: what the kernel asks for
+  // when such a writer writes to a set-id file (file_remove_privs), so that the write does not leave a
+  // set-id program someone else changed.
+  const uint32_t setid = S_ISUID | S_ISGID;
+  bool drops_setid_only = set.set_mode && ((set.mode & 07777) & ~setid) == ((cur.mode & 07777) & ~setid) &&
+                          (set.mode & setid) != (cur.mode & setid) && ((set.mode & setid) & ~(cur.mode & setid)) == 0;
+  if (set.set_mode && !owner && !(drops_setid_only && S_ISREG(cur.mode) && permits(cur, cred, W_OK)))
+    return fail(StatusCode::kNotPermitted, "only the owner changes the mode");
   if (set.set_uid && set.uid != cur.uid && cred.uid != 0)
     return fail(StatusCode::kNotPermitted, "only root changes the owner");
   if (set.set_gid && set.gid != cur.gid && cred.uid != 0 && !(cred.uid == cur.uid && in_group(cred, set.gid)))

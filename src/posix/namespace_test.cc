@@ -111,6 +111,27 @@ TEST_F(Ns, PermissionsAreCheckedLikeLinux) {
   EXPECT_FALSE(Namespace::permits(*ns->getattr(mine->oid), bob_, R_OK));
   EXPECT_TRUE(Namespace::permits(*ns->getattr(mine->oid), root_, R_OK | W_OK));
   EXPECT_TRUE(ns->unlink(shared->oid, "alice-file", alice_).is_ok());
+
+  // A writer who is not the owner may drop a file's set-id bits (what the kernel asks before such a write), and
+  // change nothing else.
+  auto prog = ns->mknod(shared->oid, "prog", S_IFREG | 0666, 0, alice_);
+  ASSERT_TRUE(prog.is_ok());
+  SetAttr setid;
+  setid.set_mode = true;
+  setid.mode = 06777;
+  ASSERT_TRUE(ns->setattr(prog->oid, setid, alice_).is_ok());
+  SetAttr more = setid;
+  more.mode = 07777;  // adds the sticky bit
+  EXPECT_EQ(ns->setattr(prog->oid, more, bob_).status().to_errno(), EPERM);
+  SetAttr other = setid;
+  other.mode = 06775;  // takes a bit other than set-id away
+  EXPECT_EQ(ns->setattr(prog->oid, other, bob_).status().to_errno(), EPERM);
+  SetAttr drop = setid;
+  drop.mode = 00777;
+  auto dropped = ns->setattr(prog->oid, drop, bob_);
+  ASSERT_TRUE(dropped.is_ok()) << dropped.status().to_string();
+  EXPECT_EQ(dropped->mode & 07777, 0777u);
+  EXPECT_EQ(dropped->uid, 1001u) << "the owner stays";
 }
 
 // put_file writes all or nothing: a replacement that fails leaves the old file as it was, and nothing behind.

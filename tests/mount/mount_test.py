@@ -272,6 +272,45 @@ class MountTest(unittest.TestCase):
         self.assertEqual(st.st_gid, 50)
         self.assertTrue(st.st_mode & stat.S_ISGID)
 
+    def test_open_trunc_and_writes_to_setid_files(self):
+        d = self.path("t4-trunc")
+        os.mkdir(d)
+        os.chmod(d, 0o777)
+        f = os.path.join(d, "f")
+        with open(f, "w") as w:
+            w.write("hello world")
+        before = os.stat(f)
+        os.close(os.open(f, os.O_WRONLY | os.O_TRUNC))  # cut at open, as a shell's `> f` does
+        after = os.stat(f)
+        self.assertEqual(after.st_size, 0)
+        with open(f) as r:
+            self.assertEqual(r.read(), "")
+        self.assertGreater(after.st_mtime_ns, before.st_mtime_ns)
+        self.assertGreater(after.st_ctime_ns, before.st_ctime_ns)
+        os.close(os.open(f, os.O_WRONLY | os.O_TRUNC))  # already empty: the times still move (POSIX)
+        again = os.stat(f)
+        self.assertGreater(again.st_mtime_ns, after.st_mtime_ns)
+        with open(f, "w") as w:
+            w.write("longer than the next")
+        with open(f, "w") as w:  # O_TRUNC through Python's "w"
+            w.write("short")
+        with open(f) as r:
+            self.assertEqual(r.read(), "short")
+        # A write by someone other than the owner clears the set-id bits; root's (CAP_FSETID) does not.
+        prog = os.path.join(d, "prog")
+        with open(prog, "w") as w:
+            w.write("#!/bin/sh\n")
+        os.chmod(prog, 0o6777)
+        with open(prog, "a") as w:
+            w.write("true\n")
+        self.assertEqual(stat.S_IMODE(os.stat(prog).st_mode), 0o6777)
+        def append():
+            with open(prog, "a") as w:
+                w.write("echo\n")
+        self.assertEqual(as_user(1000, 1000, [1000], append), 0)
+        self.assertEqual(stat.S_IMODE(os.stat(prog).st_mode), 0o777)
+        self.assertEqual(os.stat(prog).st_uid, 0)
+
     def test_readdir_large_and_stable(self):
         d = self.path("t5")
         os.mkdir(d)
