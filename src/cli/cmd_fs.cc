@@ -4,6 +4,7 @@
 //   rfos mount [--pool P] [--cont C] [--foreground] [--direct-io] [--attr-timeout S] [-o OPTS] MOUNTPOINT
 //   rfos fs copy SRC DST       paths in the container are written rfos:/path; directories are copied whole
 //   rfos fs ls [rfos:/PATH]
+//   rfos fs check              the namespace's consistency, read-only
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -250,6 +251,25 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
     }
     if (!ctx.check(s, "fs copy")) return;
     std::printf("copied %llu files\n", static_cast<unsigned long long>(files));
+  });
+
+  auto* check = fs->add_subcommand(
+      "check", "check the namespace: entries without inodes, inodes without entries, link counts (read-only)");
+  common(check);
+  check->callback([&ctx, a] {
+    auto opened = open_namespace(ctx, a->pool, a->cont, a->provider);
+    if (!ctx.check(opened.status(), "fs check")) return;
+    auto r = opened->ns->check();
+    if (!ctx.check(r.status(), "fs check")) return;
+    std::printf("%llu directories, %llu files\n", (unsigned long long)r->directories, (unsigned long long)r->files);
+    for (const auto& p : r->dangling) std::printf("dangling entry (its inode is gone): %s\n", p.c_str());
+    for (const auto& o : r->orphans) std::printf("orphan inode (no entry names it): %s\n", o.to_string().c_str());
+    for (const auto& p : r->wrong_links) std::printf("link count / names differ: %s\n", p.c_str());
+    for (const auto& o : r->unlinked)
+      std::printf("unlinked inode not purged (open somewhere, or its client died): %s\n", o.to_string().c_str());
+    for (const auto& p : r->unfinished_puts) std::printf("unfinished put (rm it): %s\n", p.c_str());
+    std::printf("%s\n", r->consistent() ? "consistent" : "INCONSISTENT");
+    if (!r->consistent()) ctx.exit_code = 1;
   });
 
   auto path = std::make_shared<std::string>("rfos:/");

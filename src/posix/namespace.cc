@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <set>
 
 #include "client/file_layout.h"
 #include "common/coding.h"
@@ -695,6 +696,61 @@ Status Namespace::write(const ObjectId& oid, uint64_t offset, std::span<const ui
     pos += len;
   }
   return Status::ok();
+}
+
+Result<Namespace::CheckReport> Namespace::check() {
+  CheckReport r;
+  std::map<ObjectId, uint32_t> names;  // non-directory inode -> names found
+  std::map<ObjectId, std::string> first_path;
+  std::set<ObjectId> reached{root()};
+  std::vector<std::pair<ObjectId, std::string>> dirs{{root(), ""}};
+  ++r.directories;
+  while (!dirs.empty()) {
+    auto [dir, path] = dirs.back();
+    dirs.pop_back();
+    std::string anchor;
+    for (bool done = false; !done;) {
+      RFOS_ASSIGN_OR_RETURN(DirPage page, readdir(dir, anchor, 1024));
+      for (const DirEntry& e : page.entries) {
+        std::string p = path + "/" + e.name;
+        auto a = getattr(e.oid);
+        if (a.status().code() == StatusCode::kNotFound) {
+          r.dangling.push_back(p);
+          continue;
+        }
+        RFOS_RETURN_IF_ERROR(a.status());
+        if (e.name.rfind('.', 0) == 0 && e.name.find(".rfos-put-") != std::string::npos) r.unfinished_puts.push_back(p);
+        reached.insert(e.oid);
+        if (S_ISDIR(a->mode)) {
+          ++r.directories;
+          dirs.emplace_back(e.oid, p);
+        } else {
+          if (names[e.oid]++ == 0) {
+            ++r.files;
+            first_path[e.oid] = p;
+          }
+        }
+      }
+      anchor = page.anchor;
+      done = page.done;
+    }
+  }
+  for (const auto& [oid, n] : names) {
+    RFOS_ASSIGN_OR_RETURN(Attr a, getattr(oid));
+    if (a.nlink != n)
+      r.wrong_links.push_back(first_path[oid] + " " + std::to_string(a.nlink) + "/" + std::to_string(n));
+  }
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  RFOS_ASSIGN_OR_RETURN(std::vector<ObjectId> all, c->list_objects());
+  for (const ObjectId& oid : all) {
+    if (reached.count(oid)) continue;
+    RFOS_ASSIGN_OR_RETURN(bool inode, holds_inode(*c, oid));
+    if (!inode) continue;  // not the namespace's: named objects, the bench's
+    auto a = impl_->attr(c, oid);
+    if (!a.is_ok()) continue;  // removed meanwhile
+    (a->nlink == 0 ? r.unlinked : r.orphans).push_back(oid);
+  }
+  return r;
 }
 
 Result<bool> Namespace::holds_inode(client::Container& c, const ObjectId& oid) {

@@ -159,6 +159,21 @@ class Namespace {
 
   Result<StatFs> statfs();
 
+  // What check() found: a consistent namespace has every list empty.
+  struct CheckReport {
+    uint64_t directories = 0, files = 0;       // reachable from the root
+    std::vector<std::string> dangling;         // entries whose inode is gone (their paths)
+    std::vector<ObjectId> orphans;             // inodes no entry reaches, with links left
+    std::vector<ObjectId> unlinked;            // inodes of no name and no links: an open file's, or a purge
+                                               // that did not happen (a client died holding it)
+    std::vector<std::string> wrong_links;      // files whose link count differs from their names ("path n/m")
+    std::vector<std::string> unfinished_puts;  // hidden files of put_file that never got their name
+    bool consistent() const { return dangling.empty() && orphans.empty() && wrong_links.empty(); }
+  };
+  // Walks the whole namespace from the root and every object of the container, read-only (rfos fs check). Run it
+  // while nothing writes the namespace: an operation in flight shows as an inconsistency.
+  Result<CheckReport> check();
+
   // Whether `oid` is an inode of a namespace (it holds an inode record): how `rfos ls` tells the namespace's
   // objects from others.
   static Result<bool> holds_inode(client::Container& c, const ObjectId& oid);

@@ -187,6 +187,41 @@ TEST_F(Ns, PutFileIsAllOrNothing) {
             EISDIR);
 }
 
+// check() finds what a client that died half-way, or damage, leaves: entries without an inode, inodes without an
+// entry, link counts that disagree with the names, hidden files of unfinished puts.
+TEST_F(Ns, CheckFindsWhatIsInconsistent) {
+  auto ns = client();
+  ASSERT_TRUE(ns);
+  auto d = ns->mkdir(ns->root(), "d", 0755, root_);
+  ASSERT_TRUE(d.is_ok());
+  for (const char* n : {"gone", "lost", "a", "u", ".x.rfos-put-0123456789abcdef"})
+    ASSERT_TRUE(ns->mknod(d->oid, n, S_IFREG | 0644, 0, root_).is_ok()) << n;
+  auto clean = ns->check();
+  ASSERT_TRUE(clean.is_ok()) << clean.status().to_string();
+  EXPECT_TRUE(clean->consistent());
+  EXPECT_EQ(clean->directories, 2u);
+  EXPECT_EQ(clean->files, 5u);
+  EXPECT_EQ(clean->unfinished_puts, std::vector<std::string>{"/d/.x.rfos-put-0123456789abcdef"});
+
+  auto raw = open(session());  // damage done underneath the namespace
+  ASSERT_TRUE(raw);
+  ObjectId gone = ns->lookup(d->oid, "gone", root_)->oid, lost = ns->lookup(d->oid, "lost", root_)->oid;
+  ASSERT_TRUE(raw->punch_object(gone).is_ok());
+  ASSERT_TRUE(raw->punch_dkey(d->oid, "lost").is_ok());
+  auto a = ns->lookup(d->oid, "a", root_);
+  ASSERT_TRUE(ns->link(a->oid, d->oid, "b", root_).is_ok());
+  ASSERT_TRUE(raw->punch_dkey(d->oid, "b").is_ok());
+  auto u = ns->unlink(d->oid, "u", root_);  // and never forgotten
+  ASSERT_TRUE(u.is_ok());
+  auto r = ns->check();
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_FALSE(r->consistent());
+  EXPECT_EQ(r->dangling, std::vector<std::string>{"/d/gone"});
+  EXPECT_EQ(r->orphans, std::vector<ObjectId>{lost});
+  EXPECT_EQ(r->wrong_links, std::vector<std::string>{"/d/a 2/1"});
+  EXPECT_EQ(r->unlinked, std::vector<ObjectId>{u->oid});
+}
+
 // Two clients create the same names at once: each name is created exactly once, and the loser gets EEXIST.
 TEST_F(Ns, RacingCreatesHaveOneWinner) {
   auto a = client(), b = client();

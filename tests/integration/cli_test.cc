@@ -98,6 +98,9 @@ TEST(Cli, PutGetRoundTripsAndExitCodes) {
   EXPECT_EQ(sh(rfos + " put -q /no/such/dir " + in + " 2>/dev/null").code, 1);
   EXPECT_EQ(sh(rfos + " rm /model.bin").code, 0);
   EXPECT_EQ(sh(rfos + " get /model.bin - 2>/dev/null").code, 1);
+  Shell check = sh(rfos + " fs check");
+  EXPECT_EQ(check.code, 0) << check.out;
+  EXPECT_NE(check.out.find("1 directories, 0 files\nconsistent"), std::string::npos) << check.out;
 
   // rfos bench speaks fio's JSON layout: a short run of each pattern yields I/O in the right direction.
   for (std::string rw : {"randwrite", "randread"}) {
