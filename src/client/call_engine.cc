@@ -192,15 +192,6 @@ CallEngine::Finished CallEngine::wait_for(uint64_t id) {
   }
 }
 
-Status CallEngine::roundtrip(uint32_t t, wire::Request& q, std::span<const Iov> payload, std::span<uint8_t> into,
-                             wire::Reply* out, std::string* sized) {
-  RFOS_ASSIGN_OR_RETURN(uint64_t id, submit(t, q, payload, into, sized));
-  Finished c = wait_for(id);
-  RFOS_RETURN_IF_ERROR(c.done.status);
-  if (out) *out = std::move(c.reply);
-  return Status::ok();
-}
-
 std::vector<CallEngine::Finished> CallEngine::take(size_t max, int timeout_ms) {
   auto until = Clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {

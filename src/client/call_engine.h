@@ -62,9 +62,6 @@ class CallEngine {
                           std::span<uint8_t> into, std::string* sized = nullptr, Memory memory = {});
   // Progresses until call `id` finished.
   Finished wait_for(uint64_t id);
-  // Submit and wait; the reply in *out when it succeeded.
-  Status roundtrip(uint32_t t, wire::Request& q, std::span<const transport::Iov> payload, std::span<uint8_t> into,
-                   wire::Reply* out, std::string* sized = nullptr);
   // Progresses for up to timeout_ms, until something finished or nothing is in flight; then hands out up to
   // `max` finished calls, oldest first.
   std::vector<Finished> take(size_t max, int timeout_ms);

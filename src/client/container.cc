@@ -101,29 +101,36 @@ class Container::Impl {
   }
   Status roundtrip(uint32_t t, wire::Request& q, std::span<const Iov> payload, std::span<uint8_t> into,
                    wire::Reply* out, std::string* sized = nullptr) {
-    maybe_renew();
-    q.capability = session.capability;
-    return calls->roundtrip(t, q, payload, into, out, sized);
+    RFOS_ASSIGN_OR_RETURN(uint64_t id, submit(t, q, payload, into, sized));
+    CallEngine::Finished f = calls->wait_for(id);
+    RFOS_RETURN_IF_ERROR(f.done.status);
+    if (out) *out = std::move(f.reply);
+    return Status::ok();
   }
 
-  // Puts a descriptor of [p, p+len) into q when the explicit path applies; returns the region's key (0: none).
-  Result<uintptr_t> describe(wire::Request& q, const void* p, size_t len) {
-    if (options.data_path == DataPath::kMessage || len == 0) return uintptr_t{0};
+  // Where the bytes [p, p+len) lie, from one look at the registrations: the fabric memory holding them (held),
+  // and, when the explicit path applies, the region the target reads or writes, whose descriptor goes into q.
+  Result<CallMemory> describe(wire::Request& q, const void* p, size_t len) {
+    CallMemory m;
+    if (len == 0) return m;
     auto it = regions->find(p, len);
+    if (it != regions->end() && it->second.allocated) m.held = it->first;
+    if (options.data_path == DataPath::kMessage) return m;
     if (it == regions->end()) {
-      if (options.data_path != DataPath::kExplicit) return uintptr_t{0};
+      if (options.data_path != DataPath::kExplicit) return m;
       auto added = regions->add(p, len, false);
-      if (!added.is_ok() && added.status().code() == StatusCode::kBusy) return uintptr_t{0};  // messages, then
+      if (!added.is_ok() && added.status().code() == StatusCode::kBusy) return m;  // messages, then
       RFOS_RETURN_IF_ERROR(added.status());
       it = *added;
     } else if (options.data_path == DataPath::kAuto && !rdma_provider) {
       // auto takes the explicit path on RDMA providers only: over UCX's and libfabric's tcp and shm the peer
       // serves each get or put with messages of its own, and the message path measured faster (BENCHMARKS.md).
-      return uintptr_t{0};
+      return m;
     }
     q.remote_addr = it->second.reg.remote_base + (reinterpret_cast<uintptr_t>(p) - it->first);
     q.rkey = it->second.reg.rkey;
-    return it->first;
+    m.region = it->first;
+    return m;
   }
 
   uint32_t target_of(const wire::Request& q) const { return placement::target_of(q.oid, q.dkey, calls->targets()); }
@@ -149,18 +156,18 @@ class Container::Impl {
     wire::Request q = make_request(wire::Op::kUpdate, wire::Kind::kArray, oid, dkey, akey, offset, data.size());
     // A container without end-to-end checksums takes none: its engine makes its own for the data at rest.
     if (!session.cont.props.csum_off) chunk_crcs(offset, data, csum_chunk, &q.csums);
-    RFOS_ASSIGN_OR_RETURN(uintptr_t region, describe(q, data.data(), data.size()));
+    RFOS_ASSIGN_OR_RETURN(CallMemory memory, describe(q, data.data(), data.size()));
     Iov v{const_cast<uint8_t*>(data.data()), data.size()};
-    return submit(target_of(q), q, region ? std::span<const Iov>() : std::span<const Iov>(&v, 1), {}, nullptr,
-                  {region, regions->fabric_of(data.data(), data.size())});
+    return submit(target_of(q), q, memory.region ? std::span<const Iov>() : std::span<const Iov>(&v, 1), {}, nullptr,
+                  memory);
   }
 
   Result<uint64_t> read_piece(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
                               std::span<uint8_t> out) {
     wire::Request q = make_request(wire::Op::kFetch, wire::Kind::kArray, oid, dkey, akey, offset, out.size());
     q.epoch = read_epoch;
-    RFOS_ASSIGN_OR_RETURN(uintptr_t region, describe(q, out.data(), out.size()));
-    auto id = submit(target_of(q), q, {}, out, nullptr, {region, regions->fabric_of(out.data(), out.size())});
+    RFOS_ASSIGN_OR_RETURN(CallMemory memory, describe(q, out.data(), out.size()));
+    auto id = submit(target_of(q), q, {}, out, nullptr, memory);
     if (id.is_ok()) reads[*id] = {offset, out};
     return id;
   }

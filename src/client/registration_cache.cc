@@ -81,9 +81,4 @@ void RegistrationCache::revoke(uintptr_t addr) {
   if (auto r = regions_.find(addr); addr && r != regions_.end() && !r->second.allocated) drop(r);
 }
 
-uintptr_t RegistrationCache::fabric_of(const void* p, size_t len) {
-  auto it = find(p, len);
-  return it != regions_.end() && it->second.allocated ? it->first : 0;
-}
-
 }  // namespace rfos::client

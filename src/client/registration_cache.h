@@ -48,8 +48,6 @@ class RegistrationCache {
   // Drops a cached region at `addr`, if it is one (a call timed out holding its descriptor: RDMA revokes the
   // key; UCX's tcp and shm emulation cannot). Memory of the fabric's stays: it is the caller's to free.
   void revoke(uintptr_t addr);
-  // The fabric memory holding [p, p+len), 0 when it lies elsewhere.
-  uintptr_t fabric_of(const void* p, size_t len);
   size_t size() const { return regions_.size(); }
   void clear();
 

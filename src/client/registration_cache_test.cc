@@ -43,8 +43,11 @@ TEST_F(RegistrationCacheTest, PinnedAndAllocatedRegionsLeaveOnlyWhenAskedAndIdle
   EXPECT_EQ(cache_.add(mem.data(), 10, true).status().code(), StatusCode::kBusy);
   auto addr = cache_.allocate(4096);
   ASSERT_TRUE(addr.is_ok());
-  EXPECT_EQ(cache_.fabric_of(static_cast<char*>(*addr) + 10, 10), reinterpret_cast<uintptr_t>(*addr));
-  EXPECT_EQ(cache_.fabric_of(mem.data(), 10), 0u);
+  auto inside = cache_.find(static_cast<char*>(*addr) + 10, 10);
+  ASSERT_NE(inside, cache_.end());
+  EXPECT_EQ(inside->first, reinterpret_cast<uintptr_t>(*addr));
+  EXPECT_TRUE(inside->second.allocated);
+  EXPECT_FALSE(cache_.find(mem.data(), 10)->second.allocated);
   EXPECT_EQ(cache_.release(*addr, false).code(), StatusCode::kNotFound)
       << "allocated memory is freed, not unregistered";
   busy_.insert(reinterpret_cast<uintptr_t>(*addr));

@@ -700,8 +700,12 @@ Status Namespace::write(const ObjectId& oid, uint64_t offset, std::span<const ui
 
 Result<Namespace::CheckReport> Namespace::check() {
   CheckReport r;
-  std::map<ObjectId, uint32_t> names;  // non-directory inode -> names found
-  std::map<ObjectId, std::string> first_path;
+  struct Named {
+    uint32_t nlink = 0;  // as its inode says
+    uint32_t names = 0;  // as the walk found
+    std::string first_path;
+  };
+  std::map<ObjectId, Named> named;  // non-directory inodes
   std::set<ObjectId> reached{root()};
   std::vector<std::pair<ObjectId, std::string>> dirs{{root(), ""}};
   ++r.directories;
@@ -725,9 +729,11 @@ Result<Namespace::CheckReport> Namespace::check() {
           ++r.directories;
           dirs.emplace_back(e.oid, p);
         } else {
-          if (names[e.oid]++ == 0) {
+          Named& n = named[e.oid];
+          if (n.names++ == 0) {
             ++r.files;
-            first_path[e.oid] = p;
+            n.nlink = a->nlink;
+            n.first_path = p;
           }
         }
       }
@@ -735,11 +741,9 @@ Result<Namespace::CheckReport> Namespace::check() {
       done = page.done;
     }
   }
-  for (const auto& [oid, n] : names) {
-    RFOS_ASSIGN_OR_RETURN(Attr a, getattr(oid));
-    if (a.nlink != n)
-      r.wrong_links.push_back(first_path[oid] + " " + std::to_string(a.nlink) + "/" + std::to_string(n));
-  }
+  for (const auto& [oid, n] : named)
+    if (n.nlink != n.names)
+      r.wrong_links.push_back(n.first_path + " " + std::to_string(n.nlink) + "/" + std::to_string(n.names));
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   RFOS_ASSIGN_OR_RETURN(std::vector<ObjectId> all, c->list_objects());
   for (const ObjectId& oid : all) {
