@@ -6,6 +6,7 @@
 #include <rocksdb/table.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -343,6 +344,8 @@ void Engine::Impl::lead(std::unique_lock<std::mutex>& lock) {
   }
 
   Status st = sticky;
+  // A group of lazy writers only goes to the log without a sync; any durable writer syncs the whole group.
+  bool sync_group = opts.sync && std::any_of(group.begin(), group.end(), [](Writer* g) { return !g->lazy; });
   commit_groups.fetch_add(1, std::memory_order_relaxed);
   committed_writers.fetch_add(group.size(), std::memory_order_relaxed);
   if (st.is_ok() && batch.Count() > 0) {
@@ -358,8 +361,9 @@ void Engine::Impl::lead(std::unique_lock<std::mutex>& lock) {
     if (st.is_ok() && sync_data && opts.sync && !data_flush_by_wal) st = dev->sync();
     if (st.is_ok()) {
       rocksdb::WriteOptions wo;
-      wo.sync = opts.sync;
+      wo.sync = sync_group;
       st = from_rocks(db->Write(wo, &batch), "index write");
+      if (st.is_ok() && !sync_group && opts.sync) unsynced.store(true, std::memory_order_release);
     }
     if (!st.is_ok())
       st = error(StatusCode::kEngineFailed, "commit failed, the target must be reopened: " + st.to_string());

@@ -111,7 +111,27 @@ struct UpdateOp {
   ValueKind kind = ValueKind::kArray;
   uint64_t offset = 0;  // array only
   uint64_t length = 0;  // bytes; > 0
+  // Acknowledge once the index holds it, without waiting for the media: durable at the next sync() (or the next
+  // durable commit), and until then lost by a power cut but not by the death of the process. Only an update that
+  // writes no block data (every piece within inline_max_bytes) is lazy; a larger one is durable regardless.
+  bool lazy = false;
 };
+
+// One change of an atomic batch (Engine::apply): all of a batch's changes become visible and durable together.
+struct Mutation {
+  enum class Kind : uint8_t {
+    kPutSingle,  // the single value `value` at (dkey, akey)
+    kPutArray,   // `value` into the array (dkey, akey) at `offset`: up to inline_max_bytes, within one 1 MiB grain
+    kPunchDkey,  // the dkey and everything under it
+  };
+  Kind kind = Kind::kPutSingle;
+  ObjectId oid;
+  std::string dkey;
+  std::string akey;
+  std::string value;
+  uint64_t offset = 0;
+};
+inline constexpr size_t kMutationValueMaxBytes = 64 * 1024;
 
 struct FetchOp {
   KeyRef key;
@@ -264,6 +284,17 @@ class Engine {
   void update_submit(IoRing& ring, UpdateTx tx, std::vector<uint32_t> csums, std::function<void(Status)> done);
   // Copying convenience: begin, copy `data`, end.
   Status update(const UpdateOp& op, std::span<const uint8_t> data, std::span<const uint32_t> csums);
+
+  // ---- atomic batches ----
+  // The mutations, all at `epoch`, in one index commit: after a crash either all of them are there or none.
+  // Index-only (no block data), for the small records of a namespace operation. The caller checks whatever
+  // must hold first (a name being free, a key being there). `lazy`: as UpdateOp::lazy. Errors:
+  // kUnknownContainer, kInvalidArgument (bad keys, a value over kMutationValueMaxBytes, an array piece that
+  // does not stay inline), kEpochTooOld, kEngineFailed.
+  Status apply(uint32_t cont, Epoch epoch, std::span<const Mutation> mutations, bool lazy);
+  // Makes every commit acknowledged so far durable (the lazy ones): one sync of the index's log, shared by
+  // callers that come at once; nothing to do when every commit was durable already.
+  Status sync();
 
   // ---- fetches: two-phase ----
   // Errors: kUnknownContainer, kNotFound (no visible value at this epoch), kWrongValueKind,

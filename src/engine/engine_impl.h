@@ -67,6 +67,7 @@ struct Writer {
   std::vector<Run> commit_runs;  // reserved runs the puts now own
   std::vector<Run> free_runs;    // runs the deletes give back
   bool wrote_data = false;       // block file data must be synced before the index commit
+  bool lazy = false;             // index-only, and acknowledged without a sync (UpdateOp::lazy)
   Epoch epoch = 0;               // the epoch an update, punch or snapshot carries (0: none)
   bool awaited = false;          // its data write counted in writing_data (data_write_started)
 
@@ -156,6 +157,10 @@ class Engine::Impl {
   void committer_loop();
   uint64_t seq = 0;
   std::atomic<uint64_t> commit_groups{0}, committed_writers{0};  // Engine::commit_stats
+  // A lazy commit went to the index's log since the last sync of it (Engine::sync). sync_mu makes callers that
+  // come at once share one sync: the ones that waited find the flag cleared.
+  std::atomic<bool> unsynced{false};
+  std::mutex sync_mu;
   // The highest epoch any committed update, punch or snapshot carried (under meta_mu), kept in the index with
   // the commit that raised it: a restarted target's clock starts past it.
   Epoch high_epoch = 0;

@@ -305,6 +305,7 @@ Status plan_update(Engine::Impl& im, UpdateState& st, std::span<const uint32_t> 
     w->puts.push_back({std::move(key), encode_extent(r), true});
   }
   make_versioned_writer(&im, w, op.key.cont, op.epoch);
+  w->lazy = op.lazy && writes->empty();  // block data is never left unsynced under a committed index record
   return Status::ok();
 }
 
@@ -425,6 +426,79 @@ Status Engine::update(const UpdateOp& op, std::span<const uint8_t> data, std::sp
     pos += b.len;
   }
   return update_end(tx, csums);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Atomic batches
+
+Status Engine::apply(uint32_t cont, Epoch epoch, std::span<const Mutation> mutations, bool lazy) {
+  Impl& im = *impl_;
+  RFOS_ASSIGN_OR_RETURN(index::ContRecord rec, im.open_for_write(cont, epoch));
+  if (mutations.empty()) return error(StatusCode::kInvalidArgument, "an empty batch");
+  Writer w;
+  bool punches = false;
+  for (const Mutation& m : mutations) {
+    KeyRef key{cont, m.oid, m.dkey, m.akey};
+    RFOS_RETURN_IF_ERROR(validate_key(key, m.kind != Mutation::Kind::kPunchDkey));
+    if (m.value.size() > kMutationValueMaxBytes)
+      return error(StatusCode::kInvalidArgument, "a batched value is at most 64 KiB");
+    std::string k = m.kind == Mutation::Kind::kPunchDkey ? object_prefix(cont, m.oid) : akey_prefix(key);
+    std::string v;
+    switch (m.kind) {
+      case Mutation::Kind::kPutSingle:
+        if (m.value.empty()) return error(StatusCode::kInvalidArgument, "a single value is not empty");
+        k.push_back(kSingleTag);
+        v = encode_single(crc32c(m.value.data(), m.value.size()), m.value);
+        break;
+      case Mutation::Kind::kPutArray: {
+        uint64_t len = m.value.size();
+        if (len == 0 || len > im.opts.inline_max_bytes || m.offset >= kArrayOffsetMax ||
+            m.offset / kGrainBytes != (m.offset + len - 1) / kGrainBytes)
+          return error(StatusCode::kInvalidArgument, "a batched array piece is 1 B .. inline_max_bytes in one grain");
+        ExtentRecord r;
+        r.flags = ExtentRecord::kInline;
+        r.length = static_cast<uint32_t>(len);
+        r.csum_chunk_bytes = rec.csum_chunk_bytes;
+        chunk_crcs(m.offset, {reinterpret_cast<const uint8_t*>(m.value.data()), len}, rec.csum_chunk_bytes, &r.csums);
+        r.inline_data = m.value;
+        append_extent_start(&k, m.offset);
+        v = encode_extent(r);
+        break;
+      }
+      case Mutation::Kind::kPunchDkey:
+        append_dkey(&k, m.dkey);
+        k.push_back(kPunchTag);
+        punches = true;
+        break;
+    }
+    append_version(&k, epoch, 0);
+    w.puts.push_back({std::move(k), std::move(v), true});
+  }
+  make_versioned_writer(&im, &w, cont, epoch);
+  w.lazy = lazy;
+  if (punches)  // the container's first punch marks its record, in the same batch (ContRecord::has_punches)
+    w.prepare = [&im, cont, &w, check = std::move(w.prepare)] {
+      RFOS_RETURN_IF_ERROR(check());
+      ContState& c = im.conts.at(cont);  // check() found it
+      if (!c.rec.has_punches) {
+        c.rec.has_punches = true;
+        w.puts.push_back({cont_key(c.pool, c.uuid), encode_cont(c.rec), false});
+      }
+      return Status::ok();
+    };
+  return im.commit(&w);
+}
+
+Status Engine::sync() {
+  Impl& im = *impl_;
+  std::lock_guard one_at_a_time(im.sync_mu);
+  if (!im.unsynced.exchange(false, std::memory_order_acq_rel)) return Status::ok();
+  Status s = from_rocks(im.db->SyncWAL(), "index log sync");
+  if (!s.is_ok()) {
+    im.unsynced.store(true);
+    return error(StatusCode::kEngineFailed, "sync failed, the target must be reopened: " + s.to_string());
+  }
+  return Status::ok();
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -88,6 +88,41 @@ TEST_F(EngineTest, HighEpochIsRecordedAndSurvivesReopen) {
   EXPECT_TRUE(engine_->has_snapshot(cid_, start + 90));
 }
 
+// A batch is one commit: its puts and punches appear together, at one version, and stay after a reopen.
+TEST_F(EngineTest, ABatchAppliesEverythingAtOnce) {
+  ASSERT_TRUE(put_single(key("gone"), 3, "old").is_ok());
+  std::vector<Mutation> batch = {
+      {Mutation::Kind::kPutSingle, oid_, "n1", "a", "one"},
+      {Mutation::Kind::kPutArray, oid_, "n2", "d", std::string(3000, 'x'), 4096},
+      {Mutation::Kind::kPunchDkey, oid_, "gone", "", ""},
+  };
+  ASSERT_TRUE(engine_->apply(cid_, 7, batch, false).is_ok());
+  EXPECT_EQ(*get_single(key("n1"), kEpochLatest), "one");
+  EXPECT_EQ(*get_array(key("n2", "d"), kEpochLatest, 4096, 3000), std::string(3000, 'x'));
+  EXPECT_EQ(*engine_->array_size(key("n2", "d"), kEpochLatest), 4096u + 3000u);
+  EXPECT_EQ(get_single(key("gone"), kEpochLatest).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*get_single(key("gone"), 6), "old");
+  EXPECT_EQ(get_single(key("n1"), 6).status().code(), StatusCode::kNotFound);
+  // Refused whole: one bad member stores nothing.
+  std::vector<Mutation> bad = {{Mutation::Kind::kPutSingle, oid_, "n3", "a", "three"},
+                               {Mutation::Kind::kPutArray, oid_, "n4", "d", std::string(5000, 'y'), 0}};
+  EXPECT_EQ(engine_->apply(cid_, 8, bad, false).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(get_single(key("n3"), kEpochLatest).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine_->apply(cid_, 2, batch, false).code(), StatusCode::kOk);  // older epochs are still writable
+  ASSERT_TRUE(engine_->snapshot_create(cid_, 10).is_ok());
+  EXPECT_EQ(engine_->apply(cid_, 9, batch, false).code(), StatusCode::kEpochTooOld);
+  // Lazy ones are visible at once, and sync() makes them durable (the power-cut test checks that part).
+  ASSERT_TRUE(engine_->apply(cid_, 11, {{{Mutation::Kind::kPutSingle, oid_, "n5", "a", "five"}}}, true).is_ok());
+  EXPECT_EQ(*get_single(key("n5"), kEpochLatest), "five");
+  ASSERT_TRUE(engine_->sync().is_ok());
+  ASSERT_TRUE(engine_->sync().is_ok());  // nothing left to sync
+  reopen();
+  EXPECT_EQ(*get_single(key("n1"), kEpochLatest), "one");
+  EXPECT_EQ(*get_single(key("n5"), kEpochLatest), "five");
+  EXPECT_EQ(get_single(key("gone"), kEpochLatest).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(engine_->check().is_ok());
+}
+
 TEST_F(EngineTest, ArrayRoundTripsAtManySizes) {
   Epoch e = 1;
   for (uint64_t len : {1ull, 100ull, 4095ull, 4096ull, 4097ull, 65536ull, 1048576ull, 1048577ull, 3145728ull + 5}) {
