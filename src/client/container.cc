@@ -83,7 +83,8 @@ class Container::Impl {
   std::unique_ptr<RegistrationCache> regions;
   bool rdma_provider = false;
   uint32_t csum_chunk = 4096;
-  uint64_t read_epoch = 0;  // 0: latest; else a snapshot's epoch (read-only view)
+  uint64_t read_epoch = 0;   // 0: latest; else a snapshot's epoch (read-only view)
+  bool lazy_writes = false;  // set_lazy_writes
   std::map<uint64_t, std::pair<uint64_t, std::span<uint8_t>>> reads;  // async reads to verify: offset, bytes
 
   Status writable() const {
@@ -135,6 +136,29 @@ class Container::Impl {
 
   uint32_t target_of(const wire::Request& q) const { return placement::target_of(q.oid, q.dkey, calls->targets()); }
 
+  // One request to every target (but `skip`) at once: `make` builds each, `take` gets each reply in turn.
+  template <typename Make, typename Take>
+  Status to_every_target(Make make, Take take, uint32_t skip) {
+    std::vector<std::pair<uint32_t, uint64_t>> ids;
+    Status first = Status::ok();
+    for (uint32_t t = 0; t < calls->targets(); ++t) {
+      if (t == skip) continue;
+      wire::Request q = make(t);
+      auto id = submit(t, q, {}, {});
+      if (!id.is_ok()) {
+        first = id.status();
+        break;
+      }
+      ids.emplace_back(t, *id);
+    }
+    for (auto [t, id] : ids) {  // every call is waited for, so none is left in flight
+      CallEngine::Finished f = calls->wait_for(id);
+      Status s = f.done.status.is_ok() ? take(t, f.reply) : f.done.status;
+      if (first.is_ok() && !s.is_ok()) first = s;
+    }
+    return first;
+  }
+
   // A finished async read counts only once the checksums that came with it match its bytes.
   Completion verify_read(CallEngine::Finished f) {
     Completion c = f.done;
@@ -156,6 +180,7 @@ class Container::Impl {
     wire::Request q = make_request(wire::Op::kUpdate, wire::Kind::kArray, oid, dkey, akey, offset, data.size());
     // A container without end-to-end checksums takes none: its engine makes its own for the data at rest.
     if (!session.cont.props.csum_off) chunk_crcs(offset, data, csum_chunk, &q.csums);
+    if (lazy_writes) q.flags |= wire::kLazy;
     RFOS_ASSIGN_OR_RETURN(CallMemory memory, describe(q, data.data(), data.size()));
     Iov v{const_cast<uint8_t*>(data.data()), data.size()};
     return submit(target_of(q), q, memory.region ? std::span<const Iov>() : std::span<const Iov>(&v, 1), {}, nullptr,
@@ -460,17 +485,39 @@ Result<std::vector<std::string>> Container::list_akeys(const ObjectId& oid, std:
   return all;
 }
 
-Result<uint64_t> Container::object_end(const ObjectId& oid, std::string_view akey) {
+Result<uint64_t> Container::object_end(const ObjectId& oid, std::string_view akey, uint32_t skip) {
   uint64_t end = 0;
-  for (uint32_t t = 0; t < impl_->calls->targets(); ++t) {
-    wire::Request q = make_request(wire::Op::kObjectEnd, wire::Kind::kArray, oid, {}, akey);
-    q.epoch = impl_->read_epoch;
-    wire::Reply r;
-    RFOS_RETURN_IF_ERROR(impl_->roundtrip(t, q, {}, {}, &r));
-    end = std::max(end, r.length);
-  }
+  RFOS_RETURN_IF_ERROR(impl_->to_every_target(
+      [&](uint32_t t) {
+        wire::Request q = make_request(wire::Op::kObjectEnd, wire::Kind::kArray, oid, {}, akey);
+        q.epoch = impl_->read_epoch;
+        return q;
+      },
+      [&](uint32_t, const wire::Reply& r) {
+        end = std::max(end, r.length);
+        return Status::ok();
+      },
+      skip));
   return end;
 }
+
+Result<std::string> Container::namespace_op(uint32_t target, const ObjectId& oid, std::string_view request) {
+  RFOS_RETURN_IF_ERROR(impl_->writable());
+  if (request.empty() || request.size() > wire::kMaxNamespaceBytes)
+    return error(StatusCode::kInvalidArgument, "a namespace request is 1 B .. 64 KiB");
+  wire::Request q = make_request(wire::Op::kNamespace, wire::Kind::kSingle, oid, {}, {}, 0, request.size());
+  Iov v{const_cast<char*>(request.data()), request.size()};
+  std::string reply;
+  RFOS_RETURN_IF_ERROR(impl_->roundtrip(target, q, {&v, 1}, {}, nullptr, &reply));
+  return reply;
+}
+
+Status Container::sync() {
+  return impl_->to_every_target([](uint32_t) { return make_request(wire::Op::kSync, wire::Kind::kArray, {}, {}, {}); },
+                                [](uint32_t, const wire::Reply&) { return Status::ok(); }, ~0u);
+}
+
+void Container::set_lazy_writes(bool lazy) { impl_->lazy_writes = lazy; }
 
 uint32_t Container::target_count() const { return static_cast<uint32_t>(impl_->calls->targets()); }
 uint32_t Container::target_of(const ObjectId& oid, std::string_view dkey) const {

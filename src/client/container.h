@@ -144,9 +144,18 @@ class Container {
   // Every dkey of an object over all targets, in key order.
   Result<std::vector<std::string>> list_dkeys(const ObjectId& oid);
   Result<std::vector<std::string>> list_akeys(const ObjectId& oid, std::string_view dkey);
-  // The size of the array `akey` under the greatest dkey (byte order) holding one, over all targets: the data end
-  // of a file-like object (client/file_layout.h).
-  Result<uint64_t> object_end(const ObjectId& oid, std::string_view akey);
+  // The size of the array `akey` under the greatest dkey (byte order) holding one, over all targets (asked at
+  // once) but `skip`: the data end of a file-like object (client/file_layout.h).
+  Result<uint64_t> object_end(const ObjectId& oid, std::string_view akey, uint32_t skip = ~0u);
+  // A namespace operation carried out by `target` (wire kNamespace): `request` is an encoded posix::DirRequest;
+  // returns the encoded DirReply. The POSIX namespace's (posix/namespace.h); the container knows no layout.
+  Result<std::string> namespace_op(uint32_t target, const ObjectId& oid, std::string_view request);
+  // Makes every write any target acknowledged so far durable (lazy writes and namespace operations): kSync to
+  // every target at once.
+  Status sync();
+  // Array writes from now on are lazy (wire kLazy): acknowledged once in the target's log, durable at the next
+  // sync(); only those small enough to stay in the target's index (up to 4 KiB), larger ones stay durable.
+  void set_lazy_writes(bool lazy);
   uint32_t target_count() const;
   uint32_t target_of(const ObjectId& oid, std::string_view dkey) const;
   Status punch_object(const ObjectId& oid);

@@ -120,9 +120,10 @@ struct UpdateOp {
 // One change of an atomic batch (Engine::apply): all of a batch's changes become visible and durable together.
 struct Mutation {
   enum class Kind : uint8_t {
-    kPutSingle,  // the single value `value` at (dkey, akey)
-    kPutArray,   // `value` into the array (dkey, akey) at `offset`: up to inline_max_bytes, within one 1 MiB grain
-    kPunchDkey,  // the dkey and everything under it
+    kPutSingle,   // the single value `value` at (dkey, akey)
+    kPutArray,    // `value` into the array (dkey, akey) at `offset`: up to inline_max_bytes, within one 1 MiB grain
+    kPunchDkey,   // the dkey and everything under it
+    kPunchObject  // the whole object (dkey and akey unused)
   };
   Kind kind = Kind::kPutSingle;
   ObjectId oid;

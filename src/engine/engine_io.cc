@@ -439,10 +439,11 @@ Status Engine::apply(uint32_t cont, Epoch epoch, std::span<const Mutation> mutat
   bool punches = false;
   for (const Mutation& m : mutations) {
     KeyRef key{cont, m.oid, m.dkey, m.akey};
-    RFOS_RETURN_IF_ERROR(validate_key(key, m.kind != Mutation::Kind::kPunchDkey));
+    bool punch = m.kind == Mutation::Kind::kPunchDkey || m.kind == Mutation::Kind::kPunchObject;
+    if (m.kind != Mutation::Kind::kPunchObject) RFOS_RETURN_IF_ERROR(validate_key(key, !punch));
     if (m.value.size() > kMutationValueMaxBytes)
       return error(StatusCode::kInvalidArgument, "a batched value is at most 64 KiB");
-    std::string k = m.kind == Mutation::Kind::kPunchDkey ? object_prefix(cont, m.oid) : akey_prefix(key);
+    std::string k = punch ? object_prefix(cont, m.oid) : akey_prefix(key);
     std::string v;
     switch (m.kind) {
       case Mutation::Kind::kPutSingle:
@@ -467,6 +468,10 @@ Status Engine::apply(uint32_t cont, Epoch epoch, std::span<const Mutation> mutat
       }
       case Mutation::Kind::kPunchDkey:
         append_dkey(&k, m.dkey);
+        k.push_back(kPunchTag);
+        punches = true;
+        break;
+      case Mutation::Kind::kPunchObject:
         k.push_back(kPunchTag);
         punches = true;
         break;

@@ -112,6 +112,12 @@ TEST_F(EngineTest, ABatchAppliesEverythingAtOnce) {
   ASSERT_TRUE(engine_->snapshot_create(cid_, 10).is_ok());
   EXPECT_EQ(engine_->apply(cid_, 9, batch, false).code(), StatusCode::kEpochTooOld);
   // Lazy ones are visible at once, and sync() makes them durable (the power-cut test checks that part).
+  // An object punch hides every key of it.
+  const ObjectId other{5, 5};
+  ASSERT_TRUE(engine_->apply(cid_, 11, {{{Mutation::Kind::kPutSingle, other, "k", "a", "v"}}}, false).is_ok());
+  ASSERT_TRUE(engine_->apply(cid_, 11, {{{Mutation::Kind::kPunchObject, other, "", "", ""}}}, false).is_ok());
+  EXPECT_EQ(engine_->fetch({{cid_, other, "k", "a"}, kEpochLatest, ValueKind::kSingle, 0, 0}).status().code(),
+            StatusCode::kNotFound);
   ASSERT_TRUE(engine_->apply(cid_, 11, {{{Mutation::Kind::kPutSingle, oid_, "n5", "a", "five"}}}, true).is_ok());
   EXPECT_EQ(*get_single(key("n5"), kEpochLatest), "five");
   ASSERT_TRUE(engine_->sync().is_ok());

@@ -25,94 +25,16 @@ namespace layout = client::layout;
 
 namespace {
 
-constexpr std::string_view kInodeDkey = "/";  // no entry name can be "/"
-constexpr std::string_view kXattrDkey = "/x";
-constexpr std::string_view kInodeAkey = "a";
-constexpr std::string_view kLinkAkey = "l";
-constexpr std::string_view kEntryAkey = "e";
-constexpr uint8_t kInodeVersion = 1;
-constexpr uint8_t kEntryVersion = 1;
 constexpr size_t kXattrValueMax = 64 * 1024;
 // Stored xattr values lead with this byte: the engine keeps no empty values, and an xattr may be empty.
 constexpr char kXattrTag = 'v';
 
 Status fail(StatusCode code, const std::string& what) { return error(code, what); }
-
-std::string encode_inode(const Attr& a, uint64_t floor) {
-  std::string s;
-  put_le<uint8_t>(&s, kInodeVersion);
-  put_le<uint32_t>(&s, a.mode);
-  put_le<uint32_t>(&s, a.uid);
-  put_le<uint32_t>(&s, a.gid);
-  put_le<uint32_t>(&s, a.nlink);
-  put_le<uint64_t>(&s, a.rdev);
-  put_le<uint64_t>(&s, floor);
-  put_le<uint64_t>(&s, a.atime_ns);
-  put_le<uint64_t>(&s, a.mtime_ns);
-  put_le<uint64_t>(&s, a.ctime_ns);
-  put_le<uint32_t>(&s, a.chunk);
-  put_le<uint64_t>(&s, a.parent.hi);
-  put_le<uint64_t>(&s, a.parent.lo);
-  return s;
-}
-
-// The inode record; `floor` is the size floor of a file (its size is max(floor, end of data)).
-Result<Attr> decode_inode(const ObjectId& oid, std::string_view in, uint64_t* floor) {
-  ByteReader r(in);
-  Attr a;
-  uint8_t version = 0;
-  a.oid = oid;
-  if (!r.get_le(&version) || version != kInodeVersion || !r.get_le(&a.mode) || !r.get_le(&a.uid) || !r.get_le(&a.gid) ||
-      !r.get_le(&a.nlink) || !r.get_le(&a.rdev) || !r.get_le(floor) || !r.get_le(&a.atime_ns) ||
-      !r.get_le(&a.mtime_ns) || !r.get_le(&a.ctime_ns) || !r.get_le(&a.chunk) || !r.get_le(&a.parent.hi) ||
-      !r.get_le(&a.parent.lo) || r.remaining() != 0)
-    return fail(StatusCode::kCorruption, "inode " + oid.to_string() + " is damaged");
-  a.size = *floor;
-  return a;
-}
-
-std::string encode_entry(const ObjectId& oid, uint32_t type) {
-  std::string s;
-  put_le<uint8_t>(&s, kEntryVersion);
-  put_le<uint32_t>(&s, type & S_IFMT);
-  put_le<uint64_t>(&s, oid.hi);
-  put_le<uint64_t>(&s, oid.lo);
-  return s;
-}
-
-Result<DirEntry> decode_entry(std::string_view name, std::string_view in) {
-  ByteReader r(in);
-  DirEntry e;
-  uint8_t version = 0;
-  e.name = name;
-  if (!r.get_le(&version) || version != kEntryVersion || !r.get_le(&e.type) || !r.get_le(&e.oid.hi) ||
-      !r.get_le(&e.oid.lo) || r.remaining() != 0)
-    return fail(StatusCode::kCorruption, "directory entry '" + std::string(name) + "' is damaged");
-  return e;
-}
-
-Status check_name(std::string_view name) {
-  if (name.empty() || name == "." || name == "..")
-    return fail(StatusCode::kInvalidArgument, "'" + std::string(name) + "' cannot be created or removed");
-  if (name.size() > kNameMax) return fail(StatusCode::kNameTooLong, "a name is at most 255 bytes");
-  if (name.find('/') != std::string_view::npos || name.find('\0') != std::string_view::npos)
-    return fail(StatusCode::kInvalidArgument, "a name cannot hold '/' or NUL");
-  return Status::ok();
-}
-
-bool in_group(const Cred& c, uint32_t gid) {
-  return c.gid == gid || std::find(c.groups.begin(), c.groups.end(), gid) != c.groups.end();
-}
-
 Status denied(const std::string& what) { return fail(StatusCode::kPermissionDenied, what); }
 
 }  // namespace
 
-bool Namespace::permits(const Attr& a, const Cred& c, int mask) {
-  if (c.uid == 0) return !(mask & X_OK) || S_ISDIR(a.mode) || (a.mode & 0111);
-  uint32_t bits = c.uid == a.uid ? (a.mode >> 6) & 7 : in_group(c, a.gid) ? (a.mode >> 3) & 7 : a.mode & 7;
-  return (bits & static_cast<uint32_t>(mask)) == static_cast<uint32_t>(mask);
-}
+bool Namespace::permits(const Attr& a, const Cred& c, int mask) { return posix::permits(a, c, mask); }
 
 class Namespace::Impl {
  public:
@@ -120,6 +42,8 @@ class Namespace::Impl {
   SpaceQuery space;
   ObjectId root = placement::with_class({0, 1}, ObjectClass::kS1);
   uint32_t default_chunk = layout::kDefaultChunkBytes;  // the container's chunk property
+  uint32_t targets = 1;                                 // where placement puts an inode: its home target
+  std::atomic<bool> durable{false};                     // Namespace::set_durable
 
   // Container sessions are single-threaded: each call borrows one and gives it back.
   std::mutex mu;
@@ -151,11 +75,107 @@ class Namespace::Impl {
       if (!idle.empty()) {
         auto c = std::move(idle.back());
         idle.pop_back();
+        c->set_lazy_writes(!durable);
         return Lease(this, std::move(c));
       }
     }
     RFOS_ASSIGN_OR_RETURN(auto c, factory());
+    c->set_lazy_writes(!durable);
     return Lease(this, std::move(c));
+  }
+
+  // The target holding an inode's record (and a directory's entries): where its namespace operations go.
+  uint32_t home(const ObjectId& oid) const { return placement::target_of(oid, kInodeDkey, targets); }
+
+  // A new object id whose inode record (and, for a file, first chunk) lives on `target`: a file made in a
+  // directory is made by one operation of the directory's target, first bytes included. Ids stay random; about
+  // targets^2 tries.
+  ObjectId new_oid_at(ObjectClass cls, uint32_t target, bool first_chunk_too) {
+    const std::string chunk0 = chunk_key(0);
+    for (int tries = 0;; ++tries) {
+      ObjectId o = new_oid(cls);
+      if (tries > 100000) return o;  // unreachable with sane placement; the operation then says so
+      if (placement::target_of(o, kInodeDkey, targets) != target) continue;
+      if (first_chunk_too && placement::target_of(o, chunk0, targets) != target) continue;
+      return o;
+    }
+  }
+
+  // Sends `q` to target `t` (wire kNamespace). When the target asks about an inode it does not hold (a hint: its
+  // owner, whether a directory is empty), reads it and sends the request again.
+  Result<DirReply> dir_op(Lease& c, DirRequest q, uint32_t t, const ObjectId& routed) {
+    q.durable = q.durable || durable;
+    for (int round = 0; round <= 4; ++round) {
+      RFOS_ASSIGN_OR_RETURN(std::string raw, c->namespace_op(t, routed, encode_dir_request(q)));
+      RFOS_ASSIGN_OR_RETURN(DirReply r, decode_dir_reply(raw));
+      if (r.need == ObjectId{}) return r;
+      Hint h;
+      h.oid = r.need;
+      uint64_t floor = 0;
+      auto a = inode(c, r.need, &floor);
+      if (a.is_ok()) {
+        h.uid = a->uid;
+        if (S_ISDIR(a->mode)) {
+          RFOS_ASSIGN_OR_RETURN(h.empty, dir_empty(c, r.need));
+        }
+      } else if (a.status().code() == StatusCode::kNotFound) {  // an entry a crash left without its inode
+        h.uid = q.cred.uid;
+        h.empty = true;
+      } else {
+        return a.status();
+      }
+      q.hints.push_back(h);
+    }
+    return fail(StatusCode::kInternal, "a namespace operation kept asking about inodes elsewhere");
+  }
+
+  // Deletes an inode no name links any more, everywhere it has keys. Its home target first, in the order of
+  // that target's log (after the removal that unlinked it); chunks on other targets only once that is durable,
+  // so a crash never keeps the purge of the data and loses the removal.
+  Status purge(Lease& c, const ObjectId& oid) {
+    DirRequest q;
+    q.op = DirOp::kPurge;
+    q.oid = oid;
+    uint32_t t = home(oid);
+    RFOS_ASSIGN_OR_RETURN(DirReply r, dir_op(c, q, t, oid));
+    if (!r.inode_done || targets == 1) return Status::ok();
+    RFOS_ASSIGN_OR_RETURN(uint64_t end, c->object_end(oid, kDataAkey, t));
+    if (end == 0) return Status::ok();
+    if (!durable) RFOS_RETURN_IF_ERROR(c->sync());
+    Status s = c->punch_object(oid);
+    return s.code() == StatusCode::kNotFound ? Status::ok() : s;
+  }
+
+  // What a rename left of the inode it replaced: a name less. Done there when it lived on the same target (and
+  // purged once unlinked, as the legacy path does); else here, after the durable rename.
+  Status replaced(Lease& c, const DirReply& r) {
+    if (r.other == ObjectId{}) return Status::ok();
+    if (S_ISDIR(r.other_type)) {
+      if (r.inode_done) return Status::ok();
+      Status s = c->punch_object(r.other);
+      return s.code() == StatusCode::kNotFound ? Status::ok() : s;
+    }
+    uint32_t nlink = r.attr.nlink;
+    if (!r.inode_done) {
+      uint64_t t = wall_ns();
+      auto left = update_inode(c, r.other, [&](Attr& x, uint64_t&) {
+        if (x.nlink > 0) --x.nlink;
+        x.ctime_ns = t;
+        return Status::ok();
+      });
+      if (!left.is_ok()) return left.status().code() == StatusCode::kNotFound ? Status::ok() : left.status();
+      nlink = left->nlink;
+    }
+    return nlink == 0 ? purge(c, r.other) : Status::ok();
+  }
+
+  // A regular file's size from what its home target said (max of its floor and the data there) and the data
+  // end on every other target.
+  Status complete_size(Lease& c, Attr& a) {
+    if (!S_ISREG(a.mode) || targets == 1) return Status::ok();
+    RFOS_ASSIGN_OR_RETURN(uint64_t end, c->object_end(a.oid, kDataAkey, home(a.oid)));
+    a.size = std::max(a.size, end);
+    return Status::ok();
   }
 
   ObjectId new_oid(ObjectClass cls) {
@@ -182,7 +202,7 @@ class Namespace::Impl {
     uint64_t floor = 0;
     RFOS_ASSIGN_OR_RETURN(Attr a, inode(c, oid, &floor));
     if (S_ISREG(a.mode)) {
-      RFOS_ASSIGN_OR_RETURN(uint64_t end, c->object_end(oid, kDataAkey));
+      RFOS_ASSIGN_OR_RETURN(uint64_t end, c->object_end(oid, kDataAkey));  // every target at once
       a.size = std::max(floor, end);
     } else if (S_ISDIR(a.mode)) {
       a.size = 4096;
@@ -227,12 +247,6 @@ class Namespace::Impl {
     return d;
   }
 
-  // The sticky bit: in such a directory only the owner of an entry, of the directory, or root removes it.
-  static Status sticky_ok(const Attr& dir, const Attr& victim, const Cred& cred) {
-    if (!(dir.mode & S_ISVTX) || cred.uid == 0 || cred.uid == dir.uid || cred.uid == victim.uid) return Status::ok();
-    return fail(StatusCode::kNotPermitted, "the directory is sticky and the entry is someone else's");  // EPERM
-  }
-
   Status dir_changed(Lease& c, const ObjectId& dir, int nlink_delta) {
     uint64_t t = wall_ns();
     return update_inode(c, dir,
@@ -255,42 +269,58 @@ class Namespace::Impl {
     }
   }
 
-  // Creates an inode and its entry: the inode first, so an entry never names a missing inode; if the name
-  // turns out to be taken, the new inode goes again.
-  Result<Attr> create(const ObjectId& dir, std::string_view name, uint32_t mode, uint64_t rdev,
-                      std::string_view link_target, const Cred& cred, uint32_t chunk = 0) {
+  // Creates an inode and its entry by one operation of the directory's target: the new inode placed there too
+  // (its first bytes with it, when given). A directory's inode goes where placement spreads it, so when that is
+  // elsewhere it is written first, durably, and the entry then: an entry never names a missing inode, and a
+  // losing create deletes its inode again.
+  Result<Attr> create(const ObjectId& dir, std::string_view name, uint32_t mode, uint64_t rdev, std::string_view data,
+                      const Cred& cred, uint32_t chunk = 0) {
     RFOS_RETURN_IF_ERROR(check_name(name));
     RFOS_ASSIGN_OR_RETURN(Lease c, session());
-    RFOS_ASSIGN_OR_RETURN(Attr d, writable_dir(c, dir, cred));
-    bool is_dir = S_ISDIR(mode);
-    Attr a;
-    a.oid = new_oid(S_ISREG(mode) ? ObjectClass::kSX : ObjectClass::kS1);
-    a.mode = (mode & S_IFMT) | (mode & 07777);
-    a.uid = cred.uid;
-    a.gid = cred.gid;
-    if (d.mode & S_ISGID) {  // setgid directories pass on their group, and to subdirectories the bit itself
-      a.gid = d.gid;
-      if (is_dir) a.mode |= S_ISGID;
+    uint32_t t = home(dir);
+    DirRequest q;
+    q.op = DirOp::kCreate;
+    q.cred = cred;
+    q.dir = dir;
+    q.name = name;
+    q.mode = (mode & S_IFMT) | (mode & 07777);
+    q.rdev = rdev;
+    q.chunk = S_ISREG(mode) ? (chunk ? chunk : default_chunk) : 0;
+    q.data = data;
+    if (!S_ISDIR(mode)) {
+      q.oid = new_oid_at(S_ISREG(mode) ? ObjectClass::kSX : ObjectClass::kS1, t, S_ISREG(mode) && !data.empty());
+      q.inode_here = true;
+    } else {
+      q.oid = new_oid(ObjectClass::kS1);
+      q.inode_here = home(q.oid) == t;
+      if (!q.inode_here) {
+        RFOS_ASSIGN_OR_RETURN(Attr d, writable_dir(c, dir, cred));
+        RFOS_RETURN_IF_ERROR(put_inode(c, new_inode(d, q.oid, q.mode, 0, 0, cred, wall_ns()), 0));
+      }
     }
-    if (!is_dir && !in_group(cred, a.gid) && cred.uid != 0) a.mode &= ~static_cast<uint32_t>(S_ISGID);
-    a.nlink = is_dir ? 2 : 1;
-    a.rdev = rdev;
-    a.atime_ns = a.mtime_ns = a.ctime_ns = wall_ns();
-    a.chunk = S_ISREG(mode) ? (chunk ? chunk : default_chunk) : 0;
-    if (is_dir) a.parent = dir;
-    if (!link_target.empty()) RFOS_RETURN_IF_ERROR(c->put_value(a.oid, kInodeDkey, kLinkAkey, link_target));
-    RFOS_RETURN_IF_ERROR(put_inode(c, a, 0));
-    Status s = c->insert_value(dir, name, kEntryAkey, encode_entry(a.oid, a.mode));
-    if (!s.is_ok()) {
-      (void)c->punch_object(a.oid);
-      if (s.code() == StatusCode::kAlreadyExists)
-        return fail(StatusCode::kAlreadyExists, "'" + std::string(name) + "' exists");
-      return s;
+    auto r = dir_op(c, q, t, dir);
+    if (!r.is_ok()) {
+      if (!q.inode_here) (void)c->punch_object(q.oid);
+      return r.status();
     }
-    RFOS_RETURN_IF_ERROR(dir_changed(c, dir, is_dir ? 1 : 0));
-    if (S_ISLNK(a.mode)) a.size = link_target.size();
-    if (is_dir) a.size = 4096;
-    return a;
+    return r->attr;
+  }
+
+  // Drops what lies beyond `size` of file `a` (a truncate): whole chunks punched, a partial one's tail.
+  Status punch_beyond(Lease& c, const Attr& a, uint64_t size) {
+    uint64_t chunk = a.chunk ? a.chunk : layout::kDefaultChunkBytes;
+    RFOS_ASSIGN_OR_RETURN(auto keys, c->list_dkeys(a.oid));
+    for (const std::string& k : keys) {
+      if (k.size() != 8) continue;
+      uint64_t start = get_be64(k.data()) * chunk;
+      if (start >= size)
+        RFOS_RETURN_IF_ERROR(c->punch_dkey(a.oid, k));
+      else if (start + chunk > size) {
+        Status s = c->punch_extent(a.oid, k, kDataAkey, size, start + chunk - size);
+        if (!s.is_ok() && s.code() != StatusCode::kNotFound) return s;
+      }
+    }
+    return Status::ok();
   }
 
   Result<uint32_t> chunk_size(Lease& c, const ObjectId& oid) {
@@ -308,27 +338,6 @@ class Namespace::Impl {
     chunk_of[oid] = a.chunk ? a.chunk : layout::kDefaultChunkBytes;
     return chunk_of[oid];
   }
-
-  // Truncates or extends a file to `size`: punches what lies beyond, then moves the floor.
-  Status resize(Lease& c, Attr& a, uint64_t& floor, uint64_t size) {
-    uint64_t chunk = a.chunk ? a.chunk : layout::kDefaultChunkBytes;
-    if (size < a.size) {
-      RFOS_ASSIGN_OR_RETURN(auto keys, c->list_dkeys(a.oid));
-      for (const std::string& k : keys) {
-        if (k.size() != 8) continue;
-        uint64_t start = get_be64(k.data()) * chunk;
-        if (start >= size)
-          RFOS_RETURN_IF_ERROR(c->punch_dkey(a.oid, k));
-        else if (start + chunk > size) {
-          Status s = c->punch_extent(a.oid, k, kDataAkey, size, start + chunk - size);
-          if (!s.is_ok() && s.code() != StatusCode::kNotFound) return s;
-        }
-      }
-    }
-    floor = size;
-    a.size = size;
-    return Status::ok();
-  }
 };
 
 Namespace::Namespace(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -342,6 +351,7 @@ Result<std::unique_ptr<Namespace>> Namespace::open(SessionFactory open_session, 
   {
     RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl->session());
     if (uint32_t chunk = c->session().cont.props.chunk_bytes; chunk) impl->default_chunk = chunk;
+    impl->targets = std::max<uint32_t>(1, c->target_count());
     uint64_t floor = 0;
     auto root = impl->inode(c, impl->root, &floor);
     if (!root.is_ok() && root.status().code() != StatusCode::kNotFound) return root.status();
@@ -426,81 +436,98 @@ Result<std::string> Namespace::readlink(const ObjectId& oid) {
 Result<Attr> Namespace::link(const ObjectId& oid, const ObjectId& dir, std::string_view name, const Cred& cred) {
   RFOS_RETURN_IF_ERROR(check_name(name));
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  RFOS_ASSIGN_OR_RETURN(Attr d, impl_->writable_dir(c, dir, cred));
-  (void)d;
-  uint64_t floor = 0;
-  RFOS_ASSIGN_OR_RETURN(Attr a, impl_->inode(c, oid, &floor));
-  if (S_ISDIR(a.mode)) return fail(StatusCode::kNotPermitted, "directories cannot be hard-linked");
-  if (a.nlink == 0) return fail(StatusCode::kNotFound, "the inode was removed");
-  if (a.nlink >= 65000) return fail(StatusCode::kTooManyLinks, "too many links");
-  Status s = c->insert_value(dir, name, kEntryAkey, encode_entry(oid, a.mode));
-  if (s.code() == StatusCode::kAlreadyExists)
-    return fail(StatusCode::kAlreadyExists, "'" + std::string(name) + "' exists");
-  RFOS_RETURN_IF_ERROR(s);
-  uint64_t t = wall_ns();
-  RFOS_ASSIGN_OR_RETURN(a, impl_->update_inode(c, oid, [&](Attr& x, uint64_t&) {
+  uint32_t t = impl_->home(dir);
+  DirRequest q;
+  q.op = DirOp::kLink;
+  q.cred = cred;
+  q.dir = dir;
+  q.name = name;
+  q.oid = oid;
+  if (impl_->home(oid) == t) {  // the inode gains its link in the same batch
+    RFOS_RETURN_IF_ERROR(impl_->dir_op(c, q, t, dir).status());
+    return impl_->attr(c, oid);
+  }
+  // The inode is elsewhere: its link count first, durably, so that no crash leaves a name it does not count.
+  uint64_t now = wall_ns();
+  RFOS_ASSIGN_OR_RETURN(Attr a, impl_->update_inode(c, oid, [&](Attr& x, uint64_t&) -> Status {
+    if (S_ISDIR(x.mode)) return fail(StatusCode::kNotPermitted, "directories cannot be hard-linked");
+    if (x.nlink == 0) return fail(StatusCode::kNotFound, "the inode was removed");
+    if (x.nlink >= 65000) return fail(StatusCode::kTooManyLinks, "too many links");
     ++x.nlink;
-    x.ctime_ns = t;
+    x.ctime_ns = now;
     return Status::ok();
   }));
-  RFOS_RETURN_IF_ERROR(impl_->dir_changed(c, dir, 0));
+  q.inode_here = true;
+  q.mode = a.mode;
+  Status s = impl_->dir_op(c, q, t, dir).status();
+  if (!s.is_ok()) {
+    (void)impl_->update_inode(c, oid, [&](Attr& x, uint64_t&) {
+      if (x.nlink > 0) --x.nlink;
+      return Status::ok();
+    });
+    return s;
+  }
   return impl_->attr(c, oid);
 }
 
 Result<Attr> Namespace::unlink(const ObjectId& dir, std::string_view name, const Cred& cred) {
   RFOS_RETURN_IF_ERROR(check_name(name));
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  RFOS_ASSIGN_OR_RETURN(Attr d, impl_->writable_dir(c, dir, cred));
-  RFOS_ASSIGN_OR_RETURN(DirEntry e, impl_->entry(c, dir, name));
-  if (S_ISDIR(e.type)) return fail(StatusCode::kIsDirectory, "'" + std::string(name) + "' is a directory");
-  uint64_t floor = 0;
-  auto victim = impl_->inode(c, e.oid, &floor);
-  if (victim.is_ok()) RFOS_RETURN_IF_ERROR(Impl::sticky_ok(d, *victim, cred));
-  RFOS_RETURN_IF_ERROR(c->punch_dkey(dir, name));
-  RFOS_RETURN_IF_ERROR(impl_->dir_changed(c, dir, 0));
-  if (!victim.is_ok()) {  // the entry had lost its inode: the name is gone, nothing else to do
-    Attr gone;
-    gone.oid = e.oid;
-    return gone;
+  DirRequest q;
+  q.op = DirOp::kRemove;
+  q.cred = cred;
+  q.dir = dir;
+  q.name = name;
+  RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(dir), dir));
+  if (r.inode_done) {
+    r.attr.oid = r.other;
+    return r.attr;
   }
+  // The inode is elsewhere (a hard link's, a file moved in): one link less there, after the durable removal.
   uint64_t t = wall_ns();
-  return impl_->update_inode(c, e.oid, [&](Attr& x, uint64_t&) {
+  auto a = impl_->update_inode(c, r.other, [&](Attr& x, uint64_t&) {
     if (x.nlink > 0) --x.nlink;
     x.ctime_ns = t;
     return Status::ok();
   });
+  if (a.status().code() == StatusCode::kNotFound) {
+    Attr gone;
+    gone.oid = r.other;
+    return gone;
+  }
+  return a;
 }
 
 Status Namespace::forget(const ObjectId& oid) {
-  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  uint64_t floor = 0;
-  auto a = impl_->inode(c, oid, &floor);
-  if (!a.is_ok()) return a.status().code() == StatusCode::kNotFound ? Status::ok() : a.status();
-  if (a->nlink > 0) return Status::ok();  // linked again meanwhile
   {
     std::lock_guard lock(impl_->mu);
     impl_->chunk_of.erase(oid);
   }
-  Status s = c->punch_object(oid);
-  return s.code() == StatusCode::kNotFound ? Status::ok() : s;
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  return impl_->purge(c, oid);
 }
 
 Status Namespace::rmdir(const ObjectId& dir, std::string_view name, const Cred& cred) {
   RFOS_RETURN_IF_ERROR(check_name(name));
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  RFOS_ASSIGN_OR_RETURN(Attr d, impl_->writable_dir(c, dir, cred));
-  RFOS_ASSIGN_OR_RETURN(DirEntry e, impl_->entry(c, dir, name));
-  if (!S_ISDIR(e.type)) return fail(StatusCode::kNotDirectory, "'" + std::string(name) + "' is not a directory");
-  uint64_t floor = 0;
-  RFOS_ASSIGN_OR_RETURN(Attr victim, impl_->inode(c, e.oid, &floor));
-  RFOS_RETURN_IF_ERROR(Impl::sticky_ok(d, victim, cred));
-  RFOS_ASSIGN_OR_RETURN(bool empty, impl_->dir_empty(c, e.oid));
-  if (!empty) return fail(StatusCode::kNotEmpty, "'" + std::string(name) + "' is not empty");
-  RFOS_RETURN_IF_ERROR(c->punch_dkey(dir, name));
-  RFOS_RETURN_IF_ERROR(impl_->dir_changed(c, dir, -1));
-  Status s = c->punch_object(e.oid);
+  DirRequest q;
+  q.op = DirOp::kRemove;
+  q.cred = cred;
+  q.dir = dir;
+  q.name = name;
+  q.flags = kRemoveDir;
+  RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(dir), dir));
+  if (r.inode_done) return Status::ok();
+  Status s = c->punch_object(r.other);  // the directory's object elsewhere (the removal is durable by now)
   return s.code() == StatusCode::kNotFound ? Status::ok() : s;
 }
+
+Status Namespace::sync() {
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  return c->sync();
+}
+
+void Namespace::set_durable(bool durable) { impl_->durable = durable; }
 
 Status Namespace::rename(const ObjectId& src_dir, std::string_view src, const ObjectId& dst_dir, std::string_view dst,
                          unsigned flags, const Cred& cred) {
@@ -510,12 +537,26 @@ Status Namespace::rename(const ObjectId& src_dir, std::string_view src, const Ob
     return fail(StatusCode::kInvalidArgument, "RENAME_NOREPLACE and RENAME_EXCHANGE exclude each other");
   if (flags & ~(kRenameNoReplace | kRenameExchange)) return fail(StatusCode::kInvalidArgument, "unknown flags");
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  if (uint32_t t = impl_->home(src_dir); impl_->home(dst_dir) == t) {  // one operation of their target
+    DirRequest q;
+    q.op = DirOp::kRename;
+    q.cred = cred;
+    q.dir = src_dir;
+    q.name = src;
+    q.dir2 = dst_dir;
+    q.name2 = dst;
+    q.flags = flags;
+    auto r = impl_->dir_op(c, q, t, src_dir);
+    if (r.is_ok()) return impl_->replaced(c, *r);
+    if (r.status().code() != StatusCode::kNotSupported) return r.status();
+  }
+  // A directory moving between directories, or directories on different targets: step by step from here.
   RFOS_ASSIGN_OR_RETURN(Attr sd, impl_->writable_dir(c, src_dir, cred));
   RFOS_ASSIGN_OR_RETURN(Attr dd, impl_->writable_dir(c, dst_dir, cred));
   RFOS_ASSIGN_OR_RETURN(DirEntry se, impl_->entry(c, src_dir, src));
   uint64_t floor = 0;
   RFOS_ASSIGN_OR_RETURN(Attr sa, impl_->inode(c, se.oid, &floor));
-  RFOS_RETURN_IF_ERROR(Impl::sticky_ok(sd, sa, cred));
+  RFOS_RETURN_IF_ERROR(sticky_ok(sd, sa, cred));
   if (src_dir == dst_dir && src == dst) return Status::ok();
   bool moving_dir = S_ISDIR(se.type);
 
@@ -567,7 +608,7 @@ Status Namespace::rename(const ObjectId& src_dir, std::string_view src, const Ob
     if (!moving_dir && S_ISDIR(de->type))
       return fail(StatusCode::kIsDirectory, "'" + std::string(dst) + "' is a directory");
     auto da = impl_->inode(c, de->oid, &floor);
-    if (da.is_ok()) RFOS_RETURN_IF_ERROR(Impl::sticky_ok(dd, *da, cred));
+    if (da.is_ok()) RFOS_RETURN_IF_ERROR(sticky_ok(dd, *da, cred));
     if (S_ISDIR(de->type)) {
       RFOS_ASSIGN_OR_RETURN(bool empty, impl_->dir_empty(c, de->oid));
       if (!empty) return fail(StatusCode::kNotEmpty, "'" + std::string(dst) + "' is not empty");
@@ -614,50 +655,19 @@ Status Namespace::rename(const ObjectId& src_dir, std::string_view src, const Ob
 
 Result<Attr> Namespace::setattr(const ObjectId& oid, const SetAttr& set, const Cred& cred) {
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  RFOS_ASSIGN_OR_RETURN(Attr cur, impl_->attr(c, oid));
-  bool owner = cred.uid == 0 || cred.uid == cur.uid;
-  // A writer that is not the owner may drop a file's set-id bits, and nothing else: what the kernel asks for
-  // when such a writer writes to a set-id file (file_remove_privs), so that the write does not leave a
-  // set-id program someone else changed.
-  const uint32_t setid = S_ISUID | S_ISGID;
-  bool drops_setid_only = set.set_mode && ((set.mode & 07777) & ~setid) == ((cur.mode & 07777) & ~setid) &&
-                          (set.mode & setid) != (cur.mode & setid) && ((set.mode & setid) & ~(cur.mode & setid)) == 0;
-  if (set.set_mode && !owner && !(drops_setid_only && S_ISREG(cur.mode) && permits(cur, cred, W_OK)))
-    return fail(StatusCode::kNotPermitted, "only the owner changes the mode");
-  if (set.set_uid && set.uid != cur.uid && cred.uid != 0)
-    return fail(StatusCode::kNotPermitted, "only root changes the owner");
-  if (set.set_gid && set.gid != cur.gid && cred.uid != 0 && !(cred.uid == cur.uid && in_group(cred, set.gid)))
-    return fail(StatusCode::kNotPermitted, "the owner may only pick a group of their own");
-  if (set.set_size) {
-    if (S_ISDIR(cur.mode)) return fail(StatusCode::kIsDirectory, "is a directory");
-    if (!S_ISREG(cur.mode)) return fail(StatusCode::kInvalidArgument, "not a regular file");
-    if (!permits(cur, cred, W_OK)) return denied("no write permission");
+  if (set.set_size) {  // what lies beyond the new end goes first; the home target then moves the floor
+    RFOS_ASSIGN_OR_RETURN(Attr cur, impl_->attr(c, oid));
+    RFOS_RETURN_IF_ERROR(check_setattr(cur, set, cred));
+    if (set.size < cur.size) RFOS_RETURN_IF_ERROR(impl_->punch_beyond(c, cur, set.size));
   }
-  if ((set.set_atime || set.set_mtime) && !owner && !permits(cur, cred, W_OK))
-    return denied("only the owner or a writer sets times");
-  uint64_t t = wall_ns();
-  return impl_->update_inode(c, oid, [&](Attr& a, uint64_t& floor) -> Status {
-    a.size = cur.size;
-    if (set.set_mode) {
-      a.mode = (a.mode & S_IFMT) | (set.mode & 07777);
-      if (cred.uid != 0 && !in_group(cred, a.gid)) a.mode &= ~static_cast<uint32_t>(S_ISGID);
-    }
-    bool chown = (set.set_uid && set.uid != a.uid) || (set.set_gid && set.gid != a.gid);
-    if (set.set_uid) a.uid = set.uid;
-    if (set.set_gid) a.gid = set.gid;
-    if (chown && !S_ISDIR(a.mode)) {  // as Linux: a change of owner drops setuid, and setgid of group-executables
-      a.mode &= ~static_cast<uint32_t>(S_ISUID);
-      if (a.mode & S_IXGRP) a.mode &= ~static_cast<uint32_t>(S_ISGID);
-    }
-    if (set.set_size) {
-      RFOS_RETURN_IF_ERROR(impl_->resize(c, a, floor, set.size));
-      a.mtime_ns = t;
-    }
-    if (set.set_atime) a.atime_ns = set.atime_ns;
-    if (set.set_mtime) a.mtime_ns = set.mtime_ns;
-    a.ctime_ns = t;
-    return Status::ok();
-  });
+  DirRequest q;
+  q.op = DirOp::kSetattr;
+  q.cred = cred;
+  q.oid = oid;
+  q.set = set;
+  RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(oid), oid));
+  if (!set.set_size) RFOS_RETURN_IF_ERROR(impl_->complete_size(c, r.attr));
+  return r.attr;
 }
 
 Result<size_t> Namespace::read(const ObjectId& oid, uint64_t offset, std::span<uint8_t> out) {
@@ -811,14 +821,11 @@ Status Namespace::get_file(const Attr& a, const client::StreamSink& sink, uint32
 
 Status Namespace::touch_written(const ObjectId& oid) {
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  uint64_t t = wall_ns();
-  return impl_
-      ->update_inode(c, oid,
-                     [&](Attr& a, uint64_t&) {
-                       a.mtime_ns = a.ctime_ns = t;
-                       return Status::ok();
-                     })
-      .status();
+  DirRequest q;
+  q.op = DirOp::kSetattr;
+  q.oid = oid;  // the writer had the file open for writing: root's credentials, as the kernel's own update
+  q.set.touch = true;
+  return impl_->dir_op(c, q, impl_->home(oid), oid).status();
 }
 
 Result<DirPage> Namespace::readdir(const ObjectId& dir, const std::string& anchor, size_t max) {

@@ -33,45 +33,15 @@
 #include "client/file_stream.h"
 #include "common/ids.h"
 #include "common/status.h"
+#include "posix/dir_ops.h"
+#include "posix/records.h"
 
 namespace rfos::posix {
-
-struct Cred {
-  uint32_t uid = 0;
-  uint32_t gid = 0;
-  std::vector<uint32_t> groups;  // supplementary
-};
-
-struct Attr {
-  ObjectId oid;
-  uint32_t mode = 0;  // S_IFMT bits included
-  uint32_t uid = 0;
-  uint32_t gid = 0;
-  uint32_t nlink = 0;
-  uint64_t rdev = 0;
-  uint64_t size = 0;
-  uint64_t atime_ns = 0, mtime_ns = 0, ctime_ns = 0;
-  uint32_t chunk = 0;  // file chunk size
-  ObjectId parent;     // directories: the directory holding them
-};
-
-struct DirEntry {
-  std::string name;
-  ObjectId oid;
-  uint32_t type = 0;  // S_IFMT bits
-};
 
 struct DirPage {
   std::vector<DirEntry> entries;
   std::string anchor;  // pass back to continue
   bool done = false;
-};
-
-// setattr: which fields to change.
-struct SetAttr {
-  bool set_mode = false, set_uid = false, set_gid = false, set_size = false, set_atime = false, set_mtime = false;
-  uint32_t mode = 0, uid = 0, gid = 0;
-  uint64_t size = 0, atime_ns = 0, mtime_ns = 0;
 };
 
 struct StatFs {
@@ -80,12 +50,8 @@ struct StatFs {
   uint32_t name_max = 255;
 };
 
-inline constexpr size_t kNameMax = 255;
-inline constexpr size_t kSymlinkMax = 4095;
 inline constexpr std::string_view kChunkXattr = "user.rfos.chunk_size";
 inline constexpr uint32_t kMinChunk = 4096, kMaxChunk = 1u << 30;  // a multiple of 4 KiB in between
-inline constexpr unsigned kRenameNoReplace = 1;                    // RENAME_NOREPLACE
-inline constexpr unsigned kRenameExchange = 2;                     // RENAME_EXCHANGE
 
 class Namespace {
  public:
@@ -121,6 +87,13 @@ class Namespace {
   Result<Attr> setattr(const ObjectId& oid, const SetAttr& set, const Cred& cred);
   // Deletes the object of an inode whose link count is 0 (after its last user let go).
   Status forget(const ObjectId& oid);
+
+  // Durability. Operations and small writes are visible to every client when they return, and durable (they
+  // survive the loss of power on the server) after sync(); a kill of the server process loses nothing
+  // acknowledged either way. set_durable(true) makes each durable when it returns (the mount's -o sync).
+  // docs/posix.md, "Durability and coherence".
+  Status sync();
+  void set_durable(bool durable);
 
   // File data. read returns the bytes read (short at end of file). write is durable on return.
   Result<size_t> read(const ObjectId& oid, uint64_t offset, std::span<uint8_t> out);

@@ -55,7 +55,7 @@ class SimCluster : public ::testing::Test {
       ASSERT_TRUE((*e)->pool_create(pool_).is_ok());
       ASSERT_TRUE((*e)->cont_create(pool_, cont_, {}).is_ok());
       engines_.push_back(std::move(e).value());
-      auto t = Target::start(i, engines_.back().get(), config, secret_, revocations_);
+      auto t = Target::start(i, n, engines_.back().get(), config, secret_, revocations_);
       ASSERT_TRUE(t.is_ok()) << t.status().to_string();
       targets_.push_back(std::move(t).value());
     }

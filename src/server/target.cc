@@ -223,12 +223,14 @@ void Target::Impl::handle(Incoming& in) {
   (this->*handler_for(q.op))(c);
 }
 
-Result<std::unique_ptr<Target>> Target::start(uint32_t index, engine::Engine* engine, const ServerConfig& config,
-                                              const std::string& secret, std::shared_ptr<Revocations> revocations) {
+Result<std::unique_ptr<Target>> Target::start(uint32_t index, uint32_t count, engine::Engine* engine,
+                                              const ServerConfig& config, const std::string& secret,
+                                              std::shared_ptr<Revocations> revocations) {
   auto impl = std::make_unique<Impl>();
   impl->bypass_media = config.bypass_media;
   impl->session_buffers.set_share(config.session_buffer_bytes);
   impl->index = index;
+  impl->count = count;
   impl->engine = engine;
   impl->last_epoch = engine->high_epoch();
   impl->secret = secret;
@@ -254,6 +256,7 @@ Result<std::unique_ptr<Target>> Target::start(uint32_t index, engine::Engine* en
     // In-flight transfers of that peer complete with errors and release their engine buffers.
   });
   impl->media = std::make_unique<WorkerPool>(std::max(1u, config.media_threads));
+  impl->namespace_ops = std::make_unique<WorkerPool>(1);
   impl->thread = std::thread([raw] { raw->run(); });
   return std::unique_ptr<Target>(new Target(std::move(impl)));
 }
@@ -270,6 +273,7 @@ void Target::stop() {
   impl_->stopping = true;
   impl_->worker->signal();
   impl_->thread.join();
+  impl_->namespace_ops.reset();
   impl_->media.reset();     // queued media work runs to its end
   impl_->finished.clear();  // continuations of a stopped target are dropped (their engine work is done)
 }

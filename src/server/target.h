@@ -7,7 +7,8 @@
 // and writes on the target's own io_uring (Engine::fetch_submit / update_submit), polled by the same loop
 // that polls the transport; an update's index commit joins the engine's group commit (its commit thread) and
 // comes back to this loop. Many requests are in flight per target. Punches and aggregation still block on
-// the media, on a few helper threads per target whose continuations come back to the target thread.
+// the media, on a few helper threads per target whose continuations come back to the target thread. Namespace
+// operations (posix/dir_ops.h) run one at a time on a thread of their own, each one atomic batch.
 //
 // Thread-safety: start/stop from the owner; everything else runs on the target's thread.
 #pragma once
@@ -43,10 +44,11 @@ class Revocations {
 
 class Target {
  public:
-  // The data plane of target `index` over `engine`, as `config` says (provider, media_threads, bypass_media,
-  // payload_timeout_ms). Errors from the transport (kNotSupported: provider unavailable here).
-  static Result<std::unique_ptr<Target>> start(uint32_t index, engine::Engine* engine, const ServerConfig& config,
-                                               const std::string& secret, std::shared_ptr<Revocations> revocations);
+  // The data plane of target `index` of `count` over `engine`, as `config` says (provider, media_threads,
+  // bypass_media, payload_timeout_ms). Errors from the transport (kNotSupported: provider unavailable here).
+  static Result<std::unique_ptr<Target>> start(uint32_t index, uint32_t count, engine::Engine* engine,
+                                               const ServerConfig& config, const std::string& secret,
+                                               std::shared_ptr<Revocations> revocations);
   ~Target();
   // The worker address clients connect to (binary; published in the pool map).
   const std::string& address() const;

@@ -33,6 +33,10 @@ Impl::Handler Impl::handler_for(wire::Op op) {
     case wire::Op::kPunchExtent:
     case wire::Op::kPunchObject:
       return &Impl::handle_punch;
+    case wire::Op::kNamespace:
+      return &Impl::handle_namespace;
+    case wire::Op::kSync:
+      return &Impl::handle_sync;
   }
   return nullptr;  // decode_request admits only the operations above
 }
@@ -230,7 +234,9 @@ void Impl::update(Call& c, std::shared_ptr<SessionBuffers::Charge> charge) {
   if (epoch == 0) return reply_error(c.to(), c.id(), clock_exhausted());
   if (RFOS_FAULT("target.busy"))
     return reply_error(c.to(), c.id(), error(StatusCode::kBusy, "engine buffers exhausted (injected)"));
-  auto tx = engine->update_begin({c.key, epoch, c.kind, q.offset, q.length});
+  engine::UpdateOp op{c.key, epoch, c.kind, q.offset, q.length};
+  op.lazy = q.flags & wire::kLazy;
+  auto tx = engine->update_begin(op);
   if (!tx.is_ok()) return reply_error(c.to(), c.id(), tx.status());
   executing(c);
   auto held = inflight_epochs.insert(epoch);

@@ -49,6 +49,7 @@ class Target::Impl {
   using Handler = void (Impl::*)(Call&);
 
   uint32_t index = 0;
+  uint32_t count = 1;  // targets of the server: where placement puts a key
   engine::Engine* engine = nullptr;
   std::string secret;
   std::shared_ptr<Revocations> revocations;
@@ -65,10 +66,12 @@ class Target::Impl {
   void run();
   // Runs `work` on a media helper thread, then `then` (with work's result) on the target thread.
   template <typename T>
-  void offload(std::function<T()> work, std::function<void(T&)> then);
+  void offload(std::function<T()> work, std::function<void(T&)> then, WorkerPool* pool = nullptr);
   // Engine calls that still block on the media (punches, aggregation) run on helpers, so the target thread
   // keeps serving the network; their continuations come back through `finished`.
   std::unique_ptr<WorkerPool> media;
+  // Namespace operations, one at a time: each reads what it needs and commits its batch before the next reads.
+  std::unique_ptr<WorkerPool> namespace_ops;
   std::mutex finished_mu;
   std::vector<std::function<void()>> finished;
   std::unique_ptr<engine::IoRing> ring;  // the target's own media ring (fetches, update writes)
@@ -130,6 +133,8 @@ class Target::Impl {
   void handle_list_extents(Call& c);
   void handle_object_end(Call& c);
   void handle_punch(Call& c);
+  void handle_namespace(Call& c);  // target_namespace.cc
+  void handle_sync(Call& c);
   void update(Call& c, std::shared_ptr<SessionBuffers::Charge> charge);
   void fetch(Call& c, std::shared_ptr<SessionBuffers::Charge> charge);
   Result<uint64_t> object_end(uint32_t cid, const ObjectId& oid, const std::string& akey, engine::Epoch epoch);
@@ -165,8 +170,8 @@ class Target::Impl {
 };
 
 template <typename T>
-void Target::Impl::offload(std::function<T()> work, std::function<void(T&)> then) {
-  media->post([this, work = std::move(work), then = std::move(then)]() mutable {
+void Target::Impl::offload(std::function<T()> work, std::function<void(T&)> then, WorkerPool* pool) {
+  (pool ? pool : media.get())->post([this, work = std::move(work), then = std::move(then)]() mutable {
     auto result = std::make_shared<T>(work());
     {
       std::lock_guard done(finished_mu);

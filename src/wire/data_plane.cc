@@ -66,8 +66,11 @@ Result<Request> decode_request(std::string_view in) {
       !r.get_le(&q.flags) || !r.get_le(&anlen))
     return malformed("truncated");
   if (dlen > kMaxKeyBytes || alen > kMaxKeyBytes || anlen > kMaxAnchorBytes) return malformed("key too long");
-  if (q.flags & ~kIfAbsent) return malformed("unknown flags");
-  if ((q.flags & kIfAbsent) && op != static_cast<uint8_t>(Op::kUpdate)) return malformed("kIfAbsent on a non-update");
+  if (q.flags & ~(kIfAbsent | kLazy)) return malformed("unknown flags");
+  if ((q.flags & (kIfAbsent | kLazy)) && op != static_cast<uint8_t>(Op::kUpdate))
+    return malformed("kIfAbsent or kLazy on a non-update");
+  if (q.op == Op::kNamespace && (q.length == 0 || q.length > kMaxNamespaceBytes))
+    return malformed("a namespace request is 1 B .. 64 KiB");
   if (!csum_count_ok(ncsum, q.length)) return malformed("too many checksums");
   std::string_view cap, dkey, akey, anchor, csums, rkey;
   uint16_t rklen = 0;

@@ -39,17 +39,24 @@ enum class Op : uint8_t {
   kPunchExtent = 11,  // punches [offset, offset+length) of the array (dkey, akey): a hole, not counted in its size
   kListExtents = 12,  // of the array (dkey, akey); length: max extents; anchor: where to resume. Reply payload:
                       // an ExtentPage
+  kNamespace = 13,    // a POSIX namespace operation (posix/dir_ops.h) carried out here in one atomic commit;
+                      // payload (length bytes, up to kMaxNamespaceBytes): its DirRequest. Reply payload: a DirReply
+  kSync = 14,         // makes every write this target acknowledged durable (the lazy ones: kLazy)
 };
-inline constexpr uint8_t kMaxOp = 12;
+inline constexpr uint8_t kMaxOp = 14;
+inline constexpr size_t kMaxNamespaceBytes = 64 * 1024;
 
 // The operations that change what a container holds: they need a writable session, and the target stamps them.
 constexpr bool is_write(Op op) {
   return op == Op::kUpdate || op == Op::kPunchDkey || op == Op::kPunchObject || op == Op::kPunchAkey ||
-         op == Op::kPunchExtent;
+         op == Op::kPunchExtent || op == Op::kNamespace;
 }
 
 // Request flags.
 inline constexpr uint32_t kIfAbsent = 1;  // update: only when (dkey, akey) has no visible value (kAlreadyExists)
+// update: acknowledged once in the target's log, durable at the next kSync (or durable commit) there; honoured
+// for updates small enough to stay in the index (engine::UpdateOp::lazy), durable as usual otherwise
+inline constexpr uint32_t kLazy = 2;
 
 enum class Kind : uint8_t { kSingle = 1, kArray = 2 };
 
@@ -65,7 +72,7 @@ struct Request {
   std::string dkey;
   std::string akey;
   std::vector<uint32_t> csums;  // update: one per checksum chunk (see common/crc32c.h)
-  uint32_t flags = 0;           // kIfAbsent
+  uint32_t flags = 0;           // kIfAbsent, kLazy
   std::string anchor;           // list dkeys / akeys: where to resume ("" to start)
   // The explicit path: the client's registered buffer (transport::Registration), which the target reads on an
   // update or writes on a fetch instead of moving a payload with the message. rkey "" = no descriptor.

@@ -1,0 +1,66 @@
+"""A server with pool `p` and container `c` under a work directory, and mounts of it, for the benchmarks:
+
+    with Server("build", work, "ucx+shm") as s, s.mount(work + "/mnt") as point:
+        ...
+
+Traffic stays on loopback (UCX_NET_DEVICES=lo, FI_*_IFACE=lo); the control socket is a Unix socket in `work`.
+"""
+import contextlib
+import os
+import subprocess
+import sys
+import time
+
+
+class Server:
+    def __init__(self, build, work, provider, target_bytes=2 << 30, extra=()):
+        self.rfos = os.path.abspath(os.path.join(build, "bin", "rfos"))
+        self.work = work
+        self.env = dict(os.environ)
+        self.env.setdefault("UCX_NET_DEVICES", "lo")
+        self.env.setdefault("FI_TCP_IFACE", "lo")
+        self.env.setdefault("FI_NET_IFACE", "lo")
+        self.env["RFOS_ADDR"] = "unix:" + os.path.join(work, "control.sock")
+        self.cmd = [self.rfos, "server", "--data-dir", os.path.join(work, "data"), "--control-socket",
+                    self.env["RFOS_ADDR"][5:], "--provider", provider, "--target-bytes", str(target_bytes)] + list(extra)
+        self.proc = None
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(240):
+            if self.cli("pool", "create", "p").returncode == 0:
+                break
+            if self.proc.poll() is not None:
+                sys.exit("rfos server exited with %d" % self.proc.returncode)
+            time.sleep(0.5)
+        else:
+            sys.exit("rfos server did not come up")
+        self.cli("cont", "create", "--pool", "p", "c", check=True)
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait()
+
+    def cli(self, *argv, check=False):
+        return subprocess.run([self.rfos] + list(argv), env=self.env, capture_output=True, text=True, check=check)
+
+    @contextlib.contextmanager
+    def mount(self, point, extra=()):
+        """`rfos mount` of p/c at `point` (made if missing) until the block ends; yields the point."""
+        os.makedirs(point, exist_ok=True)
+        proc = subprocess.Popen([self.rfos, "mount", "-f", "--pool", "p", "--cont", "c"] + list(extra) + [point],
+                                env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(400):
+                if os.path.ismount(point):
+                    break
+                if proc.poll() is not None:
+                    sys.exit("rfos mount exited with %d" % proc.returncode)
+                time.sleep(0.05)
+            else:
+                sys.exit("rfos mount did not come up at %s" % point)
+            yield point
+        finally:
+            subprocess.run(["fusermount3", "-u", "-z", point], check=False)
+            proc.wait(timeout=30)

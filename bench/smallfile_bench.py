@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Small files through `rfos mount` beside ext4 and bindfs (a FUSE passthrough over ext4) on the same disk, in one
+run: the mdtest-style phases of issue 29, in the same order on each file system.
+
+  bench/smallfile_bench.py [--build build] [--files 2000] [--size 3072] [--procs 1,4] [--reps 1]
+                           [--provider ucx+shm] [--dir /var/tmp] [--mount-args "..."]
+
+Each phase runs over N files of SIZE bytes: create+write+close, stat, open+read whole+close, readdir (a listing of
+each directory with the attributes of every entry, as `ls -l` does), unlink. With P processes each works in a
+directory of its own and the rate is the aggregate. Prints one Markdown table: operations per second on each file
+system and rfos / bindfs. Needs root, /dev/fuse and bindfs (apt install bindfs).
+"""
+import argparse
+import multiprocessing
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import rfos_setup  # noqa: E402
+
+PHASES = ("create", "stat", "read", "readdir", "unlink")
+
+
+def _phase(job):
+    phase, d, n, size = job
+    names = ["f%06d" % i for i in range(n)]
+    payload = os.urandom(size)
+    if phase == "create":
+        for name in names:
+            fd = os.open(os.path.join(d, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            os.write(fd, payload)
+            os.close(fd)
+    elif phase == "stat":
+        for name in names:
+            if os.stat(os.path.join(d, name)).st_size != size:
+                raise RuntimeError("%s/%s: wrong size" % (d, name))
+    elif phase == "read":
+        for name in names:
+            fd = os.open(os.path.join(d, name), os.O_RDONLY)
+            got = os.read(fd, size + 1)
+            os.close(fd)
+            if len(got) != size:
+                raise RuntimeError("%s/%s: read %d bytes" % (d, name, len(got)))
+    elif phase == "readdir":
+        seen = 0
+        for e in os.scandir(d):
+            e.stat(follow_symlinks=False)
+            seen += 1
+        if seen != n:
+            raise RuntimeError("%s: listed %d entries, expected %d" % (d, seen, n))
+    else:
+        for name in names:
+            os.unlink(os.path.join(d, name))
+    return n
+
+
+def run_phases(root, files, size, procs, pool):
+    """Rates (ops/s, aggregate) of each phase for `procs` processes, each in a directory of its own under root."""
+    base = os.path.join(root, "sf-%d-%d" % (procs, random.randint(0, 1 << 30)))
+    os.mkdir(base)
+    dirs = [os.path.join(base, "d%d" % p) for p in range(procs)]
+    for d in dirs:
+        os.mkdir(d)
+    per = files // procs
+    rates = {}
+    for phase in PHASES:
+        t0 = time.perf_counter()
+        done = sum(pool.map(_phase, [(phase, d, per, size) for d in dirs]))
+        rates[phase] = done / (time.perf_counter() - t0)
+    for d in dirs:
+        if os.listdir(d):
+            sys.exit("smallfile_bench: %s is not empty after the unlinks" % d)
+        os.rmdir(d)
+    os.rmdir(base)
+    return rates
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default="build")
+    p.add_argument("--provider", default="ucx+shm")
+    p.add_argument("--files", type=int, default=2000)
+    p.add_argument("--size", type=int, default=3072)
+    p.add_argument("--procs", default="1,4", help="process counts to run, comma-separated")
+    p.add_argument("--reps", type=int, default=1, help="runs per file system and process count (medians)")
+    p.add_argument("--dir", default="/var/tmp", help="where ext4, bindfs's source and the server's data live")
+    p.add_argument("--mount-args", default="", help="more arguments for rfos mount")
+    args = p.parse_args()
+    if shutil.which("bindfs") is None:
+        sys.exit("smallfile_bench: bindfs is not installed (apt install bindfs)")
+    work = tempfile.mkdtemp(prefix="rfos-smallfile-", dir=args.dir)
+    ext4 = os.path.join(work, "ext4")
+    bind_point = os.path.join(work, "bindfs")
+    os.mkdir(ext4)
+    os.mkdir(bind_point)
+    subprocess.run(["bindfs", "--no-allow-other", ext4, bind_point], check=True)
+    procs_list = [int(x) for x in args.procs.split(",") if x]
+    results = {}
+    try:
+        with rfos_setup.Server(args.build, work, args.provider) as server, \
+                server.mount(os.path.join(work, "rfos"), args.mount_args.split()) as rfos_point:
+            systems = (("ext4", ext4), ("bindfs", bind_point), ("rfos", rfos_point))
+            for procs in procs_list:
+                with multiprocessing.Pool(procs) as pool:
+                    for _ in range(args.reps):
+                        for name, root in systems:  # alternating, so drift hits each alike
+                            r = run_phases(root, args.files, args.size, procs, pool)
+                            results.setdefault((name, procs), []).append(r)
+                            print("%-6s procs %d: %s" % (name, procs, "  ".join(
+                                "%s %.0f/s" % (ph, r[ph]) for ph in PHASES)), flush=True)
+    finally:
+        subprocess.run(["fusermount3", "-u", "-z", bind_point], check=False)
+        shutil.rmtree(work, ignore_errors=True)
+
+    print("\n%d files of %d bytes, provider %s, %d rep(s), medians (ops/s; readdir in entries/s)\n"
+          % (args.files, args.size, args.provider, args.reps))
+    print("| procs | operation | ext4 | bindfs | rfos mount | rfos / bindfs |")
+    print("|---|---|---|---|---|---|")
+    for procs in procs_list:
+        med = {name: {ph: statistics.median(r[ph] for r in results[(name, procs)]) for ph in PHASES}
+               for name in ("ext4", "bindfs", "rfos")}
+        for ph in PHASES:
+            print("| %d | %s | %.0f | %.0f | %.0f | %.2f |" % (procs, ph, med["ext4"][ph], med["bindfs"][ph],
+                                                             med["rfos"][ph], med["rfos"][ph] / med["bindfs"][ph]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,535 @@
+#include "posix/dir_ops.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "client/file_layout.h"
+#include "common/coding.h"
+
+namespace rfos::posix {
+
+namespace {
+
+constexpr uint8_t kRequestVersion = 1;
+constexpr uint8_t kReplyVersion = 1;
+constexpr size_t kMaxGroups = 1024;
+constexpr size_t kMaxHints = 8;
+
+void put_oid(std::string* s, const ObjectId& o) {
+  put_le<uint64_t>(s, o.hi);
+  put_le<uint64_t>(s, o.lo);
+}
+bool get_oid(ByteReader& r, ObjectId* o) { return r.get_le(&o->hi) && r.get_le(&o->lo); }
+
+void put_bytes(std::string* s, std::string_view b) {
+  put_le<uint32_t>(s, static_cast<uint32_t>(b.size()));
+  s->append(b);
+}
+bool get_bytes(ByteReader& r, std::string* out, size_t max) {
+  uint32_t n = 0;
+  std::string_view v;
+  if (!r.get_le(&n) || n > max || !r.get_bytes(n, &v)) return false;
+  out->assign(v);
+  return true;
+}
+
+void put_attr(std::string* s, const Attr& a) {
+  put_oid(s, a.oid);
+  put_le<uint32_t>(s, a.mode);
+  put_le<uint32_t>(s, a.uid);
+  put_le<uint32_t>(s, a.gid);
+  put_le<uint32_t>(s, a.nlink);
+  put_le<uint64_t>(s, a.rdev);
+  put_le<uint64_t>(s, a.size);
+  put_le<uint64_t>(s, a.atime_ns);
+  put_le<uint64_t>(s, a.mtime_ns);
+  put_le<uint64_t>(s, a.ctime_ns);
+  put_le<uint32_t>(s, a.chunk);
+  put_oid(s, a.parent);
+}
+bool get_attr(ByteReader& r, Attr* a) {
+  return get_oid(r, &a->oid) && r.get_le(&a->mode) && r.get_le(&a->uid) && r.get_le(&a->gid) && r.get_le(&a->nlink) &&
+         r.get_le(&a->rdev) && r.get_le(&a->size) && r.get_le(&a->atime_ns) && r.get_le(&a->mtime_ns) &&
+         r.get_le(&a->ctime_ns) && r.get_le(&a->chunk) && get_oid(r, &a->parent);
+}
+
+Status bad(const std::string& what) { return error(StatusCode::kInvalidArgument, "namespace request: " + what); }
+
+}  // namespace
+
+std::string encode_dir_request(const DirRequest& q) {
+  std::string s;
+  put_le<uint8_t>(&s, kRequestVersion);
+  put_le<uint8_t>(&s, static_cast<uint8_t>(q.op));
+  put_le<uint8_t>(&s, q.durable ? 1 : 0);
+  put_le<uint32_t>(&s, q.cred.uid);
+  put_le<uint32_t>(&s, q.cred.gid);
+  put_le<uint32_t>(&s, static_cast<uint32_t>(q.cred.groups.size()));
+  for (uint32_t g : q.cred.groups) put_le<uint32_t>(&s, g);
+  put_oid(&s, q.dir);
+  put_bytes(&s, q.name);
+  put_oid(&s, q.dir2);
+  put_bytes(&s, q.name2);
+  put_le<uint32_t>(&s, q.flags);
+  put_oid(&s, q.oid);
+  put_le<uint32_t>(&s, q.mode);
+  put_le<uint64_t>(&s, q.rdev);
+  put_le<uint32_t>(&s, q.chunk);
+  put_le<uint8_t>(&s, q.inode_here ? 1 : 0);
+  put_bytes(&s, q.data);
+  const SetAttr& a = q.set;
+  uint8_t which = (a.set_mode ? 1 : 0) | (a.set_uid ? 2 : 0) | (a.set_gid ? 4 : 0) | (a.set_size ? 8 : 0) |
+                  (a.set_atime ? 16 : 0) | (a.set_mtime ? 32 : 0) | (a.touch ? 64 : 0);
+  put_le<uint8_t>(&s, which);
+  put_le<uint32_t>(&s, a.mode);
+  put_le<uint32_t>(&s, a.uid);
+  put_le<uint32_t>(&s, a.gid);
+  put_le<uint64_t>(&s, a.size);
+  put_le<uint64_t>(&s, a.atime_ns);
+  put_le<uint64_t>(&s, a.mtime_ns);
+  put_le<uint8_t>(&s, static_cast<uint8_t>(q.hints.size()));
+  for (const Hint& h : q.hints) {
+    put_oid(&s, h.oid);
+    put_le<uint32_t>(&s, h.uid);
+    put_le<uint8_t>(&s, h.empty ? 1 : 0);
+  }
+  return s;
+}
+
+Result<DirRequest> decode_dir_request(std::string_view in) {
+  ByteReader r(in);
+  DirRequest q;
+  uint8_t version = 0, op = 0, durable = 0, inode_here = 0, which = 0, nhints = 0;
+  uint32_t ngroups = 0;
+  if (!r.get_le(&version) || version != kRequestVersion) return bad("unknown version");
+  if (!r.get_le(&op) || op == 0 || op > kMaxDirOp) return bad("unknown operation");
+  q.op = static_cast<DirOp>(op);
+  if (!r.get_le(&durable) || durable > 1 || !r.get_le(&q.cred.uid) || !r.get_le(&q.cred.gid) || !r.get_le(&ngroups) ||
+      ngroups > kMaxGroups)
+    return bad("bad credentials");
+  q.durable = durable;
+  q.cred.groups.resize(ngroups);
+  for (uint32_t& g : q.cred.groups)
+    if (!r.get_le(&g)) return bad("truncated groups");
+  if (!get_oid(r, &q.dir) || !get_bytes(r, &q.name, kNameMax) || !get_oid(r, &q.dir2) ||
+      !get_bytes(r, &q.name2, kNameMax) || !r.get_le(&q.flags) || !get_oid(r, &q.oid) || !r.get_le(&q.mode) ||
+      !r.get_le(&q.rdev) || !r.get_le(&q.chunk) || !r.get_le(&inode_here) || inode_here > 1 ||
+      !get_bytes(r, &q.data, kSymlinkMax))
+    return bad("truncated or out of range");
+  q.inode_here = inode_here;
+  SetAttr& a = q.set;
+  if (!r.get_le(&which) || which > 127 || !r.get_le(&a.mode) || !r.get_le(&a.uid) || !r.get_le(&a.gid) ||
+      !r.get_le(&a.size) || !r.get_le(&a.atime_ns) || !r.get_le(&a.mtime_ns))
+    return bad("bad attributes");
+  a.set_mode = which & 1;
+  a.set_uid = which & 2;
+  a.set_gid = which & 4;
+  a.set_size = which & 8;
+  a.set_atime = which & 16;
+  a.set_mtime = which & 32;
+  a.touch = which & 64;
+  if (!r.get_le(&nhints) || nhints > kMaxHints) return bad("too many hints");
+  q.hints.resize(nhints);
+  for (Hint& h : q.hints) {
+    uint8_t empty = 0;
+    if (!get_oid(r, &h.oid) || !r.get_le(&h.uid) || !r.get_le(&empty) || empty > 1) return bad("bad hint");
+    h.empty = empty;
+  }
+  if (r.remaining() != 0) return bad("trailing bytes");
+  return q;
+}
+
+std::string encode_dir_reply(const DirReply& r) {
+  std::string s;
+  put_le<uint8_t>(&s, kReplyVersion);
+  put_attr(&s, r.attr);
+  put_le<uint64_t>(&s, r.floor);
+  put_oid(&s, r.other);
+  put_le<uint32_t>(&s, r.other_type);
+  put_le<uint8_t>(&s, r.inode_done ? 1 : 0);
+  put_oid(&s, r.need);
+  return s;
+}
+
+Result<DirReply> decode_dir_reply(std::string_view in) {
+  ByteReader r(in);
+  DirReply out;
+  uint8_t version = 0, done = 0;
+  if (!r.get_le(&version) || version != kReplyVersion || !get_attr(r, &out.attr) || !r.get_le(&out.floor) ||
+      !get_oid(r, &out.other) || !r.get_le(&out.other_type) || !r.get_le(&done) || done > 1 || !get_oid(r, &out.need) ||
+      r.remaining() != 0)
+    return error(StatusCode::kInvalidArgument, "namespace reply is malformed");
+  out.inode_done = done;
+  return out;
+}
+
+namespace {
+
+using client::layout::chunk_key;
+using client::layout::kDataAkey;
+
+// One operation's view: reads through the store, the batch it builds, and what it knows of remote inodes.
+class Op {
+ public:
+  Op(const DirRequest& q, DirStore& store, uint64_t now) : q_(q), store_(store), now_(now) {}
+
+  Result<Attr> inode(const ObjectId& oid, uint64_t* floor) {
+    auto raw = store_.get(oid, kInodeDkey, kInodeAkey);
+    if (!raw.is_ok()) {
+      if (raw.status().code() == StatusCode::kNotFound) return error(StatusCode::kNotFound, "no such inode");
+      return raw.status();
+    }
+    return decode_inode(oid, *raw, floor);
+  }
+
+  // A directory of this target the caller may change entries of.
+  Result<Attr> writable_dir(const ObjectId& dir, uint64_t* floor) {
+    if (!store_.owns(dir, kInodeDkey))
+      return error(StatusCode::kInvalidArgument, "the directory is not on this target");
+    RFOS_ASSIGN_OR_RETURN(Attr d, inode(dir, floor));
+    if (!S_ISDIR(d.mode)) return error(StatusCode::kNotDirectory, "not a directory");
+    if (!permits(d, q_.cred, W_OK | X_OK))
+      return error(StatusCode::kPermissionDenied, "no write and search permission on the directory");
+    return d;
+  }
+
+  Result<DirEntry> entry(const ObjectId& dir, std::string_view name) {
+    auto raw = store_.get(dir, name, kEntryAkey);
+    if (!raw.is_ok()) {
+      if (raw.status().code() == StatusCode::kNotFound)
+        return error(StatusCode::kNotFound, "'" + std::string(name) + "' does not exist");
+      return raw.status();
+    }
+    return decode_entry(name, *raw);
+  }
+
+  bool local(const ObjectId& oid) const { return store_.owns(oid, kInodeDkey); }
+
+  const Hint* hint(const ObjectId& oid) const {
+    for (const Hint& h : q_.hints)
+      if (h.oid == oid) return &h;
+    return nullptr;
+  }
+
+  // The owner of an inode and (directories) whether it is empty, from here or from a hint; nullopt when
+  // neither knows (the client is asked for a hint).
+  struct Known {
+    uint32_t uid = 0;
+    bool empty = false;
+    bool local = false;
+    Attr attr;  // when local
+    uint64_t floor = 0;
+  };
+  Result<std::optional<Known>> know(const ObjectId& oid, bool is_dir) {
+    Known k;
+    if (local(oid)) {
+      RFOS_ASSIGN_OR_RETURN(k.attr, inode(oid, &k.floor));
+      k.local = true;
+      k.uid = k.attr.uid;
+      if (is_dir) {
+        RFOS_ASSIGN_OR_RETURN(bool any, store_.has_entries(oid));
+        k.empty = !any;
+      }
+      return std::optional<Known>(k);
+    }
+    const Hint* h = hint(oid);
+    if (!h) return std::optional<Known>();
+    k.uid = h->uid;
+    k.empty = h->empty;
+    return std::optional<Known>(k);
+  }
+
+  void put(const ObjectId& oid, std::string_view dkey, std::string_view akey, std::string value) {
+    changes_.push_back({Change::Kind::kPut, oid, std::string(dkey), std::string(akey), std::move(value)});
+  }
+  void punch(const ObjectId& oid, std::string_view dkey) {
+    changes_.push_back({Change::Kind::kPunch, oid, std::string(dkey), {}, {}});
+  }
+  void dir_changed(Attr& d, uint64_t floor, int nlink_delta) {
+    d.mtime_ns = d.ctime_ns = now_;
+    d.nlink = static_cast<uint32_t>(static_cast<int64_t>(d.nlink) + nlink_delta);
+    put(d.oid, kInodeDkey, kInodeAkey, encode_inode(d, floor));
+  }
+  // A removed or replaced inode of this target: one link less, or gone (a directory).
+  void drop_link(const Known& k, bool is_dir, Attr* after) {
+    if (is_dir) {
+      punch(k.attr.oid, kInodeDkey);
+      punch(k.attr.oid, kXattrDkey);
+      *after = k.attr;
+      after->nlink = 0;
+      return;
+    }
+    Attr a = k.attr;
+    if (a.nlink > 0) --a.nlink;
+    a.ctime_ns = now_;
+    put(a.oid, kInodeDkey, kInodeAkey, encode_inode(a, k.floor));
+    *after = a;
+  }
+
+  Status commit(bool durable) { return changes_.empty() ? Status::ok() : store_.apply(changes_, durable); }
+
+  const DirRequest& q_;
+  DirStore& store_;
+  uint64_t now_;
+  std::vector<Change> changes_;
+};
+
+Result<DirReply> create(Op& op) {
+  const DirRequest& q = op.q_;
+  RFOS_RETURN_IF_ERROR(check_name(q.name));
+  uint64_t dfloor = 0;
+  RFOS_ASSIGN_OR_RETURN(Attr d, op.writable_dir(q.dir, &dfloor));
+  auto existing = op.entry(q.dir, q.name);
+  if (existing.is_ok()) return error(StatusCode::kAlreadyExists, "'" + q.name + "' exists");
+  if (existing.status().code() != StatusCode::kNotFound) return existing.status();
+  uint32_t type = q.mode & S_IFMT;
+  if (type == 0 || (q.oid.hi == 0 && q.oid.lo == 0)) return error(StatusCode::kInvalidArgument, "no type or inode");
+  DirReply r;
+  r.attr = new_inode(d, q.oid, q.mode, q.rdev, q.chunk, q.cred, op.now_);
+  if (q.inode_here) {
+    if (!op.local(q.oid)) return error(StatusCode::kInvalidArgument, "the new inode is not on this target");
+    if (S_ISLNK(type)) {
+      if (q.data.empty()) return error(StatusCode::kNotFound, "a symlink needs a target");
+      op.put(q.oid, kInodeDkey, kLinkAkey, q.data);
+      r.attr.size = q.data.size();
+    }
+    op.put(q.oid, kInodeDkey, kInodeAkey, encode_inode(r.attr, 0));
+    if (S_ISREG(type) && !q.data.empty()) {
+      if (q.data.size() > kMaxDirData || !op.store_.owns(q.oid, chunk_key(0)))
+        return error(StatusCode::kInvalidArgument, "first bytes go with a create only into a chunk of this target");
+      op.changes_.push_back({Change::Kind::kPutData, q.oid, chunk_key(0), std::string(kDataAkey), q.data});
+      r.attr.size = q.data.size();
+    }
+  } else if (!q.data.empty()) {
+    return error(StatusCode::kInvalidArgument, "data goes with a create only with its inode");
+  }
+  op.put(q.dir, q.name, kEntryAkey, encode_entry(q.oid, type));
+  op.dir_changed(d, dfloor, S_ISDIR(type) ? 1 : 0);
+  RFOS_RETURN_IF_ERROR(op.commit(q.durable));
+  return r;
+}
+
+Result<DirReply> remove(Op& op) {
+  const DirRequest& q = op.q_;
+  RFOS_RETURN_IF_ERROR(check_name(q.name));
+  bool rmdir = q.flags & kRemoveDir;
+  uint64_t dfloor = 0;
+  RFOS_ASSIGN_OR_RETURN(Attr d, op.writable_dir(q.dir, &dfloor));
+  RFOS_ASSIGN_OR_RETURN(DirEntry e, op.entry(q.dir, q.name));
+  bool is_dir = S_ISDIR(e.type);
+  if (!rmdir && is_dir) return error(StatusCode::kIsDirectory, "'" + q.name + "' is a directory");
+  if (rmdir && !is_dir) return error(StatusCode::kNotDirectory, "'" + q.name + "' is not a directory");
+  DirReply r;
+  r.other = e.oid;
+  r.other_type = e.type;
+  auto known = op.know(e.oid, is_dir);
+  bool lost_inode = known.status().code() == StatusCode::kNotFound;  // an entry a crash left without its inode
+  if (!known.is_ok() && !lost_inode) return known.status();
+  const Op::Known* k = known.is_ok() && known->has_value() ? &**known : nullptr;
+  if (!k && !lost_inode && (is_dir || (d.mode & S_ISVTX))) {  // its owner or emptiness decides: ask the client
+    r.need = e.oid;
+    return r;
+  }
+  if (k) {
+    Attr victim;
+    victim.uid = k->uid;
+    RFOS_RETURN_IF_ERROR(sticky_ok(d, victim, q.cred));
+    if (is_dir && !k->empty) return error(StatusCode::kNotEmpty, "'" + q.name + "' is not empty");
+  }
+  op.punch(q.dir, q.name);
+  op.dir_changed(d, dfloor, is_dir ? -1 : 0);
+  r.inode_done = lost_inode || (k && k->local);
+  if (k && k->local) op.drop_link(*k, is_dir, &r.attr);
+  if (lost_inode) r.attr.oid = e.oid;
+  // The client changes the inode next: this batch must not be lost while that change stays.
+  RFOS_RETURN_IF_ERROR(op.commit(q.durable || !r.inode_done));
+  return r;
+}
+
+Result<DirReply> rename(Op& op) {
+  const DirRequest& q = op.q_;
+  RFOS_RETURN_IF_ERROR(check_name(q.name));
+  RFOS_RETURN_IF_ERROR(check_name(q.name2));
+  if ((q.flags & kRenameNoReplace) && (q.flags & kRenameExchange))
+    return error(StatusCode::kInvalidArgument, "RENAME_NOREPLACE and RENAME_EXCHANGE exclude each other");
+  if (q.flags & ~(kRenameNoReplace | kRenameExchange)) return error(StatusCode::kInvalidArgument, "unknown flags");
+  bool same_dir = q.dir == q.dir2;
+  uint64_t sfloor = 0, dfloor = 0;
+  RFOS_ASSIGN_OR_RETURN(Attr sd, op.writable_dir(q.dir, &sfloor));
+  Attr dd = sd;
+  if (!same_dir) {
+    RFOS_ASSIGN_OR_RETURN(dd, op.writable_dir(q.dir2, &dfloor));
+  }
+  RFOS_ASSIGN_OR_RETURN(DirEntry se, op.entry(q.dir, q.name));
+  bool moving_dir = S_ISDIR(se.type);
+  auto de = op.entry(q.dir2, q.name2);
+  if (!de.is_ok() && de.status().code() != StatusCode::kNotFound) return de.status();
+  // A directory moved to another directory changes its parent link and may not go below itself: the client's
+  // walk (posix/namespace.cc). Here: moves within a directory, and of anything that is not a directory.
+  if (!same_dir && (moving_dir || (de.is_ok() && S_ISDIR(de->type) && (q.flags & kRenameExchange))))
+    return error(StatusCode::kNotSupported, "a directory moving between directories is renamed by the client");
+  DirReply r;
+  auto need = [&](const ObjectId& oid) {
+    r.need = oid;
+    return r;
+  };
+  auto known_src = op.know(se.oid, false);
+  if (!known_src.is_ok() && known_src.status().code() != StatusCode::kNotFound) return known_src.status();
+  const Op::Known* ks = known_src.is_ok() && known_src->has_value() ? &**known_src : nullptr;
+  if (ks) {
+    Attr v;
+    v.uid = ks->uid;
+    RFOS_RETURN_IF_ERROR(sticky_ok(sd, v, q.cred));
+  } else if (known_src.is_ok() && (sd.mode & S_ISVTX)) {
+    return need(se.oid);
+  }
+  if (same_dir && q.name == q.name2) return r;
+
+  if (q.flags & kRenameExchange) {
+    if (!de.is_ok()) return de.status();
+    op.put(q.dir2, q.name2, kEntryAkey, encode_entry(se.oid, se.type));
+    op.put(q.dir, q.name, kEntryAkey, encode_entry(de->oid, de->type));
+    op.dir_changed(sd, sfloor, 0);
+    if (!same_dir) op.dir_changed(dd, dfloor, 0);
+    RFOS_RETURN_IF_ERROR(op.commit(q.durable));
+    return r;
+  }
+  bool replaced_dir = false;
+  Op::Known replaced;
+  bool replaced_known = false;
+  if (de.is_ok()) {
+    if (q.flags & kRenameNoReplace) return error(StatusCode::kAlreadyExists, "'" + q.name2 + "' exists");
+    if (de->oid == se.oid) return r;  // two links of one inode: nothing to do
+    replaced_dir = S_ISDIR(de->type);
+    if (moving_dir && !replaced_dir) return error(StatusCode::kNotDirectory, "'" + q.name2 + "' is not a directory");
+    if (!moving_dir && replaced_dir) return error(StatusCode::kIsDirectory, "'" + q.name2 + "' is a directory");
+    auto kd = op.know(de->oid, replaced_dir);
+    if (!kd.is_ok() && kd.status().code() != StatusCode::kNotFound) return kd.status();
+    if (kd.is_ok() && kd->has_value()) {
+      Attr v;
+      v.uid = (*kd)->uid;
+      RFOS_RETURN_IF_ERROR(sticky_ok(dd, v, q.cred));
+      if (replaced_dir && !(*kd)->empty) return error(StatusCode::kNotEmpty, "'" + q.name2 + "' is not empty");
+      replaced = **kd;
+      replaced_known = true;
+    } else if (kd.is_ok() && (replaced_dir || (dd.mode & S_ISVTX))) {
+      return need(de->oid);
+    }
+    r.other = de->oid;
+    r.other_type = de->type;
+  }
+  op.put(q.dir2, q.name2, kEntryAkey, encode_entry(se.oid, se.type));
+  op.punch(q.dir, q.name);
+  if (same_dir) {
+    op.dir_changed(sd, sfloor, replaced_dir ? -1 : 0);
+  } else {
+    op.dir_changed(sd, sfloor, 0);
+    op.dir_changed(dd, dfloor, replaced_dir ? -1 : 0);
+  }
+  if (ks && ks->local) {  // the moved inode's ctime, as Linux keeps it
+    Attr moved = ks->attr;
+    moved.ctime_ns = op.now_;
+    op.put(moved.oid, kInodeDkey, kInodeAkey, encode_inode(moved, ks->floor));
+  }
+  r.inode_done = r.other == ObjectId{} || !replaced_known || replaced.local;
+  if (replaced_known && replaced.local) op.drop_link(replaced, replaced_dir, &r.attr);
+  if (replaced_known && !replaced.local) r.inode_done = false;
+  RFOS_RETURN_IF_ERROR(op.commit(q.durable || !r.inode_done));
+  return r;
+}
+
+Result<DirReply> link(Op& op) {
+  const DirRequest& q = op.q_;
+  RFOS_RETURN_IF_ERROR(check_name(q.name));
+  uint64_t dfloor = 0;
+  RFOS_ASSIGN_OR_RETURN(Attr d, op.writable_dir(q.dir, &dfloor));
+  auto existing = op.entry(q.dir, q.name);
+  if (existing.is_ok()) return error(StatusCode::kAlreadyExists, "'" + q.name + "' exists");
+  if (existing.status().code() != StatusCode::kNotFound) return existing.status();
+  DirReply r;
+  uint32_t type = q.mode & S_IFMT;
+  if (!q.inode_here) {  // the inode is here: it gains its link in this batch
+    if (!op.local(q.oid)) return error(StatusCode::kInvalidArgument, "the inode is not on this target");
+    uint64_t floor = 0;
+    RFOS_ASSIGN_OR_RETURN(Attr a, op.inode(q.oid, &floor));
+    if (S_ISDIR(a.mode)) return error(StatusCode::kNotPermitted, "directories cannot be hard-linked");
+    if (a.nlink == 0) return error(StatusCode::kNotFound, "the inode was removed");
+    if (a.nlink >= 65000) return error(StatusCode::kTooManyLinks, "too many links");
+    ++a.nlink;
+    a.ctime_ns = op.now_;
+    op.put(q.oid, kInodeDkey, kInodeAkey, encode_inode(a, floor));
+    type = a.mode & S_IFMT;
+    r.attr = a;
+    r.floor = floor;
+  } else if (type == 0 || S_ISDIR(type)) {
+    return error(StatusCode::kInvalidArgument, "a link names the type of a non-directory inode");
+  }
+  op.put(q.dir, q.name, kEntryAkey, encode_entry(q.oid, type));
+  op.dir_changed(d, dfloor, 0);
+  RFOS_RETURN_IF_ERROR(op.commit(q.durable));
+  return r;
+}
+
+Result<DirReply> setattr(Op& op) {
+  const DirRequest& q = op.q_;
+  if (!op.local(q.oid)) return error(StatusCode::kInvalidArgument, "the inode is not on this target");
+  DirReply r;
+  RFOS_ASSIGN_OR_RETURN(Attr a, op.inode(q.oid, &r.floor));
+  if (S_ISREG(a.mode)) {
+    RFOS_ASSIGN_OR_RETURN(uint64_t end, op.store_.data_end(q.oid));
+    a.size = std::max(r.floor, end);
+  } else if (S_ISDIR(a.mode)) {
+    a.size = 4096;
+  }
+  RFOS_RETURN_IF_ERROR(check_setattr(a, q.set, q.cred));
+  apply_setattr(a, r.floor, q.set, q.cred, op.now_);
+  op.put(q.oid, kInodeDkey, kInodeAkey, encode_inode(a, r.floor));
+  RFOS_RETURN_IF_ERROR(op.commit(q.durable));
+  r.attr = a;
+  return r;
+}
+
+Result<DirReply> purge(Op& op) {
+  const DirRequest& q = op.q_;
+  if (!op.local(q.oid)) return error(StatusCode::kInvalidArgument, "the inode is not on this target");
+  DirReply r;
+  auto a = op.inode(q.oid, &r.floor);
+  if (a.status().code() == StatusCode::kNotFound) return r;  // purged already
+  RFOS_RETURN_IF_ERROR(a.status());
+  r.attr = *a;
+  if (a->nlink > 0) {  // linked again meanwhile
+    r.inode_done = false;
+    return r;
+  }
+  RFOS_ASSIGN_OR_RETURN(uint64_t end, op.store_.data_end(q.oid));
+  r.attr.size = std::max(r.floor, end);
+  op.changes_.push_back({Change::Kind::kPunchObject, q.oid, {}, {}, {}});
+  RFOS_RETURN_IF_ERROR(op.commit(q.durable));
+  return r;
+}
+
+}  // namespace
+
+Result<DirReply> execute(const DirRequest& q, DirStore& store, uint64_t now_ns) {
+  Op op(q, store, now_ns);
+  switch (q.op) {
+    case DirOp::kCreate:
+      return create(op);
+    case DirOp::kRemove:
+      return remove(op);
+    case DirOp::kRename:
+      return rename(op);
+    case DirOp::kLink:
+      return link(op);
+    case DirOp::kSetattr:
+      return setattr(op);
+    case DirOp::kPurge:
+      return purge(op);
+  }
+  return error(StatusCode::kInvalidArgument, "unknown namespace operation");
+}
+
+}  // namespace rfos::posix

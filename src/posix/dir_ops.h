@@ -1,0 +1,114 @@
+// Namespace operations carried out by the target that holds the directory entry, in one round trip and one atomic
+// commit (the data plane's kNamespace, docs/wire-format.md): create, remove, rename, link and setattr. The client
+// (posix/namespace.cc) sends a DirRequest to that target; the target runs execute() over its engine through a
+// DirStore, one operation at a time, and answers a DirReply.
+//
+// What a target cannot see: an inode that lives on another target (a hard link's, a file renamed in from a
+// directory elsewhere, a subdirectory). execute() asks for what it needs of it (`need`: the reply names the inode,
+// nothing is changed) and the client sends the request again with a Hint (the inode's owner, whether a directory
+// is empty); an inode it could not change in the batch is left to the client (`inode_done` false), which then
+// changes it itself, and the batch is made durable first so that no crash keeps the later step without this one.
+//
+// Thread-safety: pure functions; execute() must not run twice at once over one store.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/status.h"
+#include "posix/records.h"
+
+namespace rfos::posix {
+
+enum class DirOp : uint8_t {
+  kCreate = 1,   // dir/name: a new inode `oid` (written here when inode_here), mode, rdev, chunk, data
+  kRemove = 2,   // dir/name: unlink, or rmdir with kRemoveDir
+  kRename = 3,   // dir/name -> dir2/name2, flags kRenameNoReplace / kRenameExchange; both directories here
+  kLink = 4,     // dir/name: another name for inode `oid`
+  kSetattr = 5,  // inode `oid`, as `set` says
+  kPurge = 6,    // inode `oid`, if no name links it any more: its object's keys on this target
+};
+inline constexpr uint8_t kMaxDirOp = 6;
+
+inline constexpr unsigned kRenameNoReplace = 1;  // RENAME_NOREPLACE
+inline constexpr unsigned kRenameExchange = 2;   // RENAME_EXCHANGE
+inline constexpr unsigned kRemoveDir = 4;        // kRemove: rmdir
+
+// What the client read of an inode on another target.
+struct Hint {
+  ObjectId oid;
+  uint32_t uid = 0;
+  bool empty = false;  // a directory with no entries
+  bool operator==(const Hint&) const = default;
+};
+
+struct DirRequest {
+  DirOp op = DirOp::kCreate;
+  Cred cred;
+  bool durable = false;  // acknowledged once on the media (-o sync, O_SYNC); otherwise at the next sync
+  ObjectId dir;
+  std::string name;
+  ObjectId dir2;
+  std::string name2;
+  unsigned flags = 0;
+  ObjectId oid;
+  uint32_t mode = 0;  // kCreate: with the S_IFMT bits
+  uint64_t rdev = 0;
+  uint32_t chunk = 0;
+  bool inode_here = false;  // kCreate: the inode record goes into this batch (else the client wrote it before);
+                            // kLink: the client raised the link count itself (the inode is elsewhere)
+  std::string data;         // kCreate: a symlink's target, or a regular file's first bytes (chunk 0, offset 0)
+  SetAttr set;
+  std::vector<Hint> hints;
+};
+inline constexpr size_t kMaxDirData = 4095;  // first bytes that travel with a create (one inline piece)
+
+struct DirReply {
+  Attr attr;                // kCreate, kLink, kSetattr: the inode after; kRemove: the removed inode after
+                            // (nlink 0: gone once nobody holds it), when inode_done; kPurge: the inode
+  uint64_t floor = 0;       // kSetattr, kPurge: the size floor (attr.size is max(floor, this target's data end))
+  ObjectId other;           // kRemove: the removed inode; kRename: the replaced one (zero: none)
+  uint32_t other_type = 0;  // its S_IFMT bits
+  bool inode_done = true;   // `other` (kRemove, kRename) was updated here; false: the client updates it.
+                            // kPurge: false when the inode is linked again (nothing was purged)
+  ObjectId need;            // nonzero: nothing was done; send again with a Hint about this inode
+};
+
+std::string encode_dir_request(const DirRequest& q);
+// kInvalidArgument for anything malformed (bytes from a client: fuzzed).
+Result<DirRequest> decode_dir_request(std::string_view in);
+std::string encode_dir_reply(const DirReply& r);
+Result<DirReply> decode_dir_reply(std::string_view in);
+
+// One change of an operation's batch.
+struct Change {
+  enum class Kind : uint8_t { kPut, kPutData, kPunch, kPunchObject };
+  Kind kind = Kind::kPut;
+  ObjectId oid;
+  std::string dkey;
+  std::string akey;
+  std::string value;  // kPut: a single value; kPutData: array bytes at offset 0
+};                    // kPunch: the dkey; kPunchObject: every key of the object on this target
+
+// A target's engine as the operations see it: the latest state, and one atomic batch at the end.
+class DirStore {
+ public:
+  virtual ~DirStore() = default;
+  // Whether this target holds (oid, dkey).
+  virtual bool owns(const ObjectId& oid, std::string_view dkey) const = 0;
+  // A single value; kNotFound when none.
+  virtual Result<std::string> get(const ObjectId& oid, std::string_view dkey, std::string_view akey) = 0;
+  // Whether a directory object has entries (dkeys other than the inode's and the xattrs').
+  virtual Result<bool> has_entries(const ObjectId& dir) = 0;
+  // The end of a file's data on this target (0: none here).
+  virtual Result<uint64_t> data_end(const ObjectId& oid) = 0;
+  virtual Status apply(const std::vector<Change>& changes, bool durable) = 0;
+};
+
+// Carries out `q` over `store` at time now_ns, with the errors a Linux file system gives (docs/posix.md).
+Result<DirReply> execute(const DirRequest& q, DirStore& store, uint64_t now_ns);
+
+}  // namespace rfos::posix

@@ -1,0 +1,276 @@
+// posix::execute over an in-memory store: each operation is one batch, checks what Linux checks, and asks for
+// what it cannot see of inodes elsewhere.
+#include "posix/dir_ops.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include "posix/dir_ops_testing.h"
+
+namespace rfos::posix {
+namespace {
+
+const ObjectId kDir{0, 1};
+const ObjectId kOther{0, 4};  // another directory
+const Cred kAlice{1000, 1000, {}};
+const Cred kBob{1001, 1001, {}};
+
+DirRequest create_req(const std::string& name, const ObjectId& oid, uint32_t mode, const Cred& who = kAlice) {
+  DirRequest q;
+  q.op = DirOp::kCreate;
+  q.cred = who;
+  q.dir = kDir;
+  q.name = name;
+  q.oid = oid;
+  q.mode = mode;
+  q.inode_here = true;
+  return q;
+}
+
+DirRequest remove_req(const std::string& name, const Cred& who = kAlice) {
+  DirRequest q;
+  q.op = DirOp::kRemove;
+  q.cred = who;
+  q.dir = kDir;
+  q.name = name;
+  return q;
+}
+
+class DirOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_.mkdir(kDir, 0777);
+    store_.mkdir(kOther, 0777);
+  }
+  testing::MemStore store_;
+};
+
+TEST_F(DirOpsTest, CreateIsOneBatchWithItsFirstBytes) {
+  DirRequest q = create_req("a", {7, 7}, S_IFREG | 0640);
+  q.data = "hello";
+  auto r = execute(q, store_, 42);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(store_.batches, 1);
+  EXPECT_EQ(store_.durable_batches, 0);  // lazy unless asked
+  EXPECT_EQ(r->attr.size, 5u);
+  EXPECT_EQ(r->attr.uid, 1000u);
+  EXPECT_EQ(r->attr.nlink, 1u);
+  EXPECT_TRUE(store_.has_entry(kDir, "a"));
+  EXPECT_EQ(store_.inode({7, 7})->mode, static_cast<uint32_t>(S_IFREG | 0640));
+  EXPECT_EQ(*store_.data_end({7, 7}), 5u);
+  EXPECT_EQ(store_.inode(kDir)->mtime_ns, 42u);
+  // The name is taken: nothing changes.
+  EXPECT_EQ(execute(create_req("a", {8, 8}, S_IFREG | 0600), store_, 43).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(store_.batches, 1);
+  EXPECT_FALSE(store_.inode({8, 8}).is_ok());
+  // mkdir counts a link in the parent; durable when asked.
+  DirRequest d = create_req("sub", {9, 9}, S_IFDIR | 0755);
+  d.durable = true;
+  ASSERT_TRUE(execute(d, store_, 44).is_ok());
+  EXPECT_EQ(store_.inode(kDir)->nlink, 3u);
+  EXPECT_EQ(store_.durable_batches, 1);
+}
+
+TEST_F(DirOpsTest, PermissionsAndNamesAreChecked) {
+  store_.mkdir({0, 9}, 0755, 1000);  // alice's
+  DirRequest q = create_req("x", {7, 1}, S_IFREG | 0644, kBob);
+  q.dir = {0, 9};
+  EXPECT_EQ(execute(q, store_, 1).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(execute(create_req("..", {7, 2}, S_IFREG | 0644), store_, 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(execute(create_req(std::string(256, 'n'), {7, 3}, S_IFREG | 0644), store_, 1).status().code(),
+            StatusCode::kNameTooLong);
+  DirRequest in_file = create_req("y", {7, 4}, S_IFREG | 0644);
+  in_file.dir = {7, 7};  // no such inode
+  EXPECT_EQ(execute(in_file, store_, 1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_.batches, 0);
+}
+
+TEST_F(DirOpsTest, RemoveDropsALocalLinkAndLeavesARemoteOneToTheClient) {
+  ASSERT_TRUE(execute(create_req("a", {7, 7}, S_IFREG | 0644), store_, 1).is_ok());
+  auto r = execute(remove_req("a"), store_, 2);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_TRUE(r->inode_done);
+  EXPECT_EQ(r->attr.nlink, 0u);
+  EXPECT_FALSE(store_.has_entry(kDir, "a"));
+  EXPECT_EQ(execute(remove_req("a"), store_, 3).status().code(), StatusCode::kNotFound);
+
+  // An inode elsewhere: the entry goes in a durable batch, the link count is the client's to drop.
+  store_.here = [](const ObjectId& oid, std::string_view) { return oid.hi == 0; };
+  store_.values[{kDir, "b", std::string(kEntryAkey)}] = encode_entry({5, 5}, S_IFREG);
+  int durable = store_.durable_batches;
+  r = execute(remove_req("b"), store_, 4);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_FALSE(r->inode_done);
+  EXPECT_EQ(r->other, (ObjectId{5, 5}));
+  EXPECT_EQ(store_.durable_batches, durable + 1);
+  EXPECT_FALSE(store_.has_entry(kDir, "b"));
+}
+
+TEST_F(DirOpsTest, StickyDirectoriesAndRemoteDirectoriesAskForAHint) {
+  store_.mkdir({0, 2}, 01777, 0);  // /tmp-like
+  store_.here = [](const ObjectId& oid, std::string_view) { return oid.hi == 0; };
+  store_.values[{ObjectId{0, 2}, "f", std::string(kEntryAkey)}] = encode_entry({5, 5}, S_IFREG);
+  DirRequest q = remove_req("f", kBob);
+  q.dir = {0, 2};
+  auto r = execute(q, store_, 1);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->need, (ObjectId{5, 5}));  // whose file is it?
+  EXPECT_EQ(store_.batches, 0);
+  q.hints.push_back({{5, 5}, 1000, false});  // alice's: bob may not
+  EXPECT_EQ(execute(q, store_, 2).status().code(), StatusCode::kNotPermitted);
+  q.hints[0].uid = 1001;
+  r = execute(q, store_, 3);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->need, ObjectId{});
+  EXPECT_FALSE(store_.has_entry({0, 2}, "f"));
+
+  // rmdir of a directory elsewhere: only the client knows whether it is empty.
+  store_.values[{kDir, "sub", std::string(kEntryAkey)}] = encode_entry({6, 6}, S_IFDIR);
+  DirRequest rm = remove_req("sub");
+  EXPECT_EQ(execute(rm, store_, 4).status().code(), StatusCode::kIsDirectory);
+  rm.flags = kRemoveDir;
+  EXPECT_EQ(execute(rm, store_, 5)->need, (ObjectId{6, 6}));
+  rm.hints.push_back({{6, 6}, 1000, false});
+  EXPECT_EQ(execute(rm, store_, 6).status().code(), StatusCode::kNotEmpty);
+  rm.hints[0].empty = true;
+  ASSERT_TRUE(execute(rm, store_, 7).is_ok());
+  EXPECT_EQ(store_.inode(kDir)->nlink, 1u);
+}
+
+TEST_F(DirOpsTest, RenameReplacesInOneBatch) {
+  ASSERT_TRUE(execute(create_req("a", {7, 1}, S_IFREG | 0644), store_, 1).is_ok());
+  ASSERT_TRUE(execute(create_req("b", {7, 2}, S_IFREG | 0644), store_, 2).is_ok());
+  DirRequest q;
+  q.op = DirOp::kRename;
+  q.cred = kAlice;
+  q.dir = q.dir2 = kDir;
+  q.name = "a";
+  q.name2 = "b";
+  q.flags = kRenameNoReplace;
+  EXPECT_EQ(execute(q, store_, 3).status().code(), StatusCode::kAlreadyExists);
+  q.flags = 0;
+  int batches = store_.batches;
+  auto r = execute(q, store_, 4);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(store_.batches, batches + 1);
+  EXPECT_EQ(r->other, (ObjectId{7, 2}));
+  EXPECT_TRUE(r->inode_done);
+  EXPECT_EQ(r->attr.nlink, 0u);
+  EXPECT_FALSE(store_.has_entry(kDir, "a"));
+  EXPECT_EQ(decode_entry("b", store_.values[{kDir, "b", std::string(kEntryAkey)}])->oid, (ObjectId{7, 1}));
+  EXPECT_EQ(store_.inode({7, 2})->nlink, 0u);
+  // Into another directory of this target; a directory may not (the client walks its parents).
+  q.dir2 = kOther;
+  q.name = "b";
+  q.name2 = "c";
+  ASSERT_TRUE(execute(q, store_, 5).is_ok());
+  EXPECT_TRUE(store_.has_entry(kOther, "c"));
+  ASSERT_TRUE(execute(create_req("d", {9, 1}, S_IFDIR | 0755), store_, 6).is_ok());
+  q.name = "d";
+  q.name2 = "d";
+  EXPECT_EQ(execute(q, store_, 7).status().code(), StatusCode::kNotSupported);
+  // Exchange within one directory.
+  ASSERT_TRUE(execute(create_req("e", {7, 5}, S_IFREG | 0644), store_, 8).is_ok());
+  q.dir2 = kDir;
+  q.name = "d";
+  q.name2 = "e";
+  q.flags = kRenameExchange;
+  ASSERT_TRUE(execute(q, store_, 9).is_ok());
+  EXPECT_EQ(decode_entry("e", store_.values[{kDir, "e", std::string(kEntryAkey)}])->oid, (ObjectId{9, 1}));
+  EXPECT_EQ(decode_entry("d", store_.values[{kDir, "d", std::string(kEntryAkey)}])->oid, (ObjectId{7, 5}));
+}
+
+TEST_F(DirOpsTest, LinkAndSetattr) {
+  ASSERT_TRUE(execute(create_req("a", {7, 1}, S_IFREG | 04755), store_, 1).is_ok());
+  DirRequest l;
+  l.op = DirOp::kLink;
+  l.cred = kAlice;
+  l.dir = kOther;
+  l.name = "a2";
+  l.oid = {7, 1};
+  auto r = execute(l, store_, 2);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->attr.nlink, 2u);
+  EXPECT_TRUE(store_.has_entry(kOther, "a2"));
+  EXPECT_EQ(execute(l, store_, 3).status().code(), StatusCode::kAlreadyExists);
+
+  DirRequest s;
+  s.op = DirOp::kSetattr;
+  s.cred = kBob;
+  s.oid = {7, 1};
+  s.set.set_mode = true;
+  s.set.mode = 0777;
+  EXPECT_EQ(execute(s, store_, 4).status().code(), StatusCode::kNotPermitted);
+  s.cred = kAlice;
+  s.set.touch = true;
+  r = execute(s, store_, 5);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->attr.mode, static_cast<uint32_t>(S_IFREG | 0777));
+  EXPECT_EQ(r->attr.mtime_ns, 5u);
+  EXPECT_EQ(r->attr.ctime_ns, 5u);
+  s.set = {};
+  s.set.set_size = true;
+  s.set.size = 100;
+  r = execute(s, store_, 6);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->floor, 100u);
+  EXPECT_EQ(r->attr.size, 100u);
+}
+
+TEST_F(DirOpsTest, PurgeTakesOnlyAnUnlinkedInode) {
+  DirRequest q = create_req("a", {7, 1}, S_IFREG | 0644);
+  q.data = "bytes";
+  ASSERT_TRUE(execute(q, store_, 1).is_ok());
+  DirRequest p;
+  p.op = DirOp::kPurge;
+  p.oid = {7, 1};
+  auto r = execute(p, store_, 2);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_FALSE(r->inode_done);  // still named
+  EXPECT_TRUE(store_.inode({7, 1}).is_ok());
+  ASSERT_TRUE(execute(remove_req("a"), store_, 3).is_ok());
+  r = execute(p, store_, 4);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_TRUE(r->inode_done);
+  EXPECT_EQ(r->attr.size, 5u);
+  EXPECT_FALSE(store_.inode({7, 1}).is_ok());
+  EXPECT_EQ(*store_.data_end({7, 1}), 0u);
+  EXPECT_TRUE(execute(p, store_, 5).is_ok());  // again: nothing left, nothing to do
+}
+
+TEST_F(DirOpsTest, AFailedBatchAnswersItsError) {
+  store_.fail_apply = error(StatusCode::kNoSpace, "full");
+  EXPECT_EQ(execute(create_req("a", {7, 1}, S_IFREG | 0644), store_, 1).status().code(), StatusCode::kNoSpace);
+  EXPECT_FALSE(store_.has_entry(kDir, "a"));
+}
+
+TEST(DirOpsCodec, RequestsAndRepliesRoundTrip) {
+  DirRequest q = create_req("name", {1, 2}, S_IFLNK | 0777);
+  q.cred.groups = {4, 5, 6};
+  q.data = "target";
+  q.dir2 = {3, 4};
+  q.name2 = "n2";
+  q.set.set_gid = true;
+  q.set.gid = 9;
+  q.hints.push_back({{8, 8}, 7, true});
+  auto back = decode_dir_request(encode_dir_request(q));
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(encode_dir_request(*back), encode_dir_request(q));
+  EXPECT_EQ(back->cred.groups, q.cred.groups);
+  EXPECT_EQ(back->hints, q.hints);
+  std::string bytes = encode_dir_request(q);
+  for (size_t cut = 0; cut < bytes.size(); ++cut) EXPECT_FALSE(decode_dir_request(bytes.substr(0, cut)).is_ok()) << cut;
+  EXPECT_FALSE(decode_dir_request(bytes + "x").is_ok());
+  DirReply r;
+  r.attr.nlink = 3;
+  r.need = {1, 1};
+  r.inode_done = false;
+  auto rb = decode_dir_reply(encode_dir_reply(r));
+  ASSERT_TRUE(rb.is_ok());
+  EXPECT_EQ(rb->attr.nlink, 3u);
+  EXPECT_EQ(rb->need, (ObjectId{1, 1}));
+  EXPECT_FALSE(rb->inode_done);
+}
+
+}  // namespace
+}  // namespace rfos::posix

@@ -1,0 +1,85 @@
+// The POSIX namespace's records and rules, shared by the client's namespace (posix/namespace.h) and the targets
+// that carry out namespace operations (posix/dir_ops.h): the inode and entry records, where they live, and the
+// permission rules Linux applies. docs/posix.md has the layout.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/status.h"
+
+namespace rfos::posix {
+
+struct Cred {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::vector<uint32_t> groups;  // supplementary
+};
+
+struct Attr {
+  ObjectId oid;
+  uint32_t mode = 0;  // S_IFMT bits included
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t nlink = 0;
+  uint64_t rdev = 0;
+  uint64_t size = 0;
+  uint64_t atime_ns = 0, mtime_ns = 0, ctime_ns = 0;
+  uint32_t chunk = 0;  // file chunk size
+  ObjectId parent;     // directories: the directory holding them
+};
+
+struct DirEntry {
+  std::string name;
+  ObjectId oid;
+  uint32_t type = 0;  // S_IFMT bits
+};
+
+// setattr: which fields to change. touch: mtime and ctime to the time of whoever applies it (after a write).
+struct SetAttr {
+  bool set_mode = false, set_uid = false, set_gid = false, set_size = false, set_atime = false, set_mtime = false;
+  bool touch = false;
+  uint32_t mode = 0, uid = 0, gid = 0;
+  uint64_t size = 0, atime_ns = 0, mtime_ns = 0;
+};
+
+inline constexpr size_t kNameMax = 255;
+inline constexpr size_t kSymlinkMax = 4095;
+
+// Where the records live: every inode is an object; its record under dkey "/" akey "a", a symlink's target
+// under "/" "l", xattrs under "/x"; a directory's entries are dkeys named after the entry, akey "e".
+inline constexpr std::string_view kInodeDkey = "/";  // no entry name can be "/"
+inline constexpr std::string_view kXattrDkey = "/x";
+inline constexpr std::string_view kInodeAkey = "a";
+inline constexpr std::string_view kLinkAkey = "l";
+inline constexpr std::string_view kEntryAkey = "e";
+
+// The inode record; `floor` is a file's size floor (its size is max(floor, end of its data)).
+std::string encode_inode(const Attr& a, uint64_t floor);
+Result<Attr> decode_inode(const ObjectId& oid, std::string_view in, uint64_t* floor);
+std::string encode_entry(const ObjectId& oid, uint32_t type);
+Result<DirEntry> decode_entry(std::string_view name, std::string_view in);
+
+// kInvalidArgument for "", ".", "..", '/' or NUL in it; kNameTooLong over 255 bytes.
+Status check_name(std::string_view name);
+bool in_group(const Cred& c, uint32_t gid);
+// As the kernel checks: mask of R_OK, W_OK, X_OK.
+bool permits(const Attr& a, const Cred& c, int mask);
+// The sticky bit: in such a directory only the owner of an entry, of the directory, or root removes it (EPERM).
+Status sticky_ok(const Attr& dir, const Attr& victim, const Cred& cred);
+// The attributes of a new inode made by `cred` in directory `dir` (setgid directories hand down their group).
+Attr new_inode(const Attr& dir, const ObjectId& oid, uint32_t mode, uint64_t rdev, uint32_t chunk, const Cred& cred,
+               uint64_t now_ns);
+// Whether `cred` may make the change `set` to `cur` (kNotPermitted, kPermissionDenied, kIsDirectory, ...).
+Status check_setattr(const Attr& cur, const SetAttr& set, const Cred& cred);
+// Makes it (after check_setattr), at time `now_ns`; a size change moves the floor only (the caller punches).
+void apply_setattr(Attr& a, uint64_t& floor, const SetAttr& set, const Cred& cred, uint64_t now_ns);
+
+}  // namespace rfos::posix

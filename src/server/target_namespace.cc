@@ -1,0 +1,139 @@
+// The target's side of namespace operations (wire kNamespace, posix/dir_ops.h) and of kSync: the request's
+// DirRequest lands, runs on the target's namespace thread against the engine (reads at the latest state, then one
+// atomic batch at the epoch the target stamped), and the DirReply goes back.
+#include "client/file_layout.h"
+#include "common/clock.h"
+#include "placement/placement.h"
+#include "posix/dir_ops.h"
+#include "server/target_impl.h"
+
+namespace rfos::server {
+
+using transport::Iov;
+using Impl = Target::Impl;
+
+namespace {
+
+// The engine of one target, as posix::execute sees it.
+class EngineDirStore final : public posix::DirStore {
+ public:
+  EngineDirStore(Impl* target, uint32_t cid, engine::Epoch epoch)
+      : target_(target), engine_(target->engine), cid_(cid), epoch_(epoch) {}
+
+  bool owns(const ObjectId& oid, std::string_view dkey) const override {
+    return placement::target_of(oid, dkey, target_->count) == target_->index;
+  }
+
+  Result<std::string> get(const ObjectId& oid, std::string_view dkey, std::string_view akey) override {
+    return engine_->fetch({{cid_, oid, dkey, akey}, engine::kEpochLatest, engine::ValueKind::kSingle, 0, 0});
+  }
+
+  Result<bool> has_entries(const ObjectId& dir) override {
+    engine::Anchor anchor;
+    while (!anchor.done) {
+      auto keys = engine_->list_dkeys(cid_, dir, engine::kEpochLatest, &anchor, 16);
+      if (!keys.is_ok()) return keys.status().code() == StatusCode::kNotFound ? Result<bool>(false) : keys.status();
+      for (const std::string& k : *keys)
+        if (k != posix::kInodeDkey && k != posix::kXattrDkey) return true;
+    }
+    return false;
+  }
+
+  Result<uint64_t> data_end(const ObjectId& oid) override {
+    return target_->object_end(cid_, oid, std::string(client::layout::kDataAkey), engine::kEpochLatest);
+  }
+
+  Status apply(const std::vector<posix::Change>& changes, bool durable) override {
+    std::vector<engine::Mutation> batch;
+    batch.reserve(changes.size());
+    for (const posix::Change& c : changes) {
+      engine::Mutation m;
+      switch (c.kind) {
+        case posix::Change::Kind::kPut:
+          m.kind = engine::Mutation::Kind::kPutSingle;
+          break;
+        case posix::Change::Kind::kPutData:
+          m.kind = engine::Mutation::Kind::kPutArray;
+          break;
+        case posix::Change::Kind::kPunch:
+          m.kind = engine::Mutation::Kind::kPunchDkey;
+          break;
+        case posix::Change::Kind::kPunchObject:
+          m.kind = engine::Mutation::Kind::kPunchObject;
+          break;
+      }
+      m.oid = c.oid;
+      m.dkey = c.dkey;
+      m.akey = c.akey;
+      m.value = c.value;
+      batch.push_back(std::move(m));
+    }
+    return engine_->apply(cid_, epoch_, batch, !durable);
+  }
+
+ private:
+  Impl* target_;
+  engine::Engine* engine_;
+  uint32_t cid_;
+  engine::Epoch epoch_;
+};
+
+}  // namespace
+
+void Impl::handle_namespace(Call& c) {
+  const wire::Request& q = c.q;
+  if (!q.rkey.empty() || c.in.payload_bytes != q.length)
+    return reply_error(
+        c.to(), c.id(),
+        error(StatusCode::kInvalidArgument, "a namespace request carries its DirRequest as the payload"));
+  uint64_t epoch = next_epoch();
+  if (epoch == 0) return reply_error(c.to(), c.id(), clock_exhausted());
+  executing(c);
+  auto held = inflight_epochs.insert(epoch);
+  auto bytes = std::make_shared<std::string>(q.length, '\0');
+  Iov dst{bytes->data(), bytes->size()};
+  auto landed = [this, bytes, epoch, held, cid = c.cid, to = c.to(), id = c.id(), session = c.cap.session](Status got) {
+    if (!got.is_ok()) {  // the client died mid-transfer: nothing to do
+      inflight_epochs.erase(held);
+      forget_execution(session, id);
+      return;
+    }
+    using Answer = Result<posix::DirReply>;
+    offload<Answer>(
+        [this, bytes, cid, epoch]() -> Answer {
+          RFOS_ASSIGN_OR_RETURN(posix::DirRequest dq, posix::decode_dir_request(*bytes));
+          EngineDirStore store(this, cid, epoch);
+          return posix::execute(dq, store, wall_ns());
+        },
+        [this, held, to, id, session](Answer& a) {
+          inflight_epochs.erase(held);
+          if (!a.is_ok()) {
+            if (a.status().code() == StatusCode::kEpochTooOld) forget_execution(session, id);
+            return reply_error(to, id, a.status());
+          }
+          wire::Reply r;
+          r.request_id = id;
+          reply_with(to, std::move(r), posix::encode_dir_reply(*a));
+        },
+        namespace_ops.get());
+  };
+  Status s = worker->fetch_payload(c.in, {&dst, 1}, std::move(landed));
+  if (!s.is_ok()) {
+    inflight_epochs.erase(held);
+    forget_execution(c.cap.session, c.id());
+    reply_error(c.to(), c.id(), s);
+  }
+}
+
+// Every write acknowledged before is in the log it syncs: their replies went after their commits.
+void Impl::handle_sync(Call& c) {
+  offload<Status>([this] { return engine->sync(); },
+                  [this, to = c.to(), id = c.id()](Status& s) {
+                    if (!s.is_ok()) return reply_error(to, id, s);
+                    wire::Reply r;
+                    r.request_id = id;
+                    reply(to, std::move(r));
+                  });
+}
+
+}  // namespace rfos::server
