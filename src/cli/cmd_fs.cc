@@ -150,6 +150,8 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
                     "more FUSE mount options; suid and dev only as root on a container root owns (docs/posix.md)");
   mount->add_flag("--sync-writes", m->sync_writes,
                   "store each write before write() returns (default: write-behind; fsync and close wait)");
+  mount->add_flag("--sync", m->durable,
+                  "every operation and write durable when it returns, as -o sync (default: durable at fsync)");
   add_size_option(mount, "--readahead", m->readahead_bytes, "bytes the kernel reads ahead on sequential reads")
       ->capture_default_str();
   mount->callback([&ctx, a, m, foreground] {
@@ -249,6 +251,7 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
         to /= std::filesystem::path(std::string(inner(*src))).filename();
       s = from.is_ok() ? copy_out(ns, cred, *from, to, &files) : from.status();
     }
+    if (s.is_ok() && in_container(*dst)) s = ns.sync();  // durable when the command says it is done
     if (!ctx.check(s, "fs copy")) return;
     std::printf("copied %llu files\n", static_cast<unsigned long long>(files));
   });

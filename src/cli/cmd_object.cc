@@ -119,6 +119,7 @@ Result<uint64_t> put_path(Context& ctx, const ObjectArgs& a, FILE* in, ProgressL
                                                         stored = bytes;
                                                         line(bytes);
                                                       }));
+  RFOS_RETURN_IF_ERROR(m.ns->sync());  // durable when the command says it is done
   return f.size;
 }
 
@@ -255,7 +256,7 @@ void add_object_commands(CLI::App& app, Context& ctx) {
       if (!ctx.check(parent.status(), "rm")) return;
       auto gone = m->ns->unlink(parent->first.oid, parent->second, cred);
       if (gone.is_ok() && gone->nlink == 0) (void)m->ns->forget(gone->oid);
-      ctx.check(gone.status(), "rm");
+      if (ctx.check(gone.status(), "rm")) ctx.check(m->ns->sync(), "rm");
       return;
     }
     auto cont = open_cont(ctx, *rm_args, true);

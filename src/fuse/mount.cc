@@ -36,6 +36,7 @@ struct FileHandle {
   std::mutex mu;
   uint64_t size = 0;  // as last seen; refreshed when a read goes past it
   bool written = false;
+  bool sync = false;  // opened O_SYNC or O_DSYNC: each write durable before it returns
 };
 
 struct DirHandle {
@@ -324,6 +325,7 @@ void open_file(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, const Attr& a
   h->size = a.size;
   fi->fh = reinterpret_cast<uint64_t>(h);
   fi->direct_io = fs_of(req)->options().direct_io;
+  h->sync = (fi->flags & (O_SYNC | O_DSYNC)) != 0;
   fi->keep_cache = 0;  // what another client wrote since is read afresh
   fs_of(req)->opened(ino, 1);
 }
@@ -392,10 +394,12 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
 void op_write(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t off, fuse_file_info* fi) {
   auto* h = reinterpret_cast<FileHandle*>(fi->fh);
   Fs* fs = fs_of(req);
-  if (fs->writes()) {
+  if (fs->writes() && !h->sync) {
     fs->writes()->submit(h->oid, static_cast<uint64_t>(off), fs->take_write(data, size));
   } else {
+    if (fs->writes()) fs->wait_writes(h->oid);  // what was written before goes first
     Status s = fs->ns().write(h->oid, static_cast<uint64_t>(off), {reinterpret_cast<const uint8_t*>(data), size});
+    if (s.is_ok() && h->sync && !fs->options().durable) s = fs->ns().sync();
     if (!s.is_ok()) return reply_status(req, s);
   }
   {
@@ -406,7 +410,8 @@ void op_write(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t o
   fuse_reply_write(req, size);
 }
 
-// flush and fsync: every write of the file landed (write-behind) and the file's mtime set.
+// flush (close) and fsync: every write of the file landed (write-behind) and the file's mtime set, so that
+// whoever opens it next, on any client, sees it (close-to-open). fsync then makes it durable.
 Status settle(Fs* fs, FileHandle* h) {
   if (fs->writes()) RFOS_RETURN_IF_ERROR(fs->writes()->settle(h->oid));
   bool written;
@@ -422,9 +427,15 @@ void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   reply_status(req, settle(fs_of(req), reinterpret_cast<FileHandle*>(fi->fh)));
 }
 
+// One sync of every target: the file's writes and the namespace operations before them (its name among them)
+// become durable together, which fsync of the file and then of its directory would give on a local file system.
 void op_fsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
-  reply_status(req, settle(fs_of(req), reinterpret_cast<FileHandle*>(fi->fh)));
+  Status s = settle(fs_of(req), reinterpret_cast<FileHandle*>(fi->fh));
+  if (s.is_ok()) s = fs_of(req)->ns().sync();
+  reply_status(req, s);
 }
+
+void op_fsyncdir(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) { reply_status(req, fs_of(req)->ns().sync()); }
 
 void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto* h = reinterpret_cast<FileHandle*>(fi->fh);
@@ -641,17 +652,24 @@ Status check_mountpoint(const std::string& mountpoint) {
   return Status::ok();
 }
 
-Result<bool> check_mount_options(const std::string& extra_options, uint32_t mounting_uid,
-                                 const std::string& container_owner) {
-  bool asked = false;
+namespace {
+// Whether the comma-separated -o list holds `name`.
+bool has_option(const std::string& options, std::string_view name) {
   size_t start = 0;
-  while (start <= extra_options.size()) {
-    size_t comma = extra_options.find(',', start);
-    std::string opt = extra_options.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (opt == "suid" || opt == "dev") asked = true;
+  while (start <= options.size()) {
+    size_t comma = options.find(',', start);
+    if (std::string_view(options).substr(start, comma == std::string::npos ? std::string::npos : comma - start) == name)
+      return true;
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
+  return false;
+}
+}  // namespace
+
+Result<bool> check_mount_options(const std::string& extra_options, uint32_t mounting_uid,
+                                 const std::string& container_owner) {
+  bool asked = has_option(extra_options, "suid") || has_option(extra_options, "dev");
   if (!asked) return false;
   if (mounting_uid != 0 || container_owner != "root")
     return error(StatusCode::kPermissionDenied,
@@ -661,8 +679,12 @@ Result<bool> check_mount_options(const std::string& extra_options, uint32_t moun
   return true;
 }
 
-Status run_mount(posix::Namespace& ns, const MountOptions& options) {
-  RFOS_RETURN_IF_ERROR(check_mountpoint(options.mountpoint));
+Status run_mount(posix::Namespace& ns, const MountOptions& given) {
+  RFOS_RETURN_IF_ERROR(check_mountpoint(given.mountpoint));
+  MountOptions options = given;
+  if (has_option(options.extra_options, "sync")) options.durable = true;
+  if (options.durable) options.sync_writes = true;  // a write is durable when it returns, so it is stored then
+  ns.set_durable(options.durable);
   fuse_lowlevel_ops ops{};
   ops.init = op_init;
   ops.lookup = op_lookup;
@@ -684,6 +706,7 @@ Status run_mount(posix::Namespace& ns, const MountOptions& options) {
   ops.write = op_write;
   ops.flush = op_flush;
   ops.fsync = op_fsync;
+  ops.fsyncdir = op_fsyncdir;
   ops.release = op_release;
   ops.opendir = op_opendir;
   ops.readdir = op_readdir;

@@ -24,9 +24,12 @@ struct MountOptions {
   bool direct_io = false;        // bypass the page cache on every open file
   bool writeback_cache = false;  // let the kernel gather buffered writes (visible to others after fsync/close)
   bool sync_writes = false;      // store every write before write() returns (no write-behind, see write_behind.h)
-  unsigned writer_threads = 4;   // write-behind: writes of the mount stored at once
-  bool allow_other = true;       // every local user, not just the one who mounted
-  std::string extra_options;     // more -o options passed to FUSE (see check_mount_options)
+  // Every operation and write durable when it returns (--sync, or -o sync): otherwise they are visible at once
+  // and durable at fsync (docs/posix.md, "Durability and coherence").
+  bool durable = false;
+  unsigned writer_threads = 4;  // write-behind: writes of the mount stored at once
+  bool allow_other = true;      // every local user, not just the one who mounted
+  std::string extra_options;    // more -o options passed to FUSE (see check_mount_options)
   // Honour suid and dev in extra_options; otherwise the mount is always nosuid,nodev.
   bool allow_suid_and_devices = false;
   unsigned request_threads = 16;        // FUSE requests handled at once
