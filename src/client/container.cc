@@ -501,11 +501,13 @@ Result<uint64_t> Container::object_end(const ObjectId& oid, std::string_view ake
   return end;
 }
 
-Result<std::string> Container::namespace_op(uint32_t target, const ObjectId& oid, std::string_view request) {
-  RFOS_RETURN_IF_ERROR(impl_->writable());
+Result<std::string> Container::namespace_op(uint32_t target, const ObjectId& oid, std::string_view request,
+                                            bool read) {
+  if (!read) RFOS_RETURN_IF_ERROR(impl_->writable());
   if (request.empty() || request.size() > wire::kMaxNamespaceBytes)
     return error(StatusCode::kInvalidArgument, "a namespace request is 1 B .. 64 KiB");
-  wire::Request q = make_request(wire::Op::kNamespace, wire::Kind::kSingle, oid, {}, {}, 0, request.size());
+  wire::Request q = make_request(read ? wire::Op::kNamespaceRead : wire::Op::kNamespace, wire::Kind::kSingle, oid, {},
+                                 {}, 0, request.size());
   Iov v{const_cast<char*>(request.data()), request.size()};
   std::string reply;
   RFOS_RETURN_IF_ERROR(impl_->roundtrip(target, q, {&v, 1}, {}, nullptr, &reply));

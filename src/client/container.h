@@ -147,9 +147,10 @@ class Container {
   // The size of the array `akey` under the greatest dkey (byte order) holding one, over all targets (asked at
   // once) but `skip`: the data end of a file-like object (client/file_layout.h).
   Result<uint64_t> object_end(const ObjectId& oid, std::string_view akey, uint32_t skip = ~0u);
-  // A namespace operation carried out by `target` (wire kNamespace): `request` is an encoded posix::DirRequest;
-  // returns the encoded DirReply. The POSIX namespace's (posix/namespace.h); the container knows no layout.
-  Result<std::string> namespace_op(uint32_t target, const ObjectId& oid, std::string_view request);
+  // A namespace operation carried out by `target` (wire kNamespace, or kNamespaceRead for a `read`): `request` is
+  // an encoded posix::DirRequest; returns the encoded DirReply. The POSIX namespace's (posix/namespace.h); the
+  // container knows no layout.
+  Result<std::string> namespace_op(uint32_t target, const ObjectId& oid, std::string_view request, bool read = false);
   // Makes every write any target acknowledged so far durable (lazy writes and namespace operations): kSync to
   // every target at once.
   Status sync();

@@ -413,14 +413,15 @@ void op_write(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t o
 // flush (close) and fsync: every write of the file landed (write-behind) and the file's mtime set, so that
 // whoever opens it next, on any client, sees it (close-to-open). fsync then makes it durable.
 Status settle(Fs* fs, FileHandle* h) {
-  if (fs->writes()) RFOS_RETURN_IF_ERROR(fs->writes()->settle(h->oid));
+  bool touched = false;  // a small held write went with the time update
+  if (fs->writes()) RFOS_RETURN_IF_ERROR(fs->writes()->settle(h->oid, &touched));
   bool written;
   {
     std::lock_guard lock(h->mu);
     written = h->written;
     h->written = false;
   }
-  return written ? fs->ns().touch_written(h->oid) : Status::ok();
+  return written && !touched ? fs->ns().touch_written(h->oid) : Status::ok();
 }
 
 void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {

@@ -26,6 +26,20 @@ void WriteBehind::submit(const ObjectId& oid, uint64_t offset, WriteBytes bytes)
   uint64_t end = offset + bytes.size;
   std::unique_lock lock(mu_);
   std::shared_ptr<File> f = file_locked(oid);
+  if (f->ranges.empty() && bytes.size <= kHoldBytes) {
+    const char* p = reinterpret_cast<const char*>(bytes.data);
+    if (!f->holding) {
+      f->holding = true;
+      f->held_at = offset;
+      f->held.assign(p, bytes.size);
+      return;
+    }
+    if (offset == f->held_at + f->held.size() && f->held.size() + bytes.size <= kHoldBytes) {
+      f->held.append(p, bytes.size);
+      return;
+    }
+  }
+  release_locked(oid, f);
   landed_.wait(lock, [&] {
     bool room = f->ranges.empty() || f->bytes + bytes.size <= max_bytes_;
     bool overlap = std::any_of(f->ranges.begin(), f->ranges.end(),
@@ -50,25 +64,62 @@ void WriteBehind::land(const ObjectId& oid, uint64_t offset, const WriteBytes& b
   landed_.notify_all();
 }
 
+void WriteBehind::release_locked(const ObjectId& oid, const std::shared_ptr<File>& f) {
+  if (!f->holding) return;
+  f->holding = false;
+  WriteBytes bytes = WriteBytes::copy_of(f->held.data(), f->held.size());
+  uint64_t offset = f->held_at;
+  f->held.clear();
+  f->ranges.emplace_back(offset, offset + bytes.size);
+  f->bytes += bytes.size;
+  writers_.post([this, oid, offset, bytes = std::move(bytes), f] { land(oid, offset, bytes, *f); });
+}
+
 bool WriteBehind::wait(const ObjectId& oid) {
   std::unique_lock lock(mu_);
   auto it = files_.find(oid);
-  if (it == files_.end() || it->second->ranges.empty()) return false;
+  if (it == files_.end()) return false;
+  release_locked(oid, it->second);
+  if (it->second->ranges.empty()) return false;
   std::shared_ptr<File> f = it->second;
   landed_.wait(lock, [&] { return f->ranges.empty(); });
   return true;
 }
 
-Status WriteBehind::settle(const ObjectId& oid) {
+Status WriteBehind::settle(const ObjectId& oid, bool* touched) {
   std::unique_lock lock(mu_);
   auto it = files_.find(oid);
   if (it == files_.end()) return Status::ok();
   std::shared_ptr<File> f = it->second;
+  if (f->holding && f->ranges.empty()) {  // the held write and the time update, at once, from this thread
+    f->holding = false;
+    std::string held = std::move(f->held);
+    uint64_t at = f->held_at;
+    f->held.clear();
+    f->ranges.emplace_back(at, at + held.size());  // so that overlapping writes meanwhile wait for it
+    f->bytes += held.size();
+    lock.unlock();
+    std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(held.data()), held.size());
+    auto both = ns_.write_and_touch(oid, at, bytes);
+    Status s = both.is_ok() ? Status::ok() : both.status();
+    if (both.is_ok() && *both && touched) *touched = true;
+    if (both.is_ok() && !*both) s = ns_.write(oid, at, bytes);
+    lock.lock();
+    auto r = std::find(f->ranges.begin(), f->ranges.end(), std::make_pair(at, at + uint64_t{held.size()}));
+    if (r != f->ranges.end()) f->ranges.erase(r);
+    f->bytes -= held.size();
+    if (!s.is_ok() && f->failed.is_ok()) f->failed = s;
+    landed_.notify_all();
+  } else {
+    release_locked(oid, f);
+  }
   landed_.wait(lock, [&] { return f->ranges.empty(); });
   Status failed = f->failed;
   f->failed = Status::ok();
   auto again = files_.find(oid);  // idle and reported: forget it (a submit meanwhile would hold ranges)
-  if (again != files_.end() && again->second->ranges.empty() && again->second->failed.is_ok()) files_.erase(again);
+  if (again != files_.end() && again->second->ranges.empty() && again->second->failed.is_ok() &&
+      !again->second->holding)
+    files_.erase(again);
   return failed;
 }
 

@@ -82,5 +82,37 @@ TEST_F(WriteBehindTest, AFailedWriteIsReportedOnceBySettle) {
   EXPECT_EQ(read_all(4096), piece);
 }
 
+// A small file's writes are held and go with its time update as one operation at settle (close); a wait (a read
+// of the file) sends them on their own.
+TEST_F(WriteBehindTest, SmallWritesGoWithTheTimeUpdate) {
+  WriteBehind wb(*ns_, 2, 1u << 20);
+  uint64_t before = ns_->getattr(file_)->mtime_ns;
+  wb.submit(file_, 0, WriteBytes::copy_of("hello ", 6));
+  wb.submit(file_, 6, WriteBytes::copy_of("world", 5));  // contiguous: held with the first
+  EXPECT_EQ(ns_->getattr(file_)->size, 0u) << "held until the file is settled";
+  bool touched = false;
+  ASSERT_TRUE(wb.settle(file_, &touched).is_ok());
+  EXPECT_TRUE(touched);
+  EXPECT_EQ(read_all(11), "hello world");
+  EXPECT_GT(ns_->getattr(file_)->mtime_ns, before);
+
+  wb.submit(file_, 0, WriteBytes::copy_of("J", 1));
+  EXPECT_TRUE(wb.wait(file_)) << "a reader sends what is held";
+  EXPECT_EQ(read_all(11), "Jello world");
+  touched = false;
+  ASSERT_TRUE(wb.settle(file_, &touched).is_ok());
+  EXPECT_FALSE(touched) << "nothing was held any more: the caller updates the times";
+
+  // Not contiguous: the held one is sent before the next goes its own way.
+  wb.submit(file_, 100, WriteBytes::copy_of("a", 1));
+  wb.submit(file_, 50, WriteBytes::copy_of("b", 1));
+  touched = false;
+  ASSERT_TRUE(wb.settle(file_, &touched).is_ok());
+  std::string got = read_all(101);
+  EXPECT_EQ(got.size(), 101u);
+  EXPECT_EQ(got[50], 'b');
+  EXPECT_EQ(got[100], 'a');
+}
+
 }  // namespace
 }  // namespace rfos::fuse

@@ -49,11 +49,12 @@ void put_attr(std::string* s, const Attr& a) {
   put_le<uint64_t>(s, a.ctime_ns);
   put_le<uint32_t>(s, a.chunk);
   put_oid(s, a.parent);
+  put_le<uint32_t>(s, a.flags);
 }
 bool get_attr(ByteReader& r, Attr* a) {
   return get_oid(r, &a->oid) && r.get_le(&a->mode) && r.get_le(&a->uid) && r.get_le(&a->gid) && r.get_le(&a->nlink) &&
          r.get_le(&a->rdev) && r.get_le(&a->size) && r.get_le(&a->atime_ns) && r.get_le(&a->mtime_ns) &&
-         r.get_le(&a->ctime_ns) && r.get_le(&a->chunk) && get_oid(r, &a->parent);
+         r.get_le(&a->ctime_ns) && r.get_le(&a->chunk) && get_oid(r, &a->parent) && r.get_le(&a->flags);
 }
 
 Status bad(const std::string& what) { return error(StatusCode::kInvalidArgument, "namespace request: " + what); }
@@ -80,9 +81,10 @@ std::string encode_dir_request(const DirRequest& q) {
   put_le<uint32_t>(&s, q.chunk);
   put_le<uint8_t>(&s, q.inode_here ? 1 : 0);
   put_bytes(&s, q.data);
+  put_le<uint64_t>(&s, q.offset);
   const SetAttr& a = q.set;
   uint8_t which = (a.set_mode ? 1 : 0) | (a.set_uid ? 2 : 0) | (a.set_gid ? 4 : 0) | (a.set_size ? 8 : 0) |
-                  (a.set_atime ? 16 : 0) | (a.set_mtime ? 32 : 0) | (a.touch ? 64 : 0);
+                  (a.set_atime ? 16 : 0) | (a.set_mtime ? 32 : 0) | (a.touch ? 64 : 0) | (a.spans ? 128 : 0);
   put_le<uint8_t>(&s, which);
   put_le<uint32_t>(&s, a.mode);
   put_le<uint32_t>(&s, a.uid);
@@ -117,11 +119,11 @@ Result<DirRequest> decode_dir_request(std::string_view in) {
   if (!get_oid(r, &q.dir) || !get_bytes(r, &q.name, kNameMax) || !get_oid(r, &q.dir2) ||
       !get_bytes(r, &q.name2, kNameMax) || !r.get_le(&q.flags) || !get_oid(r, &q.oid) || !r.get_le(&q.mode) ||
       !r.get_le(&q.rdev) || !r.get_le(&q.chunk) || !r.get_le(&inode_here) || inode_here > 1 ||
-      !get_bytes(r, &q.data, kSymlinkMax))
+      !get_bytes(r, &q.data, kSymlinkMax) || !r.get_le(&q.offset))
     return bad("truncated or out of range");
   q.inode_here = inode_here;
   SetAttr& a = q.set;
-  if (!r.get_le(&which) || which > 127 || !r.get_le(&a.mode) || !r.get_le(&a.uid) || !r.get_le(&a.gid) ||
+  if (!r.get_le(&which) || !r.get_le(&a.mode) || !r.get_le(&a.uid) || !r.get_le(&a.gid) ||
       !r.get_le(&a.size) || !r.get_le(&a.atime_ns) || !r.get_le(&a.mtime_ns))
     return bad("bad attributes");
   a.set_mode = which & 1;
@@ -131,6 +133,7 @@ Result<DirRequest> decode_dir_request(std::string_view in) {
   a.set_atime = which & 16;
   a.set_mtime = which & 32;
   a.touch = which & 64;
+  a.spans = which & 128;
   if (!r.get_le(&nhints) || nhints > kMaxHints) return bad("too many hints");
   q.hints.resize(nhints);
   for (Hint& h : q.hints) {
@@ -149,7 +152,7 @@ std::string encode_dir_reply(const DirReply& r) {
   put_le<uint64_t>(&s, r.floor);
   put_oid(&s, r.other);
   put_le<uint32_t>(&s, r.other_type);
-  put_le<uint8_t>(&s, r.inode_done ? 1 : 0);
+  put_le<uint8_t>(&s, (r.inode_done ? 1 : 0) | (r.size_final ? 2 : 0));
   put_oid(&s, r.need);
   return s;
 }
@@ -159,10 +162,11 @@ Result<DirReply> decode_dir_reply(std::string_view in) {
   DirReply out;
   uint8_t version = 0, done = 0;
   if (!r.get_le(&version) || version != kReplyVersion || !get_attr(r, &out.attr) || !r.get_le(&out.floor) ||
-      !get_oid(r, &out.other) || !r.get_le(&out.other_type) || !r.get_le(&done) || done > 1 || !get_oid(r, &out.need) ||
+      !get_oid(r, &out.other) || !r.get_le(&out.other_type) || !r.get_le(&done) || done > 3 || !get_oid(r, &out.need) ||
       r.remaining() != 0)
     return error(StatusCode::kInvalidArgument, "namespace reply is malformed");
-  out.inode_done = done;
+  out.inode_done = done & 1;
+  out.size_final = done & 2;
   return out;
 }
 
@@ -267,6 +271,20 @@ class Op {
     a.ctime_ns = now_;
     put(a.oid, kInodeDkey, kInodeAkey, encode_inode(a, k.floor));
     *after = a;
+  }
+
+  // An inode's size as this target knows it: a file's floor or the end of its data here, whichever is greater
+  // (final unless its data may lie elsewhere, kSpans); a directory's 4096.
+  Status size(Attr& a, uint64_t floor, bool* final) {
+    *final = true;
+    if (S_ISDIR(a.mode)) {
+      a.size = 4096;
+    } else if (S_ISREG(a.mode)) {
+      RFOS_ASSIGN_OR_RETURN(uint64_t end, store_.data_end(a.oid));
+      a.size = std::max(floor, end);
+      *final = !(a.flags & kSpans);
+    }
+    return Status::ok();
   }
 
   Status commit(bool durable) { return changes_.empty() ? Status::ok() : store_.apply(changes_, durable); }
@@ -478,16 +496,44 @@ Result<DirReply> setattr(Op& op) {
   if (!op.local(q.oid)) return error(StatusCode::kInvalidArgument, "the inode is not on this target");
   DirReply r;
   RFOS_ASSIGN_OR_RETURN(Attr a, op.inode(q.oid, &r.floor));
-  if (S_ISREG(a.mode)) {
-    RFOS_ASSIGN_OR_RETURN(uint64_t end, op.store_.data_end(q.oid));
-    a.size = std::max(r.floor, end);
-  } else if (S_ISDIR(a.mode)) {
-    a.size = 4096;
+  RFOS_RETURN_IF_ERROR(op.size(a, r.floor, &r.size_final));
+  if (q.set.spans) {  // layout, not an attribute: no check, no ctime
+    if (!S_ISREG(a.mode)) return error(StatusCode::kInvalidArgument, "not a regular file");
+    if (a.flags & kSpans) {
+      r.attr = a;
+      return r;
+    }
+    a.flags |= kSpans;
+    r.size_final = false;
   }
-  RFOS_RETURN_IF_ERROR(check_setattr(a, q.set, q.cred));
-  apply_setattr(a, r.floor, q.set, q.cred, op.now_);
+  SetAttr rest = q.set;
+  rest.spans = false;
+  if (rest.set_mode || rest.set_uid || rest.set_gid || rest.set_size || rest.set_atime || rest.set_mtime || rest.touch) {
+    RFOS_RETURN_IF_ERROR(check_setattr(a, rest, q.cred));
+    apply_setattr(a, r.floor, rest, q.cred, op.now_);
+    if (rest.set_size) r.size_final = true;  // the size is what was set (the client cut what lay beyond)
+  }
   op.put(q.oid, kInodeDkey, kInodeAkey, encode_inode(a, r.floor));
   RFOS_RETURN_IF_ERROR(op.commit(q.durable));
+  r.attr = a;
+  return r;
+}
+
+Result<DirReply> write(Op& op) {
+  const DirRequest& q = op.q_;
+  if (!op.local(q.oid)) return error(StatusCode::kInvalidArgument, "the inode is not on this target");
+  DirReply r;
+  RFOS_ASSIGN_OR_RETURN(Attr a, op.inode(q.oid, &r.floor));
+  if (!S_ISREG(a.mode)) return error(StatusCode::kInvalidArgument, "not a regular file");
+  uint64_t chunk = a.chunk ? a.chunk : client::layout::kDefaultChunkBytes;
+  if (q.data.empty() || q.data.size() > kMaxDirData || q.offset > chunk || q.data.size() > chunk - q.offset ||
+      !op.store_.owns(q.oid, chunk_key(0)))
+    return error(StatusCode::kInvalidArgument, "a namespace write is small and inside a first chunk held here");
+  op.changes_.push_back({Change::Kind::kPutData, q.oid, chunk_key(0), std::string(kDataAkey), q.data, q.offset});
+  a.mtime_ns = a.ctime_ns = op.now_;
+  op.put(q.oid, kInodeDkey, kInodeAkey, encode_inode(a, r.floor));
+  RFOS_RETURN_IF_ERROR(op.commit(q.durable));
+  RFOS_RETURN_IF_ERROR(op.size(a, r.floor, &r.size_final));
   r.attr = a;
   return r;
 }
@@ -511,6 +557,38 @@ Result<DirReply> purge(Op& op) {
   return r;
 }
 
+Result<DirReply> lookup(Op& op) {
+  const DirRequest& q = op.q_;
+  if (!op.local(q.dir)) return error(StatusCode::kInvalidArgument, "the directory is not on this target");
+  if (q.name.size() > kNameMax) return error(StatusCode::kNameTooLong, "a name is at most 255 bytes");
+  uint64_t floor = 0;
+  RFOS_ASSIGN_OR_RETURN(Attr d, op.inode(q.dir, &floor));
+  if (!S_ISDIR(d.mode)) return error(StatusCode::kNotDirectory, "not a directory");
+  if (!permits(d, q.cred, X_OK)) return error(StatusCode::kPermissionDenied, "no search permission on the directory");
+  RFOS_ASSIGN_OR_RETURN(DirEntry e, op.entry(q.dir, q.name));
+  DirReply r;
+  r.other = e.oid;
+  r.other_type = e.type;
+  r.inode_done = op.local(e.oid);
+  if (!r.inode_done) return r;
+  auto a = op.inode(e.oid, &r.floor);
+  if (a.status().code() == StatusCode::kNotFound)  // an entry whose inode a crash left behind
+    return error(StatusCode::kNotFound, "'" + q.name + "' has no inode");
+  RFOS_RETURN_IF_ERROR(a.status());
+  r.attr = *a;
+  RFOS_RETURN_IF_ERROR(op.size(r.attr, r.floor, &r.size_final));
+  return r;
+}
+
+Result<DirReply> getattr(Op& op) {
+  const DirRequest& q = op.q_;
+  if (!op.local(q.oid)) return error(StatusCode::kInvalidArgument, "the inode is not on this target");
+  DirReply r;
+  RFOS_ASSIGN_OR_RETURN(r.attr, op.inode(q.oid, &r.floor));
+  RFOS_RETURN_IF_ERROR(op.size(r.attr, r.floor, &r.size_final));
+  return r;
+}
+
 }  // namespace
 
 Result<DirReply> execute(const DirRequest& q, DirStore& store, uint64_t now_ns) {
@@ -528,6 +606,12 @@ Result<DirReply> execute(const DirRequest& q, DirStore& store, uint64_t now_ns) 
       return setattr(op);
     case DirOp::kPurge:
       return purge(op);
+    case DirOp::kLookup:
+      return lookup(op);
+    case DirOp::kGetattr:
+      return getattr(op);
+    case DirOp::kWrite:
+      return write(op);
   }
   return error(StatusCode::kInvalidArgument, "unknown namespace operation");
 }

@@ -30,8 +30,13 @@ enum class DirOp : uint8_t {
   kLink = 4,     // dir/name: another name for inode `oid`
   kSetattr = 5,  // inode `oid`, as `set` says
   kPurge = 6,    // inode `oid`, if no name links it any more: its object's keys on this target
+  kWrite = 9,    // `data` into file `oid` at `offset`, inside its first chunk (here), and mtime and ctime moved
+  // Reads (wire kNamespaceRead: no batch, a read-only session may ask):
+  kLookup = 7,   // dir/name: the entry, and its inode when it lives here
+  kGetattr = 8,  // inode `oid`
 };
-inline constexpr uint8_t kMaxDirOp = 6;
+inline constexpr uint8_t kMaxDirOp = 9;
+constexpr bool is_read(DirOp op) { return op == DirOp::kLookup || op == DirOp::kGetattr; }
 
 inline constexpr unsigned kRenameNoReplace = 1;  // RENAME_NOREPLACE
 inline constexpr unsigned kRenameExchange = 2;   // RENAME_EXCHANGE
@@ -60,7 +65,9 @@ struct DirRequest {
   uint32_t chunk = 0;
   bool inode_here = false;  // kCreate: the inode record goes into this batch (else the client wrote it before);
                             // kLink: the client raised the link count itself (the inode is elsewhere)
-  std::string data;         // kCreate: a symlink's target, or a regular file's first bytes (chunk 0, offset 0)
+  std::string data;         // kCreate: a symlink's target, or a regular file's first bytes (chunk 0, offset 0);
+                            // kWrite: the bytes
+  uint64_t offset = 0;      // kWrite
   SetAttr set;
   std::vector<Hint> hints;
 };
@@ -70,11 +77,14 @@ struct DirReply {
   Attr attr;                // kCreate, kLink, kSetattr: the inode after; kRemove: the removed inode after
                             // (nlink 0: gone once nobody holds it), when inode_done; kPurge: the inode
   uint64_t floor = 0;       // kSetattr, kPurge: the size floor (attr.size is max(floor, this target's data end))
-  ObjectId other;           // kRemove: the removed inode; kRename: the replaced one (zero: none)
+  ObjectId other;           // kRemove: the removed inode; kRename: the replaced one (zero: none); kLookup: the
+                            // entry's inode (attr holds it when inode_done)
   uint32_t other_type = 0;  // its S_IFMT bits
   bool inode_done = true;   // `other` (kRemove, kRename) was updated here; false: the client updates it.
                             // kPurge: false when the inode is linked again (nothing was purged)
   ObjectId need;            // nonzero: nothing was done; send again with a Hint about this inode
+  // attr.size is the file's size; false: only what this target holds (kSpans), ask the others too
+  bool size_final = true;
 };
 
 std::string encode_dir_request(const DirRequest& q);
@@ -90,7 +100,8 @@ struct Change {
   ObjectId oid;
   std::string dkey;
   std::string akey;
-  std::string value;  // kPut: a single value; kPutData: array bytes at offset 0
+  std::string value;  // kPut: a single value; kPutData: array bytes at `offset`
+  uint64_t offset = 0;
 };                    // kPunch: the dkey; kPunchObject: every key of the object on this target
 
 // A target's engine as the operations see it: the latest state, and one atomic batch at the end.

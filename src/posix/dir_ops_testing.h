@@ -51,6 +51,10 @@ class MemStore final : public DirStore {
       } else if (c.kind == Change::Kind::kPunch) {
         std::erase_if(
             values, [&](const auto& kv) { return std::get<0>(kv.first) == c.oid && std::get<1>(kv.first) == c.dkey; });
+      } else if (c.kind == Change::Kind::kPutData) {
+        std::string& v = values[{c.oid, c.dkey, c.akey}];
+        if (v.size() < c.offset + c.value.size()) v.resize(c.offset + c.value.size(), '\0');
+        v.replace(c.offset, c.value.size(), c.value);
       } else {
         values[{c.oid, c.dkey, c.akey}] = c.value;
       }

@@ -50,6 +50,7 @@ class Namespace::Impl {
   std::vector<std::unique_ptr<Container>> idle;
   std::mt19937_64 rng{std::random_device{}()};
   std::map<ObjectId, uint32_t> chunk_of;  // chunk sizes never change: remembered per file
+  std::set<ObjectId> spanning;            // files known to be kSpans (a flag never cleared)
 
   class Lease {
    public:
@@ -106,7 +107,7 @@ class Namespace::Impl {
   Result<DirReply> dir_op(Lease& c, DirRequest q, uint32_t t, const ObjectId& routed) {
     q.durable = q.durable || durable;
     for (int round = 0; round <= 4; ++round) {
-      RFOS_ASSIGN_OR_RETURN(std::string raw, c->namespace_op(t, routed, encode_dir_request(q)));
+      RFOS_ASSIGN_OR_RETURN(std::string raw, c->namespace_op(t, routed, encode_dir_request(q), is_read(q.op)));
       RFOS_ASSIGN_OR_RETURN(DirReply r, decode_dir_reply(raw));
       if (r.need == ObjectId{}) return r;
       Hint h;
@@ -139,6 +140,7 @@ class Namespace::Impl {
     uint32_t t = home(oid);
     RFOS_ASSIGN_OR_RETURN(DirReply r, dir_op(c, q, t, oid));
     if (!r.inode_done || targets == 1) return Status::ok();
+    if (r.attr.oid == oid && !(r.attr.flags & kSpans)) return Status::ok();  // all its data was at home
     RFOS_ASSIGN_OR_RETURN(uint64_t end, c->object_end(oid, kDataAkey, t));
     if (end == 0) return Status::ok();
     if (!durable) RFOS_RETURN_IF_ERROR(c->sync());
@@ -167,6 +169,26 @@ class Namespace::Impl {
       nlink = left->nlink;
     }
     return nlink == 0 ? purge(c, r.other) : Status::ok();
+  }
+
+  // Sets kSpans on a file before data goes past its first chunk (once per file and client).
+  Status mark_spans(Lease& c, const ObjectId& oid) {
+    {
+      std::lock_guard lock(mu);
+      if (spanning.count(oid)) return Status::ok();
+    }
+    DirRequest q;
+    q.op = DirOp::kSetattr;
+    q.oid = oid;
+    q.set.spans = true;
+    // Durable before the data it announces (which is durable on its own when large): no crash keeps data
+    // elsewhere that the inode does not know of.
+    q.durable = true;
+    RFOS_RETURN_IF_ERROR(dir_op(c, q, home(oid), oid).status());
+    std::lock_guard lock(mu);
+    if (spanning.size() > 65536) spanning.clear();
+    spanning.insert(oid);
+    return Status::ok();
   }
 
   // A regular file's size from what its home target said (max of its floor and the data there) and the data
@@ -288,7 +310,7 @@ class Namespace::Impl {
     q.chunk = S_ISREG(mode) ? (chunk ? chunk : default_chunk) : 0;
     q.data = data;
     if (!S_ISDIR(mode)) {
-      q.oid = new_oid_at(S_ISREG(mode) ? ObjectClass::kSX : ObjectClass::kS1, t, S_ISREG(mode) && !data.empty());
+      q.oid = new_oid_at(S_ISREG(mode) ? ObjectClass::kSX : ObjectClass::kS1, t, S_ISREG(mode));
       q.inode_here = true;
     } else {
       q.oid = new_oid(ObjectClass::kS1);
@@ -371,14 +393,37 @@ Result<std::unique_ptr<Namespace>> Namespace::open(SessionFactory open_session, 
   return std::unique_ptr<Namespace>(new Namespace(std::move(impl)));
 }
 
+// One read of the inode's home target, which knows the size of a file whose data all lies there (not kSpans).
 Result<Attr> Namespace::getattr(const ObjectId& oid) {
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  return impl_->attr(c, oid);
+  DirRequest q;
+  q.op = DirOp::kGetattr;
+  q.oid = oid;
+  RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(oid), oid));
+  if (!r.size_final) RFOS_RETURN_IF_ERROR(impl_->complete_size(c, r.attr));
+  return r.attr;
 }
 
+// One read of the directory's target: the entry, and the inode when it lives there too (a file made there).
 Result<Attr> Namespace::lookup(const ObjectId& dir, std::string_view name, const Cred& cred) {
   if (name.size() > kNameMax) return fail(StatusCode::kNameTooLong, "a name is at most 255 bytes");
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  if (name != "." && name != "..") {
+    DirRequest q;
+    q.op = DirOp::kLookup;
+    q.cred = cred;
+    q.dir = dir;
+    q.name = name;
+    RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(dir), dir));
+    if (!r.inode_done) {  // the inode lives elsewhere
+      auto a = impl_->attr(c, r.other);
+      if (a.status().code() == StatusCode::kNotFound)  // an entry whose inode a crash left behind
+        return fail(StatusCode::kNotFound, "'" + std::string(name) + "' has no inode");
+      return a;
+    }
+    if (!r.size_final) RFOS_RETURN_IF_ERROR(impl_->complete_size(c, r.attr));
+    return r.attr;
+  }
   RFOS_ASSIGN_OR_RETURN(Attr d, impl_->directory(c, dir));
   if (!permits(d, cred, X_OK)) return denied("no search permission on the directory");
   if (name == ".") return d;
@@ -502,6 +547,7 @@ Status Namespace::forget(const ObjectId& oid) {
   {
     std::lock_guard lock(impl_->mu);
     impl_->chunk_of.erase(oid);
+    impl_->spanning.erase(oid);
   }
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   return impl_->purge(c, oid);
@@ -698,6 +744,7 @@ Status Namespace::write(const ObjectId& oid, uint64_t offset, std::span<const ui
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   RFOS_ASSIGN_OR_RETURN(uint32_t chunk, impl_->chunk_size(c, oid));
   if (offset + data.size() < offset) return fail(StatusCode::kTooLarge, "offset overflows");
+  if (offset + data.size() > chunk) RFOS_RETURN_IF_ERROR(impl_->mark_spans(c, oid));
   for (size_t pos = 0; pos < data.size();) {
     uint64_t at = offset + pos;
     uint64_t index = at / chunk;
@@ -778,9 +825,18 @@ Result<uint64_t> Namespace::write_file(const Attr& f, const client::StreamSource
                                        const client::StreamProgress& progress) {
   if (!S_ISREG(f.mode)) return fail(StatusCode::kInvalidArgument, "not a regular file");
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  uint64_t size = 0;
-  RFOS_RETURN_IF_ERROR(client::write_file_object(*c, f.oid, f.chunk ? f.chunk : layout::kDefaultChunkBytes, source,
-                                                 depth, progress, &size));
+  uint64_t size = 0, chunk = f.chunk ? f.chunk : layout::kDefaultChunkBytes, read = 0;
+  // Past the first chunk only once the inode says so (kSpans): the source's bytes go out after it returns them.
+  client::StreamSource marking = [&](std::span<uint8_t> buf) -> Result<size_t> {
+    RFOS_ASSIGN_OR_RETURN(size_t n, source(buf));
+    if (read <= chunk && read + n > chunk) {
+      RFOS_ASSIGN_OR_RETURN(Impl::Lease own, impl_->session());  // the source may run on a thread of its own
+      RFOS_RETURN_IF_ERROR(impl_->mark_spans(own, f.oid));
+    }
+    read += n;
+    return n;
+  };
+  RFOS_RETURN_IF_ERROR(client::write_file_object(*c, f.oid, chunk, marking, depth, progress, &size));
   RFOS_RETURN_IF_ERROR(touch_written(f.oid));
   return size;
 }
@@ -817,6 +873,20 @@ Status Namespace::get_file(const Attr& a, const client::StreamSink& sink, uint32
   // Chunks not there read as holes: a file removed or replaced while it was read would read as zeros. It must
   // still be there once all of it was read.
   return getattr(a.oid).status();
+}
+
+Result<bool> Namespace::write_and_touch(const ObjectId& oid, uint64_t offset, std::span<const uint8_t> data) {
+  if (data.empty() || data.size() > kMaxDirData) return false;
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  DirRequest q;
+  q.op = DirOp::kWrite;
+  q.oid = oid;
+  q.offset = offset;
+  q.data.assign(reinterpret_cast<const char*>(data.data()), data.size());
+  auto r = impl_->dir_op(c, q, impl_->home(oid), oid);
+  if (r.status().code() == StatusCode::kInvalidArgument) return false;  // not a small first-chunk write here
+  RFOS_RETURN_IF_ERROR(r.status());
+  return true;
 }
 
 Status Namespace::touch_written(const ObjectId& oid) {

@@ -102,6 +102,9 @@ class Namespace {
   Status write(const ObjectId& oid, uint64_t offset, std::span<const uint8_t> data);
   // Updates the times of a file written through this namespace (mtime/ctime = now).
   Status touch_written(const ObjectId& oid);
+  // A small write (up to 4095 bytes) inside a file's first chunk and the times it moves, as one operation of the
+  // file's home target. false (nothing done) where that does not apply: write() and touch_written() then.
+  Result<bool> write_and_touch(const ObjectId& oid, uint64_t offset, std::span<const uint8_t> data);
 
   // A whole regular file from `source` at dir/name, all or nothing (rfos put of a path, rfos fs copy): the bytes
   // go into a new file under a hidden name in the same directory ("." + name + ".rfos-put-" + hex), `depth`

@@ -73,6 +73,39 @@ TEST_F(Ns, TreesFilesAndLinks) {
   EXPECT_EQ(ns->rmdir(ns->root(), "d", root_).to_errno(), ENOTEMPTY);
 }
 
+// A file's size: its home target knows it while all its data is in the first chunk; a writer going past it marks
+// the inode first (kSpans), and every client then asks every target. Seen from another client each time.
+TEST_F(Ns, SizesSeenFromAnotherClient) {
+  auto a = client(), b = client();
+  ASSERT_TRUE(a && b);
+  auto f = a->mknod(a->root(), "small", S_IFREG | 0644, 0, root_, 4096);
+  ASSERT_TRUE(f.is_ok());
+  ASSERT_TRUE(a->write(f->oid, 0, bytes_of(std::string(3000, 's'))).is_ok());
+  EXPECT_EQ(b->lookup(b->root(), "small", root_)->size, 3000u);
+  EXPECT_EQ(b->getattr(f->oid)->size, 3000u);
+  EXPECT_EQ(b->getattr(f->oid)->flags & kSpans, 0u);
+  for (uint64_t chunk : {1u, 2u, 3u, 5u, 8u}) {  // chunks placed on both targets
+    ASSERT_TRUE(a->write(f->oid, chunk * 4096 + 10, bytes_of("x")).is_ok());
+    EXPECT_EQ(b->lookup(b->root(), "small", root_)->size, chunk * 4096 + 11) << chunk;
+    EXPECT_EQ(b->getattr(f->oid)->size, chunk * 4096 + 11) << chunk;
+  }
+  EXPECT_NE(b->getattr(f->oid)->flags & kSpans, 0u);
+  // Through put_file too: a file of many chunks, written by b, sized by a.
+  std::string big(5 * 4096 + 7, 'b');
+  size_t at = 0;
+  client::StreamSource src = [&](std::span<uint8_t> buf) -> Result<size_t> {
+    size_t n = std::min(buf.size(), big.size() - at);
+    std::memcpy(buf.data(), big.data() + at, n);
+    at += n;
+    return n;
+  };
+  auto g = b->mknod(b->root(), "big", S_IFREG | 0644, 0, root_, 4096);
+  ASSERT_TRUE(g.is_ok());
+  ASSERT_TRUE(b->write_file(*g, src).is_ok());
+  EXPECT_EQ(a->lookup(a->root(), "big", root_)->size, big.size());
+  ASSERT_TRUE(a->sync().is_ok());
+}
+
 TEST_F(Ns, TruncateMovesTheSizeAndDropsWhatLiesBeyond) {
   auto ns = client();
   ASSERT_TRUE(ns);

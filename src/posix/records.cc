@@ -10,7 +10,7 @@
 namespace rfos::posix {
 
 namespace {
-constexpr uint8_t kInodeVersion = 1;
+constexpr uint8_t kInodeVersion = 2;
 constexpr uint8_t kEntryVersion = 1;
 }  // namespace
 
@@ -29,6 +29,7 @@ std::string encode_inode(const Attr& a, uint64_t floor) {
   put_le<uint32_t>(&s, a.chunk);
   put_le<uint64_t>(&s, a.parent.hi);
   put_le<uint64_t>(&s, a.parent.lo);
+  put_le<uint32_t>(&s, a.flags);
   return s;
 }
 
@@ -37,11 +38,12 @@ Result<Attr> decode_inode(const ObjectId& oid, std::string_view in, uint64_t* fl
   Attr a;
   uint8_t version = 0;
   a.oid = oid;
-  if (!r.get_le(&version) || version != kInodeVersion || !r.get_le(&a.mode) || !r.get_le(&a.uid) || !r.get_le(&a.gid) ||
-      !r.get_le(&a.nlink) || !r.get_le(&a.rdev) || !r.get_le(floor) || !r.get_le(&a.atime_ns) ||
+  if (!r.get_le(&version) || (version != 1 && version != kInodeVersion) || !r.get_le(&a.mode) || !r.get_le(&a.uid) ||
+      !r.get_le(&a.gid) || !r.get_le(&a.nlink) || !r.get_le(&a.rdev) || !r.get_le(floor) || !r.get_le(&a.atime_ns) ||
       !r.get_le(&a.mtime_ns) || !r.get_le(&a.ctime_ns) || !r.get_le(&a.chunk) || !r.get_le(&a.parent.hi) ||
-      !r.get_le(&a.parent.lo) || r.remaining() != 0)
+      !r.get_le(&a.parent.lo) || (version == kInodeVersion && !r.get_le(&a.flags)) || r.remaining() != 0)
     return error(StatusCode::kCorruption, "inode " + oid.to_string() + " is damaged");
+  if (version == 1) a.flags = kSpans;  // made before the flag: nothing known of where its data lies
   a.size = *floor;
   return a;
 }

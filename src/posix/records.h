@@ -34,7 +34,13 @@ struct Attr {
   uint64_t atime_ns = 0, mtime_ns = 0, ctime_ns = 0;
   uint32_t chunk = 0;  // file chunk size
   ObjectId parent;     // directories: the directory holding them
+  // A regular file whose data may lie beyond its first chunk (kSpans), so on other targets than its home: its
+  // size is then asked of every target. Clear, every byte is in the first chunk, which lives on the home target
+  // with the inode (a file made by posix::execute), so the home target alone knows the size. Set by a writer
+  // before it writes past the first chunk; records of layout version 1 read as set.
+  uint32_t flags = 0;
 };
+inline constexpr uint32_t kSpans = 1;
 
 struct DirEntry {
   std::string name;
@@ -43,9 +49,10 @@ struct DirEntry {
 };
 
 // setattr: which fields to change. touch: mtime and ctime to the time of whoever applies it (after a write).
+// spans: kSpans set (a writer about to write past the first chunk), nothing else changes.
 struct SetAttr {
   bool set_mode = false, set_uid = false, set_gid = false, set_size = false, set_atime = false, set_mtime = false;
-  bool touch = false;
+  bool touch = false, spans = false;
   uint32_t mode = 0, uid = 0, gid = 0;
   uint64_t size = 0, atime_ns = 0, mtime_ns = 0;
 };
@@ -61,7 +68,8 @@ inline constexpr std::string_view kInodeAkey = "a";
 inline constexpr std::string_view kLinkAkey = "l";
 inline constexpr std::string_view kEntryAkey = "e";
 
-// The inode record; `floor` is a file's size floor (its size is max(floor, end of its data)).
+// The inode record (version 2: version 1 and the flags); `floor` is a file's size floor (its size is max(floor,
+// end of its data)).
 std::string encode_inode(const Attr& a, uint64_t floor);
 Result<Attr> decode_inode(const ObjectId& oid, std::string_view in, uint64_t* floor);
 std::string encode_entry(const ObjectId& oid, uint32_t type);

@@ -37,6 +37,8 @@ Impl::Handler Impl::handler_for(wire::Op op) {
       return &Impl::handle_namespace;
     case wire::Op::kSync:
       return &Impl::handle_sync;
+    case wire::Op::kNamespaceRead:
+      return &Impl::handle_namespace_read;
   }
   return nullptr;  // decode_request admits only the operations above
 }

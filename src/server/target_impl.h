@@ -134,6 +134,7 @@ class Target::Impl {
   void handle_object_end(Call& c);
   void handle_punch(Call& c);
   void handle_namespace(Call& c);  // target_namespace.cc
+  void handle_namespace_read(Call& c);
   void handle_sync(Call& c);
   void update(Call& c, std::shared_ptr<SessionBuffers::Charge> charge);
   void fetch(Call& c, std::shared_ptr<SessionBuffers::Charge> charge);

@@ -63,6 +63,7 @@ class EngineDirStore final : public posix::DirStore {
           break;
       }
       m.oid = c.oid;
+      m.offset = c.offset;
       m.dkey = c.dkey;
       m.akey = c.akey;
       m.value = c.value;
@@ -123,6 +124,33 @@ void Impl::handle_namespace(Call& c) {
     forget_execution(c.cap.session, c.id());
     reply_error(c.to(), c.id(), s);
   }
+}
+
+// Reads (lookup, getattr) run here on the target thread, as listings do: index reads, no batch, so a namespace
+// operation in its commit is seen before or after, whole.
+void Impl::handle_namespace_read(Call& c) {
+  const wire::Request& q = c.q;
+  if (!q.rkey.empty() || c.in.payload_bytes != q.length)
+    return reply_error(c.to(), c.id(),
+                       error(StatusCode::kInvalidArgument, "a namespace request carries its DirRequest as the payload"));
+  auto bytes = std::make_shared<std::string>(q.length, '\0');
+  Iov dst{bytes->data(), bytes->size()};
+  auto landed = [this, bytes, cid = c.cid, to = c.to(), id = c.id()](Status got) {
+    if (!got.is_ok()) return;  // the client died mid-transfer
+    auto answer = [&]() -> Result<posix::DirReply> {
+      RFOS_ASSIGN_OR_RETURN(posix::DirRequest dq, posix::decode_dir_request(*bytes));
+      if (!posix::is_read(dq.op))
+        return error(StatusCode::kInvalidArgument, "a namespace read carries a lookup or a getattr");
+      EngineDirStore store(this, cid, engine::kEpochLatest);
+      return posix::execute(dq, store, wall_ns());
+    }();
+    if (!answer.is_ok()) return reply_error(to, id, answer.status());
+    wire::Reply r;
+    r.request_id = id;
+    reply_with(to, std::move(r), posix::encode_dir_reply(*answer));
+  };
+  Status s = worker->fetch_payload(c.in, {&dst, 1}, std::move(landed));
+  if (!s.is_ok()) reply_error(c.to(), c.id(), s);
 }
 
 // Every write acknowledged before is in the log it syncs: their replies went after their commits.

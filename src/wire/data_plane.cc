@@ -69,7 +69,7 @@ Result<Request> decode_request(std::string_view in) {
   if (q.flags & ~(kIfAbsent | kLazy)) return malformed("unknown flags");
   if ((q.flags & (kIfAbsent | kLazy)) && op != static_cast<uint8_t>(Op::kUpdate))
     return malformed("kIfAbsent or kLazy on a non-update");
-  if (q.op == Op::kNamespace && (q.length == 0 || q.length > kMaxNamespaceBytes))
+  if ((q.op == Op::kNamespace || q.op == Op::kNamespaceRead) && (q.length == 0 || q.length > kMaxNamespaceBytes))
     return malformed("a namespace request is 1 B .. 64 KiB");
   if (!csum_count_ok(ncsum, q.length)) return malformed("too many checksums");
   std::string_view cap, dkey, akey, anchor, csums, rkey;

@@ -42,8 +42,9 @@ enum class Op : uint8_t {
   kNamespace = 13,    // a POSIX namespace operation (posix/dir_ops.h) carried out here in one atomic commit;
                       // payload (length bytes, up to kMaxNamespaceBytes): its DirRequest. Reply payload: a DirReply
   kSync = 14,         // makes every write this target acknowledged durable (the lazy ones: kLazy)
+  kNamespaceRead = 15,  // a namespace read (posix::is_read: lookup, getattr), as kNamespace but no write; any session
 };
-inline constexpr uint8_t kMaxOp = 14;
+inline constexpr uint8_t kMaxOp = 15;
 inline constexpr size_t kMaxNamespaceBytes = 64 * 1024;
 
 // The operations that change what a container holds: they need a writable session, and the target stamps them.
