@@ -70,6 +70,41 @@ Ino Inodes::hint(const ObjectId& oid) {
   return it != inos_.end() ? it->second : (oid.lo ^ oid.hi) | (1ull << 63);
 }
 
+void Inodes::seen(const ObjectId& oid, const posix::Attr& a, uint64_t at_ns) {
+  std::lock_guard lock(mu_);
+  auto i = inos_.find(oid);
+  if (i == inos_.end()) return;
+  auto it = nodes_.find(i->second);
+  if (it == nodes_.end() || (it->second.seen && it->second.seen_at_ns > at_ns)) return;  // a newer one is kept
+  it->second.seen = true;
+  it->second.seen_at_ns = at_ns;
+  it->second.attr = a;
+}
+
+bool Inodes::recent(Ino ino, uint64_t now_ns, uint64_t max_age_ns, posix::Attr* a, uint64_t* age_ns) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(ino);
+  if (it == nodes_.end() || !it->second.seen || now_ns < it->second.seen_at_ns ||
+      now_ns - it->second.seen_at_ns >= max_age_ns)
+    return false;
+  *a = it->second.attr;
+  *age_ns = now_ns - it->second.seen_at_ns;
+  return true;
+}
+
+void Inodes::stale(const ObjectId& oid) {
+  std::lock_guard lock(mu_);
+  auto i = inos_.find(oid);
+  if (i == inos_.end()) return;
+  auto it = nodes_.find(i->second);
+  if (it != nodes_.end()) it->second.seen = false;
+}
+
+void Inodes::stale_all() {
+  std::lock_guard lock(mu_);
+  for (auto& [ino, node] : nodes_) node.seen = false;
+}
+
 size_t Inodes::size() {
   std::lock_guard lock(mu_);
   return nodes_.size();

@@ -3,6 +3,10 @@
 // gone; then its object is purged (Namespace::forget), as a local file system frees an unlinked open file on
 // its last close.
 //
+// It also keeps each inode's attributes as last seen (from the home target, or the answer to this mount's own
+// change), so the kernel's attribute queries within the attribute timeout cost no round trip; the kernel drops
+// its own copy after every write, and the close before the query brought the new one.
+//
 // Thread-safety: every member may be called from any FUSE thread; `purge` runs outside the table's lock.
 #pragma once
 
@@ -14,6 +18,7 @@
 
 #include "common/ids.h"
 #include "common/status.h"
+#include "posix/records.h"
 
 namespace rfos::fuse {
 
@@ -38,12 +43,23 @@ class Inodes {
   Ino hint(const ObjectId& oid);
   size_t size();
 
+  // Attributes of `oid` as seen at steady time `at_ns` (steady_now_ns), kept while the kernel holds the inode.
+  void seen(const ObjectId& oid, const posix::Attr& a, uint64_t at_ns);
+  // The attributes seen at most `max_age_ns` before `now_ns`, and how old they are; false when none.
+  bool recent(Ino ino, uint64_t now_ns, uint64_t max_age_ns, posix::Attr* a, uint64_t* age_ns);
+  // Forgets what was seen of `oid` (a change whose result this mount did not see whole), or of every inode.
+  void stale(const ObjectId& oid);
+  void stale_all();
+
  private:
   struct Node {
     ObjectId oid;
     uint64_t lookups = 0;
     uint32_t opens = 0;
     bool unlinked = false;
+    bool seen = false;
+    uint64_t seen_at_ns = 0;
+    posix::Attr attr;
   };
   // Drops a node nobody holds; sets *purge when its object must go too.
   bool release_if_unused(std::unordered_map<Ino, Node>::iterator it, ObjectId* purge);

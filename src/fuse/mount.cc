@@ -134,9 +134,27 @@ class Fs {
     return st;
   }
 
-  void reply_entry(fuse_req_t req, const Attr& a) {
+  // Attributes seen at `at` (when the request that brought them was sent): the kernel's queries within the
+  // attribute timeout are answered from them.
+  static uint64_t now_ns() {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(steady_now().time_since_epoch()).count());
+  }
+  void seen(const Attr& a, uint64_t at) { inodes_.seen(a.oid, a, at); }
+  void stale(const ObjectId& oid) { inodes_.stale(oid); }
+  void stale_all() { inodes_.stale_all(); }
+  // What was seen of `ino` within the attribute timeout, and for how much longer the kernel may keep it.
+  bool recent(fuse_ino_t ino, Attr* a, double* left_s) {
+    uint64_t age = 0, timeout = static_cast<uint64_t>(opt_.attr_timeout_s * 1e9);
+    if (timeout == 0 || !inodes_.recent(ino, now_ns(), timeout, a, &age)) return false;
+    *left_s = static_cast<double>(timeout - age) / 1e9;
+    return true;
+  }
+
+  void reply_entry(fuse_req_t req, const Attr& a, uint64_t at = now_ns()) {
     fuse_entry_param e{};
     e.ino = remember(a.oid);
+    seen(a, at);
     e.attr = to_stat(a, e.ino);
     e.attr_timeout = opt_.attr_timeout_s;
     e.entry_timeout = opt_.entry_timeout_s;
@@ -188,10 +206,14 @@ void op_init(void* userdata, fuse_conn_info* conn) {
 
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   RFOS_FUSE_OID(dir, req, parent);
+  uint64_t at = Fs::now_ns();
   auto a = fs_of(req)->ns().lookup(dir, name, cred_of(req));
-  if (a.is_ok() && fs_of(req)->wait_writes(a->oid)) a = fs_of(req)->ns().getattr(a->oid);  // its size, landed
+  if (a.is_ok() && fs_of(req)->wait_writes(a->oid)) {  // its size, landed
+    at = Fs::now_ns();
+    a = fs_of(req)->ns().getattr(a->oid);
+  }
   if (!a.is_ok()) return reply_status(req, a.status());
-  fs_of(req)->reply_entry(req, *a);
+  fs_of(req)->reply_entry(req, *a, at);
 }
 
 void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t n) {
@@ -206,11 +228,20 @@ void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
 
 void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   RFOS_FUSE_OID(oid, req, ino);
-  fs_of(req)->wait_writes(oid);
-  auto a = fs_of(req)->ns().getattr(oid);
-  if (!a.is_ok()) return reply_status(req, a.status());
-  struct stat st = fs_of(req)->to_stat(*a, ino);
-  fuse_reply_attr(req, &st, fs_of(req)->options().attr_timeout_s);
+  Fs* fs = fs_of(req);
+  Attr a;
+  double left_s = 0;
+  if (!fs->wait_writes(oid) && fs->recent(ino, &a, &left_s)) {  // within the timeout, as the kernel's own copy
+    struct stat st = fs->to_stat(a, ino);
+    fuse_reply_attr(req, &st, left_s);
+    return;
+  }
+  uint64_t at = Fs::now_ns();
+  auto got = fs->ns().getattr(oid);
+  if (!got.is_ok()) return reply_status(req, got.status());
+  fs->seen(*got, at);
+  struct stat st = fs->to_stat(*got, ino);
+  fuse_reply_attr(req, &st, fs->options().attr_timeout_s);
 }
 
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
@@ -232,6 +263,7 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, f
   s.mtime_ns =
       (to_set & FUSE_SET_ATTR_MTIME_NOW) ? wall_ns() : attr->st_mtim.tv_sec * 1000000000ull + attr->st_mtim.tv_nsec;
   Cred cred = cred_of(req);
+  uint64_t at = Fs::now_ns();
   Result<Attr> a = error(StatusCode::kInternal, "unset");
   if (fi && s.set_size) {
     // ftruncate through a descriptor the kernel opened for writing: the size (and the times that come with
@@ -250,7 +282,11 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, f
   } else {
     a = fs_of(req)->ns().setattr(oid, s, cred);
   }
-  if (!a.is_ok()) return reply_status(req, a.status());
+  if (!a.is_ok()) {
+    fs_of(req)->stale(oid);  // a part may have been done
+    return reply_status(req, a.status());
+  }
+  fs_of(req)->seen(*a, at);
   if (fi && fi->fh && s.set_size) {
     auto* h = reinterpret_cast<FileHandle*>(fi->fh);
     std::lock_guard lock(h->mu);
@@ -270,6 +306,7 @@ void op_readlink(fuse_req_t req, fuse_ino_t ino) {
 void op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   RFOS_FUSE_OID(dir, req, parent);
   auto a = fs_of(req)->ns().mknod(dir, name, mode, rdev, cred_of(req));
+  fs_of(req)->stale(dir);
   if (!a.is_ok()) return reply_status(req, a.status());
   fs_of(req)->reply_entry(req, *a);
 }
@@ -277,6 +314,7 @@ void op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
 void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   RFOS_FUSE_OID(dir, req, parent);
   auto a = fs_of(req)->ns().mkdir(dir, name, mode, cred_of(req));
+  fs_of(req)->stale(dir);
   if (!a.is_ok()) return reply_status(req, a.status());
   fs_of(req)->reply_entry(req, *a);
 }
@@ -284,19 +322,24 @@ void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) 
 void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   RFOS_FUSE_OID(dir, req, parent);
   auto a = fs_of(req)->ns().unlink(dir, name, cred_of(req));
+  fs_of(req)->stale(dir);
   if (!a.is_ok()) return reply_status(req, a.status());
+  fs_of(req)->stale(a->oid);
   if (a->nlink == 0) fs_of(req)->unlinked(a->oid);
   fuse_reply_err(req, 0);
 }
 
 void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   RFOS_FUSE_OID(dir, req, parent);
-  reply_status(req, fs_of(req)->ns().rmdir(dir, name, cred_of(req)));
+  Status s = fs_of(req)->ns().rmdir(dir, name, cred_of(req));
+  fs_of(req)->stale(dir);
+  reply_status(req, s);
 }
 
 void op_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
   RFOS_FUSE_OID(dir, req, parent);
   auto a = fs_of(req)->ns().symlink(dir, name, link, cred_of(req));
+  fs_of(req)->stale(dir);
   if (!a.is_ok()) return reply_status(req, a.status());
   fs_of(req)->reply_entry(req, *a);
 }
@@ -308,13 +351,17 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t n
   unsigned f =
       (flags & RENAME_NOREPLACE ? posix::kRenameNoReplace : 0) | (flags & RENAME_EXCHANGE ? posix::kRenameExchange : 0);
   if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) return (void)fuse_reply_err(req, EINVAL);
-  reply_status(req, fs_of(req)->ns().rename(from, name, to, newname, f, cred_of(req)));
+  Status s = fs_of(req)->ns().rename(from, name, to, newname, f, cred_of(req));
+  fs_of(req)->stale_all();  // the directories, the moved inode's ctime, a replaced inode's link count
+  reply_status(req, s);
 }
 
 void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   RFOS_FUSE_OID(oid, req, ino);
   RFOS_FUSE_OID(dir, req, newparent);
   auto a = fs_of(req)->ns().link(oid, dir, newname, cred_of(req));
+  fs_of(req)->stale(dir);
+  fs_of(req)->stale(oid);
   if (!a.is_ok()) return reply_status(req, a.status());
   fs_of(req)->reply_entry(req, *a);
 }
@@ -332,8 +379,10 @@ void open_file(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, const Attr& a
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   RFOS_FUSE_OID(oid, req, ino);
-  auto a = fs_of(req)->ns().getattr(oid);
+  uint64_t at = Fs::now_ns();
+  auto a = fs_of(req)->ns().getattr(oid);  // afresh: what other clients closed before this open (close-to-open)
   if (!a.is_ok()) return reply_status(req, a.status());
+  fs_of(req)->seen(*a, at);
   if (S_ISDIR(a->mode)) return (void)fuse_reply_err(req, EISDIR);
   // O_TRUNC comes with the open (libfuse asks the kernel for atomic_o_trunc): the file is cut here, and its
   // mtime and ctime move even when it was empty already, as POSIX says of open(O_TRUNC).
@@ -341,8 +390,13 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fs_of(req)->wait_writes(oid);
     posix::SetAttr cut;
     cut.set_size = true;
+    at = Fs::now_ns();
     a = fs_of(req)->ns().setattr(oid, cut, cred_of(req));
-    if (!a.is_ok()) return reply_status(req, a.status());
+    if (!a.is_ok()) {
+      fs_of(req)->stale(oid);
+      return reply_status(req, a.status());
+    }
+    fs_of(req)->seen(*a, at);
   }
   open_file(req, ino, fi, *a);
   if (fuse_reply_open(req, fi) != 0) {
@@ -354,10 +408,13 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
   RFOS_FUSE_OID(dir, req, parent);
   Fs* fs = fs_of(req);
+  uint64_t at = Fs::now_ns();
   auto a = fs->ns().mknod(dir, name, S_IFREG | (mode & 07777), 0, cred_of(req));
+  fs->stale(dir);
   if (!a.is_ok()) return reply_status(req, a.status());
   fuse_entry_param e{};
   e.ino = fs->remember(a->oid);
+  fs->seen(*a, at);
   e.attr = fs->to_stat(*a, e.ino);
   e.attr_timeout = fs->options().attr_timeout_s;
   e.entry_timeout = fs->options().entry_timeout_s;
@@ -413,15 +470,28 @@ void op_write(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t o
 // flush (close) and fsync: every write of the file landed (write-behind) and the file's mtime set, so that
 // whoever opens it next, on any client, sees it (close-to-open). fsync then makes it durable.
 Status settle(Fs* fs, FileHandle* h) {
-  bool touched = false;  // a small held write went with the time update
-  if (fs->writes()) RFOS_RETURN_IF_ERROR(fs->writes()->settle(h->oid, &touched));
+  std::optional<Attr> touched;  // a small held write went with the time update
+  uint64_t at = Fs::now_ns();
+  if (fs->writes()) {
+    Status s = fs->writes()->settle(h->oid, &touched);
+    if (!s.is_ok()) {
+      fs->stale(h->oid);
+      return s;
+    }
+  }
   bool written;
   {
     std::lock_guard lock(h->mu);
     written = h->written;
     h->written = false;
   }
-  return written && !touched ? fs->ns().touch_written(h->oid) : Status::ok();
+  if (written && !touched) {
+    at = Fs::now_ns();
+    RFOS_ASSIGN_OR_RETURN(Attr a, fs->ns().touch_written(h->oid));
+    touched = a;
+  }
+  if (touched) fs->seen(*touched, at);
+  return Status::ok();
 }
 
 void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {

@@ -86,7 +86,7 @@ bool WriteBehind::wait(const ObjectId& oid) {
   return true;
 }
 
-Status WriteBehind::settle(const ObjectId& oid, bool* touched) {
+Status WriteBehind::settle(const ObjectId& oid, std::optional<posix::Attr>* touched) {
   std::unique_lock lock(mu_);
   auto it = files_.find(oid);
   if (it == files_.end()) return Status::ok();
@@ -102,8 +102,8 @@ Status WriteBehind::settle(const ObjectId& oid, bool* touched) {
     std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(held.data()), held.size());
     auto both = ns_.write_and_touch(oid, at, bytes);
     Status s = both.is_ok() ? Status::ok() : both.status();
-    if (both.is_ok() && *both && touched) *touched = true;
-    if (both.is_ok() && !*both) s = ns_.write(oid, at, bytes);
+    if (both.is_ok() && both->has_value() && touched) *touched = **both;
+    if (both.is_ok() && !both->has_value()) s = ns_.write(oid, at, bytes);
     lock.lock();
     auto r = std::find(f->ranges.begin(), f->ranges.end(), std::make_pair(at, at + uint64_t{held.size()}));
     if (r != f->ranges.end()) f->ranges.erase(r);

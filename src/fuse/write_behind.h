@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,8 +49,9 @@ class WriteBehind {
   // failure since the last settle (fsync and close report it); wait() leaves it for them. Returns whether there
   // was anything to wait for.
   bool wait(const ObjectId& oid);
-  // `touched` (may be null): set when a held write went with the file's time update, which then needs no other.
-  Status settle(const ObjectId& oid, bool* touched = nullptr);
+  // `touched` (may be null): the file's attributes when a held write went with its time update, which then
+  // needs no other.
+  Status settle(const ObjectId& oid, std::optional<posix::Attr>* touched = nullptr);
   static constexpr size_t kHoldBytes = 4095;
 
  private:

@@ -90,24 +90,24 @@ TEST_F(WriteBehindTest, SmallWritesGoWithTheTimeUpdate) {
   wb.submit(file_, 0, WriteBytes::copy_of("hello ", 6));
   wb.submit(file_, 6, WriteBytes::copy_of("world", 5));  // contiguous: held with the first
   EXPECT_EQ(ns_->getattr(file_)->size, 0u) << "held until the file is settled";
-  bool touched = false;
+  std::optional<posix::Attr> touched;
   ASSERT_TRUE(wb.settle(file_, &touched).is_ok());
-  EXPECT_TRUE(touched);
+  ASSERT_TRUE(touched.has_value());
+  EXPECT_EQ(touched->size, 11u);
   EXPECT_EQ(read_all(11), "hello world");
   EXPECT_GT(ns_->getattr(file_)->mtime_ns, before);
 
   wb.submit(file_, 0, WriteBytes::copy_of("J", 1));
   EXPECT_TRUE(wb.wait(file_)) << "a reader sends what is held";
   EXPECT_EQ(read_all(11), "Jello world");
-  touched = false;
+  touched.reset();
   ASSERT_TRUE(wb.settle(file_, &touched).is_ok());
-  EXPECT_FALSE(touched) << "nothing was held any more: the caller updates the times";
+  EXPECT_FALSE(touched.has_value()) << "nothing was held any more: the caller updates the times";
 
   // Not contiguous: the held one is sent before the next goes its own way.
   wb.submit(file_, 100, WriteBytes::copy_of("a", 1));
   wb.submit(file_, 50, WriteBytes::copy_of("b", 1));
-  touched = false;
-  ASSERT_TRUE(wb.settle(file_, &touched).is_ok());
+  ASSERT_TRUE(wb.settle(file_).is_ok());
   std::string got = read_all(101);
   EXPECT_EQ(got.size(), 101u);
   EXPECT_EQ(got[50], 'b');

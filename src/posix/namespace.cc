@@ -837,7 +837,7 @@ Result<uint64_t> Namespace::write_file(const Attr& f, const client::StreamSource
     return n;
   };
   RFOS_RETURN_IF_ERROR(client::write_file_object(*c, f.oid, chunk, marking, depth, progress, &size));
-  RFOS_RETURN_IF_ERROR(touch_written(f.oid));
+  RFOS_RETURN_IF_ERROR(touch_written(f.oid).status());
   return size;
 }
 
@@ -875,8 +875,9 @@ Status Namespace::get_file(const Attr& a, const client::StreamSink& sink, uint32
   return getattr(a.oid).status();
 }
 
-Result<bool> Namespace::write_and_touch(const ObjectId& oid, uint64_t offset, std::span<const uint8_t> data) {
-  if (data.empty() || data.size() > kMaxDirData) return false;
+Result<std::optional<Attr>> Namespace::write_and_touch(const ObjectId& oid, uint64_t offset,
+                                                       std::span<const uint8_t> data) {
+  if (data.empty() || data.size() > kMaxDirData) return std::optional<Attr>();
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   DirRequest q;
   q.op = DirOp::kWrite;
@@ -884,18 +885,21 @@ Result<bool> Namespace::write_and_touch(const ObjectId& oid, uint64_t offset, st
   q.offset = offset;
   q.data.assign(reinterpret_cast<const char*>(data.data()), data.size());
   auto r = impl_->dir_op(c, q, impl_->home(oid), oid);
-  if (r.status().code() == StatusCode::kInvalidArgument) return false;  // not a small first-chunk write here
+  if (r.status().code() == StatusCode::kInvalidArgument) return std::optional<Attr>();  // not one for here
   RFOS_RETURN_IF_ERROR(r.status());
-  return true;
+  if (!r->size_final) RFOS_RETURN_IF_ERROR(impl_->complete_size(c, r->attr));
+  return std::optional<Attr>(r->attr);
 }
 
-Status Namespace::touch_written(const ObjectId& oid) {
+Result<Attr> Namespace::touch_written(const ObjectId& oid) {
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   DirRequest q;
   q.op = DirOp::kSetattr;
   q.oid = oid;  // the writer had the file open for writing: root's credentials, as the kernel's own update
   q.set.touch = true;
-  return impl_->dir_op(c, q, impl_->home(oid), oid).status();
+  RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(oid), oid));
+  if (!r.size_final) RFOS_RETURN_IF_ERROR(impl_->complete_size(c, r.attr));
+  return r.attr;
 }
 
 Result<DirPage> Namespace::readdir(const ObjectId& dir, const std::string& anchor, size_t max) {

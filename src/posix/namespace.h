@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -100,11 +101,12 @@ class Namespace {
   // The same with the file's size as the caller knows it (a mount's open file): no size query to the targets.
   Result<size_t> read(const ObjectId& oid, uint64_t offset, std::span<uint8_t> out, uint64_t size);
   Status write(const ObjectId& oid, uint64_t offset, std::span<const uint8_t> data);
-  // Updates the times of a file written through this namespace (mtime/ctime = now).
-  Status touch_written(const ObjectId& oid);
+  // Updates the times of a file written through this namespace (mtime/ctime = now); returns its attributes.
+  Result<Attr> touch_written(const ObjectId& oid);
   // A small write (up to 4095 bytes) inside a file's first chunk and the times it moves, as one operation of the
-  // file's home target. false (nothing done) where that does not apply: write() and touch_written() then.
-  Result<bool> write_and_touch(const ObjectId& oid, uint64_t offset, std::span<const uint8_t> data);
+  // file's home target; returns the file's attributes after it. nullopt (nothing done) where that does not
+  // apply: write() and touch_written() then.
+  Result<std::optional<Attr>> write_and_touch(const ObjectId& oid, uint64_t offset, std::span<const uint8_t> data);
 
   // A whole regular file from `source` at dir/name, all or nothing (rfos put of a path, rfos fs copy): the bytes
   // go into a new file under a hidden name in the same directory ("." + name + ".rfos-put-" + hex), `depth`
