@@ -47,6 +47,10 @@ void Inodes::opened(Ino ino, int delta) {
     auto it = nodes_.find(ino);
     if (it == nodes_.end()) return;
     it->second.opens += delta;
+    if (it->second.opens > 0)
+      open_.insert(ino);
+    else
+      open_.erase(ino);
     if (!release_if_unused(it, &purge)) return;
   }
   if (purge != ObjectId{}) purge_(purge);
@@ -98,6 +102,28 @@ void Inodes::stale(const ObjectId& oid) {
   if (i == inos_.end()) return;
   auto it = nodes_.find(i->second);
   if (it != nodes_.end()) it->second.seen = false;
+}
+
+bool Inodes::open_files(size_t max, std::vector<ObjectId>* out) {
+  std::lock_guard lock(mu_);
+  out->clear();
+  if (open_.size() > max) return false;
+  for (Ino ino : open_) out->push_back(nodes_.at(ino).oid);
+  return true;
+}
+
+void Inodes::written(const ObjectId& oid) {
+  std::lock_guard lock(mu_);
+  auto i = inos_.find(oid);
+  if (i == inos_.end()) return;
+  auto it = nodes_.find(i->second);
+  if (it != nodes_.end()) ++it->second.writes;
+}
+
+uint64_t Inodes::writes(Ino ino) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(ino);
+  return it == nodes_.end() ? 0 : it->second.writes;
 }
 
 void Inodes::stale_all() {

@@ -15,6 +15,8 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "common/ids.h"
 #include "common/status.h"
@@ -39,6 +41,8 @@ class Inodes {
   void opened(Ino ino, int delta);
   // `oid` lost its last name: purged once the kernel holds nothing of it (now, if it holds nothing already).
   void unlinked(const ObjectId& oid);
+  // The objects of files open through this mount, up to `max` (false when there are more).
+  bool open_files(size_t max, std::vector<ObjectId>* out);
   // The number `oid` has, or a stable stand-in (high bit set) for one the kernel was not handed (readdir).
   Ino hint(const ObjectId& oid);
   size_t size();
@@ -47,6 +51,9 @@ class Inodes {
   void seen(const ObjectId& oid, const posix::Attr& a, uint64_t at_ns);
   // The attributes seen at most `max_age_ns` before `now_ns`, and how old they are; false when none.
   bool recent(Ino ino, uint64_t now_ns, uint64_t max_age_ns, posix::Attr* a, uint64_t* age_ns);
+  // A write of `oid` through this mount (counted: an open file's copy of the bytes is good while it stays).
+  void written(const ObjectId& oid);
+  uint64_t writes(Ino ino);
   // Forgets what was seen of `oid` (a change whose result this mount did not see whole), or of every inode.
   void stale(const ObjectId& oid);
   void stale_all();
@@ -59,6 +66,7 @@ class Inodes {
     bool unlinked = false;
     bool seen = false;
     uint64_t seen_at_ns = 0;
+    uint64_t writes = 0;
     posix::Attr attr;
   };
   // Drops a node nobody holds; sets *purge when its object must go too.
@@ -68,6 +76,7 @@ class Inodes {
   std::mutex mu_;
   std::unordered_map<Ino, Node> nodes_;
   std::map<ObjectId, Ino> inos_;
+  std::unordered_set<Ino> open_;  // nodes with open files
   Ino next_ = kRootIno + 1;
 };
 

@@ -37,6 +37,11 @@ struct FileHandle {
   uint64_t size = 0;  // as last seen; refreshed when a read goes past it
   bool written = false;
   bool sync = false;  // opened O_SYNC or O_DSYNC: each write durable before it returns
+  // A small file's bytes as the open found them; reads are answered from them while nobody wrote the file
+  // through this mount since (`writes_at_open`). Another client's write shows at the next open (close-to-open).
+  std::optional<std::string> data;
+  fuse_ino_t ino = 0;
+  uint64_t writes_at_open = 0;
 };
 
 struct DirHandle {
@@ -143,6 +148,14 @@ class Fs {
   void seen(const Attr& a, uint64_t at) { inodes_.seen(a.oid, a, at); }
   void stale(const ObjectId& oid) { inodes_.stale(oid); }
   void stale_all() { inodes_.stale_all(); }
+  void written(const ObjectId& oid) { inodes_.written(oid); }
+  bool open_files(size_t max, std::vector<ObjectId>* out) { return inodes_.open_files(max, out); }
+  uint64_t writes(fuse_ino_t ino) { return inodes_.writes(ino); }
+  // The attributes last seen of `ino`, however old.
+  bool last_seen(fuse_ino_t ino, Attr* a) {
+    uint64_t age = 0;
+    return inodes_.recent(ino, now_ns(), UINT64_MAX, a, &age);
+  }
   // What was seen of `ino` within the attribute timeout, and for how much longer the kernel may keep it.
   bool recent(fuse_ino_t ino, Attr* a, double* left_s) {
     uint64_t age = 0, timeout = static_cast<uint64_t>(opt_.attr_timeout_s * 1e9);
@@ -321,11 +334,16 @@ void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) 
 
 void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   RFOS_FUSE_OID(dir, req, parent);
-  auto a = fs_of(req)->ns().unlink(dir, name, cred_of(req));
+  // A file nobody here has open is purged with its last name (the same operation); an open one once closed.
+  std::vector<ObjectId> open;
+  bool purged = false;
+  auto a = fs_of(req)->open_files(posix::kMaxKeep, &open)
+               ? fs_of(req)->ns().unlink(dir, name, cred_of(req), open, &purged)
+               : fs_of(req)->ns().unlink(dir, name, cred_of(req));
   fs_of(req)->stale(dir);
   if (!a.is_ok()) return reply_status(req, a.status());
   fs_of(req)->stale(a->oid);
-  if (a->nlink == 0) fs_of(req)->unlinked(a->oid);
+  if (a->nlink == 0 && !purged) fs_of(req)->unlinked(a->oid);
   fuse_reply_err(req, 0);
 }
 
@@ -366,23 +384,34 @@ void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* n
   fs_of(req)->reply_entry(req, *a);
 }
 
-void open_file(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, const Attr& a) {
+// `keep_cache`: the file is as this mount last saw it, so the kernel's cached pages of it are good.
+void open_file(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, const Attr& a, bool keep_cache = false,
+               std::optional<std::string> data = std::nullopt) {
   auto* h = new FileHandle;
   h->oid = a.oid;
   h->size = a.size;
+  h->ino = ino;
+  h->data = std::move(data);
+  h->writes_at_open = fs_of(req)->writes(ino);
   fi->fh = reinterpret_cast<uint64_t>(h);
   fi->direct_io = fs_of(req)->options().direct_io;
   h->sync = (fi->flags & (O_SYNC | O_DSYNC)) != 0;
-  fi->keep_cache = 0;  // what another client wrote since is read afresh
+  fi->keep_cache = keep_cache && !fi->direct_io;  // else what another client wrote since is read afresh
   fs_of(req)->opened(ino, 1);
 }
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   RFOS_FUSE_OID(oid, req, ino);
+  Fs* fs = fs_of(req);
+  Attr before;
+  bool known = !fs->wait_writes(oid) && fs->last_seen(ino, &before);
   uint64_t at = Fs::now_ns();
-  auto a = fs_of(req)->ns().getattr(oid);  // afresh: what other clients closed before this open (close-to-open)
+  std::optional<std::string> data;  // a small file's bytes come with its attributes
+  // Afresh: what other clients closed before this open (close-to-open).
+  auto a = (fi->flags & O_ACCMODE) == O_WRONLY ? fs->ns().getattr(oid) : fs->ns().getattr_with_data(oid, &data);
   if (!a.is_ok()) return reply_status(req, a.status());
-  fs_of(req)->seen(*a, at);
+  fs->seen(*a, at);
+  bool unchanged = known && before.mtime_ns == a->mtime_ns && before.ctime_ns == a->ctime_ns && before.size == a->size;
   if (S_ISDIR(a->mode)) return (void)fuse_reply_err(req, EISDIR);
   // O_TRUNC comes with the open (libfuse asks the kernel for atomic_o_trunc): the file is cut here, and its
   // mtime and ctime move even when it was empty already, as POSIX says of open(O_TRUNC).
@@ -398,7 +427,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     }
     fs_of(req)->seen(*a, at);
   }
-  open_file(req, ino, fi, *a);
+  if (fi->flags & O_TRUNC) data.reset(), unchanged = false;
+  open_file(req, ino, fi, *a, unchanged, std::move(data));
   if (fuse_reply_open(req, fi) != 0) {
     fs_of(req)->opened(ino, -1);
     delete reinterpret_cast<FileHandle*>(fi->fh);
@@ -435,6 +465,12 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
     known = h->size;
   }
   fs->wait_writes(h->oid);
+  if (h->data && fs->writes(h->ino) == h->writes_at_open) {  // the small file as the open read it
+    const std::string& d = *h->data;
+    size_t at = std::min<size_t>(static_cast<size_t>(off), d.size());
+    fuse_reply_buf(req, d.data() + at, std::min(size, d.size() - at));
+    return;
+  }
   if (static_cast<uint64_t>(off) + size > known) {  // past what we knew: another client may have grown it
     auto a = fs->ns().getattr(h->oid);
     if (!a.is_ok()) return reply_status(req, a.status());
@@ -451,6 +487,7 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
 void op_write(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t off, fuse_file_info* fi) {
   auto* h = reinterpret_cast<FileHandle*>(fi->fh);
   Fs* fs = fs_of(req);
+  fs->written(h->oid);  // open files' copies of the bytes are stale from here
   if (fs->writes() && !h->sync) {
     fs->writes()->submit(h->oid, static_cast<uint64_t>(off), fs->take_write(data, size));
   } else {

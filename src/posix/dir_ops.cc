@@ -98,6 +98,8 @@ std::string encode_dir_request(const DirRequest& q) {
     put_le<uint32_t>(&s, h.uid);
     put_le<uint8_t>(&s, h.empty ? 1 : 0);
   }
+  put_le<uint8_t>(&s, static_cast<uint8_t>(q.keep.size()));
+  for (const ObjectId& o : q.keep) put_oid(&s, o);
   return s;
 }
 
@@ -123,8 +125,8 @@ Result<DirRequest> decode_dir_request(std::string_view in) {
     return bad("truncated or out of range");
   q.inode_here = inode_here;
   SetAttr& a = q.set;
-  if (!r.get_le(&which) || !r.get_le(&a.mode) || !r.get_le(&a.uid) || !r.get_le(&a.gid) ||
-      !r.get_le(&a.size) || !r.get_le(&a.atime_ns) || !r.get_le(&a.mtime_ns))
+  if (!r.get_le(&which) || !r.get_le(&a.mode) || !r.get_le(&a.uid) || !r.get_le(&a.gid) || !r.get_le(&a.size) ||
+      !r.get_le(&a.atime_ns) || !r.get_le(&a.mtime_ns))
     return bad("bad attributes");
   a.set_mode = which & 1;
   a.set_uid = which & 2;
@@ -141,6 +143,11 @@ Result<DirRequest> decode_dir_request(std::string_view in) {
     if (!get_oid(r, &h.oid) || !r.get_le(&h.uid) || !r.get_le(&empty) || empty > 1) return bad("bad hint");
     h.empty = empty;
   }
+  uint8_t nkeep = 0;
+  if (!r.get_le(&nkeep) || nkeep > kMaxKeep) return bad("too many inodes to keep");
+  q.keep.resize(nkeep);
+  for (ObjectId& o : q.keep)
+    if (!get_oid(r, &o)) return bad("truncated");
   if (r.remaining() != 0) return bad("trailing bytes");
   return q;
 }
@@ -152,8 +159,9 @@ std::string encode_dir_reply(const DirReply& r) {
   put_le<uint64_t>(&s, r.floor);
   put_oid(&s, r.other);
   put_le<uint32_t>(&s, r.other_type);
-  put_le<uint8_t>(&s, (r.inode_done ? 1 : 0) | (r.size_final ? 2 : 0));
+  put_le<uint8_t>(&s, (r.inode_done ? 1 : 0) | (r.size_final ? 2 : 0) | (r.has_data ? 4 : 0) | (r.purged ? 8 : 0));
   put_oid(&s, r.need);
+  if (r.has_data) put_bytes(&s, r.data);
   return s;
 }
 
@@ -162,11 +170,13 @@ Result<DirReply> decode_dir_reply(std::string_view in) {
   DirReply out;
   uint8_t version = 0, done = 0;
   if (!r.get_le(&version) || version != kReplyVersion || !get_attr(r, &out.attr) || !r.get_le(&out.floor) ||
-      !get_oid(r, &out.other) || !r.get_le(&out.other_type) || !r.get_le(&done) || done > 3 || !get_oid(r, &out.need) ||
-      r.remaining() != 0)
+      !get_oid(r, &out.other) || !r.get_le(&out.other_type) || !r.get_le(&done) || done > 15 ||
+      !get_oid(r, &out.need) || ((done & 4) && !get_bytes(r, &out.data, kMaxDirData)) || r.remaining() != 0)
     return error(StatusCode::kInvalidArgument, "namespace reply is malformed");
   out.inode_done = done & 1;
   out.size_final = done & 2;
+  out.has_data = done & 4;
+  out.purged = done & 8;
   return out;
 }
 
@@ -361,6 +371,12 @@ Result<DirReply> remove(Op& op) {
   op.dir_changed(d, dfloor, is_dir ? -1 : 0);
   r.inode_done = lost_inode || (k && k->local);
   if (k && k->local) op.drop_link(*k, is_dir, &r.attr);
+  if (k && k->local && !is_dir && r.attr.nlink == 0 && (q.flags & kPurgeUnlinked) &&
+      std::find(q.keep.begin(), q.keep.end(), e.oid) == q.keep.end()) {
+    op.changes_.pop_back();  // drop_link's inode record: the whole object goes instead
+    op.changes_.push_back({Change::Kind::kPunchObject, e.oid, {}, {}, {}});
+    r.purged = true;
+  }
   if (lost_inode) r.attr.oid = e.oid;
   // The client changes the inode next: this batch must not be lost while that change stays.
   RFOS_RETURN_IF_ERROR(op.commit(q.durable || !r.inode_done));
@@ -508,7 +524,8 @@ Result<DirReply> setattr(Op& op) {
   }
   SetAttr rest = q.set;
   rest.spans = false;
-  if (rest.set_mode || rest.set_uid || rest.set_gid || rest.set_size || rest.set_atime || rest.set_mtime || rest.touch) {
+  if (rest.set_mode || rest.set_uid || rest.set_gid || rest.set_size || rest.set_atime || rest.set_mtime ||
+      rest.touch) {
     RFOS_RETURN_IF_ERROR(check_setattr(a, rest, q.cred));
     apply_setattr(a, r.floor, rest, q.cred, op.now_);
     if (rest.set_size) r.size_final = true;  // the size is what was set (the client cut what lay beyond)
@@ -586,6 +603,11 @@ Result<DirReply> getattr(Op& op) {
   DirReply r;
   RFOS_ASSIGN_OR_RETURN(r.attr, op.inode(q.oid, &r.floor));
   RFOS_RETURN_IF_ERROR(op.size(r.attr, r.floor, &r.size_final));
+  if ((q.flags & kWithData) && S_ISREG(r.attr.mode) && r.size_final && r.attr.size <= kMaxDirData &&
+      op.store_.owns(q.oid, chunk_key(0))) {  // the whole of a small file, read with its attributes
+    RFOS_ASSIGN_OR_RETURN(r.data, op.store_.read_data(q.oid, r.attr.size));
+    r.has_data = true;
+  }
   return r;
 }
 

@@ -33,7 +33,7 @@ enum class DirOp : uint8_t {
   kWrite = 9,    // `data` into file `oid` at `offset`, inside its first chunk (here), and mtime and ctime moved
   // Reads (wire kNamespaceRead: no batch, a read-only session may ask):
   kLookup = 7,   // dir/name: the entry, and its inode when it lives here
-  kGetattr = 8,  // inode `oid`
+  kGetattr = 8,  // inode `oid`; with kWithData, a small file's bytes too (all of it, up to kMaxDirData)
 };
 inline constexpr uint8_t kMaxDirOp = 9;
 constexpr bool is_read(DirOp op) { return op == DirOp::kLookup || op == DirOp::kGetattr; }
@@ -41,6 +41,11 @@ constexpr bool is_read(DirOp op) { return op == DirOp::kLookup || op == DirOp::k
 inline constexpr unsigned kRenameNoReplace = 1;  // RENAME_NOREPLACE
 inline constexpr unsigned kRenameExchange = 2;   // RENAME_EXCHANGE
 inline constexpr unsigned kRemoveDir = 4;        // kRemove: rmdir
+inline constexpr unsigned kWithData = 8;         // kGetattr: the bytes of a small file held here
+// kRemove: an inode of this target left without links is purged in the same batch, unless it is in `keep` (files
+// the client has open)
+inline constexpr unsigned kPurgeUnlinked = 16;
+inline constexpr size_t kMaxKeep = 64;
 
 // What the client read of an inode on another target.
 struct Hint {
@@ -70,6 +75,7 @@ struct DirRequest {
   uint64_t offset = 0;      // kWrite
   SetAttr set;
   std::vector<Hint> hints;
+  std::vector<ObjectId> keep;  // kRemove with kPurgeUnlinked
 };
 inline constexpr size_t kMaxDirData = 4095;  // first bytes that travel with a create (one inline piece)
 
@@ -85,6 +91,9 @@ struct DirReply {
   ObjectId need;            // nonzero: nothing was done; send again with a Hint about this inode
   // attr.size is the file's size; false: only what this target holds (kSpans), ask the others too
   bool size_final = true;
+  bool has_data = false;  // kGetattr with kWithData: `data` is the whole file
+  bool purged = false;    // kRemove with kPurgeUnlinked: the inode's keys here are gone
+  std::string data;
 };
 
 std::string encode_dir_request(const DirRequest& q);
@@ -102,7 +111,7 @@ struct Change {
   std::string akey;
   std::string value;  // kPut: a single value; kPutData: array bytes at `offset`
   uint64_t offset = 0;
-};                    // kPunch: the dkey; kPunchObject: every key of the object on this target
+};  // kPunch: the dkey; kPunchObject: every key of the object on this target
 
 // A target's engine as the operations see it: the latest state, and one atomic batch at the end.
 class DirStore {
@@ -116,6 +125,8 @@ class DirStore {
   virtual Result<bool> has_entries(const ObjectId& dir) = 0;
   // The end of a file's data on this target (0: none here).
   virtual Result<uint64_t> data_end(const ObjectId& oid) = 0;
+  // `len` bytes of a file's first chunk from offset 0 (holes as zeros).
+  virtual Result<std::string> read_data(const ObjectId& oid, uint64_t len) = 0;
   virtual Status apply(const std::vector<Change>& changes, bool durable) = 0;
 };
 

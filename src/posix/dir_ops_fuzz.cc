@@ -57,7 +57,10 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void*, const char*, const uint8_t*,
   q.op = DirOp::kRemove;
   q.data.clear();
   q.hints.push_back({{5, 8}, 1000, true});
+  q.flags = kPurgeUnlinked;
+  q.keep = {{5, 6}, {5, 9}};
   put("remove", encode_dir_request(q));
+  q.keep.clear();
   q.op = DirOp::kRename;
   q.dir2 = {0, 4};
   q.name2 = "other";
@@ -76,4 +79,22 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void*, const char*, const uint8_t*,
   r.other = {5, 7};
   r.inode_done = false;
   put("reply", encode_dir_reply(r));
+  r.has_data = true;
+  r.data = "small file";
+  put("reply-data", encode_dir_reply(r));
+  q = {};
+  q.op = DirOp::kWrite;
+  q.oid = {0, 6};
+  q.offset = 10;
+  q.data = "bytes";
+  put("write", encode_dir_request(q));
+  q.op = DirOp::kGetattr;
+  q.flags = kWithData;
+  put("getattr", encode_dir_request(q));
+  q.op = DirOp::kLookup;
+  q.dir = {0, 1};
+  q.name = "file";
+  put("lookup", encode_dir_request(q));
+  q.op = DirOp::kPurge;
+  put("purge", encode_dir_request(q));
 }

@@ -238,6 +238,28 @@ TEST_F(DirOpsTest, PurgeTakesOnlyAnUnlinkedInode) {
   EXPECT_TRUE(execute(p, store_, 5).is_ok());  // again: nothing left, nothing to do
 }
 
+TEST_F(DirOpsTest, RemoveMayPurgeWhatNobodyHasOpen) {
+  for (int i = 1; i <= 2; ++i) {
+    DirRequest q = create_req("f" + std::to_string(i), {7, uint64_t(i)}, S_IFREG | 0644);
+    q.data = "data";
+    ASSERT_TRUE(execute(q, store_, 1).is_ok());
+  }
+  DirRequest rm = remove_req("f1");
+  rm.flags = kPurgeUnlinked;
+  rm.keep = {{7, 2}};  // f2 is open somewhere
+  auto r = execute(rm, store_, 2);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_TRUE(r->purged);
+  EXPECT_FALSE(store_.inode({7, 1}).is_ok());
+  EXPECT_EQ(*store_.data_end({7, 1}), 0u);
+  rm.name = "f2";
+  r = execute(rm, store_, 3);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_FALSE(r->purged);
+  EXPECT_EQ(store_.inode({7, 2})->nlink, 0u);  // left for the purge after its last close
+  EXPECT_EQ(*store_.data_end({7, 2}), 4u);
+}
+
 TEST_F(DirOpsTest, AFailedBatchAnswersItsError) {
   store_.fail_apply = error(StatusCode::kNoSpace, "full");
   EXPECT_EQ(execute(create_req("a", {7, 1}, S_IFREG | 0644), store_, 1).status().code(), StatusCode::kNoSpace);

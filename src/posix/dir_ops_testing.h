@@ -40,6 +40,12 @@ class MemStore final : public DirStore {
       if (std::get<0>(k) == oid && std::get<2>(k) == client::layout::kDataAkey) end = std::max<uint64_t>(end, v.size());
     return end;
   }
+  Result<std::string> read_data(const ObjectId& oid, uint64_t len) override {
+    std::string out(len, '\0');
+    auto it = values.find({oid, client::layout::chunk_key(0), std::string(client::layout::kDataAkey)});
+    if (it != values.end()) out.replace(0, std::min<size_t>(len, it->second.size()), it->second.substr(0, len));
+    return out;
+  }
   Status apply(const std::vector<Change>& changes, bool durable) override {
     if (!fail_apply.is_ok()) return fail_apply;
     for (const Change& c : changes)

@@ -404,6 +404,18 @@ Result<Attr> Namespace::getattr(const ObjectId& oid) {
   return r.attr;
 }
 
+Result<Attr> Namespace::getattr_with_data(const ObjectId& oid, std::optional<std::string>* data) {
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  DirRequest q;
+  q.op = DirOp::kGetattr;
+  q.oid = oid;
+  q.flags = kWithData;
+  RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(oid), oid));
+  if (!r.size_final) RFOS_RETURN_IF_ERROR(impl_->complete_size(c, r.attr));
+  if (r.has_data) *data = std::move(r.data);
+  return r.attr;
+}
+
 // One read of the directory's target: the entry, and the inode when it lives there too (a file made there).
 Result<Attr> Namespace::lookup(const ObjectId& dir, std::string_view name, const Cred& cred) {
   if (name.size() > kNameMax) return fail(StatusCode::kNameTooLong, "a name is at most 255 bytes");
@@ -516,6 +528,11 @@ Result<Attr> Namespace::link(const ObjectId& oid, const ObjectId& dir, std::stri
 }
 
 Result<Attr> Namespace::unlink(const ObjectId& dir, std::string_view name, const Cred& cred) {
+  return unlink(dir, name, cred, {}, nullptr);
+}
+
+Result<Attr> Namespace::unlink(const ObjectId& dir, std::string_view name, const Cred& cred,
+                               std::span<const ObjectId> open, bool* purged) {
   RFOS_RETURN_IF_ERROR(check_name(name));
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   DirRequest q;
@@ -523,7 +540,17 @@ Result<Attr> Namespace::unlink(const ObjectId& dir, std::string_view name, const
   q.cred = cred;
   q.dir = dir;
   q.name = name;
+  if (purged && open.size() <= kMaxKeep) {
+    q.flags = kPurgeUnlinked;
+    q.keep.assign(open.begin(), open.end());
+  }
   RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(dir), dir));
+  if (purged) *purged = r.purged;
+  if (r.purged && (r.attr.flags & kSpans) && impl_->targets > 1) {  // its chunks elsewhere, once that is durable
+    if (!impl_->durable) RFOS_RETURN_IF_ERROR(c->sync());
+    Status s = c->punch_object(r.other);
+    if (!s.is_ok() && s.code() != StatusCode::kNotFound) return s;
+  }
   if (r.inode_done) {
     r.attr.oid = r.other;
     return r.attr;

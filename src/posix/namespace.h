@@ -68,6 +68,9 @@ class Namespace {
 
   Result<Attr> lookup(const ObjectId& dir, std::string_view name, const Cred& cred);
   Result<Attr> getattr(const ObjectId& oid);
+  // getattr, and for a small file (up to 4095 bytes, all of it on its home target) its bytes in the same round
+  // trip (*data set; left empty otherwise): what an open that reads next needs.
+  Result<Attr> getattr_with_data(const ObjectId& oid, std::optional<std::string>* data);
   // Walks an absolute or root-relative path ("/" = root), following no symlink in the last component.
   Result<Attr> resolve(std::string_view path, const Cred& cred);
 
@@ -82,6 +85,10 @@ class Namespace {
   // Removes a name; returns the inode's attributes after it (nlink 0: it is gone once nobody holds it open,
   // see forget()).
   Result<Attr> unlink(const ObjectId& dir, std::string_view name, const Cred& cred);
+  // The same, for a caller that says which files it has open (`open`, up to kMaxKeep): an inode left without
+  // links and not among them is purged in the same operation (*purged set; forget() has nothing left to do).
+  Result<Attr> unlink(const ObjectId& dir, std::string_view name, const Cred& cred, std::span<const ObjectId> open,
+                      bool* purged);
   Status rmdir(const ObjectId& dir, std::string_view name, const Cred& cred);
   Status rename(const ObjectId& src_dir, std::string_view src, const ObjectId& dst_dir, std::string_view dst,
                 unsigned flags, const Cred& cred);
