@@ -126,6 +126,42 @@ uint64_t Inodes::writes(Ino ino) {
   return it == nodes_.end() ? 0 : it->second.writes;
 }
 
+void Inodes::created(const ObjectId& oid, uint64_t now_ns) {
+  std::lock_guard lock(mu_);
+  auto i = inos_.find(oid);
+  if (i == inos_.end()) return;
+  auto it = nodes_.find(i->second);
+  if (it == nodes_.end()) return;
+  it->second.no_xattrs = true;
+  it->second.no_xattrs_at_ns = now_ns;
+}
+
+bool Inodes::no_xattrs(Ino ino, uint64_t now_ns, uint64_t max_age_ns) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(ino);
+  return it != nodes_.end() && it->second.no_xattrs && now_ns >= it->second.no_xattrs_at_ns &&
+         now_ns - it->second.no_xattrs_at_ns < max_age_ns;
+}
+
+void Inodes::xattrs_changed(const ObjectId& oid) {
+  std::lock_guard lock(mu_);
+  auto i = inos_.find(oid);
+  if (i == inos_.end()) return;
+  auto it = nodes_.find(i->second);
+  if (it != nodes_.end()) it->second.no_xattrs = false;
+}
+
+void Inodes::changed(const posix::Attr& a, uint64_t now_ns) {
+  std::lock_guard lock(mu_);
+  auto i = inos_.find(a.oid);
+  if (i == inos_.end()) return;
+  auto it = nodes_.find(i->second);
+  if (it == nodes_.end() || (it->second.seen && it->second.attr.ctime_ns > a.ctime_ns)) return;
+  it->second.seen = true;
+  it->second.seen_at_ns = now_ns;
+  it->second.attr = a;
+}
+
 void Inodes::stale_all() {
   std::lock_guard lock(mu_);
   for (auto& [ino, node] : nodes_) node.seen = false;

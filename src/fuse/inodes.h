@@ -54,6 +54,14 @@ class Inodes {
   // A write of `oid` through this mount (counted: an open file's copy of the bytes is good while it stays).
   void written(const ObjectId& oid);
   uint64_t writes(Ino ino);
+  // `oid` was made through this mount at `now_ns`: it has no extended attributes (until xattrs_changed), which
+  // the kernel asks about before every write (security.capability) and is answered within the attribute
+  // timeout without a round trip.
+  void created(const ObjectId& oid, uint64_t now_ns);
+  bool no_xattrs(Ino ino, uint64_t now_ns, uint64_t max_age_ns);
+  void xattrs_changed(const ObjectId& oid);
+  // Attributes a change left (they carry its ctime): kept unless newer ones (a later ctime) are.
+  void changed(const posix::Attr& a, uint64_t now_ns);
   // Forgets what was seen of `oid` (a change whose result this mount did not see whole), or of every inode.
   void stale(const ObjectId& oid);
   void stale_all();
@@ -67,6 +75,8 @@ class Inodes {
     bool seen = false;
     uint64_t seen_at_ns = 0;
     uint64_t writes = 0;
+    bool no_xattrs = false;
+    uint64_t no_xattrs_at_ns = 0;
     posix::Attr attr;
   };
   // Drops a node nobody holds; sets *purge when its object must go too.

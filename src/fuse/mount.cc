@@ -87,10 +87,15 @@ class RequestBuffers {
 // The buffer the calling worker read its current request into (see serve_requests).
 thread_local fuse_buf* t_request = nullptr;
 
+void reply_status(fuse_req_t req, const Status& s);
+
 class Fs {
  public:
   Fs(Namespace& ns, const MountOptions& o) : ns_(ns), opt_(o) {
     static_assert(kRootIno == FUSE_ROOT_ID);
+    // A directory's attributes after each change go into the cache: the kernel asks for them before the next
+    // change in it (its permission check), and that costs no round trip.
+    ns_.on_directory_changed([this](const Attr& d) { inodes_.changed(d, now_ns()); });
     if (!o.sync_writes) writes_ = std::make_unique<WriteBehind>(ns, o.writer_threads, 16u << 20);
   }
 
@@ -148,6 +153,11 @@ class Fs {
   void seen(const Attr& a, uint64_t at) { inodes_.seen(a.oid, a, at); }
   void stale(const ObjectId& oid) { inodes_.stale(oid); }
   void stale_all() { inodes_.stale_all(); }
+  // A change of directory `dir` failed: a part of it may have been done, so its cached attributes go.
+  void failed(fuse_req_t req, const ObjectId& dir, const Status& s) {
+    stale(dir);
+    reply_status(req, s);
+  }
   void written(const ObjectId& oid) { inodes_.written(oid); }
   bool open_files(size_t max, std::vector<ObjectId>* out) { return inodes_.open_files(max, out); }
   uint64_t writes(fuse_ino_t ino) { return inodes_.writes(ino); }
@@ -164,10 +174,18 @@ class Fs {
     return true;
   }
 
-  void reply_entry(fuse_req_t req, const Attr& a, uint64_t at = now_ns()) {
+  void created(const ObjectId& oid) { inodes_.created(oid, now_ns()); }
+  void xattrs_changed(const ObjectId& oid) { inodes_.xattrs_changed(oid); }
+  bool no_xattrs(fuse_ino_t ino) {
+    return inodes_.no_xattrs(ino, now_ns(), static_cast<uint64_t>(opt_.attr_timeout_s * 1e9));
+  }
+
+  // `made`: the inode was just made here (it has no extended attributes).
+  void reply_entry(fuse_req_t req, const Attr& a, uint64_t at = now_ns(), bool made = false) {
     fuse_entry_param e{};
     e.ino = remember(a.oid);
     seen(a, at);
+    if (made) created(a.oid);
     e.attr = to_stat(a, e.ino);
     e.attr_timeout = opt_.attr_timeout_s;
     e.entry_timeout = opt_.entry_timeout_s;
@@ -319,17 +337,15 @@ void op_readlink(fuse_req_t req, fuse_ino_t ino) {
 void op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   RFOS_FUSE_OID(dir, req, parent);
   auto a = fs_of(req)->ns().mknod(dir, name, mode, rdev, cred_of(req));
-  fs_of(req)->stale(dir);
-  if (!a.is_ok()) return reply_status(req, a.status());
-  fs_of(req)->reply_entry(req, *a);
+  if (!a.is_ok()) return fs_of(req)->failed(req, dir, a.status());
+  fs_of(req)->reply_entry(req, *a, Fs::now_ns(), true);
 }
 
 void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   RFOS_FUSE_OID(dir, req, parent);
   auto a = fs_of(req)->ns().mkdir(dir, name, mode, cred_of(req));
-  fs_of(req)->stale(dir);
-  if (!a.is_ok()) return reply_status(req, a.status());
-  fs_of(req)->reply_entry(req, *a);
+  if (!a.is_ok()) return fs_of(req)->failed(req, dir, a.status());
+  fs_of(req)->reply_entry(req, *a, Fs::now_ns(), true);
 }
 
 void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -340,8 +356,7 @@ void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   auto a = fs_of(req)->open_files(posix::kMaxKeep, &open)
                ? fs_of(req)->ns().unlink(dir, name, cred_of(req), open, &purged)
                : fs_of(req)->ns().unlink(dir, name, cred_of(req));
-  fs_of(req)->stale(dir);
-  if (!a.is_ok()) return reply_status(req, a.status());
+  if (!a.is_ok()) return fs_of(req)->failed(req, dir, a.status());
   fs_of(req)->stale(a->oid);
   if (a->nlink == 0 && !purged) fs_of(req)->unlinked(a->oid);
   fuse_reply_err(req, 0);
@@ -350,16 +365,15 @@ void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
 void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   RFOS_FUSE_OID(dir, req, parent);
   Status s = fs_of(req)->ns().rmdir(dir, name, cred_of(req));
-  fs_of(req)->stale(dir);
+  if (!s.is_ok()) return fs_of(req)->failed(req, dir, s);
   reply_status(req, s);
 }
 
 void op_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
   RFOS_FUSE_OID(dir, req, parent);
   auto a = fs_of(req)->ns().symlink(dir, name, link, cred_of(req));
-  fs_of(req)->stale(dir);
-  if (!a.is_ok()) return reply_status(req, a.status());
-  fs_of(req)->reply_entry(req, *a);
+  if (!a.is_ok()) return fs_of(req)->failed(req, dir, a.status());
+  fs_of(req)->reply_entry(req, *a, Fs::now_ns(), true);
 }
 
 void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
@@ -378,9 +392,8 @@ void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* n
   RFOS_FUSE_OID(oid, req, ino);
   RFOS_FUSE_OID(dir, req, newparent);
   auto a = fs_of(req)->ns().link(oid, dir, newname, cred_of(req));
-  fs_of(req)->stale(dir);
   fs_of(req)->stale(oid);
-  if (!a.is_ok()) return reply_status(req, a.status());
+  if (!a.is_ok()) return fs_of(req)->failed(req, dir, a.status());
   fs_of(req)->reply_entry(req, *a);
 }
 
@@ -440,11 +453,11 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   Fs* fs = fs_of(req);
   uint64_t at = Fs::now_ns();
   auto a = fs->ns().mknod(dir, name, S_IFREG | (mode & 07777), 0, cred_of(req));
-  fs->stale(dir);
-  if (!a.is_ok()) return reply_status(req, a.status());
+  if (!a.is_ok()) return fs->failed(req, dir, a.status());
   fuse_entry_param e{};
   e.ino = fs->remember(a->oid);
   fs->seen(*a, at);
+  fs->created(a->oid);
   e.attr = fs->to_stat(*a, e.ino);
   e.attr_timeout = fs->options().attr_timeout_s;
   e.entry_timeout = fs->options().entry_timeout_s;
@@ -618,6 +631,7 @@ void op_statfs(fuse_req_t req, fuse_ino_t) {
 
 void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
   RFOS_FUSE_OID(oid, req, ino);
+  fs_of(req)->xattrs_changed(oid);
   reply_status(req, fs_of(req)->ns().setxattr(oid, name, {value, size}, flags, cred_of(req)));
 }
 
@@ -629,6 +643,9 @@ void reply_sized(fuse_req_t req, const std::string& bytes, size_t size) {
 
 void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   RFOS_FUSE_OID(oid, req, ino);
+  // A file this mount just made has none (the kernel asks for security.capability before each write); the
+  // chunk size is layout, there for every regular file.
+  if (name != posix::kChunkXattr && fs_of(req)->no_xattrs(ino)) return (void)fuse_reply_err(req, ENODATA);
   auto v = fs_of(req)->ns().getxattr(oid, name);
   if (!v.is_ok()) return reply_status(req, v.status());
   reply_sized(req, *v, size);

@@ -159,9 +159,11 @@ std::string encode_dir_reply(const DirReply& r) {
   put_le<uint64_t>(&s, r.floor);
   put_oid(&s, r.other);
   put_le<uint32_t>(&s, r.other_type);
-  put_le<uint8_t>(&s, (r.inode_done ? 1 : 0) | (r.size_final ? 2 : 0) | (r.has_data ? 4 : 0) | (r.purged ? 8 : 0));
+  put_le<uint8_t>(&s, (r.inode_done ? 1 : 0) | (r.size_final ? 2 : 0) | (r.has_data ? 4 : 0) | (r.purged ? 8 : 0) |
+                          (r.has_dir ? 16 : 0));
   put_oid(&s, r.need);
   if (r.has_data) put_bytes(&s, r.data);
+  if (r.has_dir) put_attr(&s, r.dir);
   return s;
 }
 
@@ -170,13 +172,15 @@ Result<DirReply> decode_dir_reply(std::string_view in) {
   DirReply out;
   uint8_t version = 0, done = 0;
   if (!r.get_le(&version) || version != kReplyVersion || !get_attr(r, &out.attr) || !r.get_le(&out.floor) ||
-      !get_oid(r, &out.other) || !r.get_le(&out.other_type) || !r.get_le(&done) || done > 15 ||
-      !get_oid(r, &out.need) || ((done & 4) && !get_bytes(r, &out.data, kMaxDirData)) || r.remaining() != 0)
+      !get_oid(r, &out.other) || !r.get_le(&out.other_type) || !r.get_le(&done) || done > 31 ||
+      !get_oid(r, &out.need) || ((done & 4) && !get_bytes(r, &out.data, kMaxDirData)) ||
+      ((done & 16) && !get_attr(r, &out.dir)) || r.remaining() != 0)
     return error(StatusCode::kInvalidArgument, "namespace reply is malformed");
   out.inode_done = done & 1;
   out.size_final = done & 2;
   out.has_data = done & 4;
   out.purged = done & 8;
+  out.has_dir = done & 16;
   return out;
 }
 
@@ -266,7 +270,10 @@ class Op {
     d.mtime_ns = d.ctime_ns = now_;
     d.nlink = static_cast<uint32_t>(static_cast<int64_t>(d.nlink) + nlink_delta);
     put(d.oid, kInodeDkey, kInodeAkey, encode_inode(d, floor));
+    dirs_changed_.push_back(d);
+    dirs_changed_.back().size = 4096;
   }
+  std::vector<Attr> dirs_changed_;
   // A removed or replaced inode of this target: one link less, or gone (a directory).
   void drop_link(const Known& k, bool is_dir, Attr* after) {
     if (is_dir) {
@@ -613,8 +620,9 @@ Result<DirReply> getattr(Op& op) {
 
 }  // namespace
 
-Result<DirReply> execute(const DirRequest& q, DirStore& store, uint64_t now_ns) {
-  Op op(q, store, now_ns);
+namespace {
+Result<DirReply> run(Op& op) {
+  const DirRequest& q = op.q_;
   switch (q.op) {
     case DirOp::kCreate:
       return create(op);
@@ -636,6 +644,17 @@ Result<DirReply> execute(const DirRequest& q, DirStore& store, uint64_t now_ns) 
       return write(op);
   }
   return error(StatusCode::kInvalidArgument, "unknown namespace operation");
+}
+}  // namespace
+
+Result<DirReply> execute(const DirRequest& q, DirStore& store, uint64_t now_ns) {
+  Op op(q, store, now_ns);
+  auto r = run(op);
+  if (r.is_ok() && op.dirs_changed_.size() == 1) {  // one directory changed: its attributes go back
+    r->has_dir = true;
+    r->dir = op.dirs_changed_.front();
+  }
+  return r;
 }
 
 }  // namespace rfos::posix

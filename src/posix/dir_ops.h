@@ -93,6 +93,10 @@ struct DirReply {
   bool size_final = true;
   bool has_data = false;  // kGetattr with kWithData: `data` is the whole file
   bool purged = false;    // kRemove with kPurgeUnlinked: the inode's keys here are gone
+  // The directory's attributes after the change (kCreate, kRemove, kLink; kRename within one directory), so a
+  // client's cached copy stays good: every change moves its ctime.
+  bool has_dir = false;
+  Attr dir;
   std::string data;
 };
 

@@ -44,6 +44,7 @@ class Namespace::Impl {
   uint32_t default_chunk = layout::kDefaultChunkBytes;  // the container's chunk property
   uint32_t targets = 1;                                 // where placement puts an inode: its home target
   std::atomic<bool> durable{false};                     // Namespace::set_durable
+  std::function<void(const Attr&)> dir_observer;        // Namespace::on_directory_changed
 
   // Container sessions are single-threaded: each call borrows one and gives it back.
   std::mutex mu;
@@ -109,7 +110,10 @@ class Namespace::Impl {
     for (int round = 0; round <= 4; ++round) {
       RFOS_ASSIGN_OR_RETURN(std::string raw, c->namespace_op(t, routed, encode_dir_request(q), is_read(q.op)));
       RFOS_ASSIGN_OR_RETURN(DirReply r, decode_dir_reply(raw));
-      if (r.need == ObjectId{}) return r;
+      if (r.need == ObjectId{}) {
+        if (r.has_dir && dir_observer) dir_observer(r.dir);
+        return r;
+      }
       Hint h;
       h.oid = r.need;
       uint64_t floor = 0;
@@ -601,6 +605,10 @@ Status Namespace::sync() {
 }
 
 void Namespace::set_durable(bool durable) { impl_->durable = durable; }
+
+void Namespace::on_directory_changed(std::function<void(const Attr&)> observer) {
+  impl_->dir_observer = std::move(observer);
+}
 
 Status Namespace::rename(const ObjectId& src_dir, std::string_view src, const ObjectId& dst_dir, std::string_view dst,
                          unsigned flags, const Cred& cred) {

@@ -103,6 +103,10 @@ class Namespace {
   Status sync();
   void set_durable(bool durable);
 
+  // Called with a directory's attributes as an operation left them (a mount's attribute cache keeps them);
+  // set before the namespace is used.
+  void on_directory_changed(std::function<void(const Attr&)> observer);
+
   // File data. read returns the bytes read (short at end of file). write is durable on return.
   Result<size_t> read(const ObjectId& oid, uint64_t offset, std::span<uint8_t> out);
   // The same with the file's size as the caller knows it (a mount's open file): no size query to the targets.
