@@ -408,10 +408,9 @@ Result<DirReply> rename(Op& op) {
   bool moving_dir = S_ISDIR(se.type);
   auto de = op.entry(q.dir2, q.name2);
   if (!de.is_ok() && de.status().code() != StatusCode::kNotFound) return de.status();
-  // A directory moved to another directory changes its parent link and may not go below itself: the client's
-  // walk (posix/namespace.cc). Here: moves within a directory, and of anything that is not a directory.
-  if (!same_dir && (moving_dir || (de.is_ok() && S_ISDIR(de->type) && (q.flags & kRenameExchange))))
-    return error(StatusCode::kNotSupported, "a directory moving between directories is renamed by the client");
+  // Directories exchanged between directories: the client's steps (posix/namespace.cc).
+  if (!same_dir && (q.flags & kRenameExchange) && (moving_dir || (de.is_ok() && S_ISDIR(de->type))))
+    return error(StatusCode::kNotSupported, "directories exchanged between directories are renamed by the client");
   DirReply r;
   auto need = [&](const ObjectId& oid) {
     r.need = oid;
@@ -428,6 +427,22 @@ Result<DirReply> rename(Op& op) {
     return need(se.oid);
   }
   if (same_dir && q.name == q.name2) return r;
+  // A directory moved to another directory may not go below itself: walk up from the destination (every
+  // directory on the way lives here; else the client walks, step by step).
+  bool reparent = moving_dir && !same_dir;
+  if (reparent) {
+    if (!ks || !ks->local) return error(StatusCode::kNotSupported, "the directory lives on another target");
+    int depth = 0;
+    for (ObjectId at = q.dir2;;) {
+      if (at == se.oid) return error(StatusCode::kInvalidArgument, "a directory cannot move into itself");
+      if (++depth > 4096) return error(StatusCode::kLoop, "the parent links of the destination form a loop");
+      if (!op.local(at)) return error(StatusCode::kNotSupported, "a parent lives on another target");
+      uint64_t f = 0;
+      RFOS_ASSIGN_OR_RETURN(Attr up, op.inode(at, &f));
+      if (up.parent == at || up.parent == ObjectId{}) break;  // the root
+      at = up.parent;
+    }
+  }
 
   if (q.flags & kRenameExchange) {
     if (!de.is_ok()) return de.status();
@@ -467,12 +482,13 @@ Result<DirReply> rename(Op& op) {
   if (same_dir) {
     op.dir_changed(sd, sfloor, replaced_dir ? -1 : 0);
   } else {
-    op.dir_changed(sd, sfloor, 0);
-    op.dir_changed(dd, dfloor, replaced_dir ? -1 : 0);
+    op.dir_changed(sd, sfloor, reparent ? -1 : 0);
+    op.dir_changed(dd, dfloor, (reparent ? 1 : 0) - (replaced_dir ? 1 : 0));
   }
-  if (ks && ks->local) {  // the moved inode's ctime, as Linux keeps it
+  if (ks && ks->local) {  // the moved inode's ctime, as Linux keeps it, and a directory's new parent
     Attr moved = ks->attr;
     moved.ctime_ns = op.now_;
+    if (reparent) moved.parent = q.dir2;
     op.put(moved.oid, kInodeDkey, kInodeAkey, encode_inode(moved, ks->floor));
   }
   r.inode_done = r.other == ObjectId{} || !replaced_known || replaced.local;

@@ -159,25 +159,38 @@ TEST_F(DirOpsTest, RenameReplacesInOneBatch) {
   EXPECT_FALSE(store_.has_entry(kDir, "a"));
   EXPECT_EQ(decode_entry("b", store_.values[{kDir, "b", std::string(kEntryAkey)}])->oid, (ObjectId{7, 1}));
   EXPECT_EQ(store_.inode({7, 2})->nlink, 0u);
-  // Into another directory of this target; a directory may not (the client walks its parents).
+  // Into another directory of this target, a directory too: its parent link and both link counts move.
   q.dir2 = kOther;
   q.name = "b";
   q.name2 = "c";
   ASSERT_TRUE(execute(q, store_, 5).is_ok());
   EXPECT_TRUE(store_.has_entry(kOther, "c"));
   ASSERT_TRUE(execute(create_req("d", {9, 1}, S_IFDIR | 0755), store_, 6).is_ok());
+  EXPECT_EQ(store_.inode(kDir)->nlink, 3u);
   q.name = "d";
   q.name2 = "d";
-  EXPECT_EQ(execute(q, store_, 7).status().code(), StatusCode::kNotSupported);
+  ASSERT_TRUE(execute(q, store_, 7).is_ok());
+  EXPECT_EQ(store_.inode({9, 1})->parent, kOther);
+  EXPECT_EQ(store_.inode(kDir)->nlink, 2u);
+  EXPECT_EQ(store_.inode(kOther)->nlink, 3u);
+  // Not into itself: kOther/d moved below kOther/d/sub.
+  DirRequest sub = create_req("sub", {9, 2}, S_IFDIR | 0755);
+  sub.dir = {9, 1};
+  ASSERT_TRUE(execute(sub, store_, 8).is_ok());
+  DirRequest loop = q;
+  loop.dir = kOther;
+  loop.name = "d";
+  loop.dir2 = {9, 2};
+  loop.name2 = "x";
+  EXPECT_EQ(execute(loop, store_, 9).status().code(), StatusCode::kInvalidArgument);
   // Exchange within one directory.
-  ASSERT_TRUE(execute(create_req("e", {7, 5}, S_IFREG | 0644), store_, 8).is_ok());
-  q.dir2 = kDir;
+  q.dir = q.dir2 = kOther;
   q.name = "d";
-  q.name2 = "e";
+  q.name2 = "c";
   q.flags = kRenameExchange;
-  ASSERT_TRUE(execute(q, store_, 9).is_ok());
-  EXPECT_EQ(decode_entry("e", store_.values[{kDir, "e", std::string(kEntryAkey)}])->oid, (ObjectId{9, 1}));
-  EXPECT_EQ(decode_entry("d", store_.values[{kDir, "d", std::string(kEntryAkey)}])->oid, (ObjectId{7, 5}));
+  ASSERT_TRUE(execute(q, store_, 10).is_ok());
+  EXPECT_EQ(decode_entry("c", store_.values[{kOther, "c", std::string(kEntryAkey)}])->oid, (ObjectId{9, 1}));
+  EXPECT_EQ(decode_entry("d", store_.values[{kOther, "d", std::string(kEntryAkey)}])->oid, (ObjectId{7, 1}));
 }
 
 TEST_F(DirOpsTest, LinkAndSetattr) {

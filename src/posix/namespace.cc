@@ -295,10 +295,10 @@ class Namespace::Impl {
     }
   }
 
-  // Creates an inode and its entry by one operation of the directory's target: the new inode placed there too
-  // (its first bytes with it, when given). A directory's inode goes where placement spreads it, so when that is
-  // elsewhere it is written first, durably, and the entry then: an entry never names a missing inode, and a
-  // losing create deletes its inode again.
+  // Creates an inode and its entry by one operation of the directory's target, the new inode placed there too
+  // (a file's first chunk with it, and its first bytes when given): one atomic batch, so no crash leaves an
+  // entry without its inode or an inode without its entry. Directories too, so a namespace lives on the target
+  // of its root (its files' data beyond their first chunks spreads over all): docs/posix.md says why.
   Result<Attr> create(const ObjectId& dir, std::string_view name, uint32_t mode, uint64_t rdev, std::string_view data,
                       const Cred& cred, uint32_t chunk = 0) {
     RFOS_RETURN_IF_ERROR(check_name(name));
@@ -313,23 +313,10 @@ class Namespace::Impl {
     q.rdev = rdev;
     q.chunk = S_ISREG(mode) ? (chunk ? chunk : default_chunk) : 0;
     q.data = data;
-    if (!S_ISDIR(mode)) {
-      q.oid = new_oid_at(S_ISREG(mode) ? ObjectClass::kSX : ObjectClass::kS1, t, S_ISREG(mode));
-      q.inode_here = true;
-    } else {
-      q.oid = new_oid(ObjectClass::kS1);
-      q.inode_here = home(q.oid) == t;
-      if (!q.inode_here) {
-        RFOS_ASSIGN_OR_RETURN(Attr d, writable_dir(c, dir, cred));
-        RFOS_RETURN_IF_ERROR(put_inode(c, new_inode(d, q.oid, q.mode, 0, 0, cred, wall_ns()), 0));
-      }
-    }
-    auto r = dir_op(c, q, t, dir);
-    if (!r.is_ok()) {
-      if (!q.inode_here) (void)c->punch_object(q.oid);
-      return r.status();
-    }
-    return r->attr;
+    q.oid = new_oid_at(S_ISREG(mode) ? ObjectClass::kSX : ObjectClass::kS1, t, S_ISREG(mode));
+    q.inode_here = true;
+    RFOS_ASSIGN_OR_RETURN(DirReply r, dir_op(c, q, t, dir));
+    return r.attr;
   }
 
   // Drops what lies beyond `size` of file `a` (a truncate): whole chunks punched, a partial one's tail.
