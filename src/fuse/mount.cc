@@ -213,6 +213,14 @@ Cred cred_of(fuse_req_t req) {
 
 void reply_status(fuse_req_t req, const Status& s) { fuse_reply_err(req, s.is_ok() ? 0 : s.to_errno()); }
 
+// An inode the kernel still names but another client removed (a file renamed over, or unlinked): ESTALE makes
+// the kernel look its path up again and retry (path_openat, vfs_statx), so an open or stat of the name finds
+// what is there now, as on a local file system; NFS does the same.
+void reply_stale_or(fuse_req_t req, const Status& s) {
+  if (s.code() == StatusCode::kNotFound) return (void)fuse_reply_err(req, ESTALE);
+  reply_status(req, s);
+}
+
 // The object behind `ino`, or an ESTALE reply.
 #define RFOS_FUSE_OID(var, req, ino)   \
   auto var##_r = fs_of(req)->oid(ino); \
@@ -269,7 +277,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   }
   uint64_t at = Fs::now_ns();
   auto got = fs->ns().getattr(oid);
-  if (!got.is_ok()) return reply_status(req, got.status());
+  if (!got.is_ok()) return reply_stale_or(req, got.status());
   fs->seen(*got, at);
   struct stat st = fs->to_stat(*got, ino);
   fuse_reply_attr(req, &st, fs->options().attr_timeout_s);
@@ -422,7 +430,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   std::optional<std::string> data;  // a small file's bytes come with its attributes
   // Afresh: what other clients closed before this open (close-to-open).
   auto a = (fi->flags & O_ACCMODE) == O_WRONLY ? fs->ns().getattr(oid) : fs->ns().getattr_with_data(oid, &data);
-  if (!a.is_ok()) return reply_status(req, a.status());
+  if (!a.is_ok()) return reply_stale_or(req, a.status());
   fs->seen(*a, at);
   bool unchanged = known && before.mtime_ns == a->mtime_ns && before.ctime_ns == a->ctime_ns && before.size == a->size;
   if (S_ISDIR(a->mode)) return (void)fuse_reply_err(req, EISDIR);
