@@ -96,13 +96,17 @@ void Impl::handle_namespace(Call& c) {
     return reply_error(
         c.to(), c.id(),
         error(StatusCode::kInvalidArgument, "a namespace request carries its DirRequest as the payload"));
+  // The request's bytes count against the session's share of buffers, as an update's do, until it is answered.
+  auto charge = session_buffers.charge(c.cap.session, q.length);
+  if (!charge.is_ok()) return reply_error(c.to(), c.id(), charge.status());
   uint64_t epoch = next_epoch();
   if (epoch == 0) return reply_error(c.to(), c.id(), clock_exhausted());
   executing(c);
   auto held = inflight_epochs.insert(epoch);
   auto bytes = std::make_shared<std::string>(q.length, '\0');
   Iov dst{bytes->data(), bytes->size()};
-  auto landed = [this, bytes, epoch, held, cid = c.cid, to = c.to(), id = c.id(), session = c.cap.session](Status got) {
+  auto landed = [this, bytes, epoch, held, cid = c.cid, to = c.to(), id = c.id(), session = c.cap.session,
+                 charge = *charge](Status got) {
     if (!got.is_ok()) {  // the client died mid-transfer: nothing to do
       inflight_epochs.erase(held);
       forget_execution(session, id);
@@ -115,7 +119,7 @@ void Impl::handle_namespace(Call& c) {
           EngineDirStore store(this, cid, epoch);
           return posix::execute(dq, store, wall_ns());
         },
-        [this, held, to, id, session](Answer& a) {
+        [this, held, to, id, session, charge](Answer& a) {
           inflight_epochs.erase(held);
           if (!a.is_ok()) {
             if (a.status().code() == StatusCode::kEpochTooOld) forget_execution(session, id);
@@ -143,9 +147,11 @@ void Impl::handle_namespace_read(Call& c) {
     return reply_error(
         c.to(), c.id(),
         error(StatusCode::kInvalidArgument, "a namespace request carries its DirRequest as the payload"));
+  auto charge = session_buffers.charge(c.cap.session, q.length);
+  if (!charge.is_ok()) return reply_error(c.to(), c.id(), charge.status());
   auto bytes = std::make_shared<std::string>(q.length, '\0');
   Iov dst{bytes->data(), bytes->size()};
-  auto landed = [this, bytes, cid = c.cid, to = c.to(), id = c.id()](Status got) {
+  auto landed = [this, bytes, cid = c.cid, to = c.to(), id = c.id(), charge = *charge](Status got) {
     if (!got.is_ok()) return;  // the client died mid-transfer
     auto answer = [&]() -> Result<posix::DirReply> {
       RFOS_ASSIGN_OR_RETURN(posix::DirRequest dq, posix::decode_dir_request(*bytes));
