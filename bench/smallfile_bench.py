@@ -8,7 +8,9 @@ run: the mdtest-style phases of issue 29, in the same order on each file system.
 Each phase runs over N files of SIZE bytes: create+write+close, stat, open+read whole+close, readdir (a listing of
 each directory with the attributes of every entry, as `ls -l` does), unlink. With P processes each works in a
 directory of its own and the rate is the aggregate. Prints one Markdown table: operations per second on each file
-system and rfos / bindfs. Needs root, /dev/fuse and bindfs (apt install bindfs).
+system and rfos / bindfs. With --tree N, also `tar x` of an archive of N such files (in directories of 100) and
+`cp -r` of the same tree from ext4 into each file system, synced (seconds, and files/s). Needs root, /dev/fuse
+and bindfs (apt install bindfs).
 """
 import argparse
 import multiprocessing
@@ -18,6 +20,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 
@@ -81,6 +84,36 @@ def run_phases(root, files, size, procs, pool):
     return rates
 
 
+def tree_phases(systems, work, n, size):
+    """Seconds for `tar x` and `cp -r` of an n-file tree into each file system, each followed by sync."""
+    src = os.path.join(work, "tree-src")
+    payload = os.urandom(size)
+    for i in range(n):
+        d = os.path.join(src, "d%03d" % (i // 100))
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "f%06d" % i), "wb") as f:
+            f.write(payload)
+    archive = os.path.join(work, "tree.tar")
+    with tarfile.open(archive, "w") as t:
+        t.add(src, arcname="tree")
+    out = {}
+    for name, root in systems:
+        for what, cmd in (("tar x", ["tar", "-xf", archive, "-C"]), ("cp -r", ["cp", "-r", src])):
+            dst = os.path.join(root, "tree-" + what.replace(" ", ""))
+            os.mkdir(dst)
+            t0 = time.perf_counter()
+            subprocess.run(cmd + [dst], check=True)
+            # Durable, as the table's other file systems would be after sync (a FUSE mount has no syncfs: the
+            # last file's fsync makes rfos's whole namespace durable, see docs/posix.md).
+            fd = os.open(dst, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+            out[(name, what)] = time.perf_counter() - t0
+            subprocess.run(["rm", "-rf", dst], check=True)
+        print("%-6s tar x %.1f s, cp -r %.1f s" % (name, out[(name, "tar x")], out[(name, "cp -r")]), flush=True)
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default="build")
@@ -91,6 +124,7 @@ def main():
     p.add_argument("--reps", type=int, default=1, help="runs per file system and process count (medians)")
     p.add_argument("--dir", default="/var/tmp", help="where ext4, bindfs's source and the server's data live")
     p.add_argument("--mount-args", default="", help="more arguments for rfos mount")
+    p.add_argument("--tree", type=int, default=0, help="also tar x and cp -r of a tree of this many files")
     args = p.parse_args()
     if shutil.which("bindfs") is None:
         sys.exit("smallfile_bench: bindfs is not installed (apt install bindfs)")
@@ -102,6 +136,7 @@ def main():
     subprocess.run(["bindfs", "--no-allow-other", ext4, bind_point], check=True)
     procs_list = [int(x) for x in args.procs.split(",") if x]
     results = {}
+    tree = {}
     try:
         with rfos_setup.Server(args.build, work, args.provider) as server, \
                 server.mount(os.path.join(work, "rfos"), args.mount_args.split()) as rfos_point:
@@ -114,6 +149,7 @@ def main():
                             results.setdefault((name, procs), []).append(r)
                             print("%-6s procs %d: %s" % (name, procs, "  ".join(
                                 "%s %.0f/s" % (ph, r[ph]) for ph in PHASES)), flush=True)
+            tree = tree_phases(systems, work, args.tree, args.size) if args.tree else {}
     finally:
         subprocess.run(["fusermount3", "-u", "-z", bind_point], check=False)
         shutil.rmtree(work, ignore_errors=True)
@@ -128,6 +164,11 @@ def main():
         for ph in PHASES:
             print("| %d | %s | %.0f | %.0f | %.0f | %.2f |" % (procs, ph, med["ext4"][ph], med["bindfs"][ph],
                                                              med["rfos"][ph], med["rfos"][ph] / med["bindfs"][ph]))
+    for what in ("tar x", "cp -r"):
+        if tree:
+            print("| tree | %s of %d files (files/s) | %.0f | %.0f | %.0f | %.2f |" % (
+                what, args.tree, args.tree / tree[("ext4", what)], args.tree / tree[("bindfs", what)],
+                args.tree / tree[("rfos", what)], tree[("bindfs", what)] / tree[("rfos", what)]))
 
 
 if __name__ == "__main__":

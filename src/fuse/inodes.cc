@@ -76,13 +76,11 @@ Ino Inodes::hint(const ObjectId& oid) {
 
 void Inodes::seen(const ObjectId& oid, const posix::Attr& a, uint64_t at_ns) {
   std::lock_guard lock(mu_);
-  auto i = inos_.find(oid);
-  if (i == inos_.end()) return;
-  auto it = nodes_.find(i->second);
-  if (it == nodes_.end() || (it->second.seen && it->second.seen_at_ns > at_ns)) return;  // a newer one is kept
-  it->second.seen = true;
-  it->second.seen_at_ns = at_ns;
-  it->second.attr = a;
+  Node* n = node_of(oid);
+  if (!n || (n->seen && n->seen_at_ns > at_ns)) return;  // a newer one is kept
+  n->seen = true;
+  n->seen_at_ns = at_ns;
+  n->attr = a;
 }
 
 bool Inodes::recent(Ino ino, uint64_t now_ns, uint64_t max_age_ns, posix::Attr* a, uint64_t* age_ns) {
@@ -98,10 +96,8 @@ bool Inodes::recent(Ino ino, uint64_t now_ns, uint64_t max_age_ns, posix::Attr* 
 
 void Inodes::stale(const ObjectId& oid) {
   std::lock_guard lock(mu_);
-  auto i = inos_.find(oid);
-  if (i == inos_.end()) return;
-  auto it = nodes_.find(i->second);
-  if (it != nodes_.end()) it->second.seen = false;
+  Node* n = node_of(oid);
+  if (n) n->seen = false;
 }
 
 bool Inodes::open_files(size_t max, std::vector<ObjectId>* out) {
@@ -114,10 +110,8 @@ bool Inodes::open_files(size_t max, std::vector<ObjectId>* out) {
 
 void Inodes::written(const ObjectId& oid) {
   std::lock_guard lock(mu_);
-  auto i = inos_.find(oid);
-  if (i == inos_.end()) return;
-  auto it = nodes_.find(i->second);
-  if (it != nodes_.end()) ++it->second.writes;
+  Node* n = node_of(oid);
+  if (n) ++n->writes;
 }
 
 uint64_t Inodes::writes(Ino ino) {
@@ -128,12 +122,10 @@ uint64_t Inodes::writes(Ino ino) {
 
 void Inodes::created(const ObjectId& oid, uint64_t now_ns) {
   std::lock_guard lock(mu_);
-  auto i = inos_.find(oid);
-  if (i == inos_.end()) return;
-  auto it = nodes_.find(i->second);
-  if (it == nodes_.end()) return;
-  it->second.no_xattrs = true;
-  it->second.no_xattrs_at_ns = now_ns;
+  Node* n = node_of(oid);
+  if (!n) return;
+  n->no_xattrs = true;
+  n->no_xattrs_at_ns = now_ns;
 }
 
 bool Inodes::no_xattrs(Ino ino, uint64_t now_ns, uint64_t max_age_ns) {
@@ -145,26 +137,29 @@ bool Inodes::no_xattrs(Ino ino, uint64_t now_ns, uint64_t max_age_ns) {
 
 void Inodes::xattrs_changed(const ObjectId& oid) {
   std::lock_guard lock(mu_);
-  auto i = inos_.find(oid);
-  if (i == inos_.end()) return;
-  auto it = nodes_.find(i->second);
-  if (it != nodes_.end()) it->second.no_xattrs = false;
+  Node* n = node_of(oid);
+  if (n) n->no_xattrs = false;
 }
 
 void Inodes::changed(const posix::Attr& a, uint64_t now_ns) {
   std::lock_guard lock(mu_);
-  auto i = inos_.find(a.oid);
-  if (i == inos_.end()) return;
-  auto it = nodes_.find(i->second);
-  if (it == nodes_.end() || (it->second.seen && it->second.attr.ctime_ns > a.ctime_ns)) return;
-  it->second.seen = true;
-  it->second.seen_at_ns = now_ns;
-  it->second.attr = a;
+  Node* n = node_of(a.oid);
+  if (!n || (n->seen && n->attr.ctime_ns > a.ctime_ns)) return;
+  n->seen = true;
+  n->seen_at_ns = now_ns;
+  n->attr = a;
 }
 
 void Inodes::stale_all() {
   std::lock_guard lock(mu_);
   for (auto& [ino, node] : nodes_) node.seen = false;
+}
+
+Inodes::Node* Inodes::node_of(const ObjectId& oid) {
+  auto i = inos_.find(oid);
+  if (i == inos_.end()) return nullptr;
+  auto it = nodes_.find(i->second);
+  return it == nodes_.end() ? nullptr : &it->second;
 }
 
 size_t Inodes::size() {

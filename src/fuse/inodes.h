@@ -79,6 +79,7 @@ class Inodes {
     uint64_t no_xattrs_at_ns = 0;
     posix::Attr attr;
   };
+  Node* node_of(const ObjectId& oid);  // under mu_; null when the kernel was not handed `oid`
   // Drops a node nobody holds; sets *purge when its object must go too.
   bool release_if_unused(std::unordered_map<Ino, Node>::iterator it, ObjectId* purge);
 

@@ -634,9 +634,6 @@ Result<DirReply> getattr(Op& op) {
   return r;
 }
 
-}  // namespace
-
-namespace {
 Result<DirReply> run(Op& op) {
   const DirRequest& q = op.q_;
   switch (q.op) {

@@ -32,6 +32,16 @@ constexpr char kXattrTag = 'v';
 Status fail(StatusCode code, const std::string& what) { return error(code, what); }
 Status denied(const std::string& what) { return fail(StatusCode::kPermissionDenied, what); }
 
+// A namespace request: what every operation names.
+DirRequest request(DirOp op, const Cred& cred = {}, const ObjectId& dir = {}, std::string_view name = {}) {
+  DirRequest q;
+  q.op = op;
+  q.cred = cred;
+  q.dir = dir;
+  q.name = name;
+  return q;
+}
+
 }  // namespace
 
 bool Namespace::permits(const Attr& a, const Cred& c, int mask) { return posix::permits(a, c, mask); }
@@ -138,8 +148,7 @@ class Namespace::Impl {
   // that target's log (after the removal that unlinked it); chunks on other targets only once that is durable,
   // so a crash never keeps the purge of the data and loses the removal.
   Status purge(Lease& c, const ObjectId& oid) {
-    DirRequest q;
-    q.op = DirOp::kPurge;
+    DirRequest q = request(DirOp::kPurge);
     q.oid = oid;
     uint32_t t = home(oid);
     RFOS_ASSIGN_OR_RETURN(DirReply r, dir_op(c, q, t, oid));
@@ -181,8 +190,7 @@ class Namespace::Impl {
       std::lock_guard lock(mu);
       if (spanning.count(oid)) return Status::ok();
     }
-    DirRequest q;
-    q.op = DirOp::kSetattr;
+    DirRequest q = request(DirOp::kSetattr);
     q.oid = oid;
     q.set.spans = true;
     // Durable before the data it announces (which is durable on its own when large): no crash keeps data
@@ -304,11 +312,7 @@ class Namespace::Impl {
     RFOS_RETURN_IF_ERROR(check_name(name));
     RFOS_ASSIGN_OR_RETURN(Lease c, session());
     uint32_t t = home(dir);
-    DirRequest q;
-    q.op = DirOp::kCreate;
-    q.cred = cred;
-    q.dir = dir;
-    q.name = name;
+    DirRequest q = request(DirOp::kCreate, cred, dir, name);
     q.mode = (mode & S_IFMT) | (mode & 07777);
     q.rdev = rdev;
     q.chunk = S_ISREG(mode) ? (chunk ? chunk : default_chunk) : 0;
@@ -387,8 +391,7 @@ Result<std::unique_ptr<Namespace>> Namespace::open(SessionFactory open_session, 
 // One read of the inode's home target, which knows the size of a file whose data all lies there (not kSpans).
 Result<Attr> Namespace::getattr(const ObjectId& oid) {
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  DirRequest q;
-  q.op = DirOp::kGetattr;
+  DirRequest q = request(DirOp::kGetattr);
   q.oid = oid;
   RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(oid), oid));
   if (!r.size_final) RFOS_RETURN_IF_ERROR(impl_->complete_size(c, r.attr));
@@ -397,8 +400,7 @@ Result<Attr> Namespace::getattr(const ObjectId& oid) {
 
 Result<Attr> Namespace::getattr_with_data(const ObjectId& oid, std::optional<std::string>* data) {
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  DirRequest q;
-  q.op = DirOp::kGetattr;
+  DirRequest q = request(DirOp::kGetattr);
   q.oid = oid;
   q.flags = kWithData;
   RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(oid), oid));
@@ -412,11 +414,7 @@ Result<Attr> Namespace::lookup(const ObjectId& dir, std::string_view name, const
   if (name.size() > kNameMax) return fail(StatusCode::kNameTooLong, "a name is at most 255 bytes");
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   if (name != "." && name != "..") {
-    DirRequest q;
-    q.op = DirOp::kLookup;
-    q.cred = cred;
-    q.dir = dir;
-    q.name = name;
+    DirRequest q = request(DirOp::kLookup, cred, dir, name);
     RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(dir), dir));
     if (!r.inode_done) {  // the inode lives elsewhere
       auto a = impl_->attr(c, r.other);
@@ -485,11 +483,7 @@ Result<Attr> Namespace::link(const ObjectId& oid, const ObjectId& dir, std::stri
   RFOS_RETURN_IF_ERROR(check_name(name));
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   uint32_t t = impl_->home(dir);
-  DirRequest q;
-  q.op = DirOp::kLink;
-  q.cred = cred;
-  q.dir = dir;
-  q.name = name;
+  DirRequest q = request(DirOp::kLink, cred, dir, name);
   q.oid = oid;
   if (impl_->home(oid) == t) {  // the inode gains its link in the same batch
     RFOS_RETURN_IF_ERROR(impl_->dir_op(c, q, t, dir).status());
@@ -526,11 +520,7 @@ Result<Attr> Namespace::unlink(const ObjectId& dir, std::string_view name, const
                                std::span<const ObjectId> open, bool* purged) {
   RFOS_RETURN_IF_ERROR(check_name(name));
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  DirRequest q;
-  q.op = DirOp::kRemove;
-  q.cred = cred;
-  q.dir = dir;
-  q.name = name;
+  DirRequest q = request(DirOp::kRemove, cred, dir, name);
   if (purged && open.size() <= kMaxKeep) {
     q.flags = kPurgeUnlinked;
     q.keep.assign(open.begin(), open.end());
@@ -574,11 +564,7 @@ Status Namespace::forget(const ObjectId& oid) {
 Status Namespace::rmdir(const ObjectId& dir, std::string_view name, const Cred& cred) {
   RFOS_RETURN_IF_ERROR(check_name(name));
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  DirRequest q;
-  q.op = DirOp::kRemove;
-  q.cred = cred;
-  q.dir = dir;
-  q.name = name;
+  DirRequest q = request(DirOp::kRemove, cred, dir, name);
   q.flags = kRemoveDir;
   RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(dir), dir));
   if (r.inode_done) return Status::ok();
@@ -606,11 +592,7 @@ Status Namespace::rename(const ObjectId& src_dir, std::string_view src, const Ob
   if (flags & ~(kRenameNoReplace | kRenameExchange)) return fail(StatusCode::kInvalidArgument, "unknown flags");
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   if (uint32_t t = impl_->home(src_dir); impl_->home(dst_dir) == t) {  // one operation of their target
-    DirRequest q;
-    q.op = DirOp::kRename;
-    q.cred = cred;
-    q.dir = src_dir;
-    q.name = src;
+    DirRequest q = request(DirOp::kRename, cred, src_dir, src);
     q.dir2 = dst_dir;
     q.name2 = dst;
     q.flags = flags;
@@ -728,9 +710,7 @@ Result<Attr> Namespace::setattr(const ObjectId& oid, const SetAttr& set, const C
     RFOS_RETURN_IF_ERROR(check_setattr(cur, set, cred));
     if (set.size < cur.size) RFOS_RETURN_IF_ERROR(impl_->punch_beyond(c, cur, set.size));
   }
-  DirRequest q;
-  q.op = DirOp::kSetattr;
-  q.cred = cred;
+  DirRequest q = request(DirOp::kSetattr, cred);
   q.oid = oid;
   q.set = set;
   RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(oid), oid));
@@ -901,8 +881,7 @@ Result<std::optional<Attr>> Namespace::write_and_touch(const ObjectId& oid, uint
                                                        std::span<const uint8_t> data) {
   if (data.empty() || data.size() > kMaxDirData) return std::optional<Attr>();
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  DirRequest q;
-  q.op = DirOp::kWrite;
+  DirRequest q = request(DirOp::kWrite);
   q.oid = oid;
   q.offset = offset;
   q.data.assign(reinterpret_cast<const char*>(data.data()), data.size());
@@ -915,8 +894,7 @@ Result<std::optional<Attr>> Namespace::write_and_touch(const ObjectId& oid, uint
 
 Result<Attr> Namespace::touch_written(const ObjectId& oid) {
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  DirRequest q;
-  q.op = DirOp::kSetattr;
+  DirRequest q = request(DirOp::kSetattr);
   q.oid = oid;  // the writer had the file open for writing: root's credentials, as the kernel's own update
   q.set.touch = true;
   RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(oid), oid));

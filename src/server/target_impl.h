@@ -135,6 +135,7 @@ class Target::Impl {
   void handle_punch(Call& c);
   void handle_namespace(Call& c);  // target_namespace.cc
   void handle_namespace_read(Call& c);
+  Status namespace_payload(Call& c, std::function<void(Status, std::shared_ptr<const std::string>)> landed);
   void handle_sync(Call& c);
   void update(Call& c, std::shared_ptr<SessionBuffers::Charge> charge);
   void fetch(Call& c, std::shared_ptr<SessionBuffers::Charge> charge);

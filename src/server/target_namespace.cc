@@ -90,36 +90,44 @@ class EngineDirStore final : public posix::DirStore {
 
 }  // namespace
 
-void Impl::handle_namespace(Call& c) {
+// The DirRequest a namespace request carries as its payload, charged to the session's buffer share (as an
+// update's bytes are) until `landed` lets go of it: `landed` gets it, or a failure when the client died
+// mid-transfer. An error here is the caller's to answer.
+Status Impl::namespace_payload(Call& c, std::function<void(Status, std::shared_ptr<const std::string>)> landed) {
   const wire::Request& q = c.q;
   if (!q.rkey.empty() || c.in.payload_bytes != q.length)
-    return reply_error(
-        c.to(), c.id(),
-        error(StatusCode::kInvalidArgument, "a namespace request carries its DirRequest as the payload"));
-  // The request's bytes count against the session's share of buffers, as an update's do, until it is answered.
-  auto charge = session_buffers.charge(c.cap.session, q.length);
-  if (!charge.is_ok()) return reply_error(c.to(), c.id(), charge.status());
+    return error(StatusCode::kInvalidArgument, "a namespace request carries its DirRequest as the payload");
+  RFOS_ASSIGN_OR_RETURN(auto charge, session_buffers.charge(c.cap.session, q.length));
+  auto bytes = std::make_shared<std::string>(q.length, '\0');
+  Iov dst{bytes->data(), bytes->size()};
+  return worker->fetch_payload(c.in, {&dst, 1}, [bytes, charge, landed = std::move(landed)](Status got) mutable {
+    // The charge goes with the bytes: held until whoever took them is done.
+    std::shared_ptr<const std::string> held(bytes.get(), [bytes, charge](const std::string*) {});
+    landed(got, got.is_ok() ? held : nullptr);
+  });
+}
+
+void Impl::handle_namespace(Call& c) {
   uint64_t epoch = next_epoch();
   if (epoch == 0) return reply_error(c.to(), c.id(), clock_exhausted());
   executing(c);
   auto held = inflight_epochs.insert(epoch);
-  auto bytes = std::make_shared<std::string>(q.length, '\0');
-  Iov dst{bytes->data(), bytes->size()};
-  auto landed = [this, bytes, epoch, held, cid = c.cid, to = c.to(), id = c.id(), session = c.cap.session,
-                 charge = *charge](Status got) {
+  auto landed = [this, epoch, held, cid = c.cid, to = c.to(), id = c.id(), session = c.cap.session](
+                    Status got, std::shared_ptr<const std::string> bytes) {
     if (!got.is_ok()) {  // the client died mid-transfer: nothing to do
       inflight_epochs.erase(held);
       forget_execution(session, id);
       return;
     }
     using Answer = Result<posix::DirReply>;
+    // The bytes (and their charge) are let go on this thread, by the continuation, which runs after the work.
     offload<Answer>(
-        [this, bytes, cid, epoch]() -> Answer {
-          RFOS_ASSIGN_OR_RETURN(posix::DirRequest dq, posix::decode_dir_request(*bytes));
+        [this, raw = bytes.get(), cid, epoch]() -> Answer {
+          RFOS_ASSIGN_OR_RETURN(posix::DirRequest dq, posix::decode_dir_request(*raw));
           EngineDirStore store(this, cid, epoch);
           return posix::execute(dq, store, wall_ns());
         },
-        [this, held, to, id, session, charge](Answer& a) {
+        [this, held, to, id, session, bytes](Answer& a) {
           inflight_epochs.erase(held);
           if (!a.is_ok()) {
             if (a.status().code() == StatusCode::kEpochTooOld) forget_execution(session, id);
@@ -131,7 +139,7 @@ void Impl::handle_namespace(Call& c) {
         },
         namespace_ops.get());
   };
-  Status s = worker->fetch_payload(c.in, {&dst, 1}, std::move(landed));
+  Status s = namespace_payload(c, std::move(landed));
   if (!s.is_ok()) {
     inflight_epochs.erase(held);
     forget_execution(c.cap.session, c.id());
@@ -142,16 +150,7 @@ void Impl::handle_namespace(Call& c) {
 // Reads (lookup, getattr) run here on the target thread, as listings do: index reads, no batch, so a namespace
 // operation in its commit is seen before or after, whole.
 void Impl::handle_namespace_read(Call& c) {
-  const wire::Request& q = c.q;
-  if (!q.rkey.empty() || c.in.payload_bytes != q.length)
-    return reply_error(
-        c.to(), c.id(),
-        error(StatusCode::kInvalidArgument, "a namespace request carries its DirRequest as the payload"));
-  auto charge = session_buffers.charge(c.cap.session, q.length);
-  if (!charge.is_ok()) return reply_error(c.to(), c.id(), charge.status());
-  auto bytes = std::make_shared<std::string>(q.length, '\0');
-  Iov dst{bytes->data(), bytes->size()};
-  auto landed = [this, bytes, cid = c.cid, to = c.to(), id = c.id(), charge = *charge](Status got) {
+  auto landed = [this, cid = c.cid, to = c.to(), id = c.id()](Status got, std::shared_ptr<const std::string> bytes) {
     if (!got.is_ok()) return;  // the client died mid-transfer
     auto answer = [&]() -> Result<posix::DirReply> {
       RFOS_ASSIGN_OR_RETURN(posix::DirRequest dq, posix::decode_dir_request(*bytes));
@@ -165,7 +164,7 @@ void Impl::handle_namespace_read(Call& c) {
     r.request_id = id;
     reply_with(to, std::move(r), posix::encode_dir_reply(*answer));
   };
-  Status s = worker->fetch_payload(c.in, {&dst, 1}, std::move(landed));
+  Status s = namespace_payload(c, std::move(landed));
   if (!s.is_ok()) reply_error(c.to(), c.id(), s);
 }
 
