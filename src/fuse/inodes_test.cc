@@ -45,5 +45,71 @@ TEST_F(InodesTest, AnUnlinkedOpenFileGoesAtItsLastRelease) {
   EXPECT_EQ(inodes_.size(), 1u) << "only the root is left";
 }
 
+// The attribute cache: what was seen answers within its age, a newer sighting is not overwritten by an older
+// one, a change keeps the latest ctime, and stale drops it.
+TEST_F(InodesTest, SeenAttributesAnswerWithinTheirAge) {
+  Ino f = inodes_.remember({6, 6});
+  posix::Attr a, got;
+  a.oid = {6, 6};
+  a.size = 10;
+  a.ctime_ns = 100;
+  uint64_t age = 0;
+  EXPECT_FALSE(inodes_.recent(f, 1000, 500, &got, &age)) << "nothing seen yet";
+  inodes_.seen({6, 6}, a, 1000);
+  ASSERT_TRUE(inodes_.recent(f, 1200, 500, &got, &age));
+  EXPECT_EQ(got.size, 10u);
+  EXPECT_EQ(age, 200u);
+  EXPECT_FALSE(inodes_.recent(f, 1500, 500, &got, &age)) << "as old as the timeout";
+  posix::Attr older = a;
+  older.size = 5;
+  inodes_.seen({6, 6}, older, 900);  // asked for before the one kept: dropped
+  ASSERT_TRUE(inodes_.recent(f, 1200, 500, &got, &age));
+  EXPECT_EQ(got.size, 10u);
+  posix::Attr changed = a;
+  changed.size = 20;
+  changed.ctime_ns = 50;  // a change older than what is kept
+  inodes_.changed(changed, 1300);
+  ASSERT_TRUE(inodes_.recent(f, 1300, 500, &got, &age));
+  EXPECT_EQ(got.size, 10u);
+  changed.ctime_ns = 200;
+  inodes_.changed(changed, 1300);
+  ASSERT_TRUE(inodes_.recent(f, 1300, 500, &got, &age));
+  EXPECT_EQ(got.size, 20u);
+  inodes_.stale({6, 6});
+  EXPECT_FALSE(inodes_.recent(f, 1300, 500, &got, &age));
+  inodes_.seen({6, 6}, a, 1400);
+  inodes_.stale_all();
+  EXPECT_FALSE(inodes_.recent(f, 1400, 500, &got, &age));
+  inodes_.seen({7, 7}, a, 1400);  // never handed to the kernel: nothing kept
+  EXPECT_EQ(inodes_.size(), 2u);
+}
+
+TEST_F(InodesTest, OpenFilesWritesAndKnownMissingXattrs) {
+  Ino f = inodes_.remember({8, 8}), g = inodes_.remember({9, 9});
+  std::vector<ObjectId> open;
+  ASSERT_TRUE(inodes_.open_files(4, &open));
+  EXPECT_TRUE(open.empty());
+  inodes_.opened(f, 1);
+  inodes_.opened(g, 1);
+  ASSERT_TRUE(inodes_.open_files(4, &open));
+  EXPECT_EQ(open.size(), 2u);
+  EXPECT_FALSE(inodes_.open_files(1, &open)) << "more open than the caller can name";
+  inodes_.opened(g, -1);
+  ASSERT_TRUE(inodes_.open_files(1, &open));
+  EXPECT_EQ(open, (std::vector<ObjectId>{{8, 8}}));
+
+  uint64_t w = inodes_.writes(f);
+  inodes_.written({8, 8});
+  EXPECT_EQ(inodes_.writes(f), w + 1);
+
+  EXPECT_FALSE(inodes_.no_xattrs(f, 100, 50));
+  inodes_.created({8, 8}, 100);
+  EXPECT_TRUE(inodes_.no_xattrs(f, 120, 50));
+  EXPECT_FALSE(inodes_.no_xattrs(f, 150, 50)) << "known only for the attribute timeout";
+  inodes_.created({8, 8}, 200);
+  inodes_.xattrs_changed({8, 8});
+  EXPECT_FALSE(inodes_.no_xattrs(f, 210, 50));
+}
+
 }  // namespace
 }  // namespace rfos::fuse
