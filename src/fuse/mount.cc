@@ -487,9 +487,12 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
   }
   fs->wait_writes(h->oid);
   if (h->data && fs->writes(h->ino) == h->writes_at_open) {  // the small file as the open read it
+    // A copy: once the kernel has the reply it may release the file, and another thread delete the handle,
+    // before this call returns.
     const std::string& d = *h->data;
     size_t at = std::min<size_t>(static_cast<size_t>(off), d.size());
-    fuse_reply_buf(req, d.data() + at, std::min(size, d.size() - at));
+    std::string piece = d.substr(at, std::min(size, d.size() - at));
+    fuse_reply_buf(req, piece.data(), piece.size());
     return;
   }
   if (static_cast<uint64_t>(off) + size > known) {  // past what we knew: another client may have grown it
