@@ -47,7 +47,10 @@ struct FileHandle {
 struct DirHandle {
   ObjectId oid;
   std::mutex mu;
-  std::vector<posix::DirEntry> entries;  // fetched so far: offsets index into it, so they stay stable
+  // Fetched so far, with the inodes' attributes where the directory's target had them (and when the page
+  // was asked for): offsets index into it, so they stay stable.
+  std::vector<posix::DirPlusEntry> entries;
+  std::vector<uint64_t> fetched_at;
   std::string anchor;
   bool done = false;
 };
@@ -235,6 +238,13 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   conn->max_write = 1u << 20;
   conn->max_readahead = fs->options().readahead_bytes;
   if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
+  // readdirplus on every page of a listing, not only the first (the kernel's "auto" mode falls back to plain
+  // readdir once its cached attributes spare it the lookups, and then looks up every later name): a page costs
+  // one round trip either way, and with the attributes scandir+stat and `ls -l` cost no lookup per name.
+  if (conn->capable & FUSE_CAP_READDIRPLUS) {
+    conn->want |= FUSE_CAP_READDIRPLUS;
+    conn->want &= ~static_cast<unsigned>(FUSE_CAP_READDIRPLUS_AUTO);
+  }
   // Off by default: other clients must see a write once it returned. With it, the kernel gathers buffered
   // writes and sends them in parallel, and they reach the store at the latest on fsync and close.
   if (fs->options().writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
@@ -589,37 +599,80 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 // Offsets: 1 after ".", 2 after "..", 3 + i after entry i of the handle's list, which only grows, so an
-// offset means the same entry for the life of the handle (seekdir/telldir hold).
-void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+// offset means the same entry for the life of the handle (seekdir/telldir hold). `plus` (readdirplus): each
+// entry with its attributes, so `ls -l` and scandir+stat cost no lookup per name; the kernel then holds a
+// lookup of each such entry (remembered here), none of "." and "..", nor of an entry without attributes.
+void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
   auto* d = reinterpret_cast<DirHandle*>(fi->fh);
   Fs* fs = fs_of(req);
   std::lock_guard lock(d->mu);
   std::vector<char> buf(size);
   size_t used = 0;
-  auto add = [&](const char* name, uint32_t mode, fuse_ino_t e_ino, off_t next) {
-    struct stat st {};
-    st.st_ino = e_ino;
-    st.st_mode = mode;
-    size_t need = fuse_add_direntry(req, buf.data() + used, size - used, name, &st, next);
+  std::vector<fuse_ino_t> handed;  // lookups this reply hands the kernel: taken back if it does not arrive
+  auto reply = [&] {
+    if (fuse_reply_buf(req, buf.data(), used) != 0)
+      for (fuse_ino_t h : handed) fs->forget(h, 1);
+  };
+  auto add = [&](const char* name, uint32_t mode, fuse_ino_t e_ino, off_t next, const posix::Attr* a, uint64_t at) {
+    if (!plus) {
+      struct stat st {};
+      st.st_ino = e_ino;
+      st.st_mode = mode;
+      size_t need = fuse_add_direntry(req, buf.data() + used, size - used, name, &st, next);
+      if (need > size - used) return false;
+      used += need;
+      return true;
+    }
+    size_t need = fuse_add_direntry_plus(req, nullptr, 0, name, nullptr, 0);
     if (need > size - used) return false;
-    used += need;
+    fuse_entry_param e{};
+    e.attr.st_ino = e_ino;
+    e.attr.st_mode = mode;
+    if (a) {
+      e.ino = fs->remember(a->oid);
+      handed.push_back(e.ino);
+      fs->seen(*a, at);
+      e.attr = fs->to_stat(*a, e.ino);
+      e.attr_timeout = fs->options().attr_timeout_s;
+      e.entry_timeout = fs->options().entry_timeout_s;
+    }
+    used += fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e, next);
     return true;
   };
-  if (off == 0 && !add(".", S_IFDIR, ino, 1)) return (void)fuse_reply_buf(req, buf.data(), used);
-  if (off <= 1 && !add("..", S_IFDIR, ino, 2)) return (void)fuse_reply_buf(req, buf.data(), used);
+  if (off == 0 && !add(".", S_IFDIR, ino, 1, nullptr, 0)) return reply();
+  if (off <= 1 && !add("..", S_IFDIR, ino, 2, nullptr, 0)) return reply();
   for (size_t i = off > 2 ? static_cast<size_t>(off - 2) : 0;; ++i) {
     while (i >= d->entries.size() && !d->done) {
-      auto page = fs->ns().readdir(d->oid, d->anchor, 256);
+      uint64_t at = Fs::now_ns();
+      auto page = fs->ns().readdir_plus(d->oid, d->anchor, posix::kMaxPageEntries);
       if (!page.is_ok()) return reply_status(req, page.status());
       std::move(page->entries.begin(), page->entries.end(), std::back_inserter(d->entries));
+      d->fetched_at.resize(d->entries.size(), at);
       d->anchor = std::move(page->anchor);
       d->done = page->done;
     }
     if (i >= d->entries.size()) break;
-    const posix::DirEntry& e = d->entries[i];
-    if (!add(e.name.c_str(), e.type, fs->ino_hint(e.oid), static_cast<off_t>(i + 3))) break;
+    posix::DirPlusEntry& e = d->entries[i];
+    uint64_t at = d->fetched_at[i];
+    if (plus && e.has_attr && fs->wait_writes(e.entry.oid)) {  // its size, with this mount's writes landed
+      at = Fs::now_ns();
+      auto fresh = fs->ns().getattr(e.entry.oid);
+      e.has_attr = fresh.is_ok();
+      if (fresh.is_ok()) e.attr = *fresh;
+    }
+    if (!add(e.entry.name.c_str(), e.entry.type, fs->ino_hint(e.entry.oid), static_cast<off_t>(i + 3),
+             plus && e.has_attr ? &e.attr : nullptr, at))
+      break;
   }
-  fuse_reply_buf(req, buf.data(), used);
+  reply();
+}
+
+void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  read_directory(req, ino, size, off, fi, false);
+}
+
+void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  read_directory(req, ino, size, off, fi, true);
 }
 
 void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
@@ -846,6 +899,7 @@ Status run_mount(posix::Namespace& ns, const MountOptions& given) {
   ops.release = op_release;
   ops.opendir = op_opendir;
   ops.readdir = op_readdir;
+  ops.readdirplus = op_readdirplus;
   ops.releasedir = op_releasedir;
   ops.statfs = op_statfs;
   ops.setxattr = op_setxattr;

@@ -17,6 +17,7 @@ constexpr uint8_t kRequestVersion = 1;
 constexpr uint8_t kReplyVersion = 1;
 constexpr size_t kMaxGroups = 1024;
 constexpr size_t kMaxHints = 8;
+constexpr size_t kMaxReplyData = 1u << 20;  // a small file's bytes, or a directory page
 
 void put_oid(std::string* s, const ObjectId& o) {
   put_le<uint64_t>(s, o.hi);
@@ -60,6 +61,44 @@ bool get_attr(ByteReader& r, Attr* a) {
 Status bad(const std::string& what) { return error(StatusCode::kInvalidArgument, "namespace request: " + what); }
 
 }  // namespace
+
+std::string encode_dir_page(const DirPlusPage& p) {
+  std::string s;
+  put_le<uint8_t>(&s, kReplyVersion);
+  put_le<uint8_t>(&s, p.done ? 1 : 0);
+  put_bytes(&s, p.anchor);
+  put_le<uint32_t>(&s, static_cast<uint32_t>(p.entries.size()));
+  for (const DirPlusEntry& e : p.entries) {
+    put_bytes(&s, e.entry.name);
+    put_le<uint32_t>(&s, e.entry.type);
+    put_oid(&s, e.entry.oid);
+    put_le<uint8_t>(&s, (e.has_attr ? 1 : 0) | (e.size_final ? 2 : 0));
+    if (e.has_attr) put_attr(&s, e.attr);
+  }
+  return s;
+}
+
+Result<DirPlusPage> decode_dir_page(std::string_view in) {
+  ByteReader r(in);
+  DirPlusPage p;
+  uint8_t version = 0, done = 0;
+  uint32_t n = 0;
+  if (!r.get_le(&version) || version != kReplyVersion || !r.get_le(&done) || done > 1 ||
+      !get_bytes(r, &p.anchor, 2 * kMaxDirData) || !r.get_le(&n) || n > kMaxPageEntries)
+    return error(StatusCode::kInvalidArgument, "directory page is malformed");
+  p.done = done;
+  p.entries.resize(n);
+  for (DirPlusEntry& e : p.entries) {
+    uint8_t bits = 0;
+    if (!get_bytes(r, &e.entry.name, kNameMax) || !r.get_le(&e.entry.type) || !get_oid(r, &e.entry.oid) ||
+        !r.get_le(&bits) || bits > 3 || ((bits & 1) && !get_attr(r, &e.attr)))
+      return error(StatusCode::kInvalidArgument, "directory page is malformed");
+    e.has_attr = bits & 1;
+    e.size_final = bits & 2;
+  }
+  if (r.remaining() != 0) return error(StatusCode::kInvalidArgument, "directory page is malformed");
+  return p;
+}
 
 std::string encode_dir_request(const DirRequest& q) {
   std::string s;
@@ -173,7 +212,7 @@ Result<DirReply> decode_dir_reply(std::string_view in) {
   uint8_t version = 0, done = 0;
   if (!r.get_le(&version) || version != kReplyVersion || !get_attr(r, &out.attr) || !r.get_le(&out.floor) ||
       !get_oid(r, &out.other) || !r.get_le(&out.other_type) || !r.get_le(&done) || done > 31 ||
-      !get_oid(r, &out.need) || ((done & 4) && !get_bytes(r, &out.data, kMaxDirData)) ||
+      !get_oid(r, &out.need) || ((done & 4) && !get_bytes(r, &out.data, kMaxReplyData)) ||
       ((done & 16) && !get_attr(r, &out.dir)) || r.remaining() != 0)
     return error(StatusCode::kInvalidArgument, "namespace reply is malformed");
   out.inode_done = done & 1;
@@ -297,7 +336,10 @@ class Op {
     if (S_ISDIR(a.mode)) {
       a.size = 4096;
     } else if (S_ISREG(a.mode)) {
-      RFOS_ASSIGN_OR_RETURN(uint64_t end, store_.data_end(a.oid));
+      // All of the data in the first chunk: one look there, instead of a walk over the object's chunks.
+      auto end_of =
+          (a.flags & kSpans) || !store_.owns(a.oid, chunk_key(0)) ? &DirStore::data_end : &DirStore::first_chunk_end;
+      RFOS_ASSIGN_OR_RETURN(uint64_t end, (store_.*end_of)(a.oid));
       a.size = std::max(floor, end);
       *final = !(a.flags & kSpans);
     }
@@ -634,6 +676,44 @@ Result<DirReply> getattr(Op& op) {
   return r;
 }
 
+// Entries with their inodes where those live here: `ls -l` and scandir+stat cost one request per page.
+Result<DirReply> readdir(Op& op) {
+  const DirRequest& q = op.q_;
+  if (!op.local(q.dir)) return error(StatusCode::kInvalidArgument, "the directory is not on this target");
+  uint64_t floor = 0;
+  RFOS_ASSIGN_OR_RETURN(Attr d, op.inode(q.dir, &floor));
+  if (!S_ISDIR(d.mode)) return error(StatusCode::kNotDirectory, "not a directory");
+  DirPlusPage page;
+  page.anchor = q.data;
+  size_t max = std::clamp<uint64_t>(q.offset, 1, kMaxPageEntries);
+  while (!page.done && page.entries.size() < max) {
+    std::string before = page.anchor;
+    RFOS_ASSIGN_OR_RETURN(auto keys, op.store_.list(q.dir, &page.anchor, max - page.entries.size(), &page.done));
+    for (auto& [name, value] : keys) {
+      if (name == kInodeDkey || name == kXattrDkey || value.empty()) continue;
+      auto e = decode_entry(name, value);
+      if (!e.is_ok()) continue;
+      DirPlusEntry pe;
+      pe.entry = std::move(e).value();
+      if (op.local(pe.entry.oid)) {
+        uint64_t f = 0;
+        auto a = op.inode(pe.entry.oid, &f);
+        if (a.is_ok()) {
+          pe.attr = *a;
+          RFOS_RETURN_IF_ERROR(op.size(pe.attr, f, &pe.size_final));
+          pe.has_attr = true;
+        }
+      }
+      page.entries.push_back(std::move(pe));
+    }
+    if (!page.done && page.anchor == before) return error(StatusCode::kInternal, "listing made no progress");
+  }
+  DirReply r;
+  r.has_data = true;
+  r.data = encode_dir_page(page);
+  return r;
+}
+
 Result<DirReply> run(Op& op) {
   const DirRequest& q = op.q_;
   switch (q.op) {
@@ -655,6 +735,8 @@ Result<DirReply> run(Op& op) {
       return getattr(op);
     case DirOp::kWrite:
       return write(op);
+    case DirOp::kReadDir:
+      return readdir(op);
   }
   return error(StatusCode::kInvalidArgument, "unknown namespace operation");
 }

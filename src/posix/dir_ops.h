@@ -24,19 +24,22 @@
 namespace rfos::posix {
 
 enum class DirOp : uint8_t {
-  kCreate = 1,   // dir/name: a new inode `oid` (written here when inode_here), mode, rdev, chunk, data
-  kRemove = 2,   // dir/name: unlink, or rmdir with kRemoveDir
-  kRename = 3,   // dir/name -> dir2/name2, flags kRenameNoReplace / kRenameExchange; both directories here
-  kLink = 4,     // dir/name: another name for inode `oid`
-  kSetattr = 5,  // inode `oid`, as `set` says
-  kPurge = 6,    // inode `oid`, if no name links it any more: its object's keys on this target
-  kWrite = 9,    // `data` into file `oid` at `offset`, inside its first chunk (here), and mtime and ctime moved
+  kCreate = 1,    // dir/name: a new inode `oid` (written here when inode_here), mode, rdev, chunk, data
+  kRemove = 2,    // dir/name: unlink, or rmdir with kRemoveDir
+  kRename = 3,    // dir/name -> dir2/name2, flags kRenameNoReplace / kRenameExchange; both directories here
+  kLink = 4,      // dir/name: another name for inode `oid`
+  kSetattr = 5,   // inode `oid`, as `set` says
+  kPurge = 6,     // inode `oid`, if no name links it any more: its object's keys on this target
+  kWrite = 9,     // `data` into file `oid` at `offset`, inside its first chunk (here), and mtime and ctime moved
+  kReadDir = 10,  // a page of directory `dir` from anchor `data`, up to `offset` entries, each with its inode when
+                  // it lives here (readdirplus); the reply's data is an encoded DirPlusPage
   // Reads (wire kNamespaceRead: no batch, a read-only session may ask):
   kLookup = 7,   // dir/name: the entry, and its inode when it lives here
   kGetattr = 8,  // inode `oid`; with kWithData, a small file's bytes too (all of it, up to kMaxDirData)
 };
-inline constexpr uint8_t kMaxDirOp = 9;
-constexpr bool is_read(DirOp op) { return op == DirOp::kLookup || op == DirOp::kGetattr; }
+inline constexpr uint8_t kMaxDirOp = 10;
+constexpr bool is_read(DirOp op) { return op == DirOp::kLookup || op == DirOp::kGetattr || op == DirOp::kReadDir; }
+inline constexpr size_t kMaxPageEntries = 256;  // kReadDir
 
 inline constexpr unsigned kRenameNoReplace = 1;  // RENAME_NOREPLACE
 inline constexpr unsigned kRenameExchange = 2;   // RENAME_EXCHANGE
@@ -100,6 +103,21 @@ struct DirReply {
   std::string data;
 };
 
+// A page of a directory with the attributes of the entries whose inodes live on its target (kReadDir).
+struct DirPlusEntry {
+  DirEntry entry;
+  bool has_attr = false;
+  bool size_final = true;  // as DirReply::size_final
+  Attr attr;
+};
+struct DirPlusPage {
+  std::vector<DirPlusEntry> entries;
+  std::string anchor;  // pass back to continue
+  bool done = false;
+};
+std::string encode_dir_page(const DirPlusPage& p);
+Result<DirPlusPage> decode_dir_page(std::string_view in);  // kInvalidArgument when malformed (fuzzed)
+
 std::string encode_dir_request(const DirRequest& q);
 // kInvalidArgument for anything malformed (bytes from a client: fuzzed).
 Result<DirRequest> decode_dir_request(std::string_view in);
@@ -129,8 +147,14 @@ class DirStore {
   virtual Result<bool> has_entries(const ObjectId& dir) = 0;
   // The end of a file's data on this target (0: none here).
   virtual Result<uint64_t> data_end(const ObjectId& oid) = 0;
+  // The end of a file's data in its first chunk (0: none): its size when nothing lies beyond (not kSpans).
+  virtual Result<uint64_t> first_chunk_end(const ObjectId& oid) = 0;
   // `len` bytes of a file's first chunk from offset 0 (holes as zeros).
   virtual Result<std::string> read_data(const ObjectId& oid, uint64_t len) = 0;
+  // Up to `max` dkeys of `dir` after `anchor` ("" to start), each with its value under akey "e" ("" where
+  // none); *anchor moves on, *done at the end.
+  virtual Result<std::vector<std::pair<std::string, std::string>>> list(const ObjectId& dir, std::string* anchor,
+                                                                        size_t max, bool* done) = 0;
   virtual Status apply(const std::vector<Change>& changes, bool durable) = 0;
 };
 

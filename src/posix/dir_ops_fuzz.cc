@@ -32,6 +32,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     store.mkdir({0, 4}, 0755, 1000);
     (void)execute(*q, store, 1);
   }
+  auto page = decode_dir_page(in);
+  if (page.is_ok()) {
+    ++rfos_fuzz_accepted;
+    if (encode_dir_page(*page) != in) std::abort();
+  }
   auto r = decode_dir_reply(in);
   if (r.is_ok()) {
     ++rfos_fuzz_accepted;
@@ -97,4 +102,13 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void*, const char*, const uint8_t*,
   put("lookup", encode_dir_request(q));
   q.op = DirOp::kPurge;
   put("purge", encode_dir_request(q));
+  q.op = DirOp::kReadDir;
+  q.data = "anchor";
+  q.offset = 100;
+  put("readdir", encode_dir_request(q));
+  DirPlusPage p;
+  p.anchor = "b";
+  p.entries.push_back({{"a", {0, 9}, S_IFREG}, true, true, {}});
+  p.entries.push_back({{"b", {5, 9}, S_IFDIR}, false, true, {}});
+  put("page", encode_dir_page(p));
 }

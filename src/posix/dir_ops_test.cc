@@ -273,6 +273,46 @@ TEST_F(DirOpsTest, RemoveMayPurgeWhatNobodyHasOpen) {
   EXPECT_EQ(*store_.data_end({7, 2}), 4u);
 }
 
+// A directory page with the attributes of the inodes held here, resumed from its anchor.
+TEST_F(DirOpsTest, ReadDirPagesCarryTheAttributes) {
+  store_.here = [](const ObjectId& oid, std::string_view) { return oid.hi != 5; };
+  for (int i = 0; i < 5; ++i) {
+    DirRequest q = create_req("f" + std::to_string(i), {7, uint64_t(i)}, S_IFREG | 0644);
+    q.data = std::string(10 + i, 'x');
+    ASSERT_TRUE(execute(q, store_, 1).is_ok());
+  }
+  store_.values[{kDir, "remote", std::string(kEntryAkey)}] = encode_entry({5, 5}, S_IFREG);  // an old layout's
+  DirRequest q;
+  q.op = DirOp::kReadDir;
+  q.dir = kDir;
+  q.offset = 4;
+  std::vector<DirPlusEntry> all;
+  for (int pages = 0; pages < 10; ++pages) {
+    auto r = execute(q, store_, 2);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    auto page = decode_dir_page(r->data);
+    ASSERT_TRUE(page.is_ok());
+    EXPECT_LE(page->entries.size(), 4u);
+    all.insert(all.end(), page->entries.begin(), page->entries.end());
+    if (page->done) break;
+    q.data = page->anchor;
+  }
+  ASSERT_EQ(all.size(), 6u);
+  for (const DirPlusEntry& e : all) {
+    if (e.entry.name == "remote") {
+      EXPECT_FALSE(e.has_attr);
+      continue;
+    }
+    ASSERT_TRUE(e.has_attr) << e.entry.name;
+    EXPECT_EQ(e.attr.oid, e.entry.oid);
+    EXPECT_EQ(e.attr.size, 10u + (e.entry.name[1] - '0'));
+    EXPECT_TRUE(e.size_final);
+  }
+  q.dir = {7, 1};  // a file
+  q.data.clear();
+  EXPECT_EQ(execute(q, store_, 3).status().code(), StatusCode::kNotDirectory);
+}
+
 TEST_F(DirOpsTest, AFailedBatchAnswersItsError) {
   store_.fail_apply = error(StatusCode::kNoSpace, "full");
   EXPECT_EQ(execute(create_req("a", {7, 1}, S_IFREG | 0644), store_, 1).status().code(), StatusCode::kNoSpace);
@@ -302,6 +342,17 @@ TEST(DirOpsCodec, RequestsAndRepliesRoundTrip) {
   r.inode_done = false;
   auto rb = decode_dir_reply(encode_dir_reply(r));
   ASSERT_TRUE(rb.is_ok());
+  DirPlusPage page;
+  page.anchor = "f9";
+  page.entries.push_back({{"f9", {7, 9}, S_IFREG}, true, false, {}});
+  page.entries.back().attr.size = 123;
+  auto pb = decode_dir_page(encode_dir_page(page));
+  ASSERT_TRUE(pb.is_ok());
+  EXPECT_EQ(pb->entries.size(), 1u);
+  EXPECT_EQ(pb->entries[0].attr.size, 123u);
+  EXPECT_FALSE(pb->entries[0].size_final);
+  std::string pbytes = encode_dir_page(page);
+  EXPECT_FALSE(decode_dir_page(pbytes.substr(0, pbytes.size() - 1)).is_ok());
   EXPECT_EQ(rb->attr.nlink, 3u);
   EXPECT_EQ(rb->need, (ObjectId{1, 1}));
   EXPECT_FALSE(rb->inode_done);

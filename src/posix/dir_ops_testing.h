@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -40,10 +41,29 @@ class MemStore final : public DirStore {
       if (std::get<0>(k) == oid && std::get<2>(k) == client::layout::kDataAkey) end = std::max<uint64_t>(end, v.size());
     return end;
   }
+  Result<uint64_t> first_chunk_end(const ObjectId& oid) override {
+    auto it = values.find({oid, client::layout::chunk_key(0), std::string(client::layout::kDataAkey)});
+    return it == values.end() ? uint64_t{0} : uint64_t{it->second.size()};
+  }
   Result<std::string> read_data(const ObjectId& oid, uint64_t len) override {
     std::string out(len, '\0');
     auto it = values.find({oid, client::layout::chunk_key(0), std::string(client::layout::kDataAkey)});
     if (it != values.end()) out.replace(0, std::min<size_t>(len, it->second.size()), it->second.substr(0, len));
+    return out;
+  }
+  Result<std::vector<std::pair<std::string, std::string>>> list(const ObjectId& dir, std::string* anchor, size_t max,
+                                                                bool* done) override {
+    std::vector<std::pair<std::string, std::string>> out;
+    std::set<std::string> dkeys;  // in key order, after the anchor
+    for (const auto& [k, v] : values)
+      if (std::get<0>(k) == dir && std::get<1>(k) > *anchor) dkeys.insert(std::get<1>(k));
+    for (const std::string& d : dkeys) {
+      if (out.size() == max) break;
+      auto it = values.find({dir, d, std::string(kEntryAkey)});
+      out.emplace_back(d, it == values.end() ? std::string() : it->second);
+    }
+    *done = out.size() == dkeys.size();
+    if (!out.empty()) *anchor = out.back().first;
     return out;
   }
   Status apply(const std::vector<Change>& changes, bool durable) override {

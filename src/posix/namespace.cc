@@ -902,6 +902,19 @@ Result<Attr> Namespace::touch_written(const ObjectId& oid) {
   return r.attr;
 }
 
+Result<DirPlusPage> Namespace::readdir_plus(const ObjectId& dir, const std::string& anchor, size_t max) {
+  if (anchor.size() > kMaxDirData) return fail(StatusCode::kInvalidArgument, "anchor too long");
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  DirRequest q = request(DirOp::kReadDir, {}, dir);
+  q.data = anchor;
+  q.offset = std::min(max, kMaxPageEntries);
+  RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(dir), dir));
+  RFOS_ASSIGN_OR_RETURN(DirPlusPage page, decode_dir_page(r.data));
+  for (DirPlusEntry& e : page.entries)
+    if (e.has_attr && !e.size_final) RFOS_RETURN_IF_ERROR(impl_->complete_size(c, e.attr));
+  return page;
+}
+
 Result<DirPage> Namespace::readdir(const ObjectId& dir, const std::string& anchor, size_t max) {
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   DirPage out;

@@ -139,6 +139,9 @@ class Namespace {
   // Directory listing in the engine's key order, a page at a time; stable under concurrent changes (an entry present
   // throughout appears exactly once; the anchor is the last name returned).
   Result<DirPage> readdir(const ObjectId& dir, const std::string& anchor, size_t max);
+  // The same with each entry's attributes where its inode lives with the directory (every inode made here
+  // does): one round trip per page, for readdirplus. Up to kMaxPageEntries a page.
+  Result<DirPlusPage> readdir_plus(const ObjectId& dir, const std::string& anchor, size_t max);
 
   // The xattr `user.rfos.chunk_size` (decimal bytes) reads and, on an empty regular file, sets its chunk size.
   Status setxattr(const ObjectId& oid, std::string_view name, std::string_view value, int flags, const Cred& cred);

@@ -108,6 +108,27 @@ TEST_F(Ns, SizesSeenFromAnotherClient) {
   ASSERT_TRUE(b->write_file(*g, src).is_ok());
   EXPECT_EQ(a->lookup(a->root(), "big", root_)->size, big.size());
   ASSERT_TRUE(a->sync().is_ok());
+  // readdirplus: every entry with its attributes, sizes over every target where the data spans them; pages of
+  // at most kMaxPageEntries, resumed from their anchors.
+  for (int i = 0; i < 300; ++i)
+    ASSERT_TRUE(a->mknod(a->root(), "e" + std::to_string(i), S_IFREG | 0600, 0, root_).is_ok());
+  std::map<std::string, uint64_t> sizes;
+  std::string anchor;
+  for (bool done = false; !done;) {
+    auto page = b->readdir_plus(b->root(), anchor, 1000);
+    ASSERT_TRUE(page.is_ok()) << page.status().to_string();
+    EXPECT_LE(page->entries.size(), kMaxPageEntries);
+    for (const DirPlusEntry& e : page->entries) {
+      ASSERT_TRUE(e.has_attr) << e.entry.name;
+      EXPECT_TRUE(sizes.emplace(e.entry.name, e.attr.size).second) << e.entry.name << " listed twice";
+    }
+    anchor = page->anchor;
+    done = page->done;
+  }
+  EXPECT_EQ(sizes.size(), 302u);
+  EXPECT_EQ(sizes["small"], 8u * 4096 + 11);
+  EXPECT_EQ(sizes["big"], big.size());
+  EXPECT_EQ(sizes["e7"], 0u);
 }
 
 TEST_F(Ns, TruncateMovesTheSizeAndDropsWhatLiesBeyond) {

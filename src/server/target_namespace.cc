@@ -43,6 +43,13 @@ class EngineDirStore final : public posix::DirStore {
     return target_->object_end(cid_, oid, std::string(client::layout::kDataAkey), engine::kEpochLatest);
   }
 
+  Result<uint64_t> first_chunk_end(const ObjectId& oid) override {
+    std::string chunk0 = client::layout::chunk_key(0);
+    auto size = engine_->array_size({cid_, oid, chunk0, client::layout::kDataAkey}, engine::kEpochLatest);
+    if (size.status().code() == StatusCode::kNotFound) return uint64_t{0};
+    return size;
+  }
+
   Result<std::string> read_data(const ObjectId& oid, uint64_t len) override {
     if (len == 0) return std::string();
     std::string chunk0 = client::layout::chunk_key(0);
@@ -50,6 +57,24 @@ class EngineDirStore final : public posix::DirStore {
         {{cid_, oid, chunk0, client::layout::kDataAkey}, engine::kEpochLatest, engine::ValueKind::kArray, 0, len});
     if (got.status().code() == StatusCode::kNotFound) return std::string(len, '\0');  // all a hole
     return got;
+  }
+
+  Result<std::vector<std::pair<std::string, std::string>>> list(const ObjectId& dir, std::string* anchor, size_t max,
+                                                                bool* done) override {
+    engine::Anchor a;
+    a.position = *anchor;
+    auto keys = engine_->list_dkeys(cid_, dir, engine::kEpochLatest, &a, max);
+    std::vector<std::pair<std::string, std::string>> out;
+    if (!keys.is_ok() && keys.status().code() != StatusCode::kNotFound) return keys.status();
+    if (keys.is_ok()) {
+      for (std::string& k : *keys) {
+        auto v = engine_->fetch({{cid_, dir, k, posix::kEntryAkey}, engine::kEpochLatest, engine::ValueKind::kSingle});
+        out.emplace_back(std::move(k), v.is_ok() ? std::move(v).value() : std::string());
+      }
+    }
+    *anchor = a.position;
+    *done = !keys.is_ok() || a.done;
+    return out;
   }
 
   Status apply(const std::vector<posix::Change>& changes, bool durable) override {
