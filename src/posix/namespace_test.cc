@@ -402,7 +402,9 @@ TEST_F(NsPowerCut, SyncedOperationsSurviveAndTheTreeIsAPrefix) {
       ASSERT_TRUE(gone.is_ok()) << gone.status().to_string();
       cur.erase(victim);
       states.push_back(cur);
-      if (gone->nlink == 0) ASSERT_TRUE(ns->forget(gone->oid).is_ok());
+      if (gone->nlink == 0) {
+        ASSERT_TRUE(ns->forget(gone->oid).is_ok());
+      }
     } else {
       ASSERT_TRUE(ns->sync().is_ok());
       synced = states.size() - 1;

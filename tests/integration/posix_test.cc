@@ -325,7 +325,9 @@ TEST_F(Posix, AcknowledgedOperationsSurviveAKillOfTheServer) {
     if (i % 5 == 0) {
       auto gone = ns_->unlink(d->oid, (i % 4 == 0 ? "r" : "f") + std::to_string(i), kRoot);
       ASSERT_TRUE(gone.is_ok());
-      if (gone->nlink == 0) ASSERT_TRUE(ns_->forget(gone->oid).is_ok());
+      if (gone->nlink == 0) {
+        ASSERT_TRUE(ns_->forget(gone->oid).is_ok());
+      }
     }
   }
   ns_.reset();
