@@ -320,8 +320,9 @@ TEST_F(Posix, AcknowledgedOperationsSurviveAKillOfTheServer) {
     ASSERT_TRUE(f.is_ok());
     std::string data = engine::testing::pattern(i, 100 + i * 50);
     ASSERT_TRUE(ns_->write(f->oid, 0, bytes(data)).is_ok());
-    if (i % 4 == 0)
+    if (i % 4 == 0) {
       ASSERT_TRUE(ns_->rename(d->oid, "f" + std::to_string(i), d->oid, "r" + std::to_string(i), 0, kRoot).is_ok());
+    }
     if (i % 5 == 0) {
       auto gone = ns_->unlink(d->oid, (i % 4 == 0 ? "r" : "f") + std::to_string(i), kRoot);
       ASSERT_TRUE(gone.is_ok());
