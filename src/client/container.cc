@@ -501,8 +501,7 @@ Result<uint64_t> Container::object_end(const ObjectId& oid, std::string_view ake
   return end;
 }
 
-Result<std::string> Container::namespace_op(uint32_t target, const ObjectId& oid, std::string_view request,
-                                            bool read) {
+Result<std::string> Container::namespace_op(uint32_t target, const ObjectId& oid, std::string_view request, bool read) {
   if (!read) RFOS_RETURN_IF_ERROR(impl_->writable());
   if (request.empty() || request.size() > wire::kMaxNamespaceBytes)
     return error(StatusCode::kInvalidArgument, "a namespace request is 1 B .. 64 KiB");

@@ -458,7 +458,10 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     }
     fs_of(req)->seen(*a, at);
   }
-  if (fi->flags & O_TRUNC) data.reset(), unchanged = false;
+  if (fi->flags & O_TRUNC) {  // the file was just cut: neither the bytes nor the pages of before are good
+    data.reset();
+    unchanged = false;
+  }
   open_file(req, ino, fi, *a, unchanged, std::move(data));
   if (fuse_reply_open(req, fi) != 0) {
     fs_of(req)->opened(ino, -1);

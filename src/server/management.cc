@@ -235,8 +235,8 @@ Status Management::open_store() {
   prune_sessions();
 
   for (uint32_t i = 0; i < targets_.size(); ++i) {
-    auto t = Target::start(i, static_cast<uint32_t>(targets_.size()), targets_[i].get(), config_, secret_,
-                           revocations_);
+    auto t =
+        Target::start(i, static_cast<uint32_t>(targets_.size()), targets_[i].get(), config_, secret_, revocations_);
     if (!t.is_ok()) return error(t.status().code(), "data plane (" + config_.provider + "): " + t.status().to_string());
     data_.push_back(std::move(t).value());
   }

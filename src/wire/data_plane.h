@@ -29,19 +29,19 @@ enum class Op : uint8_t {
   kArraySize = 3,  // reply length: the array's size
   kPunchDkey = 4,  // punches one dkey
   kPunchObject = 5,
-  kListObjects = 6,   // anchor: where to resume ("" to start); length: max objects. Reply payload: an ObjectPage
-  kListDkeys = 7,     // of oid on this target; length: max keys; akey: "" or the akey whose single values to
-                      // return with the keys. Reply payload: a KeyPage
-  kListAkeys = 8,     // of (oid, dkey); length: max keys. Reply payload: a KeyPage
-  kPunchAkey = 9,     // punches one (dkey, akey)
-  kObjectEnd = 10,    // of oid on this target: the size of the array `akey` under the greatest dkey (byte order)
-                      // holding one (reply length), 0 when none: a file's data end, by client/file_layout.h
-  kPunchExtent = 11,  // punches [offset, offset+length) of the array (dkey, akey): a hole, not counted in its size
-  kListExtents = 12,  // of the array (dkey, akey); length: max extents; anchor: where to resume. Reply payload:
-                      // an ExtentPage
-  kNamespace = 13,    // a POSIX namespace operation (posix/dir_ops.h) carried out here in one atomic commit;
-                      // payload (length bytes, up to kMaxNamespaceBytes): its DirRequest. Reply payload: a DirReply
-  kSync = 14,         // makes every write this target acknowledged durable (the lazy ones: kLazy)
+  kListObjects = 6,     // anchor: where to resume ("" to start); length: max objects. Reply payload: an ObjectPage
+  kListDkeys = 7,       // of oid on this target; length: max keys; akey: "" or the akey whose single values to
+                        // return with the keys. Reply payload: a KeyPage
+  kListAkeys = 8,       // of (oid, dkey); length: max keys. Reply payload: a KeyPage
+  kPunchAkey = 9,       // punches one (dkey, akey)
+  kObjectEnd = 10,      // of oid on this target: the size of the array `akey` under the greatest dkey (byte order)
+                        // holding one (reply length), 0 when none: a file's data end, by client/file_layout.h
+  kPunchExtent = 11,    // punches [offset, offset+length) of the array (dkey, akey): a hole, not counted in its size
+  kListExtents = 12,    // of the array (dkey, akey); length: max extents; anchor: where to resume. Reply payload:
+                        // an ExtentPage
+  kNamespace = 13,      // a POSIX namespace operation (posix/dir_ops.h) carried out here in one atomic commit;
+                        // payload (length bytes, up to kMaxNamespaceBytes): its DirRequest. Reply payload: a DirReply
+  kSync = 14,           // makes every write this target acknowledged durable (the lazy ones: kLazy)
   kNamespaceRead = 15,  // a namespace read (posix::is_read: lookup, getattr), as kNamespace but no write; any session
 };
 inline constexpr uint8_t kMaxOp = 15;
