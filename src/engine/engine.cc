@@ -570,6 +570,18 @@ void make_versioned_writer(Engine::Impl* impl, Writer* w, uint32_t cid, Epoch ep
   };
 }
 
+void marks_punches(Engine::Impl* impl, Writer* w, uint32_t cid) {
+  w->prepare = [impl, cid, w, check = std::move(w->prepare)] {
+    RFOS_RETURN_IF_ERROR(check());
+    ContState& c = impl->conts.at(cid);  // check() found it
+    if (!c.rec.has_punches) {
+      c.rec.has_punches = true;
+      w->puts.push_back({cont_key(c.pool, c.uuid), encode_cont(c.rec), false});
+    }
+    return Status::ok();
+  };
+}
+
 // Punches the level under `prefix`: refused with kNotFound when nothing there is visible at `epoch`.
 static Status punch_level(Engine::Impl* impl, uint32_t cid, std::string prefix, Version inherited, Epoch epoch,
                           const std::string& what) {
@@ -584,16 +596,7 @@ static Status punch_level(Engine::Impl* impl, uint32_t cid, std::string prefix, 
   append_version(&prefix, epoch, 0);
   w.puts.push_back({std::move(prefix), "", true});
   make_versioned_writer(impl, &w, cid, epoch);
-  // The container's first punch marks its record, in the same batch (ContRecord::has_punches).
-  w.prepare = [impl, cid, &w, check = std::move(w.prepare)] {
-    RFOS_RETURN_IF_ERROR(check());
-    ContState& c = impl->conts.at(cid);  // check() found it
-    if (!c.rec.has_punches) {
-      c.rec.has_punches = true;
-      w.puts.push_back({cont_key(c.pool, c.uuid), encode_cont(c.rec), false});
-    }
-    return Status::ok();
-  };
+  marks_punches(impl, &w, cid);
   return impl->commit(&w);
 }
 

@@ -179,6 +179,9 @@ Status validate_key(const KeyRef& key, bool need_akey);
 Status check_write_epoch(const ContState& c, Epoch epoch);
 // Sets w->prepare to re-check, in commit order, that the container exists and `epoch` is still writable.
 void make_versioned_writer(Engine::Impl* impl, Writer* w, uint32_t cid, Epoch epoch);
+// After make_versioned_writer, for a writer that punches: the container's first punch marks its record in the
+// same batch (ContRecord::has_punches), so reads know to look for punches.
+void marks_punches(Engine::Impl* impl, Writer* w, uint32_t cid);
 inline uint64_t align_down(uint64_t v, uint64_t a) { return v / a * a; }
 inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 inline bool starts_with(const rocksdb::Slice& s, const std::string& prefix) {

@@ -481,16 +481,7 @@ Status Engine::apply(uint32_t cont, Epoch epoch, std::span<const Mutation> mutat
   }
   make_versioned_writer(&im, &w, cont, epoch);
   w.lazy = lazy;
-  if (punches)  // the container's first punch marks its record, in the same batch (ContRecord::has_punches)
-    w.prepare = [&im, cont, &w, check = std::move(w.prepare)] {
-      RFOS_RETURN_IF_ERROR(check());
-      ContState& c = im.conts.at(cont);  // check() found it
-      if (!c.rec.has_punches) {
-        c.rec.has_punches = true;
-        w.puts.push_back({cont_key(c.pool, c.uuid), encode_cont(c.rec), false});
-      }
-      return Status::ok();
-    };
+  if (punches) marks_punches(&im, &w, cont);
   return im.commit(&w);
 }
 
