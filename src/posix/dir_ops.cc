@@ -242,15 +242,35 @@ class Op {
     return decode_inode(oid, *raw, floor);
   }
 
-  // A directory of this target the caller may change entries of.
-  Result<Attr> writable_dir(const ObjectId& dir, uint64_t* floor) {
+  // A directory of this target.
+  Result<Attr> directory(const ObjectId& dir, uint64_t* floor) {
     if (!store_.owns(dir, kInodeDkey))
       return error(StatusCode::kInvalidArgument, "the directory is not on this target");
     RFOS_ASSIGN_OR_RETURN(Attr d, inode(dir, floor));
     if (!S_ISDIR(d.mode)) return error(StatusCode::kNotDirectory, "not a directory");
+    return d;
+  }
+
+  // A directory of this target the caller may change entries of.
+  Result<Attr> writable_dir(const ObjectId& dir, uint64_t* floor) {
+    RFOS_ASSIGN_OR_RETURN(Attr d, directory(dir, floor));
     if (!permits(d, q_.cred, W_OK | X_OK))
       return error(StatusCode::kPermissionDenied, "no write and search permission on the directory");
     return d;
+  }
+
+  // kAlreadyExists when `name` is taken in `dir`.
+  Status name_free(const ObjectId& dir, const std::string& name) {
+    auto existing = entry(dir, name);
+    if (existing.is_ok()) return error(StatusCode::kAlreadyExists, "'" + name + "' exists");
+    return existing.status().code() == StatusCode::kNotFound ? Status::ok() : existing.status();
+  }
+
+  // The sticky bit of `dir` against the caller, for an entry whose inode `owner` owns.
+  Status sticky(const Attr& dir, uint32_t owner) const {
+    Attr victim;
+    victim.uid = owner;
+    return sticky_ok(dir, victim, q_.cred);
   }
 
   Result<DirEntry> entry(const ObjectId& dir, std::string_view name) {
@@ -359,9 +379,7 @@ Result<DirReply> create(Op& op) {
   RFOS_RETURN_IF_ERROR(check_name(q.name));
   uint64_t dfloor = 0;
   RFOS_ASSIGN_OR_RETURN(Attr d, op.writable_dir(q.dir, &dfloor));
-  auto existing = op.entry(q.dir, q.name);
-  if (existing.is_ok()) return error(StatusCode::kAlreadyExists, "'" + q.name + "' exists");
-  if (existing.status().code() != StatusCode::kNotFound) return existing.status();
+  RFOS_RETURN_IF_ERROR(op.name_free(q.dir, q.name));
   uint32_t type = q.mode & S_IFMT;
   if (type == 0 || (q.oid.hi == 0 && q.oid.lo == 0)) return error(StatusCode::kInvalidArgument, "no type or inode");
   DirReply r;
@@ -411,20 +429,21 @@ Result<DirReply> remove(Op& op) {
     return r;
   }
   if (k) {
-    Attr victim;
-    victim.uid = k->uid;
-    RFOS_RETURN_IF_ERROR(sticky_ok(d, victim, q.cred));
+    RFOS_RETURN_IF_ERROR(op.sticky(d, k->uid));
     if (is_dir && !k->empty) return error(StatusCode::kNotEmpty, "'" + q.name + "' is not empty");
   }
   op.punch(q.dir, q.name);
   op.dir_changed(d, dfloor, is_dir ? -1 : 0);
   r.inode_done = lost_inode || (k && k->local);
-  if (k && k->local) op.drop_link(*k, is_dir, &r.attr);
-  if (k && k->local && !is_dir && r.attr.nlink == 0 && (q.flags & kPurgeUnlinked) &&
-      std::find(q.keep.begin(), q.keep.end(), e.oid) == q.keep.end()) {
-    op.changes_.pop_back();  // drop_link's inode record: the whole object goes instead
-    op.changes_.push_back({Change::Kind::kPunchObject, e.oid, {}, {}, {}});
+  bool last_link = k && k->local && !is_dir && k->attr.nlink <= 1;
+  if (last_link && (q.flags & kPurgeUnlinked) && std::find(q.keep.begin(), q.keep.end(), e.oid) == q.keep.end()) {
+    op.changes_.push_back({Change::Kind::kPunchObject, e.oid, {}, {}, {}});  // the whole object, not a link less
+    r.attr = k->attr;
+    r.attr.nlink = 0;
+    r.attr.ctime_ns = op.now_;
     r.purged = true;
+  } else if (k && k->local) {
+    op.drop_link(*k, is_dir, &r.attr);
   }
   if (lost_inode) r.attr.oid = e.oid;
   // The client changes the inode next: this batch must not be lost while that change stays.
@@ -462,9 +481,7 @@ Result<DirReply> rename(Op& op) {
   if (!known_src.is_ok() && known_src.status().code() != StatusCode::kNotFound) return known_src.status();
   const Op::Known* ks = known_src.is_ok() && known_src->has_value() ? &**known_src : nullptr;
   if (ks) {
-    Attr v;
-    v.uid = ks->uid;
-    RFOS_RETURN_IF_ERROR(sticky_ok(sd, v, q.cred));
+    RFOS_RETURN_IF_ERROR(op.sticky(sd, ks->uid));
   } else if (known_src.is_ok() && (sd.mode & S_ISVTX)) {
     return need(se.oid);
   }
@@ -507,9 +524,7 @@ Result<DirReply> rename(Op& op) {
     auto kd = op.know(de->oid, replaced_dir);
     if (!kd.is_ok() && kd.status().code() != StatusCode::kNotFound) return kd.status();
     if (kd.is_ok() && kd->has_value()) {
-      Attr v;
-      v.uid = (*kd)->uid;
-      RFOS_RETURN_IF_ERROR(sticky_ok(dd, v, q.cred));
+      RFOS_RETURN_IF_ERROR(op.sticky(dd, (*kd)->uid));
       if (replaced_dir && !(*kd)->empty) return error(StatusCode::kNotEmpty, "'" + q.name2 + "' is not empty");
       replaced = **kd;
       replaced_known = true;
@@ -545,9 +560,7 @@ Result<DirReply> link(Op& op) {
   RFOS_RETURN_IF_ERROR(check_name(q.name));
   uint64_t dfloor = 0;
   RFOS_ASSIGN_OR_RETURN(Attr d, op.writable_dir(q.dir, &dfloor));
-  auto existing = op.entry(q.dir, q.name);
-  if (existing.is_ok()) return error(StatusCode::kAlreadyExists, "'" + q.name + "' exists");
-  if (existing.status().code() != StatusCode::kNotFound) return existing.status();
+  RFOS_RETURN_IF_ERROR(op.name_free(q.dir, q.name));
   DirReply r;
   uint32_t type = q.mode & S_IFMT;
   if (!q.inode_here) {  // the inode is here: it gains its link in this batch
@@ -641,11 +654,9 @@ Result<DirReply> purge(Op& op) {
 
 Result<DirReply> lookup(Op& op) {
   const DirRequest& q = op.q_;
-  if (!op.local(q.dir)) return error(StatusCode::kInvalidArgument, "the directory is not on this target");
   if (q.name.size() > kNameMax) return error(StatusCode::kNameTooLong, "a name is at most 255 bytes");
   uint64_t floor = 0;
-  RFOS_ASSIGN_OR_RETURN(Attr d, op.inode(q.dir, &floor));
-  if (!S_ISDIR(d.mode)) return error(StatusCode::kNotDirectory, "not a directory");
+  RFOS_ASSIGN_OR_RETURN(Attr d, op.directory(q.dir, &floor));
   if (!permits(d, q.cred, X_OK)) return error(StatusCode::kPermissionDenied, "no search permission on the directory");
   RFOS_ASSIGN_OR_RETURN(DirEntry e, op.entry(q.dir, q.name));
   DirReply r;
@@ -679,10 +690,8 @@ Result<DirReply> getattr(Op& op) {
 // Entries with their inodes where those live here: `ls -l` and scandir+stat cost one request per page.
 Result<DirReply> readdir(Op& op) {
   const DirRequest& q = op.q_;
-  if (!op.local(q.dir)) return error(StatusCode::kInvalidArgument, "the directory is not on this target");
   uint64_t floor = 0;
-  RFOS_ASSIGN_OR_RETURN(Attr d, op.inode(q.dir, &floor));
-  if (!S_ISDIR(d.mode)) return error(StatusCode::kNotDirectory, "not a directory");
+  RFOS_RETURN_IF_ERROR(op.directory(q.dir, &floor).status());
   DirPlusPage page;
   page.anchor = q.data;
   size_t max = std::clamp<uint64_t>(q.offset, 1, kMaxPageEntries);

@@ -150,34 +150,55 @@ class Namespace::Impl {
   Status purge(Lease& c, const ObjectId& oid) {
     DirRequest q = request(DirOp::kPurge);
     q.oid = oid;
-    uint32_t t = home(oid);
-    RFOS_ASSIGN_OR_RETURN(DirReply r, dir_op(c, q, t, oid));
-    if (!r.inode_done || targets == 1) return Status::ok();
+    RFOS_ASSIGN_OR_RETURN(DirReply r, dir_op(c, q, home(oid), oid));
+    if (!r.inode_done) return Status::ok();                                  // linked again
     if (r.attr.oid == oid && !(r.attr.flags & kSpans)) return Status::ok();  // all its data was at home
-    RFOS_ASSIGN_OR_RETURN(uint64_t end, c->object_end(oid, kDataAkey, t));
+    return drop_elsewhere(c, oid);
+  }
+
+  // A purged file's chunks on the targets other than its home, once the purge there is durable.
+  Status drop_elsewhere(Lease& c, const ObjectId& oid) {
+    if (targets == 1) return Status::ok();
+    RFOS_ASSIGN_OR_RETURN(uint64_t end, c->object_end(oid, kDataAkey, home(oid)));
     if (end == 0) return Status::ok();
     if (!durable) RFOS_RETURN_IF_ERROR(c->sync());
+    return punch_gone(c, oid);
+  }
+
+  // An object deleted everywhere; already gone is as good.
+  static Status punch_gone(Lease& c, const ObjectId& oid) {
     Status s = c->punch_object(oid);
     return s.code() == StatusCode::kNotFound ? Status::ok() : s;
+  }
+
+  // One link less on an inode that lives elsewhere than the name that went (a hard link's, a file moved in), at
+  // `now`; its attributes after. Done after the durable removal of the name.
+  Result<Attr> drop_remote_link(Lease& c, const ObjectId& oid) {
+    uint64_t now = wall_ns();
+    return update_inode(c, oid, [&](Attr& x, uint64_t&) {
+      if (x.nlink > 0) --x.nlink;
+      x.ctime_ns = now;
+      return Status::ok();
+    });
+  }
+
+  // An operation on inode q.oid, sent to its home target; a file's size completed over the other targets when
+  // the home target could not know it (kSpans).
+  Result<DirReply> inode_op(Lease& c, DirRequest q) {
+    ObjectId oid = q.oid;
+    RFOS_ASSIGN_OR_RETURN(DirReply r, dir_op(c, std::move(q), home(oid), oid));
+    if (!r.size_final) RFOS_RETURN_IF_ERROR(complete_size(c, r.attr));
+    return r;
   }
 
   // What a rename left of the inode it replaced: a name less. Done there when it lived on the same target (and
   // purged once unlinked, as the legacy path does); else here, after the durable rename.
   Status replaced(Lease& c, const DirReply& r) {
     if (r.other == ObjectId{}) return Status::ok();
-    if (S_ISDIR(r.other_type)) {
-      if (r.inode_done) return Status::ok();
-      Status s = c->punch_object(r.other);
-      return s.code() == StatusCode::kNotFound ? Status::ok() : s;
-    }
+    if (S_ISDIR(r.other_type)) return r.inode_done ? Status::ok() : punch_gone(c, r.other);
     uint32_t nlink = r.attr.nlink;
     if (!r.inode_done) {
-      uint64_t t = wall_ns();
-      auto left = update_inode(c, r.other, [&](Attr& x, uint64_t&) {
-        if (x.nlink > 0) --x.nlink;
-        x.ctime_ns = t;
-        return Status::ok();
-      });
+      auto left = drop_remote_link(c, r.other);
       if (!left.is_ok()) return left.status().code() == StatusCode::kNotFound ? Status::ok() : left.status();
       nlink = left->nlink;
     }
@@ -196,7 +217,7 @@ class Namespace::Impl {
     // Durable before the data it announces (which is durable on its own when large): no crash keeps data
     // elsewhere that the inode does not know of.
     q.durable = true;
-    RFOS_RETURN_IF_ERROR(dir_op(c, q, home(oid), oid).status());
+    RFOS_RETURN_IF_ERROR(dir_op(c, q, home(oid), oid).status());  // the size it answers is not wanted
     std::lock_guard lock(mu);
     if (spanning.size() > 65536) spanning.clear();
     spanning.insert(oid);
@@ -389,22 +410,14 @@ Result<std::unique_ptr<Namespace>> Namespace::open(SessionFactory open_session, 
 }
 
 // One read of the inode's home target, which knows the size of a file whose data all lies there (not kSpans).
-Result<Attr> Namespace::getattr(const ObjectId& oid) {
-  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  DirRequest q = request(DirOp::kGetattr);
-  q.oid = oid;
-  RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(oid), oid));
-  if (!r.size_final) RFOS_RETURN_IF_ERROR(impl_->complete_size(c, r.attr));
-  return r.attr;
-}
+Result<Attr> Namespace::getattr(const ObjectId& oid) { return getattr_with_data(oid, nullptr); }
 
 Result<Attr> Namespace::getattr_with_data(const ObjectId& oid, std::optional<std::string>* data) {
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   DirRequest q = request(DirOp::kGetattr);
   q.oid = oid;
-  q.flags = kWithData;
-  RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(oid), oid));
-  if (!r.size_final) RFOS_RETURN_IF_ERROR(impl_->complete_size(c, r.attr));
+  if (data) q.flags = kWithData;
+  RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->inode_op(c, q));
   if (r.has_data) *data = std::move(r.data);
   return r.attr;
 }
@@ -527,22 +540,12 @@ Result<Attr> Namespace::unlink(const ObjectId& dir, std::string_view name, const
   }
   RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(dir), dir));
   if (purged) *purged = r.purged;
-  if (r.purged && (r.attr.flags & kSpans) && impl_->targets > 1) {  // its chunks elsewhere, once that is durable
-    if (!impl_->durable) RFOS_RETURN_IF_ERROR(c->sync());
-    Status s = c->punch_object(r.other);
-    if (!s.is_ok() && s.code() != StatusCode::kNotFound) return s;
-  }
+  if (r.purged && (r.attr.flags & kSpans)) RFOS_RETURN_IF_ERROR(impl_->drop_elsewhere(c, r.other));
   if (r.inode_done) {
     r.attr.oid = r.other;
     return r.attr;
   }
-  // The inode is elsewhere (a hard link's, a file moved in): one link less there, after the durable removal.
-  uint64_t t = wall_ns();
-  auto a = impl_->update_inode(c, r.other, [&](Attr& x, uint64_t&) {
-    if (x.nlink > 0) --x.nlink;
-    x.ctime_ns = t;
-    return Status::ok();
-  });
+  auto a = impl_->drop_remote_link(c, r.other);  // the inode is elsewhere
   if (a.status().code() == StatusCode::kNotFound) {
     Attr gone;
     gone.oid = r.other;
@@ -567,9 +570,8 @@ Status Namespace::rmdir(const ObjectId& dir, std::string_view name, const Cred& 
   DirRequest q = request(DirOp::kRemove, cred, dir, name);
   q.flags = kRemoveDir;
   RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(dir), dir));
-  if (r.inode_done) return Status::ok();
-  Status s = c->punch_object(r.other);  // the directory's object elsewhere (the removal is durable by now)
-  return s.code() == StatusCode::kNotFound ? Status::ok() : s;
+  // The directory's object elsewhere (the removal is durable by now).
+  return r.inode_done ? Status::ok() : Impl::punch_gone(c, r.other);
 }
 
 Status Namespace::sync() {
@@ -713,8 +715,7 @@ Result<Attr> Namespace::setattr(const ObjectId& oid, const SetAttr& set, const C
   DirRequest q = request(DirOp::kSetattr, cred);
   q.oid = oid;
   q.set = set;
-  RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(oid), oid));
-  if (!set.set_size) RFOS_RETURN_IF_ERROR(impl_->complete_size(c, r.attr));
+  RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->inode_op(c, q));
   return r.attr;
 }
 
@@ -885,10 +886,9 @@ Result<std::optional<Attr>> Namespace::write_and_touch(const ObjectId& oid, uint
   q.oid = oid;
   q.offset = offset;
   q.data.assign(reinterpret_cast<const char*>(data.data()), data.size());
-  auto r = impl_->dir_op(c, q, impl_->home(oid), oid);
+  auto r = impl_->inode_op(c, q);
   if (r.status().code() == StatusCode::kInvalidArgument) return std::optional<Attr>();  // not one for here
   RFOS_RETURN_IF_ERROR(r.status());
-  if (!r->size_final) RFOS_RETURN_IF_ERROR(impl_->complete_size(c, r->attr));
   return std::optional<Attr>(r->attr);
 }
 
@@ -897,8 +897,7 @@ Result<Attr> Namespace::touch_written(const ObjectId& oid) {
   DirRequest q = request(DirOp::kSetattr);
   q.oid = oid;  // the writer had the file open for writing: root's credentials, as the kernel's own update
   q.set.touch = true;
-  RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->dir_op(c, q, impl_->home(oid), oid));
-  if (!r.size_final) RFOS_RETURN_IF_ERROR(impl_->complete_size(c, r.attr));
+  RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->inode_op(c, q));
   return r.attr;
 }
 
