@@ -154,6 +154,13 @@ class Fs {
         std::chrono::duration_cast<std::chrono::nanoseconds>(steady_now().time_since_epoch()).count());
   }
   void seen(const Attr& a, uint64_t at) { inodes_.seen(a.oid, a, at); }
+  // The attributes of `oid` afresh from its home target (with a small file's bytes, given `data`), kept as seen.
+  Result<Attr> fresh(const ObjectId& oid, std::optional<std::string>* data = nullptr) {
+    uint64_t at = now_ns();
+    auto a = ns_.getattr_with_data(oid, data);
+    if (a.is_ok()) seen(*a, at);
+    return a;
+  }
   void stale(const ObjectId& oid) { inodes_.stale(oid); }
   void stale_all() { inodes_.stale_all(); }
   // A change of directory `dir` failed: a part of it may have been done, so its cached attributes go.
@@ -285,10 +292,8 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
     fuse_reply_attr(req, &st, left_s);
     return;
   }
-  uint64_t at = Fs::now_ns();
-  auto got = fs->ns().getattr(oid);
+  auto got = fs->fresh(oid);
   if (!got.is_ok()) return reply_stale_or(req, got.status());
-  fs->seen(*got, at);
   struct stat st = fs->to_stat(*got, ino);
   fuse_reply_attr(req, &st, fs->options().attr_timeout_s);
 }
@@ -436,12 +441,10 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Fs* fs = fs_of(req);
   Attr before;
   bool known = !fs->wait_writes(oid) && fs->last_seen(ino, &before);
-  uint64_t at = Fs::now_ns();
   std::optional<std::string> data;  // a small file's bytes come with its attributes
   // Afresh: what other clients closed before this open (close-to-open).
-  auto a = (fi->flags & O_ACCMODE) == O_WRONLY ? fs->ns().getattr(oid) : fs->ns().getattr_with_data(oid, &data);
+  auto a = fs->fresh(oid, (fi->flags & O_ACCMODE) == O_WRONLY ? nullptr : &data);
   if (!a.is_ok()) return reply_stale_or(req, a.status());
-  fs->seen(*a, at);
   bool unchanged = known && before.mtime_ns == a->mtime_ns && before.ctime_ns == a->ctime_ns && before.size == a->size;
   if (S_ISDIR(a->mode)) return (void)fuse_reply_err(req, EISDIR);
   // O_TRUNC comes with the open (libfuse asks the kernel for atomic_o_trunc): the file is cut here, and its
@@ -450,7 +453,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fs_of(req)->wait_writes(oid);
     posix::SetAttr cut;
     cut.set_size = true;
-    at = Fs::now_ns();
+    uint64_t at = Fs::now_ns();
     a = fs_of(req)->ns().setattr(oid, cut, cred_of(req));
     if (!a.is_ok()) {
       fs_of(req)->stale(oid);

@@ -54,24 +54,31 @@ void WriteBehind::submit(const ObjectId& oid, uint64_t offset, WriteBytes bytes)
 
 void WriteBehind::land(const ObjectId& oid, uint64_t offset, const WriteBytes& bytes, File& f) {
   Status s = ns_.write(oid, offset, {bytes.data, bytes.size});
-  {
-    std::lock_guard lock(mu_);
-    auto it = std::find(f.ranges.begin(), f.ranges.end(), std::make_pair(offset, offset + uint64_t{bytes.size}));
-    if (it != f.ranges.end()) f.ranges.erase(it);
-    f.bytes -= bytes.size;
-    if (!s.is_ok() && f.failed.is_ok()) f.failed = s;
-  }
+  std::lock_guard lock(mu_);
+  landed_locked(f, offset, bytes.size, s);
+}
+
+void WriteBehind::landed_locked(File& f, uint64_t offset, uint64_t size, const Status& s) {
+  auto it = std::find(f.ranges.begin(), f.ranges.end(), std::make_pair(offset, offset + size));
+  if (it != f.ranges.end()) f.ranges.erase(it);
+  f.bytes -= size;
+  if (!s.is_ok() && f.failed.is_ok()) f.failed = s;
   landed_.notify_all();
+}
+
+std::pair<uint64_t, std::string> WriteBehind::take_held_locked(File& f) {
+  f.holding = false;
+  std::pair<uint64_t, std::string> held(f.held_at, std::move(f.held));
+  f.held.clear();
+  f.ranges.emplace_back(held.first, held.first + held.second.size());  // overlapping writes wait for it
+  f.bytes += held.second.size();
+  return held;
 }
 
 void WriteBehind::release_locked(const ObjectId& oid, const std::shared_ptr<File>& f) {
   if (!f->holding) return;
-  f->holding = false;
-  WriteBytes bytes = WriteBytes::copy_of(f->held.data(), f->held.size());
-  uint64_t offset = f->held_at;
-  f->held.clear();
-  f->ranges.emplace_back(offset, offset + bytes.size);
-  f->bytes += bytes.size;
+  auto [offset, held] = take_held_locked(*f);
+  WriteBytes bytes = WriteBytes::copy_of(held.data(), held.size());
   writers_.post([this, oid, offset, bytes = std::move(bytes), f] { land(oid, offset, bytes, *f); });
 }
 
@@ -92,12 +99,7 @@ Status WriteBehind::settle(const ObjectId& oid, std::optional<posix::Attr>* touc
   if (it == files_.end()) return Status::ok();
   std::shared_ptr<File> f = it->second;
   if (f->holding && f->ranges.empty()) {  // the held write and the time update, at once, from this thread
-    f->holding = false;
-    std::string held = std::move(f->held);
-    uint64_t at = f->held_at;
-    f->held.clear();
-    f->ranges.emplace_back(at, at + held.size());  // so that overlapping writes meanwhile wait for it
-    f->bytes += held.size();
+    auto [at, held] = take_held_locked(*f);
     lock.unlock();
     std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(held.data()), held.size());
     auto both = ns_.write_and_touch(oid, at, bytes);
@@ -105,11 +107,7 @@ Status WriteBehind::settle(const ObjectId& oid, std::optional<posix::Attr>* touc
     if (both.is_ok() && both->has_value() && touched) *touched = **both;
     if (both.is_ok() && !both->has_value()) s = ns_.write(oid, at, bytes);
     lock.lock();
-    auto r = std::find(f->ranges.begin(), f->ranges.end(), std::make_pair(at, at + uint64_t{held.size()}));
-    if (r != f->ranges.end()) f->ranges.erase(r);
-    f->bytes -= held.size();
-    if (!s.is_ok() && f->failed.is_ok()) f->failed = s;
-    landed_.notify_all();
+    landed_locked(*f, at, held.size(), s);
   } else {
     release_locked(oid, f);
   }

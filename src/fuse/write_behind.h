@@ -64,7 +64,10 @@ class WriteBehind {
     std::string held;
   };
   void land(const ObjectId& oid, uint64_t offset, const WriteBytes& bytes, File& file);
-  // Sends the held write as any other (under mu_).
+  // Under mu_: a write of [offset, offset+size) is over (`s`); the held write taken out, its range in flight
+  // from now on; the held write sent as any other.
+  void landed_locked(File& f, uint64_t offset, uint64_t size, const Status& s);
+  std::pair<uint64_t, std::string> take_held_locked(File& f);
   void release_locked(const ObjectId& oid, const std::shared_ptr<File>& f);
   std::shared_ptr<File> file_locked(const ObjectId& oid);
 
