@@ -85,14 +85,22 @@ void Impl::handle_list_keys(Call& c) {
   page.keys = std::move(keys).value();
   if (q.op == wire::Op::kListDkeys && !q.akey.empty()) {  // with each dkey's value of that akey
     page.with_values = true;
-    for (const std::string& dk : page.keys) {
-      auto v = engine->fetch({{c.cid, q.oid, dk, q.akey}, c.read_at, engine::ValueKind::kSingle});
-      page.values.push_back(v.is_ok() ? std::move(v).value() : std::string());
-    }
+    page.values = single_values(c.cid, q.oid, page.keys, q.akey, c.read_at);
   }
   wire::Reply r;
   r.request_id = c.id();
   reply_with(c.to(), std::move(r), wire::encode_key_page(page));
+}
+
+std::vector<std::string> Impl::single_values(uint32_t cid, const ObjectId& oid, const std::vector<std::string>& dkeys,
+                                             std::string_view akey, engine::Epoch epoch) {
+  std::vector<std::string> values;
+  values.reserve(dkeys.size());
+  for (const std::string& dk : dkeys) {
+    auto v = engine->fetch({{cid, oid, dk, akey}, epoch, engine::ValueKind::kSingle});
+    values.push_back(v.is_ok() ? std::move(v).value() : std::string());
+  }
+  return values;
 }
 
 void Impl::handle_list_extents(Call& c) {

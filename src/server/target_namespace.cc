@@ -67,10 +67,9 @@ class EngineDirStore final : public posix::DirStore {
     std::vector<std::pair<std::string, std::string>> out;
     if (!keys.is_ok() && keys.status().code() != StatusCode::kNotFound) return keys.status();
     if (keys.is_ok()) {
-      for (std::string& k : *keys) {
-        auto v = engine_->fetch({{cid_, dir, k, posix::kEntryAkey}, engine::kEpochLatest, engine::ValueKind::kSingle});
-        out.emplace_back(std::move(k), v.is_ok() ? std::move(v).value() : std::string());
-      }
+      std::vector<std::string> values =
+          target_->single_values(cid_, dir, *keys, posix::kEntryAkey, engine::kEpochLatest);
+      for (size_t i = 0; i < keys->size(); ++i) out.emplace_back(std::move((*keys)[i]), std::move(values[i]));
     }
     *anchor = a.position;
     *done = !keys.is_ok() || a.done;
