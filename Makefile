@@ -31,7 +31,7 @@ test-asan: deps
 # The fuzz targets with libFuzzer (clang), each for a bounded time.
 fuzz: deps
 	CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRFOS_FUZZ=ON -DRFOS_SANITIZE=ON
-	cmake --build build-fuzz -j $(JOBS) --target engine_record_fuzz capability_fuzz data_plane_fuzz
+	cmake --build build-fuzz -j $(JOBS) --target fuzzers
 	cd build-fuzz && ctest --output-on-failure -L fuzz
 
 # A single-node server on embedded defaults (data in /var/lib/rfos, control plane on the local socket

@@ -41,6 +41,11 @@ function(rfos_fuzzer name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  # `make fuzz` builds the one target 'fuzzers', so a new fuzzer needs no second list to be built.
+  if(NOT TARGET fuzzers)
+    add_custom_target(fuzzers)
+  endif()
+  add_dependencies(fuzzers ${name})
   # The checked-in corpus of valid inputs (tests/fuzz/corpus/NAME, written by the stand-in's --write-corpus).
   set(corpus ${PROJECT_SOURCE_DIR}/tests/fuzz/corpus/${name})
   if(RFOS_FUZZ)
