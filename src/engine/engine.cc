@@ -321,6 +321,7 @@ void Engine::Impl::lead(std::unique_lock<std::mutex>& lock) {
           for (int i = 7; i >= 0; --i, inv >>= 8) tail[i] = static_cast<char>(inv & 0xff);
         }
         batch.Put(p.key, p.value);
+        note_changed(p.key);
       }
       for (const std::string& k : g->deletes) batch.Delete(k);
       for (const auto& [b, e] : g->range_deletes) batch.DeleteRange(b, e);
@@ -694,6 +695,7 @@ Status Engine::snapshot_destroy(uint32_t cont, Epoch epoch) {
                    "container handle " + std::to_string(cont) + " is not on this target");
     if (it->second.snapshots.erase(epoch) == 0)
       return error(StatusCode::kNotFound, "no snapshot at epoch " + std::to_string(epoch));
+    it->second.aggregate_all = true;  // what it pinned may go now, in any object
     return Status::ok();
   };
   return impl_->commit(&w);

@@ -41,6 +41,11 @@ struct ContState {
   Uuid uuid;
   index::ContRecord rec;
   std::set<Epoch> snapshots;
+  // What aggregation has to look at (under meta_mu): the objects (object_prefix) a commit wrote since its last
+  // pass, or, after an open or a snapshot's removal, every object. A namespace of millions of files is then not
+  // read whole every second for the few it changed.
+  bool aggregate_all = true;
+  std::set<std::string> changed;
 
   // Updates and punches must be above this epoch.
   Epoch write_floor() const {
@@ -154,6 +159,15 @@ class Engine::Impl {
   // Commits the group at the front of `writers`, whose first writer the caller owns (commit_mu held; released
   // while the batch is written).
   void lead(std::unique_lock<std::mutex>& lock);
+  // A record of an object was written: aggregation's next pass looks at that object (meta_mu held).
+  void note_changed(std::string_view key) {
+    if (key.size() < index::kObjectPrefixBytes || key[0] != index::kObjTag) return;
+    uint32_t cid = 0;
+    for (int i = 1; i <= 4; ++i) cid = cid << 8 | static_cast<uint8_t>(key[i]);
+    auto it = conts.find(cid);
+    if (it != conts.end() && !it->second.aggregate_all)
+      it->second.changed.emplace(key.substr(0, index::kObjectPrefixBytes));
+  }
   void committer_loop();
   uint64_t seq = 0;
   std::atomic<uint64_t> commit_groups{0}, committed_writers{0};  // Engine::commit_stats

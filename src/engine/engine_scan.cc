@@ -323,7 +323,10 @@ Result<AggregateStats> Engine::aggregate(uint32_t cont, Epoch upto) {
   if (upto < c.rec.agg_epoch) return AggregateStats{};
 
   // First raise the boundary durably: from here on no update at or below `upto` can commit, so the scan
-  // below sees every version it has to judge.
+  // below sees every version it has to judge. What it scans is taken in the same step: the objects written since
+  // the last pass (every one that can have a version at or below `upto` to reclaim), or all of them.
+  bool all = false;
+  std::set<std::string> changed;
   {
     Writer w;
     w.puts.push_back({cont_key(c.pool, c.uuid), "", false});
@@ -333,11 +336,33 @@ Result<AggregateStats> Engine::aggregate(uint32_t cont, Epoch upto) {
         return error(StatusCode::kUnknownContainer, "container handle " + std::to_string(cont) + " was destroyed");
       it->second.rec.agg_epoch = std::max(it->second.rec.agg_epoch, upto);
       w.puts[0].value = encode_cont(it->second.rec);
+      all = it->second.aggregate_all;
+      it->second.aggregate_all = false;
+      changed.swap(it->second.changed);
       c = it->second;
       return Status::ok();
     };
     RFOS_RETURN_IF_ERROR(im.commit(&w));
   }
+  // Objects to look at again next time: those with versions above `upto` (not judged yet), or, when this pass
+  // fails, everything it took.
+  std::set<std::string> again;
+  bool failed = true;
+  auto give_back = [&] {
+    std::lock_guard meta(im.meta_mu);
+    auto it = im.conts.find(cont);
+    if (it == im.conts.end()) return;
+    if (failed) {
+      it->second.aggregate_all |= all;
+      it->second.changed.merge(changed);
+    }
+    if (!it->second.aggregate_all) it->second.changed.merge(again);
+  };
+  struct Finally {
+    std::function<void()> f;
+    ~Finally() { f(); }
+  } finally{give_back};
+
   std::vector<Epoch> views;
   for (Epoch s : c.snapshots)
     if (s < upto) views.push_back(s);
@@ -364,42 +389,55 @@ Result<AggregateStats> Engine::aggregate(uint32_t cont, Epoch upto) {
     }
     group.clear();
   };
-  for (it->Seek(prefix); it->Valid() && starts_with(it->key(), prefix); it->Next()) {
-    AggRecord r;
-    r.key = it->key().ToString();
-    if (!parse_object_key(r.key, &r.k)) return error(StatusCode::kCorruption, "malformed object key");
-    std::string obj = r.key.substr(0, prefix.size() + 16);
-    if (obj != cur_obj) {
-      flush();
-      cur_obj = obj;
-      obj_punches.clear();
-      cur_dkey.clear();
-      dkey_punches.clear();
+  // The records under `range` (the container's, or one object's), in key order.
+  auto scan = [&](const std::string& range) -> Status {
+    for (it->Seek(range); it->Valid() && starts_with(it->key(), range); it->Next()) {
+      AggRecord r;
+      r.key = it->key().ToString();
+      if (!parse_object_key(r.key, &r.k)) return error(StatusCode::kCorruption, "malformed object key");
+      std::string obj = r.key.substr(0, kObjectPrefixBytes);
+      if (obj != cur_obj) {
+        flush();
+        cur_obj = obj;
+        obj_punches.clear();
+        cur_dkey.clear();
+        dkey_punches.clear();
+      }
+      if (r.k.epoch > upto) again.insert(obj);
+      if (r.k.level >= 1 && r.k.dkey != cur_dkey) {
+        flush();
+        cur_dkey.assign(r.k.dkey);
+        dkey_punches.clear();
+      }
+      if (r.k.level == 0) {
+        obj_punches.push_back({r.k.epoch, r.k.seq});
+        continue;
+      }
+      if (r.k.level == 1) {
+        dkey_punches.push_back({r.k.epoch, r.k.seq});
+        continue;
+      }
+      if (!group.empty() && group.front().k.akey != r.k.akey) flush();
+      if (r.k.kind == kExtentTag && !decode_extent(it->value().ToStringView(), &r.ext))
+        return error(StatusCode::kCorruption, "malformed extent record");
+      group.push_back(std::move(r));
+      // parse_object_key's views pointed into the moved-from string only for short (SSO) keys: re-parse.
+      parse_object_key(group.back().key, &group.back().k);
     }
-    if (r.k.level >= 1 && r.k.dkey != cur_dkey) {
-      flush();
-      cur_dkey.assign(r.k.dkey);
-      dkey_punches.clear();
-    }
-    if (r.k.level == 0) {
-      obj_punches.push_back({r.k.epoch, r.k.seq});
-      continue;
-    }
-    if (r.k.level == 1) {
-      dkey_punches.push_back({r.k.epoch, r.k.seq});
-      continue;
-    }
-    if (!group.empty() && group.front().k.akey != r.k.akey) flush();
-    if (r.k.kind == kExtentTag && !decode_extent(it->value().ToStringView(), &r.ext))
-      return error(StatusCode::kCorruption, "malformed extent record");
-    group.push_back(std::move(r));
-    // parse_object_key's views pointed into the moved-from string only for short (SSO) keys: re-parse.
-    parse_object_key(group.back().key, &group.back().k);
+    flush();
+    return from_rocks(it->status(), "aggregation scan");
+  };
+  if (all) {
+    RFOS_RETURN_IF_ERROR(scan(prefix));
+  } else {
+    for (const std::string& obj : changed) RFOS_RETURN_IF_ERROR(scan(obj));
   }
-  flush();
-  RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "aggregation scan"));
-  if (w.deletes.empty()) return stats;
+  if (w.deletes.empty()) {
+    failed = false;
+    return stats;
+  }
   RFOS_RETURN_IF_ERROR(im.commit(&w));
+  failed = false;
   {
     std::unique_lock reclaim(im.reclaim_mu);
     im.alloc.release(w.free_runs);

@@ -36,7 +36,8 @@ inline constexpr char kDkeyTag = 'd';
 inline constexpr char kAkeyTag = 'a';
 inline constexpr char kSingleTag = 'v';
 inline constexpr char kExtentTag = 'x';
-inline constexpr size_t kVersionBytes = 16;  // ~epoch ~seq
+inline constexpr size_t kVersionBytes = 16;       // ~epoch ~seq
+inline constexpr size_t kObjectPrefixBytes = 21;  // object_prefix: 'O' cid(4) oid(16)
 
 std::string meta_key(std::string_view name);
 std::string pool_key(const Uuid& pool);
