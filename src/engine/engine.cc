@@ -2,6 +2,7 @@
 #include <rocksdb/cache.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
+#include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <sys/stat.h>
@@ -101,6 +102,11 @@ Status Engine::Impl::open() {
   }
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = rocksdb::NewLRUCache(64 << 20);
+  // Whole-key filters answer most point lookups of absent keys (an object's punch mark) without reading the
+  // table, in the memtable too.
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  ro.memtable_whole_key_filtering = true;
+  ro.memtable_prefix_bloom_size_ratio = 0.02;
   ro.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   rocksdb::DB* raw = nullptr;
   RFOS_RETURN_IF_ERROR(from_rocks(rocksdb::DB::Open(ro, opts.dir + "/index", &raw), "open index"));
@@ -536,6 +542,7 @@ Status Engine::cont_destroy(const Uuid& pool, const Uuid& cont) {
   RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "scan container"));
   w.range_deletes.push_back({prefix, prefix_successor(prefix)});
   w.range_deletes.push_back({snap_prefix(info.id), prefix_successor(snap_prefix(info.id))});
+  w.range_deletes.push_back({mark_prefix(info.id), prefix_successor(mark_prefix(info.id))});
   w.deletes.push_back(cont_key(pool, cont));
   w.prepare = [&] {
     impl_->conts.erase(info.id);
@@ -571,21 +578,31 @@ void make_versioned_writer(Engine::Impl* impl, Writer* w, uint32_t cid, Epoch ep
   };
 }
 
-void marks_punches(Engine::Impl* impl, Writer* w, uint32_t cid) {
-  w->prepare = [impl, cid, w, check = std::move(w->prepare)] {
+void marks_punches(Engine::Impl* impl, Writer* w, uint32_t cid, std::vector<ObjectId> objects) {
+  w->prepare = [impl, cid, w, objects = std::move(objects), check = std::move(w->prepare)] {
     RFOS_RETURN_IF_ERROR(check());
     ContState& c = impl->conts.at(cid);  // check() found it
     if (!c.rec.has_punches) {
       c.rec.has_punches = true;
+      c.rec.punch_marks = true;  // no object has a punch yet: every one from here on is marked
       w->puts.push_back({cont_key(c.pool, c.uuid), encode_cont(c.rec), false});
     }
+    if (c.rec.punch_marks)
+      for (const ObjectId& oid : objects) w->puts.push_back({mark_key(cid, oid), "", false});
     return Status::ok();
   };
 }
 
+bool Engine::Impl::may_have_punches(const index::ContRecord& rec, uint32_t cid, const ObjectId& oid) const {
+  if (!rec.has_punches) return false;
+  if (!rec.punch_marks) return true;
+  std::string v;
+  return !db->Get(rocksdb::ReadOptions(), mark_key(cid, oid), &v).IsNotFound();  // an error: look
+}
+
 // Punches the level under `prefix`: refused with kNotFound when nothing there is visible at `epoch`.
-static Status punch_level(Engine::Impl* impl, uint32_t cid, std::string prefix, Version inherited, Epoch epoch,
-                          const std::string& what) {
+static Status punch_level(Engine::Impl* impl, uint32_t cid, const ObjectId& oid, std::string prefix, Version inherited,
+                          Epoch epoch, const std::string& what) {
   RFOS_RETURN_IF_ERROR(impl->open_for_write(cid, epoch).status());
   {
     std::unique_ptr<rocksdb::Iterator> it(impl->db->NewIterator(rocksdb::ReadOptions()));
@@ -597,12 +614,12 @@ static Status punch_level(Engine::Impl* impl, uint32_t cid, std::string prefix, 
   append_version(&prefix, epoch, 0);
   w.puts.push_back({std::move(prefix), "", true});
   make_versioned_writer(impl, &w, cid, epoch);
-  marks_punches(impl, &w, cid);
+  marks_punches(impl, &w, cid, {oid});
   return impl->commit(&w);
 }
 
 Status Engine::punch_object(uint32_t cont, const ObjectId& oid, Epoch epoch) {
-  return punch_level(impl_.get(), cont, object_prefix(cont, oid), {}, epoch, "object " + oid.to_string());
+  return punch_level(impl_.get(), cont, oid, object_prefix(cont, oid), {}, epoch, "object " + oid.to_string());
 }
 
 Status Engine::punch_dkey(uint32_t cont, const ObjectId& oid, std::string_view dkey, Epoch epoch) {
@@ -615,7 +632,7 @@ Status Engine::punch_dkey(uint32_t cont, const ObjectId& oid, std::string_view d
   }
   std::string prefix = obj;
   append_dkey(&prefix, dkey);
-  return punch_level(impl_.get(), cont, prefix, floor, epoch, "dkey");
+  return punch_level(impl_.get(), cont, oid, prefix, floor, epoch, "dkey");
 }
 
 Status Engine::punch_akey(const KeyRef& key, Epoch epoch) {
@@ -628,7 +645,7 @@ Status Engine::punch_akey(const KeyRef& key, Epoch epoch) {
     std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions()));
     floor = std::max(Impl::punch_floor(it.get(), obj, epoch), Impl::punch_floor(it.get(), dk, epoch));
   }
-  return punch_level(impl_.get(), key.cont, akey_prefix(key), floor, epoch, "akey");
+  return punch_level(impl_.get(), key.cont, key.oid, akey_prefix(key), floor, epoch, "akey");
 }
 
 Status Engine::punch_extent(const KeyRef& key, Epoch epoch, uint64_t offset, uint64_t length) {

@@ -115,6 +115,9 @@ class Engine::Impl {
   static Version punch_floor(rocksdb::Iterator* it, const std::string& level_prefix, Epoch epoch);
   // The newest punch at or below `epoch` over the object, dkey and akey levels of `key`.
   static Version akey_floor(rocksdb::Iterator* it, const KeyRef& key, Epoch epoch);
+  // Whether `oid` may hold punches: false when its container has none, or marks punched objects and has no
+  // mark for this one. Asked after the caller's iterator was made, it sees every mark that iterator sees.
+  bool may_have_punches(const index::ContRecord& rec, uint32_t cid, const ObjectId& oid) const;
   // Whether anything under `prefix` (an object, dkey or akey) has a version visible at `epoch`, given the
   // punch floor inherited from the levels above the prefix.
   static bool any_visible(rocksdb::Iterator* it, const std::string& prefix, Epoch epoch, Version floor);
@@ -195,7 +198,7 @@ Status check_write_epoch(const ContState& c, Epoch epoch);
 void make_versioned_writer(Engine::Impl* impl, Writer* w, uint32_t cid, Epoch epoch);
 // After make_versioned_writer, for a writer that punches: the container's first punch marks its record in the
 // same batch (ContRecord::has_punches), so reads know to look for punches.
-void marks_punches(Engine::Impl* impl, Writer* w, uint32_t cid);
+void marks_punches(Engine::Impl* impl, Writer* w, uint32_t cid, std::vector<ObjectId> objects);
 inline uint64_t align_down(uint64_t v, uint64_t a) { return v / a * a; }
 inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 inline bool starts_with(const rocksdb::Slice& s, const std::string& prefix) {

@@ -436,7 +436,7 @@ Status Engine::apply(uint32_t cont, Epoch epoch, std::span<const Mutation> mutat
   RFOS_ASSIGN_OR_RETURN(index::ContRecord rec, im.open_for_write(cont, epoch));
   if (mutations.empty()) return error(StatusCode::kInvalidArgument, "an empty batch");
   Writer w;
-  bool punches = false;
+  std::vector<ObjectId> punched;
   for (const Mutation& m : mutations) {
     KeyRef key{cont, m.oid, m.dkey, m.akey};
     bool punch = m.kind == Mutation::Kind::kPunchDkey || m.kind == Mutation::Kind::kPunchObject;
@@ -469,11 +469,11 @@ Status Engine::apply(uint32_t cont, Epoch epoch, std::span<const Mutation> mutat
       case Mutation::Kind::kPunchDkey:
         append_dkey(&k, m.dkey);
         k.push_back(kPunchTag);
-        punches = true;
+        punched.push_back(m.oid);
         break;
       case Mutation::Kind::kPunchObject:
         k.push_back(kPunchTag);
-        punches = true;
+        punched.push_back(m.oid);
         break;
     }
     append_version(&k, epoch, 0);
@@ -481,7 +481,7 @@ Status Engine::apply(uint32_t cont, Epoch epoch, std::span<const Mutation> mutat
   }
   make_versioned_writer(&im, &w, cont, epoch);
   w.lazy = lazy;
-  if (punches) marks_punches(&im, &w, cont);
+  if (!punched.empty()) marks_punches(&im, &w, cont, std::move(punched));
   return im.commit(&w);
 }
 
@@ -578,8 +578,9 @@ Status Engine::plan_fetch(const FetchOp& op, FetchPlan* plan) {
   auto busy = [] { return error(StatusCode::kBusy, "engine buffers exhausted, retry later"); };
 
   // Three index seeks per fetch, skipped where the container never had a punch (10-18 % more 4 KiB random
-  // reads over ucx+shm, docs/BENCHMARKS.md).
-  Version floor = rec.has_punches ? Impl::akey_floor(it.get(), op.key, op.epoch) : Version{};
+  // reads over ucx+shm, docs/BENCHMARKS.md) or the object has none.
+  Version floor =
+      im.may_have_punches(rec, op.key.cont, op.key.oid) ? Impl::akey_floor(it.get(), op.key, op.epoch) : Version{};
   std::string prefix = akey_prefix(op.key);
 
   auto kind_of_other = [&](char tag) {

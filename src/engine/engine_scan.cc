@@ -197,9 +197,11 @@ namespace {
 // Visible data segments (holes dropped) of a whole array, coalesced.
 Result<std::vector<Extent>> visible_data(Engine::Impl* im, const KeyRef& key, Epoch epoch) {
   RFOS_RETURN_IF_ERROR(validate_key(key, true));
-  RFOS_RETURN_IF_ERROR(im->open_for_read(key.cont, epoch).status());
+  // The view first, then the container's record (as plan_fetch does).
   std::unique_ptr<rocksdb::Iterator> it(im->db->NewIterator(rocksdb::ReadOptions()));
-  Version floor = Engine::Impl::akey_floor(it.get(), key, epoch);
+  RFOS_ASSIGN_OR_RETURN(index::ContRecord rec, im->open_for_read(key.cont, epoch));
+  Version floor =
+      im->may_have_punches(rec, key.cont, key.oid) ? Engine::Impl::akey_floor(it.get(), key, epoch) : Version{};
   std::string prefix = akey_prefix(key);
   std::vector<Engine::Impl::ExtentRef> recs;
   RFOS_RETURN_IF_ERROR(Engine::Impl::visible_extents(it.get(), prefix, floor, epoch, 0, kArrayOffsetMax, &recs));
@@ -479,10 +481,22 @@ Status Engine::check() {
   }
   if (durable_free != im.alloc.durable_map())
     return error(StatusCode::kCorruption, "the allocator's free map differs from its persistent records");
+  // In a container that marks punched objects, every object with a punch record has its mark.
+  auto punch_marked = [&](uint32_t cid, const ObjectId& oid) {
+    {
+      std::lock_guard meta(im.meta_mu);
+      auto c = im.conts.find(cid);
+      if (c == im.conts.end() || !c->second.rec.punch_marks) return true;
+    }
+    std::string v;
+    return im.db->Get(rocksdb::ReadOptions(), mark_key(cid, oid), &v).ok();
+  };
   for (it->Seek(std::string(1, kObjTag)); it->Valid() && it->key()[0] == kObjTag; it->Next()) {
     ObjectKey k;
     if (!parse_object_key(it->key().ToStringView(), &k))
       return error(StatusCode::kCorruption, "malformed object key in the index");
+    if (k.kind == kPunchTag && !punch_marked(k.cid, k.oid))
+      return error(StatusCode::kCorruption, "object " + k.oid.to_string() + " holds a punch and no punch mark");
     if (k.kind == kSingleTag) {
       SingleRecord r;
       if (!decode_single(it->value().ToStringView(), &r))

@@ -297,6 +297,32 @@ TEST_F(EngineTest, SnapshotsAndAggregation) {
   ASSERT_TRUE(engine_->check().is_ok());
 }
 
+// A container's first punch starts marking the objects that hold punches; reads of an object without a mark
+// skip the punch lookups and still see what they must, before and after a reopen.
+TEST_F(EngineTest, PunchMarks) {
+  KeyRef other{cid_, ObjectId{7, 7}, "d", "a"};
+  ASSERT_TRUE(put_single(key("d1"), 1, "one").is_ok());
+  ASSERT_TRUE(put_single(key("d2"), 1, "two").is_ok());
+  ASSERT_TRUE(put_single(other, 1, "other").is_ok());
+  ASSERT_TRUE(engine_->punch_dkey(cid_, oid_, "d1", 2).is_ok());
+  for (int pass = 0; pass < 2; ++pass) {
+    EXPECT_EQ(get_single(key("d1"), kEpochLatest).status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(*get_single(key("d1"), 1), "one");
+    EXPECT_EQ(*get_single(key("d2"), kEpochLatest), "two");
+    EXPECT_EQ(*get_single(other, kEpochLatest), "other");
+    ASSERT_TRUE(engine_->check().is_ok());
+    reopen();
+  }
+  // A batch's punch marks its object too: the object punch hides what the other object held.
+  Mutation m;
+  m.kind = Mutation::Kind::kPunchObject;
+  m.oid = other.oid;
+  ASSERT_TRUE(engine_->apply(cid_, 3, {&m, 1}, false).is_ok());
+  EXPECT_EQ(get_single(other, kEpochLatest).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*get_single(other, 2), "other");
+  ASSERT_TRUE(engine_->check().is_ok());
+}
+
 // After its first pass, aggregation looks only at the objects written since: an object whose newest versions
 // were above the boundary is looked at again, and after a reopen or a snapshot's removal, every object is.
 TEST_F(EngineTest, AggregationLooksAtWhatChanged) {

@@ -261,8 +261,18 @@ TEST(Keys, RecordsRoundTripAndRejectDamage) {
   EXPECT_TRUE(c2.has_punches);
   EXPECT_FALSE(index::decode_cont(cv.substr(0, cv.size() - 2), &c2));
   EXPECT_FALSE(index::decode_cont(cv + "x", &c2));
-  cv.back() = 2;
+  cv.back() = 2;  // marks without punches
   EXPECT_FALSE(index::decode_cont(cv, &c2));
+  cv.back() = 4;
+  EXPECT_FALSE(index::decode_cont(cv, &c2));
+  // A record from before the marks: punches, and no marks to trust.
+  cv.back() = 1;
+  ASSERT_TRUE(index::decode_cont(cv, &c2));
+  EXPECT_TRUE(c2.has_punches);
+  EXPECT_FALSE(c2.punch_marks);
+  c.has_punches = c.punch_marks = true;
+  ASSERT_TRUE(index::decode_cont(index::encode_cont(c), &c2));
+  EXPECT_TRUE(c2.has_punches && c2.punch_marks);
   index::SingleRecord s;
   std::string sv = index::encode_single(5, "abc");  // s.data points into it
   ASSERT_TRUE(index::decode_single(sv, &s));

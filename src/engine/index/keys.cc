@@ -74,6 +74,19 @@ std::string cont_objects_prefix(uint32_t cid) {
   return k;
 }
 
+std::string mark_prefix(uint32_t cid) {
+  std::string k(1, kMarkTag);
+  put_be32(&k, cid);
+  return k;
+}
+
+std::string mark_key(uint32_t cid, const ObjectId& oid) {
+  std::string k = mark_prefix(cid);
+  put_be64(&k, oid.hi);
+  put_be64(&k, oid.lo);
+  return k;
+}
+
 std::string object_prefix(uint32_t cid, const ObjectId& oid) {
   std::string k = cont_objects_prefix(cid);
   put_be64(&k, oid.hi);
@@ -239,7 +252,7 @@ std::string encode_cont(const ContRecord& r) {
   put_le<uint32_t>(&v, r.csum_chunk_bytes);
   put_le<uint8_t>(&v, r.csum ? 1 : 0);
   put_le<uint64_t>(&v, r.agg_epoch);
-  put_le<uint8_t>(&v, r.has_punches ? 1 : 0);
+  put_le<uint8_t>(&v, (r.has_punches ? 1 : 0) | (r.punch_marks ? 2 : 0));
   return v;
 }
 
@@ -250,9 +263,11 @@ bool decode_cont(std::string_view value, ContRecord* out) {
   if (!in.get_le(&out->id) || !in.get_le(&out->csum_chunk_bytes) || !in.get_le(&csum) || csum > 1) return false;
   out->csum = csum == 1;
   if (!in.get_le(&out->agg_epoch)) return false;
-  if (in.remaining() > 0 && (!in.get_le(&punches) || punches > 1)) return false;
+  // Bit 0: has_punches, bit 1: punch_marks (which comes only with it).
+  if (in.remaining() > 0 && (!in.get_le(&punches) || punches > 3 || punches == 2)) return false;
   if (in.remaining() != 0) return false;
-  out->has_punches = punches == 1;
+  out->has_punches = punches & 1;
+  out->punch_marks = punches & 2;
   uint32_t c = out->csum_chunk_bytes;
   return c >= 512 && c <= (1u << 20) && (c & (c - 1)) == 0;
 }

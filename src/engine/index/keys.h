@@ -5,6 +5,7 @@
 //   'C' pool(16) cont(16)                     container: ContRecord
 //   'S' cid(4) epoch(8)                       snapshot
 //   'F' block(8)                              free block run: nblocks (allocator state)
+//   'Q' cid(4) oid(16)                        the object holds punches (containers with punch_marks)
 //   'O' cid(4) oid(16) 'P' ~epoch ~seq        object punch
 //   'O' cid(4) oid(16) 'd' len(2) dkey 'P' ~epoch ~seq                        dkey punch
 //   'O' cid(4) oid(16) 'd' len(2) dkey 'a' len(2) akey 'P' ~epoch ~seq        akey punch
@@ -31,6 +32,7 @@ inline constexpr char kContTag = 'C';
 inline constexpr char kSnapTag = 'S';
 inline constexpr char kFreeTag = 'F';
 inline constexpr char kObjTag = 'O';
+inline constexpr char kMarkTag = 'Q';   // an object with punches (ContRecord::punch_marks)
 inline constexpr char kPunchTag = 'P';  // sorts before 'a', 'd', 'v', 'x': punches lead their level
 inline constexpr char kDkeyTag = 'd';
 inline constexpr char kAkeyTag = 'a';
@@ -47,6 +49,8 @@ std::string snap_key(uint32_t cid, uint64_t epoch);
 std::string free_key(uint64_t block);
 std::string cont_objects_prefix(uint32_t cid);                 // 'O' cid
 std::string object_prefix(uint32_t cid, const ObjectId& oid);  // 'O' cid oid
+std::string mark_prefix(uint32_t cid);                         // 'Q' cid
+std::string mark_key(uint32_t cid, const ObjectId& oid);       // 'Q' cid oid
 void append_dkey(std::string* key, std::string_view dkey);     // 'd' len dkey
 void append_akey(std::string* key, std::string_view akey);     // 'a' len akey
 void append_version(std::string* key, uint64_t epoch, uint64_t seq);
@@ -108,6 +112,10 @@ struct ContRecord {
   // container without one skips the punch lookups. Records written before the flag existed lack its byte
   // and decode as true.
   bool has_punches = false;
+  // Set with has_punches by this version: from that first punch on, every punch also writes its object's
+  // mark (mark_key), so a fetch from an object without one skips the punch lookups too. Containers punched
+  // before it existed keep looking everywhere.
+  bool punch_marks = false;
 };
 std::string encode_cont(const ContRecord& r);
 bool decode_cont(std::string_view value, ContRecord* out);
