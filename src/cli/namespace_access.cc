@@ -17,27 +17,11 @@ Result<Mounted> open_namespace(const Context& ctx, const std::string& pool_id, c
   m.owner = info->owner;
   client::ContainerOptions o;
   o.provider = provider.empty() && std::getenv("RFOS_PROVIDER") ? std::getenv("RFOS_PROVIDER") : provider;
-  auto* control = m.control.get();
-  std::string pool = pool_id, cont = cont_id;
-  RFOS_ASSIGN_OR_RETURN(m.ns, posix::Namespace::open([control, pool, cont,
-                                                      o]() { return client::Container::open(*control, pool, cont, o); },
-                                                     [control, pool]() -> Result<posix::StatFs> {
-                                                       RFOS_ASSIGN_OR_RETURN(auto info, control->pool_query(pool));
-                                                       posix::StatFs s;
-                                                       s.total_bytes = info.total_bytes;
-                                                       s.free_bytes = info.free_bytes;
-                                                       return s;
-                                                     }));
+  RFOS_ASSIGN_OR_RETURN(m.ns, posix::Namespace::open(*m.control, pool_id, cont_id, o));
   return m;
 }
 
-posix::Cred my_cred() {
-  posix::Cred c{static_cast<uint32_t>(geteuid()), static_cast<uint32_t>(getegid()), {}};
-  gid_t groups[256];
-  int n = getgroups(256, groups);
-  for (int i = 0; i < n; ++i) c.groups.push_back(groups[i]);
-  return c;
-}
+posix::Cred my_cred() { return posix::Cred::of_process(); }
 
 // The directory that will hold `path` and the last name in it.
 Result<std::pair<posix::Attr, std::string>> parent_of(posix::Namespace& ns, const posix::Cred& cred,

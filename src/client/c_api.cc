@@ -7,38 +7,44 @@
 #include <string>
 #include <vector>
 
+#include "client/c_api_internal.h"
 #include "client/container.h"
 #include "client/control_client.h"
 
 using rfos::ObjectId;
 using rfos::Status;
 
-struct rfos_client {
-  std::unique_ptr<rfos::client::ControlClient> control;
-};
-
 struct rfos_cont {
   std::unique_ptr<rfos::client::Container> cont;
 };
 
 namespace {
-
 thread_local std::string last_error;
+}  // namespace
+
+namespace rfos::client::c_api {
 
 int fail(const Status& s) {
   last_error = s.to_string();
   return -s.to_errno();
 }
 
-int result(const Status& s) { return s.is_ok() ? 0 : fail(s); }
-
-ObjectId oid_of(rfos_oid_t o) { return {o.hi, o.lo}; }
-
 bool bad(const void* p, const char* what) {
   if (p != nullptr) return false;
   last_error = std::string("InvalidArgument: ") + what + " is NULL";
   return true;
 }
+
+}  // namespace rfos::client::c_api
+
+namespace {
+
+using rfos::client::c_api::bad;
+using rfos::client::c_api::fail;
+
+int result(const Status& s) { return s.is_ok() ? 0 : fail(s); }
+
+ObjectId oid_of(rfos_oid_t o) { return {o.hi, o.lo}; }
 
 std::vector<rfos::client::Extent> extents_of(const rfos_extent_t* e, size_t n) {
   std::vector<rfos::client::Extent> out;

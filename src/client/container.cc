@@ -513,6 +513,43 @@ Result<std::string> Container::namespace_op(uint32_t target, const ObjectId& oid
   return reply;
 }
 
+std::vector<Result<std::string>> Container::namespace_ops(std::span<const NamespaceCall> calls, size_t depth) {
+  std::vector<Result<std::string>> out(calls.size(), Result<std::string>(std::string()));
+  std::vector<std::string> replies(calls.size());   // where each reply lands (sized by it)
+  std::vector<std::pair<size_t, uint64_t>> window;  // (call, request id), oldest first
+  depth = std::max<size_t>(depth, 1);
+  auto finish_oldest = [&] {
+    auto [i, id] = window.front();
+    window.erase(window.begin());
+    CallEngine::Finished f = impl_->calls->wait_for(id);
+    if (f.done.status.is_ok())
+      out[i] = std::move(replies[i]);
+    else
+      out[i] = f.done.status;
+  };
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const NamespaceCall& call = calls[i];
+    Status ok = call.read ? Status::ok() : impl_->writable();
+    if (ok.is_ok() && (call.request.empty() || call.request.size() > wire::kMaxNamespaceBytes))
+      ok = error(StatusCode::kInvalidArgument, "a namespace request is 1 B .. 64 KiB");
+    if (!ok.is_ok()) {
+      out[i] = ok;
+      continue;
+    }
+    while (window.size() >= depth) finish_oldest();
+    wire::Request q = make_request(call.read ? wire::Op::kNamespaceRead : wire::Op::kNamespace, wire::Kind::kSingle,
+                                   call.oid, {}, {}, 0, call.request.size());
+    Iov v{const_cast<char*>(call.request.data()), call.request.size()};
+    auto id = impl_->submit(call.target, q, {&v, 1}, {}, &replies[i]);
+    if (id.is_ok())
+      window.emplace_back(i, *id);
+    else
+      out[i] = id.status();
+  }
+  while (!window.empty()) finish_oldest();
+  return out;
+}
+
 Status Container::sync() {
   return impl_->to_every_target([](uint32_t) { return make_request(wire::Op::kSync, wire::Kind::kArray, {}, {}, {}); },
                                 [](uint32_t, const wire::Reply&) { return Status::ok(); }, ~0u);

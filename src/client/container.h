@@ -151,6 +151,14 @@ class Container {
   // an encoded posix::DirRequest; returns the encoded DirReply. The POSIX namespace's (posix/namespace.h); the
   // container knows no layout.
   Result<std::string> namespace_op(uint32_t target, const ObjectId& oid, std::string_view request, bool read = false);
+  // Many at once, up to `depth` in flight on this session: each one's reply or error, in order.
+  struct NamespaceCall {
+    uint32_t target = 0;
+    ObjectId oid;
+    std::string request;
+    bool read = false;
+  };
+  std::vector<Result<std::string>> namespace_ops(std::span<const NamespaceCall> calls, size_t depth);
   // Makes every write any target acknowledged so far durable (lazy writes and namespace operations): kSync to
   // every target at once.
   Status sync();

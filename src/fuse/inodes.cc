@@ -5,7 +5,8 @@
 namespace rfos::fuse {
 
 Inodes::Inodes(const ObjectId& root, std::function<void(const ObjectId&)> purge) : purge_(std::move(purge)) {
-  nodes_[kRootIno] = Node{root, 1, 0, false};
+  nodes_[kRootIno].oid = root;
+  nodes_[kRootIno].lookups = 1;
   inos_[root] = kRootIno;
 }
 
@@ -22,7 +23,8 @@ Ino Inodes::remember(const ObjectId& oid) {
   Ino ino = it != inos_.end() ? it->second : next_++;
   if (it == inos_.end()) {
     inos_[oid] = ino;
-    nodes_[ino] = Node{oid, 0, 0, false};
+    nodes_[ino] = Node{};
+    nodes_[ino].oid = oid;
   }
   ++nodes_[ino].lookups;
   return ino;

@@ -652,6 +652,15 @@ Result<DirReply> purge(Op& op) {
   return r;
 }
 
+// The whole of a small file held here, read with its attributes (r.attr, sized).
+Status small_data(Op& op, const ObjectId& oid, DirReply* r) {
+  if (!S_ISREG(r->attr.mode) || !r->size_final || r->attr.size > kMaxDirData || !op.store_.owns(oid, chunk_key(0)))
+    return Status::ok();
+  RFOS_ASSIGN_OR_RETURN(r->data, op.store_.read_data(oid, r->attr.size));
+  r->has_data = true;
+  return Status::ok();
+}
+
 Result<DirReply> lookup(Op& op) {
   const DirRequest& q = op.q_;
   if (q.name.size() > kNameMax) return error(StatusCode::kNameTooLong, "a name is at most 255 bytes");
@@ -670,6 +679,8 @@ Result<DirReply> lookup(Op& op) {
   RFOS_RETURN_IF_ERROR(a.status());
   r.attr = *a;
   RFOS_RETURN_IF_ERROR(op.size(r.attr, r.floor, &r.size_final));
+  // With kWithData, a small file's bytes when the caller may read them (a batched read of many files).
+  if ((q.flags & kWithData) && permits(r.attr, q.cred, R_OK)) RFOS_RETURN_IF_ERROR(small_data(op, e.oid, &r));
   return r;
 }
 
@@ -679,11 +690,7 @@ Result<DirReply> getattr(Op& op) {
   DirReply r;
   RFOS_ASSIGN_OR_RETURN(r.attr, op.inode(q.oid, &r.floor));
   RFOS_RETURN_IF_ERROR(op.size(r.attr, r.floor, &r.size_final));
-  if ((q.flags & kWithData) && S_ISREG(r.attr.mode) && r.size_final && r.attr.size <= kMaxDirData &&
-      op.store_.owns(q.oid, chunk_key(0))) {  // the whole of a small file, read with its attributes
-    RFOS_ASSIGN_OR_RETURN(r.data, op.store_.read_data(q.oid, r.attr.size));
-    r.has_data = true;
-  }
+  if (q.flags & kWithData) RFOS_RETURN_IF_ERROR(small_data(op, q.oid, &r));
   return r;
 }
 

@@ -44,7 +44,7 @@ inline constexpr size_t kMaxPageEntries = 256;  // kReadDir
 inline constexpr unsigned kRenameNoReplace = 1;  // RENAME_NOREPLACE
 inline constexpr unsigned kRenameExchange = 2;   // RENAME_EXCHANGE
 inline constexpr unsigned kRemoveDir = 4;        // kRemove: rmdir
-inline constexpr unsigned kWithData = 8;         // kGetattr: the bytes of a small file held here
+inline constexpr unsigned kWithData = 8;  // kGetattr, and kLookup where the caller may read it: a small file's bytes
 // kRemove: an inode of this target left without links is purged in the same batch, unless it is in `keep` (files
 // the client has open)
 inline constexpr unsigned kPurgeUnlinked = 16;

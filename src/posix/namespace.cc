@@ -382,6 +382,19 @@ Namespace::Namespace(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Namespace::~Namespace() = default;
 ObjectId Namespace::root() const { return impl_->root; }
 
+Result<std::unique_ptr<Namespace>> Namespace::open(client::ControlClient& control, const std::string& pool,
+                                                   const std::string& cont, const client::ContainerOptions& o) {
+  client::ControlClient* ctl = &control;
+  return open([ctl, pool, cont, o]() { return Container::open(*ctl, pool, cont, o); },
+              [ctl, pool]() -> Result<StatFs> {
+                RFOS_ASSIGN_OR_RETURN(auto info, ctl->pool_query(pool));
+                StatFs s;
+                s.total_bytes = info.total_bytes;
+                s.free_bytes = info.free_bytes;
+                return s;
+              });
+}
+
 Result<std::unique_ptr<Namespace>> Namespace::open(SessionFactory open_session, SpaceQuery space, uint32_t root_mode) {
   auto impl = std::make_unique<Impl>();
   impl->factory = std::move(open_session);
@@ -849,7 +862,7 @@ Result<Attr> Namespace::put_file(const ObjectId& dir, std::string_view name, uin
                                  const client::StreamProgress& progress) {
   RFOS_RETURN_IF_ERROR(check_name(name));
   static thread_local std::mt19937_64 rng{std::random_device{}()};
-  char suffix[24];
+  char suffix[32];
   std::snprintf(suffix, sizeof(suffix), ".rfos-put-%016llx", static_cast<unsigned long long>(rng()));
   std::string hidden = "." + std::string(name) + suffix;
   if (hidden.size() > kNameMax) hidden = suffix;
@@ -876,6 +889,117 @@ Status Namespace::get_file(const Attr& a, const client::StreamSink& sink, uint32
   // Chunks not there read as holes: a file removed or replaced while it was read would read as zeros. It must
   // still be there once all of it was read.
   return getattr(a.oid).status();
+}
+
+std::vector<Result<Attr>> Namespace::put_files(const ObjectId& dir, std::span<const NewFile> files, const Cred& cred,
+                                               size_t depth) {
+  std::vector<Result<Attr>> out(files.size(), Result<Attr>(Attr{}));
+  std::vector<Container::NamespaceCall> calls;
+  std::vector<size_t> which;  // the file of each call
+  uint32_t t = impl_->home(dir);
+  for (size_t i = 0; i < files.size(); ++i) {
+    const NewFile& f = files[i];
+    if (Status s = check_name(f.name); !s.is_ok()) {
+      out[i] = s;
+      continue;
+    }
+    DirRequest q = request(DirOp::kCreate, cred, dir, f.name);
+    q.durable = impl_->durable;
+    q.mode = S_IFREG | (f.mode & 07777);
+    q.chunk = impl_->default_chunk;
+    if (f.data.size() <= kMaxDirData) q.data = f.data;
+    q.oid = impl_->new_oid_at(ObjectClass::kSX, t, true);
+    q.inode_here = true;
+    calls.push_back({t, dir, encode_dir_request(q), false});
+    which.push_back(i);
+  }
+  std::vector<Result<std::string>> replies;
+  {
+    auto c = impl_->session();
+    if (!c.is_ok()) {
+      for (size_t i : which) out[i] = c.status();
+      return out;
+    }
+    replies = (*c)->namespace_ops(calls, depth);
+  }
+  for (size_t k = 0; k < which.size(); ++k) {
+    const NewFile& f = files[which[k]];
+    Result<Attr>& r = out[which[k]];
+    auto reply = replies[k].is_ok() ? decode_dir_reply(*replies[k]) : Result<DirReply>(replies[k].status());
+    if (!reply.is_ok()) {
+      r = reply.status();
+      continue;
+    }
+    if (reply->need != ObjectId{}) {  // nothing was done: the step-by-step path, which answers what it asks
+      r = impl_->create(dir, f.name, S_IFREG | (f.mode & 07777), 0, f.data.size() <= kMaxDirData ? f.data : "", cred);
+    } else {
+      if (reply->has_dir && impl_->dir_observer) impl_->dir_observer(reply->dir);
+      r = reply->attr;
+    }
+    if (r.is_ok() && f.data.size() > kMaxDirData) {
+      Status s = write(r->oid, 0, {reinterpret_cast<const uint8_t*>(f.data.data()), f.data.size()});
+      r = s.is_ok() ? touch_written(r->oid) : Result<Attr>(s);
+    }
+  }
+  return out;
+}
+
+std::vector<Result<std::string>> Namespace::get_files(const ObjectId& dir, std::span<const std::string> names,
+                                                      const Cred& cred, size_t depth) {
+  std::vector<Result<std::string>> out(names.size(), Result<std::string>(std::string()));
+  std::vector<Container::NamespaceCall> calls;
+  std::vector<size_t> which;
+  uint32_t t = impl_->home(dir);
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (Status s = check_name(names[i]); !s.is_ok()) {
+      out[i] = s;
+      continue;
+    }
+    DirRequest q = request(DirOp::kLookup, cred, dir, names[i]);
+    q.flags = kWithData;
+    calls.push_back({t, dir, encode_dir_request(q), true});
+    which.push_back(i);
+  }
+  std::vector<Result<std::string>> replies;
+  {
+    auto c = impl_->session();
+    if (!c.is_ok()) {
+      for (size_t i : which) out[i] = c.status();
+      return out;
+    }
+    replies = (*c)->namespace_ops(calls, depth);
+  }
+  for (size_t k = 0; k < which.size(); ++k) {
+    Result<std::string>& r = out[which[k]];
+    auto reply = replies[k].is_ok() ? decode_dir_reply(*replies[k]) : Result<DirReply>(replies[k].status());
+    if (!reply.is_ok()) {
+      r = reply.status();
+      continue;
+    }
+    if (reply->has_data) {
+      r = std::move(reply->data);
+      continue;
+    }
+    // Not one for a single round trip (larger, held elsewhere, or not to be read by this caller): as open and
+    // read would do it.
+    auto a = reply->need == ObjectId{} && reply->inode_done && reply->size_final ? Result<Attr>(reply->attr)
+                                                                                 : lookup(dir, names[which[k]], cred);
+    if (!a.is_ok()) {
+      r = a.status();
+    } else if (S_ISDIR(a->mode)) {
+      r = fail(StatusCode::kIsDirectory, "is a directory");
+    } else if (!permits(*a, cred, R_OK)) {
+      r = denied("no read permission");
+    } else {
+      std::string bytes;
+      Status s = get_file(*a, [&](std::span<const uint8_t> b) {
+        bytes.append(reinterpret_cast<const char*>(b.data()), b.size());
+        return Status::ok();
+      });
+      r = s.is_ok() ? Result<std::string>(std::move(bytes)) : Result<std::string>(s);
+    }
+  }
+  return out;
 }
 
 Result<std::optional<Attr>> Namespace::write_and_touch(const ObjectId& oid, uint64_t offset,

@@ -62,6 +62,10 @@ class Namespace {
   using SpaceQuery = std::function<Result<StatFs>()>;  // the pool's space, for statfs
   static Result<std::unique_ptr<Namespace>> open(SessionFactory open_session, SpaceQuery space,
                                                  uint32_t root_mode = 0755);
+  // The namespace of container `cont` of `pool` (labels or uuids): sessions opened through `control` with
+  // options `o`, statfs from the pool's space. `control` must outlive the namespace.
+  static Result<std::unique_ptr<Namespace>> open(client::ControlClient& control, const std::string& pool,
+                                                 const std::string& cont, const client::ContainerOptions& o);
   ~Namespace();
 
   ObjectId root() const;
@@ -135,6 +139,24 @@ class Namespace {
   // kNotFound when the file went away while it was read.
   Status get_file(const Attr& a, const client::StreamSink& sink, uint32_t depth = 16,
                   const client::StreamProgress& progress = {});
+
+  // Many files at once, for data loaders and copies of trees of small files. `depth` operations in flight on one
+  // session; each file gets its own result, and one's failure stops none of the others.
+  //
+  // put_files creates each dir/name (EEXIST when the name exists) with its bytes in the same operation, as a
+  // file made through the mount and closed is: one round trip for a file of up to kMaxDirData bytes; a larger
+  // one is created in the batch and its bytes written after it. Visible at once, durable at the next sync().
+  struct NewFile {
+    std::string name;
+    uint32_t mode = 0644;
+    std::string data;
+  };
+  std::vector<Result<Attr>> put_files(const ObjectId& dir, std::span<const NewFile> files, const Cred& cred,
+                                      size_t depth = 32);
+  // get_files reads whole regular files of `dir` by name, checked as open(O_RDONLY) is: one round trip (the
+  // lookup brings the bytes) for a file of up to kMaxDirData bytes held with its directory, get_file for others.
+  std::vector<Result<std::string>> get_files(const ObjectId& dir, std::span<const std::string> names, const Cred& cred,
+                                             size_t depth = 32);
 
   // Directory listing in the engine's key order, a page at a time; stable under concurrent changes (an entry present
   // throughout appears exactly once; the anchor is the last name returned).

@@ -247,6 +247,62 @@ TEST_F(Ns, PutFileIsAllOrNothing) {
 
 // check() finds what a client that died half-way, or damage, leaves: entries without an inode, inodes without an
 // entry, link counts that disagree with the names, hidden files of unfinished puts.
+// The batched calls: many files made and read in one call, each with its own result, as one at a time would
+// give them; another client sees the same files.
+TEST_F(Ns, ManyFilesAtOnce) {
+  auto ns = client();
+  auto other = client();
+  ASSERT_TRUE(ns && other);
+  auto dir = ns->mkdir(ns->root(), "batch", 0755, root_);
+  ASSERT_TRUE(dir.is_ok());
+  SetAttr own;
+  own.set_uid = own.set_gid = true;
+  own.uid = own.gid = alice_.uid;
+  ASSERT_TRUE(ns->setattr(dir->oid, own, root_).is_ok());
+  std::vector<Namespace::NewFile> files;
+  for (int i = 0; i < 300; ++i)
+    files.push_back({"f" + std::to_string(i), 0644, std::string(i * 17 % 4000, 'a' + i % 26)});
+  files.push_back({"large", 0600, std::string(3u << 20, 'L')});  // past one round trip: written after its create
+  files.push_back({"empty", 0644, ""});
+  files.push_back({"f7", 0644, "again"});               // the name exists by then
+  files.push_back({std::string(300, 'n'), 0644, "x"});  // a name too long
+  auto made = ns->put_files(dir->oid, files, alice_, 16);
+  ASSERT_EQ(made.size(), files.size());
+  for (size_t i = 0; i + 2 < files.size(); ++i) {
+    ASSERT_TRUE(made[i].is_ok()) << files[i].name << ": " << made[i].status().to_string();
+    EXPECT_EQ(made[i]->size, files[i].data.size());
+    EXPECT_EQ(made[i]->uid, alice_.uid);
+    EXPECT_EQ(made[i]->mode & 07777, files[i].mode);
+  }
+  EXPECT_EQ(made[files.size() - 2].status().to_errno(), EEXIST);
+  EXPECT_EQ(made[files.size() - 1].status().to_errno(), ENAMETOOLONG);
+  EXPECT_EQ(ns->put_files(dir->oid, files, bob_)[0].status().to_errno(), EACCES)
+      << "bob may not write alice's directory";
+
+  std::vector<std::string> names;
+  for (size_t i = 0; i + 2 < files.size(); ++i) names.push_back(files[i].name);
+  names.push_back("missing");
+  names.push_back("..");
+  auto got = other->get_files(dir->oid, names, alice_, 16);
+  ASSERT_EQ(got.size(), names.size());
+  for (size_t i = 0; i + 2 < names.size(); ++i) {
+    ASSERT_TRUE(got[i].is_ok()) << names[i] << ": " << got[i].status().to_string();
+    EXPECT_TRUE(*got[i] == files[i].data) << names[i];
+  }
+  EXPECT_EQ(got[names.size() - 2].status().to_errno(), ENOENT);
+  EXPECT_FALSE(got[names.size() - 1].is_ok());
+  // Read rights are checked as open checks them: bob reads the 0644 files and not the 0600 one.
+  std::vector<std::string> two{"f1", "large"};
+  auto bobs = other->get_files(dir->oid, two, bob_);
+  ASSERT_TRUE(bobs[0].is_ok());
+  EXPECT_EQ(*bobs[0], files[1].data);
+  EXPECT_EQ(bobs[1].status().to_errno(), EACCES);
+  auto report = ns->check();
+  ASSERT_TRUE(report.is_ok());
+  EXPECT_TRUE(report->consistent());
+  EXPECT_EQ(report->files, files.size() - 2);
+}
+
 TEST_F(Ns, CheckFindsWhatIsInconsistent) {
   auto ns = client();
   ASSERT_TRUE(ns);

@@ -9,6 +9,14 @@
 
 namespace rfos::posix {
 
+Cred Cred::of_process() {
+  Cred c{static_cast<uint32_t>(geteuid()), static_cast<uint32_t>(getegid()), {}};
+  gid_t groups[256];
+  int n = getgroups(256, groups);
+  for (int i = 0; i < n; ++i) c.groups.push_back(groups[i]);
+  return c;
+}
+
 namespace {
 constexpr uint8_t kInodeVersion = 2;
 constexpr uint8_t kEntryVersion = 1;

@@ -21,6 +21,8 @@ struct Cred {
   uint32_t uid = 0;
   uint32_t gid = 0;
   std::vector<uint32_t> groups;  // supplementary
+  // The calling process's effective uid and gid and its groups: whom the CLI and the C API act as.
+  static Cred of_process();
 };
 
 struct Attr {

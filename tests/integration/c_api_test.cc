@@ -1,5 +1,6 @@
 // The C API against a real server: connect, open, sync and async I/O, values, errors as negative errno.
 #include "rfos/rfos.h"
+#include "rfos/rfos_fs.h"
 
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include "server_process.h"
 
 extern "C" int rfos_c_roundtrip(rfos_cont_t* cont);
+extern "C" int rfos_c_files(rfos_fs_t* fs, const char* dir);
 
 namespace rfos {
 namespace {
@@ -120,6 +122,56 @@ TEST(CApi, ConnectOpenReadWrite) {
   EXPECT_EQ(rfos_snapshot_destroy(client, "default", "default", epoch), 0);
   EXPECT_EQ(rfos_snapshot_destroy(client, "default", "default", epoch), -ENOENT);
   rfos_cont_close(cont);
+  rfos_disconnect(client);
+}
+
+// The namespace's C API: a batch of small files made and read back (as the calling user, root here), each
+// entry with its own status, and the errors a file system gives.
+TEST(CApi, ManySmallFiles) {
+  engine::testing::TempDir dir;
+  testing::ServerProcess server(dir.path(), {"--create-defaults"});
+  ASSERT_TRUE(server.start());
+  rfos_client_t* client = nullptr;
+  ASSERT_EQ(rfos_connect(server.address().c_str(), 2000, &client), 0) << rfos_last_error();
+  rfos_fs_t* fs = nullptr;
+  ASSERT_EQ(rfos_fs_open(client, "default", "default", nullptr, &fs), 0) << rfos_last_error();
+  ASSERT_EQ(rfos_fs_mkdir(fs, "/data", 0755), 0) << rfos_last_error();
+  EXPECT_EQ(rfos_fs_mkdir(fs, "/data", 0755), -EEXIST);
+  EXPECT_EQ(rfos_fs_mkdir(fs, "/missing/x", 0755), -ENOENT);
+  EXPECT_EQ(rfos_c_files(fs, "/data"), 0) << rfos_last_error();
+
+  std::vector<std::string> names, bodies;
+  for (int i = 0; i < 200; ++i) {
+    names.push_back("s" + std::to_string(i));
+    bodies.push_back(engine::testing::pattern(i, 1 + i * 37 % 3500));
+  }
+  names.push_back("s7");  // made twice: the second gets EEXIST
+  bodies.push_back("again");
+  std::vector<rfos_fs_put_t> put;
+  for (size_t i = 0; i < names.size(); ++i)
+    put.push_back({names[i].c_str(), 0644, bodies[i].data(), bodies[i].size(), 1});
+  EXPECT_EQ(rfos_fs_put_files(fs, "/data", put.data(), put.size(), 16), 200) << rfos_last_error();
+  EXPECT_EQ(put[7].status, 0);
+  EXPECT_EQ(put.back().status, -EEXIST);
+  EXPECT_EQ(rfos_fs_put_files(fs, "/data/a", put.data(), 1, 0), -ENOTDIR);
+  EXPECT_EQ(rfos_fs_sync(fs), 0);
+
+  std::vector<std::string> buf(names.size() + 1, std::string(4096, '\0'));
+  std::vector<rfos_fs_get_t> get;
+  for (size_t i = 0; i + 1 < names.size(); ++i) get.push_back({names[i].c_str(), buf[i].data(), buf[i].size(), 0, 1});
+  get.push_back({"s150", buf[names.size() - 1].data(), 10, 0, 1});  // too small a buffer
+  get.push_back({"nothing", buf[names.size()].data(), 4096, 0, 1});
+  EXPECT_EQ(rfos_fs_get_files(fs, "/data", get.data(), get.size(), 16), 200) << rfos_last_error();
+  for (size_t i = 0; i + 1 < names.size(); ++i) {
+    ASSERT_EQ(get[i].status, 0) << names[i];
+    ASSERT_EQ(get[i].len, bodies[i].size());
+    EXPECT_EQ(std::memcmp(get[i].buf, bodies[i].data(), get[i].len), 0) << names[i];
+  }
+  EXPECT_EQ(get[names.size() - 1].status, -ENOBUFS);
+  EXPECT_EQ(get[names.size() - 1].len, bodies[150].size());
+  EXPECT_EQ(get.back().status, -ENOENT);
+  EXPECT_EQ(rfos_fs_get_files(nullptr, "/data", get.data(), 1, 0), -EINVAL);
+  rfos_fs_close(fs);
   rfos_disconnect(client);
 }
 
