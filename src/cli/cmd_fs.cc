@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "cli/cli.h"
@@ -35,6 +36,70 @@ std::string_view inner(const std::string& p) { return std::string_view(p).substr
 
 Status errno_error(const std::string& what) { return error(StatusCode::kIoError, what + ": " + std::strerror(errno)); }
 
+// How many small files go to the namespace in one call, and how many of its operations are in flight.
+constexpr size_t kBatchFiles = 256;
+constexpr size_t kBatchDepth = 32;
+
+// A small local file whole, or nullopt when it is no longer a small regular file (it changed since the listing).
+Result<std::optional<std::string>> read_small(const std::filesystem::path& src) {
+  int fd = ::open(src.c_str(), O_RDONLY | O_NOFOLLOW);
+  if (fd < 0) return errno_error(src.string());
+  std::string bytes(posix::kMaxDirData + 1, '\0');
+  size_t got = 0;
+  ssize_t n = 0;
+  while (got < bytes.size() && (n = ::read(fd, bytes.data() + got, bytes.size() - got)) > 0) got += n;
+  ::close(fd);
+  if (n < 0) return errno_error(src.string());
+  if (got > posix::kMaxDirData) return std::optional<std::string>();
+  bytes.resize(got);
+  return std::optional<std::string>(std::move(bytes));
+}
+
+Status copy_in(posix::Namespace& ns, const posix::Cred& cred, const std::filesystem::path& src, const ObjectId& dir,
+               const std::string& name, uint64_t* files);
+
+// The small regular files of a local directory go in batches, each file made with its bytes in one round trip
+// (Namespace::put_files); names that exist already, and everything else, one at a time.
+Status copy_dir_in(posix::Namespace& ns, const posix::Cred& cred, const std::filesystem::path& src,
+                   const ObjectId& dir, uint64_t* files) {
+  std::vector<posix::Namespace::NewFile> batch;
+  std::vector<std::filesystem::path> paths;
+  auto flush = [&]() -> Status {
+    auto made = ns.put_files(dir, batch, cred, kBatchDepth);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (made[i].is_ok()) {
+        ++*files;
+      } else if (made[i].status().code() == StatusCode::kAlreadyExists) {
+        RFOS_RETURN_IF_ERROR(copy_in(ns, cred, paths[i], dir, batch[i].name, files));
+      } else {
+        return error(made[i].status().code(), paths[i].string() + ": " + made[i].status().message());
+      }
+    }
+    batch.clear();
+    paths.clear();
+    return Status::ok();
+  };
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(src, ec)) {
+    struct stat st {};
+    if (lstat(e.path().c_str(), &st) != 0) return errno_error(e.path().string());
+    std::string name = e.path().filename().string();
+    std::optional<std::string> small;
+    if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) <= posix::kMaxDirData) {
+      RFOS_ASSIGN_OR_RETURN(small, read_small(e.path()));
+    }
+    if (!small) {
+      RFOS_RETURN_IF_ERROR(copy_in(ns, cred, e.path(), dir, name, files));
+      continue;
+    }
+    batch.push_back({std::move(name), static_cast<uint32_t>(st.st_mode & 07777), std::move(*small)});
+    paths.push_back(e.path());
+    if (batch.size() == kBatchFiles) RFOS_RETURN_IF_ERROR(flush());
+  }
+  if (ec) return error(StatusCode::kIoError, src.string() + ": " + ec.message());
+  return flush();
+}
+
 // Local file or directory tree -> container path (created; an existing directory receives it by name).
 Status copy_in(posix::Namespace& ns, const posix::Cred& cred, const std::filesystem::path& src, const ObjectId& dir,
                const std::string& name, uint64_t* files) {
@@ -44,11 +109,7 @@ Status copy_in(posix::Namespace& ns, const posix::Cred& cred, const std::filesys
     auto d = ns.mkdir(dir, name, st.st_mode & 07777, cred);
     if (!d.is_ok() && d.status().code() == StatusCode::kAlreadyExists) d = ns.lookup(dir, name, cred);
     RFOS_RETURN_IF_ERROR(d.status());
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(src, ec))
-      RFOS_RETURN_IF_ERROR(copy_in(ns, cred, e.path(), d->oid, e.path().filename().string(), files));
-    if (ec) return error(StatusCode::kIoError, src.string() + ": " + ec.message());
-    return Status::ok();
+    return copy_dir_in(ns, cred, src, d->oid, files);
   }
   if (S_ISLNK(st.st_mode)) {
     std::string target(4096, '\0');
@@ -85,23 +146,59 @@ Status copy_in(posix::Namespace& ns, const posix::Cred& cred, const std::filesys
   return s;
 }
 
+Status write_local(const std::filesystem::path& dst, uint32_t mode, std::string_view bytes) {
+  int fd = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_TRUNC, mode & 07777);
+  if (fd < 0) return errno_error(dst.string());
+  Status s;
+  for (size_t done = 0; s.is_ok() && done < bytes.size();) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0)
+      s = errno_error(dst.string());
+    else
+      done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return s;
+}
+
+Status copy_out(posix::Namespace& ns, const posix::Cred& cred, const posix::Attr& a, const std::filesystem::path& dst,
+                uint64_t* files);
+
+// A page of a directory comes with its entries' attributes (readdir_plus), and its small files' bytes in one
+// batch (Namespace::get_files); the rest one at a time.
+Status copy_dir_out(posix::Namespace& ns, const posix::Cred& cred, const posix::Attr& a,
+                    const std::filesystem::path& dst, uint64_t* files) {
+  if (::mkdir(dst.c_str(), a.mode & 07777) != 0 && errno != EEXIST) return errno_error(dst.string());
+  std::string anchor;
+  for (bool done = false; !done;) {
+    RFOS_ASSIGN_OR_RETURN(auto page, ns.readdir_plus(a.oid, anchor, posix::kMaxPageEntries));
+    std::vector<std::string> small;
+    std::vector<uint32_t> modes;
+    for (const auto& e : page.entries) {
+      if (e.has_attr && e.size_final && S_ISREG(e.attr.mode) && e.attr.size <= posix::kMaxDirData) {
+        small.push_back(e.entry.name);
+        modes.push_back(e.attr.mode);
+        continue;
+      }
+      RFOS_ASSIGN_OR_RETURN(auto child, e.has_attr && e.size_final ? Result<posix::Attr>(e.attr) : ns.getattr(e.entry.oid));
+      RFOS_RETURN_IF_ERROR(copy_out(ns, cred, child, dst / e.entry.name, files));
+    }
+    auto got = ns.get_files(a.oid, small, cred, kBatchDepth);
+    for (size_t i = 0; i < small.size(); ++i) {
+      if (!got[i].is_ok()) return error(got[i].status().code(), small[i] + ": " + got[i].status().message());
+      RFOS_RETURN_IF_ERROR(write_local(dst / small[i], modes[i], *got[i]));
+      ++*files;
+    }
+    anchor = page.anchor;
+    done = page.done;
+  }
+  return Status::ok();
+}
+
 // Container path -> local path.
 Status copy_out(posix::Namespace& ns, const posix::Cred& cred, const posix::Attr& a, const std::filesystem::path& dst,
                 uint64_t* files) {
-  if (S_ISDIR(a.mode)) {
-    if (::mkdir(dst.c_str(), a.mode & 07777) != 0 && errno != EEXIST) return errno_error(dst.string());
-    std::string anchor;
-    for (bool done = false; !done;) {
-      RFOS_ASSIGN_OR_RETURN(auto page, ns.readdir(a.oid, anchor, 1024));
-      for (const auto& e : page.entries) {
-        RFOS_ASSIGN_OR_RETURN(auto child, ns.getattr(e.oid));
-        RFOS_RETURN_IF_ERROR(copy_out(ns, cred, child, dst / e.name, files));
-      }
-      anchor = page.anchor;
-      done = page.done;
-    }
-    return Status::ok();
-  }
+  if (S_ISDIR(a.mode)) return copy_dir_out(ns, cred, a, dst, files);
   if (S_ISLNK(a.mode)) {
     RFOS_ASSIGN_OR_RETURN(std::string target, ns.readlink(a.oid));
     ++*files;
@@ -119,7 +216,6 @@ Status copy_out(posix::Namespace& ns, const posix::Cred& cred, const posix::Attr
     }
     return Status::ok();
   });
-  if (s.is_ok() && ::fsync(fd) != 0) s = errno_error(dst.string());
   ::close(fd);
   ++*files;
   return s;
@@ -250,6 +346,13 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
       if (from.is_ok() && std::filesystem::is_directory(to) && !S_ISDIR(from->mode))
         to /= std::filesystem::path(std::string(inner(*src))).filename();
       s = from.is_ok() ? copy_out(ns, cred, *from, to, &files) : from.status();
+      // Durable when the command says it is done: one syncfs of the destination's file system, as `cp -r` and
+      // `sync` would make it, rather than an fsync per file.
+      std::filesystem::path where = std::filesystem::is_directory(to) ? to : to.parent_path();
+      if (where.empty()) where = ".";
+      int fd = s.is_ok() ? ::open(where.c_str(), O_RDONLY | O_DIRECTORY) : -1;
+      if (s.is_ok() && (fd < 0 || ::syncfs(fd) != 0)) s = errno_error(where.string());
+      if (fd >= 0) ::close(fd);
     }
     if (s.is_ok() && in_container(*dst)) s = ns.sync();  // durable when the command says it is done
     if (!ctx.check(s, "fs copy")) return;
