@@ -60,8 +60,8 @@ Status copy_in(posix::Namespace& ns, const posix::Cred& cred, const std::filesys
 
 // The small regular files of a local directory go in batches, each file made with its bytes in one round trip
 // (Namespace::put_files); names that exist already, and everything else, one at a time.
-Status copy_dir_in(posix::Namespace& ns, const posix::Cred& cred, const std::filesystem::path& src,
-                   const ObjectId& dir, uint64_t* files) {
+Status copy_dir_in(posix::Namespace& ns, const posix::Cred& cred, const std::filesystem::path& src, const ObjectId& dir,
+                   uint64_t* files) {
   std::vector<posix::Namespace::NewFile> batch;
   std::vector<std::filesystem::path> paths;
   auto flush = [&]() -> Status {
@@ -180,7 +180,8 @@ Status copy_dir_out(posix::Namespace& ns, const posix::Cred& cred, const posix::
         modes.push_back(e.attr.mode);
         continue;
       }
-      RFOS_ASSIGN_OR_RETURN(auto child, e.has_attr && e.size_final ? Result<posix::Attr>(e.attr) : ns.getattr(e.entry.oid));
+      RFOS_ASSIGN_OR_RETURN(auto child,
+                            e.has_attr&& e.size_final ? Result<posix::Attr>(e.attr) : ns.getattr(e.entry.oid));
       RFOS_RETURN_IF_ERROR(copy_out(ns, cred, child, dst / e.entry.name, files));
     }
     auto got = ns.get_files(a.oid, small, cred, kBatchDepth);
@@ -374,6 +375,9 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
     for (const auto& o : r->unlinked)
       std::printf("unlinked inode not purged (open somewhere, or its client died): %s\n", o.to_string().c_str());
     for (const auto& p : r->unfinished_puts) std::printf("unfinished put (rm it): %s\n", p.c_str());
+    for (const auto& o : r->leaked)
+      std::printf("file data no file or name claims (a removal that did not finish; punch it): %s\n",
+                  o.to_string().c_str());
     std::printf("%s\n", r->consistent() ? "consistent" : "INCONSISTENT");
     if (!r->consistent()) ctx.exit_code = 1;
   });

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "client/file_layout.h"
+#include "client/named_objects.h"
 #include "common/coding.h"
 #include "placement/placement.h"
 
@@ -819,10 +820,24 @@ Result<Namespace::CheckReport> Namespace::check() {
       r.wrong_links.push_back(n.first_path + " " + std::to_string(n.nlink) + "/" + std::to_string(n.names));
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   RFOS_ASSIGN_OR_RETURN(std::vector<ObjectId> all, c->list_objects());
+  std::set<ObjectId> claimed;  // named objects' records and data
+  {
+    RFOS_ASSIGN_OR_RETURN(auto named_objects, client::NamedObjects(*c).list());
+    for (const client::ObjectStat& st : named_objects.named) {
+      claimed.insert(st.data);
+      claimed.insert(client::NamedObjects::record_of(st.name));
+    }
+  }
   for (const ObjectId& oid : all) {
     if (reached.count(oid)) continue;
     RFOS_ASSIGN_OR_RETURN(bool inode, holds_inode(*c, oid));
-    if (!inode) continue;  // not the namespace's: named objects, the bench's
+    if (!inode) {
+      if (claimed.count(oid)) continue;
+      RFOS_ASSIGN_OR_RETURN(std::vector<std::string> dkeys, c->list_dkeys(oid));
+      if (std::any_of(dkeys.begin(), dkeys.end(), [](const std::string& k) { return k.size() == 8; }))
+        r.leaked.push_back(oid);  // file chunks (dkey: an 8-byte chunk index) of no file
+      continue;
+    }
     auto a = impl_->attr(c, oid);
     if (!a.is_ok()) continue;  // removed meanwhile
     (a->nlink == 0 ? r.unlinked : r.orphans).push_back(oid);

@@ -182,6 +182,10 @@ class Namespace {
                                                // that did not happen (a client died holding it)
     std::vector<std::string> wrong_links;      // files whose link count differs from their names ("path n/m")
     std::vector<std::string> unfinished_puts;  // hidden files of put_file that never got their name
+    // Objects holding file data that no inode and no named object claims: chunks of a removed file whose purge
+    // did not reach every target (its client died between the steps), or objects the raw API wrote in a file's
+    // layout. Their space is held until they are punched.
+    std::vector<ObjectId> leaked;
     bool consistent() const { return dangling.empty() && orphans.empty() && wrong_links.empty(); }
   };
   // Walks the whole namespace from the root and every object of the container, read-only (rfos fs check). Run it

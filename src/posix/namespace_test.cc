@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "client/named_objects.h"
 #include "server/sim_cluster_testing.h"
 
 namespace rfos::posix {
@@ -310,15 +311,28 @@ TEST_F(Ns, CheckFindsWhatIsInconsistent) {
   ASSERT_TRUE(d.is_ok());
   for (const char* n : {"gone", "lost", "a", "u", ".x.rfos-put-0123456789abcdef"})
     ASSERT_TRUE(ns->mknod(d->oid, n, S_IFREG | 0644, 0, root_).is_ok()) << n;
+  auto big = ns->mknod(d->oid, "big", S_IFREG | 0644, 0, root_, 4096);  // chunks on every target
+  ASSERT_TRUE(big.is_ok());
+  ASSERT_TRUE(ns->write(big->oid, 0, bytes_of(std::string(64 * 1024, 'b'))).is_ok());
+  auto raw = open(session());  // damage done underneath the namespace
+  ASSERT_TRUE(raw);
+  client::NamedObjects named(*raw);  // a named object's data is in a file's layout, and claimed by its name
+  ASSERT_TRUE(named
+                  .put("obj",
+                       [n = 0](std::span<uint8_t> buf) mutable -> Result<size_t> {
+                         if (n++) return size_t{0};
+                         std::memset(buf.data(), 'o', 5000);
+                         return size_t{5000};
+                       })
+                  .is_ok());
   auto clean = ns->check();
   ASSERT_TRUE(clean.is_ok()) << clean.status().to_string();
   EXPECT_TRUE(clean->consistent());
   EXPECT_EQ(clean->directories, 2u);
-  EXPECT_EQ(clean->files, 5u);
   EXPECT_EQ(clean->unfinished_puts, std::vector<std::string>{"/d/.x.rfos-put-0123456789abcdef"});
+  EXPECT_TRUE(clean->leaked.empty());
+  EXPECT_EQ(clean->files, 6u);
 
-  auto raw = open(session());  // damage done underneath the namespace
-  ASSERT_TRUE(raw);
   ObjectId gone = ns->lookup(d->oid, "gone", root_)->oid, lost = ns->lookup(d->oid, "lost", root_)->oid;
   ASSERT_TRUE(raw->punch_object(gone).is_ok());
   ASSERT_TRUE(raw->punch_dkey(d->oid, "lost").is_ok());
@@ -327,6 +341,10 @@ TEST_F(Ns, CheckFindsWhatIsInconsistent) {
   ASSERT_TRUE(raw->punch_dkey(d->oid, "b").is_ok());
   auto u = ns->unlink(d->oid, "u", root_);  // and never forgotten
   ASSERT_TRUE(u.is_ok());
+  // A removal whose purge reached the home target only (its client died between the steps): the name and the
+  // inode are gone, chunks elsewhere stay.
+  ASSERT_TRUE(raw->punch_dkey(d->oid, "big").is_ok());
+  ASSERT_TRUE(raw->punch_dkey(big->oid, kInodeDkey).is_ok());
   auto r = ns->check();
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_FALSE(r->consistent());
@@ -334,6 +352,7 @@ TEST_F(Ns, CheckFindsWhatIsInconsistent) {
   EXPECT_EQ(r->orphans, std::vector<ObjectId>{lost});
   EXPECT_EQ(r->wrong_links, std::vector<std::string>{"/d/a 2/1"});
   EXPECT_EQ(r->unlinked, std::vector<ObjectId>{u->oid});
+  EXPECT_EQ(r->leaked, std::vector<ObjectId>{big->oid});
 }
 
 // Two clients create the same names at once: each name is created exactly once, and the loser gets EEXIST.
@@ -504,6 +523,8 @@ TEST_F(NsPowerCut, SyncedOperationsSurviveAndTheTreeIsAPrefix) {
   EXPECT_TRUE(report->consistent()) << "seed " << seed << ": " << report->dangling.size() << " dangling, "
                                     << report->orphans.size() << " orphans, " << report->wrong_links.size()
                                     << " wrong link counts";
+  EXPECT_TRUE(report->leaked.empty()) << "seed " << seed << ": " << report->leaked.size()
+                                      << " objects of file data no file claims";
 }
 
 }  // namespace
