@@ -76,10 +76,11 @@ Ino Inodes::hint(const ObjectId& oid) {
   return it != inos_.end() ? it->second : (oid.lo ^ oid.hi) | (1ull << 63);
 }
 
-void Inodes::seen(const ObjectId& oid, const posix::Attr& a, uint64_t at_ns) {
+void Inodes::seen(const ObjectId& oid, const posix::Attr& a, uint64_t at_ns, std::optional<uint64_t> writes_then) {
   std::lock_guard lock(mu_);
   Node* n = node_of(oid);
   if (!n || (n->seen && n->seen_at_ns > at_ns)) return;  // a newer one is kept
+  if (writes_then && *writes_then != n->writes) return;  // a write came after they were asked for
   n->seen = true;
   n->seen_at_ns = at_ns;
   n->attr = a;
@@ -113,7 +114,15 @@ bool Inodes::open_files(size_t max, std::vector<ObjectId>* out) {
 void Inodes::written(const ObjectId& oid) {
   std::lock_guard lock(mu_);
   Node* n = node_of(oid);
-  if (n) ++n->writes;
+  if (!n) return;
+  ++n->writes;
+  n->seen = false;
+}
+
+uint64_t Inodes::writes_of(const ObjectId& oid) {
+  std::lock_guard lock(mu_);
+  Node* n = node_of(oid);
+  return n ? n->writes : 0;
 }
 
 uint64_t Inodes::writes(Ino ino) {

@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -48,12 +49,16 @@ class Inodes {
   size_t size();
 
   // Attributes of `oid` as seen at steady time `at_ns` (steady_now_ns), kept while the kernel holds the inode.
-  void seen(const ObjectId& oid, const posix::Attr& a, uint64_t at_ns);
+  // With `writes_then` (writes_of before they were asked for): kept only if no write came since, which may have
+  // moved the size or the times after the target answered.
+  void seen(const ObjectId& oid, const posix::Attr& a, uint64_t at_ns, std::optional<uint64_t> writes_then = {});
   // The attributes seen at most `max_age_ns` before `now_ns`, and how old they are; false when none.
   bool recent(Ino ino, uint64_t now_ns, uint64_t max_age_ns, posix::Attr* a, uint64_t* age_ns);
-  // A write of `oid` through this mount (counted: an open file's copy of the bytes is good while it stays).
+  // A write of `oid` through this mount (counted: an open file's copy of the bytes is good while it stays). The
+  // attributes seen of it are stale from here: the write may move its size and times.
   void written(const ObjectId& oid);
   uint64_t writes(Ino ino);
+  uint64_t writes_of(const ObjectId& oid);
   // `oid` was made through this mount at `now_ns`: it has no extended attributes (until xattrs_changed), which
   // the kernel asks about before every write (security.capability) and is answered within the attribute
   // timeout without a round trip.

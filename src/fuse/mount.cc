@@ -155,10 +155,12 @@ class Fs {
   }
   void seen(const Attr& a, uint64_t at) { inodes_.seen(a.oid, a, at); }
   // The attributes of `oid` afresh from its home target (with a small file's bytes, given `data`), kept as seen.
+  // Kept only when no write of it was in flight or came meanwhile: the target may have answered before it landed.
   Result<Attr> fresh(const ObjectId& oid, std::optional<std::string>* data = nullptr) {
-    uint64_t at = now_ns();
+    uint64_t at = now_ns(), writes_then = inodes_.writes_of(oid);
+    bool pending = writes_ && writes_->pending(oid);
     auto a = ns_.getattr_with_data(oid, data);
-    if (a.is_ok()) seen(*a, at);
+    if (a.is_ok() && !pending) inodes_.seen(a->oid, *a, at, writes_then);
     return a;
   }
   void stale(const ObjectId& oid) { inodes_.stale(oid); }

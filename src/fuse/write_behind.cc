@@ -93,6 +93,12 @@ bool WriteBehind::wait(const ObjectId& oid) {
   return true;
 }
 
+bool WriteBehind::pending(const ObjectId& oid) {
+  std::lock_guard lock(mu_);
+  auto it = files_.find(oid);
+  return it != files_.end() && (!it->second->ranges.empty() || it->second->holding);
+}
+
 Status WriteBehind::settle(const ObjectId& oid, std::optional<posix::Attr>* touched) {
   std::unique_lock lock(mu_);
   auto it = files_.find(oid);

@@ -49,6 +49,8 @@ class WriteBehind {
   // failure since the last settle (fsync and close report it); wait() leaves it for them. Returns whether there
   // was anything to wait for.
   bool wait(const ObjectId& oid);
+  // Whether a write of `oid` is in flight or held.
+  bool pending(const ObjectId& oid);
   // `touched` (may be null): the file's attributes when a held write went with its time update, which then
   // needs no other.
   Status settle(const ObjectId& oid, std::optional<posix::Attr>* touched = nullptr);

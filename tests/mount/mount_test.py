@@ -20,6 +20,9 @@ import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import random_ops_bench  # noqa: E402  (the fsx-style exerciser, shared with the benchmark)
+
 RFOS = None
 ENV = dict(os.environ, UCX_NET_DEVICES="lo", FI_TCP_IFACE="lo", FI_NET_IFACE="lo")
 
@@ -272,6 +275,14 @@ class MountTest(unittest.TestCase):
         self.assertEqual(st.st_gid, 50)
         self.assertTrue(st.st_mode & stat.S_ISGID)
 
+    def test_random_operations_on_one_file(self):
+        """Writes, reads, truncates and mmap reads at random, each checked against a model of the bytes and
+        the size (a write past the end after a truncate once read back the truncated size)."""
+        d = self.path("t-fsx")
+        os.mkdir(d)
+        for seed in range(3):
+            random_ops_bench.one_file(d, 1500, seed)
+
     def test_open_trunc_and_writes_to_setid_files(self):
         d = self.path("t4-trunc")
         os.mkdir(d)
@@ -397,7 +408,7 @@ class MountTest(unittest.TestCase):
             self.skipTest("fio is not installed")
         for engine, rw, bs in (("psync", "write", "1m"), ("io_uring", "randwrite", "4k"), ("psync", "randrw", "64k")):
             out = subprocess.run(
-                ["fio", "--name=verify", "--filename=" + self.path("fio-" + engine + rw), "--size=24m",
+                ["fio", "--name=verify", "--verify_state_save=0", "--filename=" + self.path("fio-" + engine + rw), "--size=24m",
                  "--bs=" + bs, "--rw=" + rw, "--ioengine=" + engine, "--iodepth=8", "--verify=crc32c",
                  "--do_verify=1", "--verify_fatal=1"], capture_output=True, text=True)
             self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
