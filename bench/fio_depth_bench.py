@@ -71,19 +71,14 @@ def main():
     p.add_argument("--dir", default="/var/tmp")
     p.add_argument("--cells", default="", help="only these cells (names as in CELLS)")
     args = p.parse_args()
-    for tool in ("fio", "bindfs"):
-        if shutil.which(tool) is None:
-            sys.exit("fio_depth_bench: %s is not installed" % tool)
+    if shutil.which("fio") is None:
+        sys.exit("fio_depth_bench: fio is not installed")
     chosen = set(c for c in args.cells.split(",") if c)
     work = tempfile.mkdtemp(prefix="rfos-fio-depth-", dir=args.dir)
-    ext4 = os.path.join(work, "ext4")
-    bind_point = os.path.join(work, "bindfs")
-    os.mkdir(ext4)
-    os.mkdir(bind_point)
-    subprocess.run(["bindfs", "--no-allow-other", ext4, bind_point], check=True)
     results = {}
     try:
-        with rfos_setup.Server(args.build, work, args.provider, target_bytes=3 << 30) as server, \
+        with rfos_setup.bindfs_over(work) as (ext4, bind_point), \
+                rfos_setup.Server(args.build, work, args.provider, target_bytes=3 << 30) as server, \
                 server.mount(os.path.join(work, "rfos")) as rfos_point:
             systems = (("ext4", ext4), ("bindfs", bind_point), ("rfos", rfos_point))
             prepare(ext4)
@@ -100,7 +95,6 @@ def main():
                         s, results[(name, s)][-1][0], results[(name, s)][-1][1] / 2**20)
                         for s in ("ext4", "bindfs", "rfos", "native"))), flush=True)
     finally:
-        subprocess.run(["fusermount3", "-u", "-z", bind_point], check=False)
         shutil.rmtree(work, ignore_errors=True)
 
     print("\nfio io_uring, one job, %s file, provider %s, %d rep(s), medians; MiB/s (IOPS for 4 KiB cells)\n"

@@ -22,7 +22,6 @@ import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -139,16 +138,11 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--dir", default="/var/tmp")
     args = p.parse_args()
-    if shutil.which("bindfs") is None:
-        sys.exit("random_ops_bench: bindfs is not installed (apt install bindfs)")
     work = tempfile.mkdtemp(prefix="rfos-randomops-", dir=args.dir)
-    ext4, bind_point = os.path.join(work, "ext4"), os.path.join(work, "bindfs")
-    os.mkdir(ext4)
-    os.mkdir(bind_point)
-    subprocess.run(["bindfs", "--no-allow-other", ext4, bind_point], check=True)
     results = {}
     try:
-        with rfos_setup.Server(args.build, work, args.provider) as server, \
+        with rfos_setup.bindfs_over(work) as (_, bind_point), \
+                rfos_setup.Server(args.build, work, args.provider) as server, \
                 server.mount(os.path.join(work, "rfos")) as rfos_point, \
                 multiprocessing.Pool(args.procs) as pool:
             for rep in range(args.reps):
@@ -159,7 +153,6 @@ def main():
                     print("%-6s rep %d: %s" % (name, rep, "  ".join("%s %.2f s" % kv for kv in r.items())),
                           flush=True)
     finally:
-        subprocess.run(["fusermount3", "-u", "-z", bind_point], check=False)
         shutil.rmtree(work, ignore_errors=True)
     print("\n| cell | bindfs (s) | rfos mount (s) | rfos / bindfs (time) |")
     print("|---|---|---|---|")

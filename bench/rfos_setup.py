@@ -7,9 +7,26 @@ Traffic stays on loopback (UCX_NET_DEVICES=lo, FI_*_IFACE=lo); the control socke
 """
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import time
+
+
+@contextlib.contextmanager
+def bindfs_over(work):
+    """The ceilings of the mount's benchmarks: a directory on the file system of `work` (ext4 here) and bindfs,
+    Debian's FUSE passthrough, over it, until the block ends; yields (ext4 directory, bindfs mount point)."""
+    if shutil.which("bindfs") is None:
+        sys.exit("bindfs is not installed (apt install bindfs)")
+    ext4, point = os.path.join(work, "ext4"), os.path.join(work, "bindfs")
+    os.makedirs(ext4)
+    os.makedirs(point)
+    subprocess.run(["bindfs", "--no-allow-other", ext4, point], check=True)
+    try:
+        yield ext4, point
+    finally:
+        subprocess.run(["fusermount3", "-u", "-z", point], check=False)
 
 
 class Server:

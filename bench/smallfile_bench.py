@@ -148,19 +148,13 @@ def main():
     p.add_argument("--mount-args", default="", help="more arguments for rfos mount")
     p.add_argument("--tree", type=int, default=0, help="also tar x and cp -r of a tree of this many files")
     args = p.parse_args()
-    if shutil.which("bindfs") is None:
-        sys.exit("smallfile_bench: bindfs is not installed (apt install bindfs)")
     work = tempfile.mkdtemp(prefix="rfos-smallfile-", dir=args.dir)
-    ext4 = os.path.join(work, "ext4")
-    bind_point = os.path.join(work, "bindfs")
-    os.mkdir(ext4)
-    os.mkdir(bind_point)
-    subprocess.run(["bindfs", "--no-allow-other", ext4, bind_point], check=True)
     procs_list = [int(x) for x in args.procs.split(",") if x]
     results = {}
     tree = {}
     try:
-        with rfos_setup.Server(args.build, work, args.provider) as server, \
+        with rfos_setup.bindfs_over(work) as (ext4, bind_point), \
+                rfos_setup.Server(args.build, work, args.provider) as server, \
                 server.mount(os.path.join(work, "rfos"), args.mount_args.split()) as rfos_point:
             systems = (("ext4", ext4), ("bindfs", bind_point), ("rfos", rfos_point))
             for procs in procs_list:
@@ -173,7 +167,6 @@ def main():
                                 "%s %.0f/s" % (ph, r[ph]) for ph in PHASES)), flush=True)
             tree = tree_phases(systems, work, args.tree, args.size, server) if args.tree else {}
     finally:
-        subprocess.run(["fusermount3", "-u", "-z", bind_point], check=False)
         shutil.rmtree(work, ignore_errors=True)
 
     print("\n%d files of %d bytes, provider %s, %d rep(s), medians (ops/s; readdir in entries/s)\n"

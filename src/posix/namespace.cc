@@ -145,6 +145,17 @@ class Namespace::Impl {
     return fail(StatusCode::kInternal, "a namespace operation kept asking about inodes elsewhere");
   }
 
+  // Many requests at once on one session (Container::namespace_ops), each reply decoded; the session is given
+  // back before the caller goes on.
+  std::vector<Result<DirReply>> dir_ops(const std::vector<Container::NamespaceCall>& calls, size_t depth) {
+    auto c = session();
+    if (!c.is_ok()) return std::vector<Result<DirReply>>(calls.size(), Result<DirReply>(c.status()));
+    std::vector<Result<DirReply>> out;
+    for (Result<std::string>& raw : (*c)->namespace_ops(calls, depth))
+      out.push_back(raw.is_ok() ? decode_dir_reply(*raw) : Result<DirReply>(raw.status()));
+    return out;
+  }
+
   // Deletes an inode no name links any more, everywhere it has keys. Its home target first, in the order of
   // that target's log (after the removal that unlinked it); chunks on other targets only once that is durable,
   // so a crash never keeps the purge of the data and loses the removal.
@@ -928,19 +939,11 @@ std::vector<Result<Attr>> Namespace::put_files(const ObjectId& dir, std::span<co
     calls.push_back({t, dir, encode_dir_request(q), false});
     which.push_back(i);
   }
-  std::vector<Result<std::string>> replies;
-  {
-    auto c = impl_->session();
-    if (!c.is_ok()) {
-      for (size_t i : which) out[i] = c.status();
-      return out;
-    }
-    replies = (*c)->namespace_ops(calls, depth);
-  }
+  std::vector<Result<DirReply>> replies = impl_->dir_ops(calls, depth);
   for (size_t k = 0; k < which.size(); ++k) {
     const NewFile& f = files[which[k]];
     Result<Attr>& r = out[which[k]];
-    auto reply = replies[k].is_ok() ? decode_dir_reply(*replies[k]) : Result<DirReply>(replies[k].status());
+    Result<DirReply>& reply = replies[k];
     if (!reply.is_ok()) {
       r = reply.status();
       continue;
@@ -975,18 +978,10 @@ std::vector<Result<std::string>> Namespace::get_files(const ObjectId& dir, std::
     calls.push_back({t, dir, encode_dir_request(q), true});
     which.push_back(i);
   }
-  std::vector<Result<std::string>> replies;
-  {
-    auto c = impl_->session();
-    if (!c.is_ok()) {
-      for (size_t i : which) out[i] = c.status();
-      return out;
-    }
-    replies = (*c)->namespace_ops(calls, depth);
-  }
+  std::vector<Result<DirReply>> replies = impl_->dir_ops(calls, depth);
   for (size_t k = 0; k < which.size(); ++k) {
     Result<std::string>& r = out[which[k]];
-    auto reply = replies[k].is_ok() ? decode_dir_reply(*replies[k]) : Result<DirReply>(replies[k].status());
+    Result<DirReply>& reply = replies[k];
     if (!reply.is_ok()) {
       r = reply.status();
       continue;
