@@ -10,7 +10,6 @@ fsync (every byte stored inside the measured time), as `rfos bench` updates are 
 With --reps N the file systems alternate N times per cell and the medians are shown. Needs root, /dev/fuse, fio
 and bindfs.
 """
-import argparse
 import json
 import os
 import shutil
@@ -63,12 +62,9 @@ def native(server, rw, bs, depth, runtime):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--build", default="build")
-    p.add_argument("--provider", default="ucx+shm")
+    p = rfos_setup.parser(__doc__)
     p.add_argument("--runtime", type=float, default=5)
     p.add_argument("--reps", type=int, default=1)
-    p.add_argument("--dir", default="/var/tmp")
     p.add_argument("--cells", default="", help="only these cells (names as in CELLS)")
     args = p.parse_args()
     if shutil.which("fio") is None:

@@ -6,7 +6,6 @@ N files of 3 KiB in a fresh directory through `rfos mount`, reads each whole, an
 
 Prints each round's create, read and unlink rates (operations per second).
 """
-import argparse
 import os
 import shutil
 import sys
@@ -18,12 +17,9 @@ import rfos_setup  # noqa: E402
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--build", default="build")
-    p.add_argument("--provider", default="ucx+shm")
+    p = rfos_setup.parser(__doc__)
     p.add_argument("--files", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=6)
-    p.add_argument("--dir", default="/var/tmp")
     args = p.parse_args()
     work = tempfile.mkdtemp(prefix="rfos-rounds-", dir=args.dir)
     payload = b"x" * 3072

@@ -14,7 +14,6 @@ one run: the issue-29 cells a file-system exerciser would stress.
 Prints seconds per cell for each file system (medians, alternating) and rfos / bindfs (time ratio; the issue
 asks within 2x). Needs root, /dev/fuse and bindfs.
 """
-import argparse
 import errno
 import mmap
 import multiprocessing
@@ -129,14 +128,11 @@ def run_cells(root, args, pool, rep):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--build", default="build")
-    p.add_argument("--provider", default="ucx+shm")
+    p = rfos_setup.parser(__doc__)
     p.add_argument("--ops", type=int, default=20000)
     p.add_argument("--procs", type=int, default=4)
     p.add_argument("--stress-ops", type=int, default=5000)
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--dir", default="/var/tmp")
     args = p.parse_args()
     work = tempfile.mkdtemp(prefix="rfos-randomops-", dir=args.dir)
     results = {}

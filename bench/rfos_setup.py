@@ -5,12 +5,22 @@
 
 Traffic stays on loopback (UCX_NET_DEVICES=lo, FI_*_IFACE=lo); the control socket is a Unix socket in `work`.
 """
+import argparse
 import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import time
+
+
+def parser(doc):
+    """A benchmark's command line with what every one against a server takes: --build, --provider, --dir."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default="build", help="the build directory (its bin/rfos)")
+    p.add_argument("--provider", default="ucx+shm")
+    p.add_argument("--dir", default="/var/tmp", help="where the server's data (and ext4's and bindfs's) live")
+    return p
 
 
 @contextlib.contextmanager

@@ -12,7 +12,6 @@ system and rfos / bindfs. With --tree N, also `tar x` of an archive of N such fi
 `cp -r` of the same tree from ext4 into each file system, synced (seconds, and files/s). Needs root, /dev/fuse
 and bindfs (apt install bindfs).
 """
-import argparse
 import multiprocessing
 import os
 import random
@@ -137,14 +136,11 @@ def tree_phases(systems, work, n, size, server):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--build", default="build")
-    p.add_argument("--provider", default="ucx+shm")
+    p = rfos_setup.parser(__doc__)
     p.add_argument("--files", type=int, default=2000)
     p.add_argument("--size", type=int, default=3072)
     p.add_argument("--procs", default="1,4", help="process counts to run, comma-separated")
     p.add_argument("--reps", type=int, default=1, help="runs per file system and process count (medians)")
-    p.add_argument("--dir", default="/var/tmp", help="where ext4, bindfs's source and the server's data live")
     p.add_argument("--mount-args", default="", help="more arguments for rfos mount")
     p.add_argument("--tree", type=int, default=0, help="also tar x and cp -r of a tree of this many files")
     args = p.parse_args()
