@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -321,6 +322,12 @@ class Engine {
   Result<std::vector<ObjectId>> list_objects(uint32_t cont, Epoch epoch, Anchor* anchor, size_t max);
   Result<std::vector<std::string>> list_dkeys(uint32_t cont, const ObjectId& oid, Epoch epoch, Anchor* anchor,
                                               size_t max);
+  // The same, and for each dkey the single value of `value_akey` that a fetch at `epoch` would return, where the
+  // scan that found the dkey met it first (a directory's entries: one akey per dkey); nullopt where it did not
+  // (another akey first, an array, a checksum to look into): fetch that one. `values` may be null.
+  Result<std::vector<std::string>> list_dkeys(uint32_t cont, const ObjectId& oid, Epoch epoch, Anchor* anchor,
+                                              size_t max, std::string_view value_akey,
+                                              std::vector<std::optional<std::string>>* values);
   Result<std::vector<std::string>> list_akeys(uint32_t cont, const ObjectId& oid, std::string_view dkey, Epoch epoch,
                                               Anchor* anchor, size_t max);
   // Visible data extents (after newest-wins, without holes), in offset order, coalesced.

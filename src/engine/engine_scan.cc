@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/coding.h"
+#include "common/crc32c.h"
 #include "engine/engine_impl.h"
 #include "engine/extent_map.h"
 
@@ -103,9 +104,22 @@ Status Engine::Impl::visible_extents(rocksdb::Iterator* it, const std::string& a
 
 namespace {
 
-// Generic resumable key enumeration below `parent`: keys are the u16-length-prefixed names after `tag`.
+// The single value the iterator stands on, when it is one of akey `akey` (any_visible stopped on it, so it is the
+// newest at the epoch above the floors) and passes its checksum.
+std::optional<std::string> visible_single(rocksdb::Iterator* it, std::string_view akey) {
+  ObjectKey k;
+  SingleRecord r;
+  if (!parse_object_key(it->key().ToStringView(), &k) || k.level != 2 || k.kind != kSingleTag || k.akey != akey ||
+      !decode_single(it->value().ToStringView(), &r) || crc32c(r.data.data(), r.data.size()) != r.csum)
+    return std::nullopt;
+  return std::string(r.data);
+}
+
+// Generic resumable key enumeration below `parent`: keys are the u16-length-prefixed names after `tag`. With
+// `values`, each name's value of akey `value_akey` where the scan met it first (visible_single).
 Result<std::vector<std::string>> list_names(Engine::Impl* im, const std::string& parent, char tag, Epoch epoch,
-                                            Version floor, Anchor* anchor, size_t max) {
+                                            Version floor, Anchor* anchor, size_t max, std::string_view value_akey = {},
+                                            std::vector<std::optional<std::string>>* values = nullptr) {
   std::vector<std::string> out;
   if (anchor->done || max == 0) return out;
   std::unique_ptr<rocksdb::Iterator> it(im->db->NewIterator(rocksdb::ReadOptions()));
@@ -131,6 +145,7 @@ Result<std::vector<std::string>> list_names(Engine::Impl* im, const std::string&
     if (Engine::Impl::any_visible(it.get(), child, epoch, floor)) {
       out.push_back(name);
       anchor->position = name;
+      if (values) values->push_back(visible_single(it.get(), value_akey));
     }
     pos = prefix_successor(child);
   }
@@ -167,6 +182,12 @@ Result<std::vector<ObjectId>> Engine::list_objects(uint32_t cont, Epoch epoch, A
 
 Result<std::vector<std::string>> Engine::list_dkeys(uint32_t cont, const ObjectId& oid, Epoch epoch, Anchor* anchor,
                                                     size_t max) {
+  return list_dkeys(cont, oid, epoch, anchor, max, {}, nullptr);
+}
+
+Result<std::vector<std::string>> Engine::list_dkeys(uint32_t cont, const ObjectId& oid, Epoch epoch, Anchor* anchor,
+                                                    size_t max, std::string_view value_akey,
+                                                    std::vector<std::optional<std::string>>* values) {
   RFOS_RETURN_IF_ERROR(impl_->open_for_read(cont, epoch).status());
   std::string obj = object_prefix(cont, oid);
   Version floor;
@@ -174,7 +195,8 @@ Result<std::vector<std::string>> Engine::list_dkeys(uint32_t cont, const ObjectI
     std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions()));
     floor = Impl::punch_floor(it.get(), obj, epoch);
   }
-  return list_names(impl_.get(), obj, kDkeyTag, epoch, floor, anchor, max);
+  if (values) values->clear();
+  return list_names(impl_.get(), obj, kDkeyTag, epoch, floor, anchor, max, value_akey, values);
 }
 
 Result<std::vector<std::string>> Engine::list_akeys(uint32_t cont, const ObjectId& oid, std::string_view dkey,

@@ -297,6 +297,40 @@ TEST_F(EngineTest, SnapshotsAndAggregation) {
   ASSERT_TRUE(engine_->check().is_ok());
 }
 
+// A listing of dkeys brings the value of one akey where its scan meets it first, as a fetch at that epoch would
+// return it; elsewhere it says so, and the caller fetches.
+TEST_F(EngineTest, ListDkeysWithValues) {
+  ASSERT_TRUE(put_single(key("d1", "e"), 1, "v1").is_ok());
+  ASSERT_TRUE(put_single(key("d1", "e"), 3, "v2").is_ok());
+  ASSERT_TRUE(put_single(key("d2", "a"), 1, "other akey first").is_ok());
+  ASSERT_TRUE(put_single(key("d2", "e"), 1, "behind it").is_ok());
+  ASSERT_TRUE(put_array(key("d3", "e"), 1, 0, "an array").is_ok());
+  ASSERT_TRUE(put_single(key("d4", "e"), 1, "punched").is_ok());
+  ASSERT_TRUE(engine_->punch_dkey(cid_, oid_, "d4", 4).is_ok());
+  ASSERT_TRUE(put_single(key("d5", "e"), 5, "v5").is_ok());
+  Anchor anchor;
+  std::vector<std::optional<std::string>> values;
+  auto keys = engine_->list_dkeys(cid_, oid_, kEpochLatest, &anchor, 100, "e", &values);
+  ASSERT_TRUE(keys.is_ok()) << keys.status().to_string();
+  EXPECT_EQ(*keys, (std::vector<std::string>{"d1", "d2", "d3", "d5"}));
+  ASSERT_EQ(values.size(), 4u);
+  EXPECT_EQ(values[0], std::optional<std::string>("v2"));
+  EXPECT_FALSE(values[1]) << "the scan met akey 'a' first";
+  EXPECT_FALSE(values[2]) << "an array is no single value";
+  EXPECT_EQ(values[3], std::optional<std::string>("v5"));
+  Anchor older;
+  keys = engine_->list_dkeys(cid_, oid_, 3, &older, 100, "e", &values);
+  ASSERT_TRUE(keys.is_ok());
+  EXPECT_EQ(*keys, (std::vector<std::string>{"d1", "d2", "d3", "d4"}));
+  EXPECT_EQ(values[0], std::optional<std::string>("v2"));
+  EXPECT_EQ(values[3], std::optional<std::string>("punched")) << "at epoch 3 the punch (at 4) is not there yet";
+  Anchor first;
+  keys = engine_->list_dkeys(cid_, oid_, 2, &first, 1, "e", &values);
+  ASSERT_TRUE(keys.is_ok());
+  EXPECT_EQ(*keys, std::vector<std::string>{"d1"});
+  EXPECT_EQ(values, std::vector<std::optional<std::string>>{std::string("v1")});
+}
+
 // A container's first punch starts marking the objects that hold punches; reads of an object without a mark
 // skip the punch lookups and still see what they must, before and after a reopen.
 TEST_F(EngineTest, PunchMarks) {

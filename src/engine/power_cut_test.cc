@@ -140,7 +140,9 @@ TEST(EnginePowerCut, LazyCommitsAreDurableAfterASync) {
     uint32_t cid = (*engine)->cont_open(testing::kCrashPool, testing::kCrashCont)->id;
     for (int i = 0; i < kAll; ++i) {
       ASSERT_TRUE((*engine)->apply(cid, 100 + i, batch(i), /*lazy=*/true).is_ok());
-      if (i == kSynced - 1) ASSERT_TRUE((*engine)->sync().is_ok());
+      if (i == kSynced - 1) {
+        ASSERT_TRUE((*engine)->sync().is_ok());
+      }
     }
     power.cut();
   }
@@ -155,7 +157,9 @@ TEST(EnginePowerCut, LazyCommitsAreDurableAfterASync) {
     auto s = (*engine)->fetch({{cid, oid, "s" + n, "a"}, kEpochLatest, ValueKind::kSingle, 0, 0});
     auto d = (*engine)->fetch({{cid, oid, "d" + n, "d"}, kEpochLatest, ValueKind::kArray, 0, 3000});
     ASSERT_EQ(s.is_ok(), d.is_ok()) << "batch " << i << " is torn";
-    if (i < kSynced) ASSERT_TRUE(s.is_ok()) << "batch " << i << " was synced";
+    if (i < kSynced) {
+      ASSERT_TRUE(s.is_ok()) << "batch " << i << " was synced";
+    }
     if (!s.is_ok()) {
       gone = true;
       continue;

@@ -76,31 +76,47 @@ void Impl::handle_list_keys(Call& c) {
   engine::Anchor anchor;
   anchor.position = q.anchor;
   size_t max = std::clamp<uint64_t>(q.length, 1, 1024);
-  auto keys = q.op == wire::Op::kListDkeys ? engine->list_dkeys(c.cid, q.oid, c.read_at, &anchor, max)
-                                           : engine->list_akeys(c.cid, q.oid, q.dkey, c.read_at, &anchor, max);
-  if (!keys.is_ok()) return reply_error(c.to(), c.id(), keys.status());
   wire::KeyPage page;
+  if (q.op == wire::Op::kListDkeys && !q.akey.empty()) {  // with each dkey's value of that akey
+    auto pairs = dkeys_with_values(c.cid, q.oid, q.akey, c.read_at, &anchor, max);
+    if (!pairs.is_ok()) return reply_error(c.to(), c.id(), pairs.status());
+    page.with_values = true;
+    for (auto& [k, v] : *pairs) {
+      page.keys.push_back(std::move(k));
+      page.values.push_back(std::move(v));
+    }
+  } else {
+    auto keys = q.op == wire::Op::kListDkeys ? engine->list_dkeys(c.cid, q.oid, c.read_at, &anchor, max)
+                                             : engine->list_akeys(c.cid, q.oid, q.dkey, c.read_at, &anchor, max);
+    if (!keys.is_ok()) return reply_error(c.to(), c.id(), keys.status());
+    page.keys = std::move(keys).value();
+  }
   page.anchor = anchor.position;
   page.done = anchor.done;
-  page.keys = std::move(keys).value();
-  if (q.op == wire::Op::kListDkeys && !q.akey.empty()) {  // with each dkey's value of that akey
-    page.with_values = true;
-    page.values = single_values(c.cid, q.oid, page.keys, q.akey, c.read_at);
-  }
   wire::Reply r;
   r.request_id = c.id();
   reply_with(c.to(), std::move(r), wire::encode_key_page(page));
 }
 
-std::vector<std::string> Impl::single_values(uint32_t cid, const ObjectId& oid, const std::vector<std::string>& dkeys,
-                                             std::string_view akey, engine::Epoch epoch) {
-  std::vector<std::string> values;
-  values.reserve(dkeys.size());
-  for (const std::string& dk : dkeys) {
-    auto v = engine->fetch({{cid, oid, dk, akey}, epoch, engine::ValueKind::kSingle});
-    values.push_back(v.is_ok() ? std::move(v).value() : std::string());
+Result<std::vector<std::pair<std::string, std::string>>> Impl::dkeys_with_values(uint32_t cid, const ObjectId& oid,
+                                                                                 std::string_view akey,
+                                                                                 engine::Epoch epoch,
+                                                                                 engine::Anchor* anchor, size_t max) {
+  std::vector<std::optional<std::string>> found;
+  RFOS_ASSIGN_OR_RETURN(std::vector<std::string> keys, engine->list_dkeys(cid, oid, epoch, anchor, max, akey, &found));
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::string value;
+    if (i < found.size() && found[i]) {
+      value = std::move(*found[i]);
+    } else {
+      auto v = engine->fetch({{cid, oid, keys[i], akey}, epoch, engine::ValueKind::kSingle});
+      if (v.is_ok()) value = std::move(v).value();
+    }
+    out.emplace_back(std::move(keys[i]), std::move(value));
   }
-  return values;
+  return out;
 }
 
 void Impl::handle_list_extents(Call& c) {

@@ -63,17 +63,12 @@ class EngineDirStore final : public posix::DirStore {
                                                                 bool* done) override {
     engine::Anchor a;
     a.position = *anchor;
-    auto keys = engine_->list_dkeys(cid_, dir, engine::kEpochLatest, &a, max);
-    std::vector<std::pair<std::string, std::string>> out;
-    if (!keys.is_ok() && keys.status().code() != StatusCode::kNotFound) return keys.status();
-    if (keys.is_ok()) {
-      std::vector<std::string> values =
-          target_->single_values(cid_, dir, *keys, posix::kEntryAkey, engine::kEpochLatest);
-      for (size_t i = 0; i < keys->size(); ++i) out.emplace_back(std::move((*keys)[i]), std::move(values[i]));
-    }
+    auto pairs = target_->dkeys_with_values(cid_, dir, posix::kEntryAkey, engine::kEpochLatest, &a, max);
+    if (!pairs.is_ok() && pairs.status().code() != StatusCode::kNotFound) return pairs.status();
     *anchor = a.position;
-    *done = !keys.is_ok() || a.done;
-    return out;
+    *done = !pairs.is_ok() || a.done;
+    if (!pairs.is_ok()) return std::vector<std::pair<std::string, std::string>>();
+    return std::move(pairs).value();
   }
 
   Status apply(const std::vector<posix::Change>& changes, bool durable) override {
