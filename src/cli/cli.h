@@ -48,8 +48,6 @@ struct Mounted {
 };
 Result<Mounted> open_namespace(const Context& ctx, const std::string& pool, const std::string& cont,
                                const std::string& provider);
-// This process's credentials, as the namespace checks them.
-posix::Cred my_cred();
 // The directory that will hold `path` and the last name in it.
 Result<std::pair<posix::Attr, std::string>> parent_of(posix::Namespace& ns, const posix::Cred& cred,
                                                       std::string_view path);

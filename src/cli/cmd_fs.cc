@@ -146,17 +146,20 @@ Status copy_in(posix::Namespace& ns, const posix::Cred& cred, const std::filesys
   return s;
 }
 
+// All of `bytes` to `fd` (the local file `dst`).
+Status write_all(int fd, std::string_view bytes, const std::filesystem::path& dst) {
+  for (size_t done = 0; done < bytes.size();) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) return errno_error(dst.string());
+    done += static_cast<size_t>(n);
+  }
+  return Status::ok();
+}
+
 Status write_local(const std::filesystem::path& dst, uint32_t mode, std::string_view bytes) {
   int fd = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_TRUNC, mode & 07777);
   if (fd < 0) return errno_error(dst.string());
-  Status s;
-  for (size_t done = 0; s.is_ok() && done < bytes.size();) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0)
-      s = errno_error(dst.string());
-    else
-      done += static_cast<size_t>(n);
-  }
+  Status s = write_all(fd, bytes, dst);
   ::close(fd);
   return s;
 }
@@ -210,12 +213,7 @@ Status copy_out(posix::Namespace& ns, const posix::Cred& cred, const posix::Attr
   int fd = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_TRUNC, a.mode & 07777);
   if (fd < 0) return errno_error(dst.string());
   Status s = ns.get_file(a, [&](std::span<const uint8_t> bytes) {
-    for (size_t done = 0; done < bytes.size();) {
-      ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-      if (n < 0) return errno_error(dst.string());
-      done += static_cast<size_t>(n);
-    }
-    return Status::ok();
+    return write_all(fd, {reinterpret_cast<const char*>(bytes.data()), bytes.size()}, dst);
   });
   ::close(fd);
   ++*files;
@@ -327,7 +325,7 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
     auto opened = open_namespace(ctx, a->pool, a->cont, a->provider);
     if (!ctx.check(opened.status(), "fs copy")) return;
     posix::Namespace& ns = *opened->ns;
-    posix::Cred cred = my_cred();
+    posix::Cred cred = posix::Cred::of_process();
     uint64_t files = 0;
     Status s;
     if (in_container(*dst)) {
@@ -392,7 +390,7 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
     auto opened = open_namespace(ctx, a->pool, a->cont, a->provider);
     if (!ctx.check(opened.status(), "fs ls")) return;
     posix::Namespace& ns = *opened->ns;
-    auto dir = ns.resolve(inner(*path), my_cred());
+    auto dir = ns.resolve(inner(*path), posix::Cred::of_process());
     if (!ctx.check(dir.status(), "fs ls")) return;
     std::string anchor;
     for (bool done = !S_ISDIR(dir->mode); !done;) {

@@ -109,7 +109,7 @@ client::StreamSink writer_to(FILE* out) {
 // put of a /PATH: a file in the namespace, created with the mode a new file gets here (0666 less the umask).
 Result<uint64_t> put_path(Context& ctx, const ObjectArgs& a, FILE* in, ProgressLine& line) {
   RFOS_ASSIGN_OR_RETURN(Mounted m, open_ns(ctx, a));
-  posix::Cred cred = my_cred();
+  posix::Cred cred = posix::Cred::of_process();
   RFOS_ASSIGN_OR_RETURN(auto parent, parent_of(*m.ns, cred, a.key));
   mode_t mask = umask(0);
   umask(mask);
@@ -212,8 +212,8 @@ void add_object_commands(CLI::App& app, Context& ctx) {
     if (is_path(a.key)) {
       m = open_ns(ctx, a);
       if (!ctx.check(m.status(), "get")) return;
-      file = m->ns->resolve(a.key, my_cred());
-      if (file.is_ok() && !posix::Namespace::permits(*file, my_cred(), R_OK))
+      file = m->ns->resolve(a.key, posix::Cred::of_process());
+      if (file.is_ok() && !posix::Namespace::permits(*file, posix::Cred::of_process(), R_OK))
         file = error(StatusCode::kPermissionDenied, a.key + ": no read permission");
       if (!ctx.check(file.status(), "get")) return;
       st = client::ObjectStat{a.key, file->size, file->oid, false};
@@ -251,7 +251,7 @@ void add_object_commands(CLI::App& app, Context& ctx) {
     if (is_path(rm_args->key)) {
       auto m = open_ns(ctx, *rm_args);
       if (!ctx.check(m.status(), "rm")) return;
-      posix::Cred cred = my_cred();
+      posix::Cred cred = posix::Cred::of_process();
       auto parent = parent_of(*m->ns, cred, rm_args->key);
       if (!ctx.check(parent.status(), "rm")) return;
       auto gone = m->ns->unlink(parent->first.oid, parent->second, cred);
@@ -275,7 +275,7 @@ void add_object_commands(CLI::App& app, Context& ctx) {
                                "stat");
       auto m = open_ns(ctx, *stat_args);
       if (!ctx.check(m.status(), "stat")) return;
-      auto a = m->ns->resolve(stat_args->key, my_cred());
+      auto a = m->ns->resolve(stat_args->key, posix::Cred::of_process());
       if (!ctx.check(a.status(), "stat")) return;
       std::printf("name: %s\nsize: %llu\nobject: %s\nmode: %06o\nuid: %u\ngid: %u\n", stat_args->key.c_str(),
                   (unsigned long long)a->size, a->oid.to_string().c_str(), a->mode, a->uid, a->gid);

@@ -1,7 +1,5 @@
 // What the commands that reach a container's POSIX namespace without a mount share: rfos fs, and rfos
 // put/get/stat/rm of a path.
-#include <unistd.h>
-
 #include <cstdlib>
 
 #include "cli/cli.h"
@@ -20,8 +18,6 @@ Result<Mounted> open_namespace(const Context& ctx, const std::string& pool_id, c
   RFOS_ASSIGN_OR_RETURN(m.ns, posix::Namespace::open(*m.control, pool_id, cont_id, o));
   return m;
 }
-
-posix::Cred my_cred() { return posix::Cred::of_process(); }
 
 // The directory that will hold `path` and the last name in it.
 Result<std::pair<posix::Attr, std::string>> parent_of(posix::Namespace& ns, const posix::Cred& cred,

@@ -1,10 +1,7 @@
 // The C API of the POSIX namespace (include/rfos/rfos_fs.h) over posix::Namespace.
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
