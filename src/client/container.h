@@ -162,8 +162,8 @@ class Container {
   // Makes every write any target acknowledged so far durable (lazy writes and namespace operations): kSync to
   // every target at once.
   Status sync();
-  // Array writes from now on are lazy (wire kLazy): acknowledged once in the target's log, durable at the next
-  // sync(); only those small enough to stay in the target's index (up to 4 KiB), larger ones stay durable.
+  // Array writes from now on are lazy (wire kLazy): acknowledged once in the target's log (and their block data
+  // written, not flushed), durable at the next sync() or the target's own about a second later.
   void set_lazy_writes(bool lazy);
   uint32_t target_count() const;
   uint32_t target_of(const ObjectId& oid, std::string_view dkey) const;

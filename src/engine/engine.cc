@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "common/coding.h"
+#include "common/crc32c.h"
 #include "common/fault.h"
 #include "engine/engine_impl.h"
 #include "engine/index/wal_file_system.h"
@@ -23,6 +24,19 @@ namespace fs = std::filesystem;
 using namespace index;
 
 namespace {
+
+// The allocator's changes to the durable free map, as index records.
+void put_free_ops(rocksdb::WriteBatch* batch, const std::vector<blockio::FreeOp>& ops) {
+  for (const blockio::FreeOp& op : ops) {
+    if (op.nblocks == 0) {
+      batch->Delete(free_key(op.block));
+    } else {
+      std::string v;
+      put_le<uint64_t>(&v, op.nblocks);
+      batch->Put(free_key(op.block), v);
+    }
+  }
+}
 constexpr uint32_t kFormatVersion = 1;
 constexpr char kSuperMagic[8] = {'R', 'F', 'O', 'S', 'B', 'L', 'K', '1'};
 }  // namespace
@@ -222,6 +236,7 @@ Status Engine::Impl::open() {
   // they handed out.
   for (const auto& [id, c] : conts) high_epoch = std::max(high_epoch, c.write_floor());
   RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "load metadata"));
+  RFOS_RETURN_IF_ERROR(recover_lazy());
 
   // One device flush per group commit is enough when the block file's finished writes need nothing but a device
   // cache flush to be on the media, and the WAL's fdatasync flushes the cache of the device they are on: kAuto
@@ -295,8 +310,8 @@ void Engine::Impl::committer_loop() {
 
 void Engine::Impl::lead(std::unique_lock<std::mutex>& lock) {
   // This thread leads. Updates still writing their data would otherwise each pay a sync of their own right
-  // after this one: wait a little for them to join.
-  if (writing_data > 0 && opts.group_commit_wait_us > 0 && opts.sync) {
+  // after this one: wait a little for them to join (not for a lazy writer, which pays no sync).
+  if (writing_data > 0 && opts.group_commit_wait_us > 0 && opts.sync && !writers.front()->lazy) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(opts.group_commit_wait_us);
     commit_cv.wait_until(lock, deadline, [&] { return writing_data == 0; });
   }
@@ -307,10 +322,12 @@ void Engine::Impl::lead(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
 
   rocksdb::WriteBatch batch;
-  bool sync_data = false;
+  bool sync_data = false, lazy_data = false;
   std::vector<blockio::FreeOp> ops;
   uint64_t seq_now = 0;
   Epoch high_before = 0, high_now = 0;
+  // A group of lazy writers only goes to the log without a sync; any durable writer syncs the whole group.
+  bool sync_group = opts.sync && std::any_of(group.begin(), group.end(), [](Writer* g) { return !g->lazy; });
   {
     std::lock_guard meta(meta_mu);
     seq_now = seq;
@@ -320,29 +337,30 @@ void Engine::Impl::lead(std::unique_lock<std::mutex>& lock) {
       if (!g->status.is_ok()) continue;
       g->prepared = true;
       ++seq_now;
+      std::vector<std::string_view> records;  // a lazy writer's, for its marker
       for (Writer::Put& p : g->puts) {
         if (p.versioned) {
           char* tail = p.key.data() + p.key.size() - 8;
           uint64_t inv = ~seq_now;
           for (int i = 7; i >= 0; --i, inv >>= 8) tail[i] = static_cast<char>(inv & 0xff);
+          if (g->lazy_data) records.push_back(p.key);
         }
         batch.Put(p.key, p.value);
         note_changed(p.key);
+      }
+      if (g->lazy_data && opts.sync) {
+        lazy_data = true;
+        if (!sync_group) {
+          batch.Put(lazy_key(seq_now), encode_lazy(records));
+          marker_high = seq_now;
+        }
       }
       for (const std::string& k : g->deletes) batch.Delete(k);
       for (const auto& [b, e] : g->range_deletes) batch.DeleteRange(b, e);
       ops.clear();
       alloc.commit(g->commit_runs, &ops);
       alloc.free(g->free_runs, &ops);
-      for (const blockio::FreeOp& op : ops) {
-        if (op.nblocks == 0) {
-          batch.Delete(free_key(op.block));
-        } else {
-          std::string v;
-          put_le<uint64_t>(&v, op.nblocks);
-          batch.Put(free_key(op.block), v);
-        }
-      }
+      put_free_ops(&batch, ops);
       sync_data |= g->wrote_data;
       high_now = std::max(high_now, g->epoch);
     }
@@ -351,8 +369,12 @@ void Engine::Impl::lead(std::unique_lock<std::mutex>& lock) {
   }
 
   Status st = sticky;
-  // A group of lazy writers only goes to the log without a sync; any durable writer syncs the whole group.
-  bool sync_group = opts.sync && std::any_of(group.begin(), group.end(), [](Writer* g) { return !g->lazy; });
+  if (sync_group) {
+    // This sync makes every lazy write before it durable, and the data of this group's own lazy writers
+    // (written before they queued): their markers go with it.
+    std::lock_guard meta(meta_mu);
+    clear_markers(&batch, seq_now);
+  }
   commit_groups.fetch_add(1, std::memory_order_relaxed);
   committed_writers.fetch_add(group.size(), std::memory_order_relaxed);
   if (st.is_ok() && batch.Count() > 0) {
@@ -364,13 +386,15 @@ void Engine::Impl::lead(std::unique_lock<std::mutex>& lock) {
       put_le<uint64_t>(&epoch_value, high_now);
       batch.Put(meta_key("epoch"), epoch_value);
     }
+    if (sync_group && unsynced_data.exchange(false, std::memory_order_acq_rel)) sync_data = true;
     if (RFOS_FAULT("engine.commit")) st = error(StatusCode::kIoError, "index write: injected fault");
-    if (st.is_ok() && sync_data && opts.sync && !data_flush_by_wal) st = dev->sync();
+    if (st.is_ok() && sync_group && sync_data && !data_flush_by_wal) st = dev->sync();
     if (st.is_ok()) {
       rocksdb::WriteOptions wo;
       wo.sync = sync_group;
       st = from_rocks(db->Write(wo, &batch), "index write");
       if (st.is_ok() && !sync_group && opts.sync) unsynced.store(true, std::memory_order_release);
+      if (st.is_ok() && !sync_group && lazy_data) unsynced_data.store(true, std::memory_order_release);
     }
     if (!st.is_ok())
       st = error(StatusCode::kEngineFailed, "commit failed, the target must be reopened: " + st.to_string());
@@ -568,6 +592,97 @@ Status check_write_epoch(const ContState& c, Epoch epoch) {
   return Status::ok();
 }
 
+void Engine::Impl::clear_markers(rocksdb::WriteBatch* batch, uint64_t upto) {
+  if (marker_high <= markers_upto || upto <= markers_upto) return;
+  batch->DeleteRange(lazy_key(0), lazy_key(upto + 1));
+  markers_upto = upto;
+}
+
+Status Engine::Impl::recover_lazy() {
+  const std::string first = lazy_key(0), end = prefix_successor(std::string(1, kLazyTag));
+  rocksdb::WriteBatch batch;
+  std::vector<Run> dropped;
+  std::vector<blockio::FreeOp> ops;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+  uint64_t markers = 0, updates_dropped = 0;
+  for (it->Seek(first); it->Valid() && it->key().compare(end) < 0; it->Next()) {
+    ++markers;
+    std::vector<std::string> keys;
+    if (!decode_lazy(it->value().ToStringView(), &keys)) return error(StatusCode::kCorruption, "malformed marker");
+    // The update's records as they are now (gone: aggregated or destroyed since, under a durable commit).
+    bool good = true;
+    for (size_t i = 0; i < keys.size() && good; ++i) {
+      std::string v;
+      rocksdb::Status g = db->Get(rocksdb::ReadOptions(), keys[i], &v);
+      if (g.IsNotFound()) continue;
+      RFOS_RETURN_IF_ERROR(from_rocks(g, "read a marked record"));
+      ObjectKey k;
+      ExtentRecord r;
+      if (!parse_object_key(keys[i], &k) || k.kind != kExtentTag || !decode_extent(v, &r)) continue;
+      if (r.runs.empty() || r.csums.empty()) continue;
+      uint64_t bytes = 0;
+      for (const Run& run : r.runs) bytes += uint64_t{run.nblocks} * kBlockBytes;
+      uint8_t* buf = arena->alloc(bytes);
+      if (buf == nullptr) return error(StatusCode::kInternal, "no buffer to check a lazy update");
+      std::vector<blockio::IoRequest> reads;
+      uint8_t* at = buf;
+      for (const Run& run : r.runs) {
+        reads.push_back({false, at, run.block * kBlockBytes, run.nblocks * kBlockBytes});
+        at += static_cast<size_t>(run.nblocks) * kBlockBytes;
+      }
+      Status rs = dev->submit_and_wait(reads);
+      std::vector<uint32_t> csums;
+      if (rs.is_ok()) chunk_crcs(k.start, {buf + k.start % kBlockBytes, r.length}, r.csum_chunk_bytes, &csums);
+      arena->free(buf, bytes);
+      RFOS_RETURN_IF_ERROR(rs);
+      good = csums == r.csums;
+    }
+    if (good) continue;
+    // Its data did not all reach the media before the cut: the whole update goes, as if never acknowledged
+    // (it was not synced), and what it overwrote shows again.
+    ++updates_dropped;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::string v;
+      rocksdb::Status g = db->Get(rocksdb::ReadOptions(), keys[i], &v);
+      if (g.IsNotFound()) continue;
+      RFOS_RETURN_IF_ERROR(from_rocks(g, "read a marked record"));
+      ExtentRecord r;
+      if (decode_extent(v, &r)) dropped.insert(dropped.end(), r.runs.begin(), r.runs.end());
+      batch.Delete(keys[i]);
+    }
+  }
+  RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "scan markers"));
+  if (markers == 0) return Status::ok();
+  alloc.free(dropped, &ops);
+  put_free_ops(&batch, ops);
+  batch.DeleteRange(first, end);
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  RFOS_RETURN_IF_ERROR(from_rocks(db->Write(wo, &batch), "recover lazy updates"));
+  alloc.release(dropped);
+  lazy_recovery = {markers, updates_dropped};
+  return Status::ok();
+}
+
+Status add_hole(Writer* w, const std::string& akey_prefix, uint32_t csum_chunk_bytes, Epoch epoch, uint64_t offset,
+                uint64_t length) {
+  if (length == 0 || offset >= kArrayOffsetMax || length > kArrayOffsetMax - offset)
+    return error(StatusCode::kInvalidArgument, "extent must be non-empty and below 2^62");
+  for (uint64_t pos = offset; pos < offset + length;) {
+    uint64_t end = std::min(offset + length, align_down(pos, kGrainBytes) + kGrainBytes);
+    ExtentRecord r;
+    r.flags = ExtentRecord::kHole;
+    r.length = static_cast<uint32_t>(end - pos);
+    r.csum_chunk_bytes = csum_chunk_bytes;
+    std::string k = akey_prefix;
+    append_extent_start(&k, pos);
+    append_version(&k, epoch, 0);
+    w->puts.push_back({std::move(k), encode_extent(r), true});
+    pos = end;
+  }
+  return Status::ok();
+}
+
 void make_versioned_writer(Engine::Impl* impl, Writer* w, uint32_t cid, Epoch epoch) {
   w->epoch = epoch;
   w->prepare = [impl, cid, epoch] {
@@ -651,23 +766,8 @@ Status Engine::punch_akey(const KeyRef& key, Epoch epoch) {
 Status Engine::punch_extent(const KeyRef& key, Epoch epoch, uint64_t offset, uint64_t length) {
   RFOS_RETURN_IF_ERROR(validate_key(key, true));
   RFOS_ASSIGN_OR_RETURN(index::ContRecord rec, impl_->open_for_write(key.cont, epoch));
-  if (length == 0 || offset >= kArrayOffsetMax || length > kArrayOffsetMax - offset)
-    return error(StatusCode::kInvalidArgument, "extent must be non-empty and below 2^62");
-  // One hole record per grain: a punched range can be any size, it holds no data.
   Writer w;
-  std::string prefix = akey_prefix(key);
-  for (uint64_t pos = offset; pos < offset + length;) {
-    uint64_t end = std::min(offset + length, align_down(pos, kGrainBytes) + kGrainBytes);
-    ExtentRecord r;
-    r.flags = ExtentRecord::kHole;
-    r.length = static_cast<uint32_t>(end - pos);
-    r.csum_chunk_bytes = rec.csum_chunk_bytes;
-    std::string k = prefix;
-    append_extent_start(&k, pos);
-    append_version(&k, epoch, 0);
-    w.puts.push_back({std::move(k), encode_extent(r), true});
-    pos = end;
-  }
+  RFOS_RETURN_IF_ERROR(add_hole(&w, akey_prefix(key), rec.csum_chunk_bytes, epoch, offset, length));
   make_versioned_writer(impl_.get(), &w, key.cont, epoch);
   return impl_->commit(&w);
 }
@@ -727,6 +827,7 @@ SpaceInfo Engine::space() const {
 bool Engine::direct_io() const { return impl_->dev->direct_io(); }
 bool Engine::data_flushed_with_index() const { return impl_->data_flush_by_wal; }
 std::string Engine::durability() const { return impl_->durability; }
+Engine::LazyRecovery Engine::lazy_recovery() const { return impl_->lazy_recovery; }
 Engine::CommitStats Engine::commit_stats() const {
   return {impl_->commit_groups.load(std::memory_order_relaxed),
           impl_->committed_writers.load(std::memory_order_relaxed)};

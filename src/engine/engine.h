@@ -113,18 +113,21 @@ struct UpdateOp {
   uint64_t offset = 0;  // array only
   uint64_t length = 0;  // bytes; > 0
   // Acknowledge once the index holds it, without waiting for the media: durable at the next sync() (or the next
-  // durable commit), and until then lost by a power cut but not by the death of the process. Only an update that
-  // writes no block data (every piece within inline_max_bytes) is lazy; a larger one is durable regardless.
+  // durable commit), and until then lost by a power cut but not by the death of the process. One whose block data
+  // had not reached the media when the power went is dropped whole at the next open (its records name the data
+  // with their checksums; a marker names its records until a sync), so what it overwrote shows again, as a
+  // local file system loses unsynced writes.
   bool lazy = false;
 };
 
 // One change of an atomic batch (Engine::apply): all of a batch's changes become visible and durable together.
 struct Mutation {
   enum class Kind : uint8_t {
-    kPutSingle,   // the single value `value` at (dkey, akey)
-    kPutArray,    // `value` into the array (dkey, akey) at `offset`: up to inline_max_bytes, within one 1 MiB grain
-    kPunchDkey,   // the dkey and everything under it
-    kPunchObject  // the whole object (dkey and akey unused)
+    kPutSingle,    // the single value `value` at (dkey, akey)
+    kPutArray,     // `value` into the array (dkey, akey) at `offset`: up to inline_max_bytes, within one 1 MiB grain
+    kPunchDkey,    // the dkey and everything under it
+    kPunchObject,  // the whole object (dkey and akey unused)
+    kPunchArray    // `length` bytes of the array (dkey, akey) from `offset`: a hole, as punch_extent makes
   };
   Kind kind = Kind::kPutSingle;
   ObjectId oid;
@@ -132,8 +135,10 @@ struct Mutation {
   std::string akey;
   std::string value;
   uint64_t offset = 0;
+  uint64_t length = 0;  // kPunchArray
 };
 inline constexpr size_t kMutationValueMaxBytes = 64 * 1024;
+inline constexpr uint64_t kMutationPunchMaxBytes = uint64_t{1} << 30;  // kPunchArray: at most 1024 hole records
 
 struct FetchOp {
   KeyRef key;
@@ -358,6 +363,12 @@ class Engine {
   bool data_flushed_with_index() const;
   // The durability mode in words, with the reason kAuto was not taken when it was asked for.
   std::string durability() const;
+  // What open() found of lazy updates an unclean stop left unsynced: how many it checked, and how many it dropped
+  // because their data had not reached the media.
+  struct LazyRecovery {
+    uint64_t checked = 0, dropped = 0;
+  };
+  LazyRecovery lazy_recovery() const;
   // Group commit at work: index batches written, and the writers (updates, punches, ...) they carried.
   struct CommitStats {
     uint64_t groups = 0;

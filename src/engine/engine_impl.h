@@ -72,7 +72,8 @@ struct Writer {
   std::vector<Run> commit_runs;  // reserved runs the puts now own
   std::vector<Run> free_runs;    // runs the deletes give back
   bool wrote_data = false;       // block file data must be synced before the index commit
-  bool lazy = false;             // index-only, and acknowledged without a sync (UpdateOp::lazy)
+  bool lazy = false;             // acknowledged without a sync (UpdateOp::lazy)
+  bool lazy_data = false;        // lazy with block data: a marker names its records until a sync (Impl::lead)
   Epoch epoch = 0;               // the epoch an update, punch or snapshot carries (0: none)
   bool awaited = false;          // its data write counted in writing_data (data_write_started)
 
@@ -142,6 +143,7 @@ class Engine::Impl {
   uint64_t max_io_bytes = 0;
   bool data_flush_by_wal = false;  // see EngineOptions::DataSync::kAuto
   std::string durability;          // Engine::durability()
+  Engine::LazyRecovery lazy_recovery;  // what open() found of lazy updates
 
   std::mutex admin_mu;
   std::shared_mutex reclaim_mu;
@@ -177,7 +179,18 @@ class Engine::Impl {
   // A lazy commit went to the index's log since the last sync of it (Engine::sync). sync_mu makes callers that
   // come at once share one sync: the ones that waited find the flag cleared.
   std::atomic<bool> unsynced{false};
+  // Lazy block data was written since the media were last flushed (a sync, or a durable commit).
+  std::atomic<bool> unsynced_data{false};
   std::mutex sync_mu;
+  // Lazy updates with block data each leave a marker ('L' seq) naming their records until a sync covers them:
+  // after a power cut, open() checks those records' data against their checksums and drops the updates whose
+  // data did not reach the media (their index records may have, ahead of it). Under meta_mu.
+  uint64_t marker_high = 0;   // the highest seq a marker was written at
+  uint64_t markers_upto = 0;  // markers at or below it are deleted (or being deleted by a durable write)
+  // Deletes the markers up to seq `upto` in `batch` when any may exist (meta_mu held).
+  void clear_markers(rocksdb::WriteBatch* batch, uint64_t upto);
+  // At open: the lazy updates a power cut left without their data, dropped; the markers, cleared.
+  Status recover_lazy();
   // The highest epoch any committed update, punch or snapshot carried (under meta_mu), kept in the index with
   // the commit that raised it: a restarted target's clock starts past it.
   Epoch high_epoch = 0;
@@ -194,6 +207,10 @@ std::string akey_prefix(const KeyRef& key);
 Status validate_key(const KeyRef& key, bool need_akey);
 // Updates and punches: epoch in 1..2^64-2 and above the container's write floor.
 Status check_write_epoch(const ContState& c, Epoch epoch);
+// Hole records for `length` bytes of the array under `akey_prefix` from `offset`, at `epoch`, into w: one per
+// grain (a punched range can be any size; it holds no data).
+Status add_hole(Writer* w, const std::string& akey_prefix, uint32_t csum_chunk_bytes, Epoch epoch, uint64_t offset,
+                uint64_t length);
 // Sets w->prepare to re-check, in commit order, that the container exists and `epoch` is still writable.
 void make_versioned_writer(Engine::Impl* impl, Writer* w, uint32_t cid, Epoch epoch);
 // After make_versioned_writer, for a writer that punches: the container's first punch marks its record in the

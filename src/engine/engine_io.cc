@@ -305,7 +305,8 @@ Status plan_update(Engine::Impl& im, UpdateState& st, std::span<const uint32_t> 
     w->puts.push_back({std::move(key), encode_extent(r), true});
   }
   make_versioned_writer(&im, w, op.key.cont, op.epoch);
-  w->lazy = op.lazy && writes->empty();  // block data is never left unsynced under a committed index record
+  w->lazy = op.lazy;
+  w->lazy_data = op.lazy && !writes->empty();
   return Status::ok();
 }
 
@@ -475,6 +476,11 @@ Status Engine::apply(uint32_t cont, Epoch epoch, std::span<const Mutation> mutat
         k.push_back(kPunchTag);
         punched.push_back(m.oid);
         break;
+      case Mutation::Kind::kPunchArray:
+        if (m.length > kMutationPunchMaxBytes)
+          return error(StatusCode::kInvalidArgument, "a batched punch is at most 1 GiB");
+        RFOS_RETURN_IF_ERROR(add_hole(&w, k, rec.csum_chunk_bytes, epoch, m.offset, m.length));
+        continue;
     }
     append_version(&k, epoch, 0);
     w.puts.push_back({std::move(k), std::move(v), true});
@@ -489,11 +495,28 @@ Status Engine::sync() {
   Impl& im = *impl_;
   std::lock_guard one_at_a_time(im.sync_mu);
   if (!im.unsynced.exchange(false, std::memory_order_acq_rel)) return Status::ok();
-  Status s = from_rocks(im.db->SyncWAL(), "index log sync");
+  bool data = im.unsynced_data.exchange(false, std::memory_order_acq_rel);
+  uint64_t upto = 0;  // every commit so far: lazy data among them was written before it queued
+  {
+    std::lock_guard meta(im.meta_mu);
+    upto = im.seq;
+  }
+  Status s;
+  if (data && !im.data_flush_by_wal) s = im.dev->sync();
+  if (s.is_ok()) s = from_rocks(im.db->SyncWAL(), "index log sync");
   if (!s.is_ok()) {
     im.unsynced.store(true);
+    if (data) im.unsynced_data.store(true);
     return error(StatusCode::kEngineFailed, "sync failed, the target must be reopened: " + s.to_string());
   }
+  // The markers of what is durable now go, without a sync of their own: should a cut come first, open() only
+  // checks data that is good.
+  rocksdb::WriteBatch batch;
+  {
+    std::lock_guard meta(im.meta_mu);
+    im.clear_markers(&batch, upto);
+  }
+  if (batch.Count() > 0) RFOS_RETURN_IF_ERROR(from_rocks(im.db->Write(rocksdb::WriteOptions(), &batch), "markers"));
   return Status::ok();
 }
 

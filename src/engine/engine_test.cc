@@ -118,6 +118,16 @@ TEST_F(EngineTest, ABatchAppliesEverythingAtOnce) {
   ASSERT_TRUE(engine_->apply(cid_, 11, {{{Mutation::Kind::kPunchObject, other, "", "", ""}}}, false).is_ok());
   EXPECT_EQ(engine_->fetch({{cid_, other, "k", "a"}, kEpochLatest, ValueKind::kSingle, 0, 0}).status().code(),
             StatusCode::kNotFound);
+  // An array punch in a batch: a hole from its offset, as punch_extent makes; the array ends before it.
+  Mutation cut{Mutation::Kind::kPunchArray, oid_, "n2", "d", "", 5000};
+  cut.length = 4096 + 3000 - 5000;
+  ASSERT_TRUE(engine_->apply(cid_, 11, {&cut, 1}, false).is_ok());
+  EXPECT_EQ(*engine_->array_size(key("n2", "d"), kEpochLatest), 5000u);
+  EXPECT_EQ(*get_array(key("n2", "d"), kEpochLatest, 4096, 3000), std::string(904, 'x') + std::string(2096, '\0'));
+  cut.length = kMutationPunchMaxBytes + 1;
+  EXPECT_EQ(engine_->apply(cid_, 11, {&cut, 1}, false).code(), StatusCode::kInvalidArgument);
+  cut.length = 0;
+  EXPECT_EQ(engine_->apply(cid_, 11, {&cut, 1}, false).code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(engine_->apply(cid_, 11, {{{Mutation::Kind::kPutSingle, oid_, "n5", "a", "five"}}}, true).is_ok());
   EXPECT_EQ(*get_single(key("n5"), kEpochLatest), "five");
   ASSERT_TRUE(engine_->sync().is_ok());

@@ -111,12 +111,12 @@ bool Inodes::open_files(size_t max, std::vector<ObjectId>* out) {
   return true;
 }
 
-void Inodes::written(const ObjectId& oid) {
+void Inodes::written(const ObjectId& oid, uint64_t end) {
   std::lock_guard lock(mu_);
   Node* n = node_of(oid);
   if (!n) return;
   ++n->writes;
-  n->seen = false;
+  if (n->attr.size < end) n->attr.size = end;
 }
 
 uint64_t Inodes::writes_of(const ObjectId& oid) {

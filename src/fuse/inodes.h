@@ -54,9 +54,11 @@ class Inodes {
   void seen(const ObjectId& oid, const posix::Attr& a, uint64_t at_ns, std::optional<uint64_t> writes_then = {});
   // The attributes seen at most `max_age_ns` before `now_ns`, and how old they are; false when none.
   bool recent(Ino ino, uint64_t now_ns, uint64_t max_age_ns, posix::Attr* a, uint64_t* age_ns);
-  // A write of `oid` through this mount (counted: an open file's copy of the bytes is good while it stays). The
-  // attributes seen of it are stale from here: the write may move its size and times.
-  void written(const ObjectId& oid);
+  // A write of `oid` up to byte `end` through this mount (counted: an open file's copy of the bytes is good while
+  // it stays). The size seen of it grows to `end`; the attributes stay good otherwise, since a write moves the
+  // times only when its file is closed (docs/posix.md), and that close brings them. So an fstat after each write
+  // costs no round trip and does not wait for the write to land.
+  void written(const ObjectId& oid, uint64_t end);
   uint64_t writes(Ino ino);
   uint64_t writes_of(const ObjectId& oid);
   // `oid` was made through this mount at `now_ns`: it has no extended attributes (until xattrs_changed), which

@@ -99,8 +99,26 @@ TEST_F(InodesTest, OpenFilesWritesAndKnownMissingXattrs) {
   EXPECT_EQ(open, (std::vector<ObjectId>{{8, 8}}));
 
   uint64_t w = inodes_.writes(f);
-  inodes_.written({8, 8});
+  inodes_.written({8, 8}, 0);
   EXPECT_EQ(inodes_.writes(f), w + 1);
+
+  // A write grows the size seen and keeps the rest good; one inside the file changes nothing seen.
+  posix::Attr a, got;
+  a.oid = {8, 8};
+  a.size = 100;
+  a.mtime_ns = 7;
+  uint64_t age = 0;
+  inodes_.seen({8, 8}, a, 1000);
+  inodes_.written({8, 8}, 4096);
+  ASSERT_TRUE(inodes_.recent(f, 1100, 500, &got, &age)) << "a write keeps what was seen";
+  EXPECT_EQ(got.size, 4096u);
+  EXPECT_EQ(got.mtime_ns, 7u);
+  inodes_.written({8, 8}, 50);
+  ASSERT_TRUE(inodes_.recent(f, 1100, 500, &got, &age));
+  EXPECT_EQ(got.size, 4096u);
+  inodes_.seen({8, 8}, a, 1200, w);  // asked for before the writes: dropped
+  ASSERT_TRUE(inodes_.recent(f, 1250, 500, &got, &age));
+  EXPECT_EQ(got.size, 4096u);
 
   EXPECT_FALSE(inodes_.no_xattrs(f, 100, 50));
   inodes_.created({8, 8}, 100);

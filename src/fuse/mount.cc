@@ -170,7 +170,7 @@ class Fs {
     stale(dir);
     reply_status(req, s);
   }
-  void written(const ObjectId& oid) { inodes_.written(oid); }
+  void written(const ObjectId& oid, uint64_t end) { inodes_.written(oid, end); }
   bool open_files(size_t max, std::vector<ObjectId>* out) { return inodes_.open_files(max, out); }
   uint64_t writes(fuse_ino_t ino) { return inodes_.writes(ino); }
   // The attributes last seen of `ino`, however old.
@@ -289,11 +289,13 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   Fs* fs = fs_of(req);
   Attr a;
   double left_s = 0;
-  if (!fs->wait_writes(oid) && fs->recent(ino, &a, &left_s)) {  // within the timeout, as the kernel's own copy
+  // Within the timeout, as the kernel's own copy; writes still held need not land first (their size is in it).
+  if (fs->recent(ino, &a, &left_s)) {
     struct stat st = fs->to_stat(a, ino);
     fuse_reply_attr(req, &st, left_s);
     return;
   }
+  fs->wait_writes(oid);  // the target's answer then has their size
   auto got = fs->fresh(oid);
   if (!got.is_ok()) return reply_stale_or(req, got.status());
   struct stat st = fs->to_stat(*got, ino);
@@ -529,14 +531,17 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
 void op_write(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t off, fuse_file_info* fi) {
   auto* h = reinterpret_cast<FileHandle*>(fi->fh);
   Fs* fs = fs_of(req);
-  fs->written(h->oid);  // open files' copies of the bytes are stale from here
+  fs->written(h->oid, static_cast<uint64_t>(off) + size);  // open files' copies of the bytes are stale from here
   if (fs->writes() && !h->sync) {
     fs->writes()->submit(h->oid, static_cast<uint64_t>(off), fs->take_write(data, size));
   } else {
     if (fs->writes()) fs->wait_writes(h->oid);  // what was written before goes first
     Status s = fs->ns().write(h->oid, static_cast<uint64_t>(off), {reinterpret_cast<const uint8_t*>(data), size});
     if (s.is_ok() && h->sync && !fs->options().durable) s = fs->ns().sync();
-    if (!s.is_ok()) return reply_status(req, s);
+    if (!s.is_ok()) {
+      fs->stale(h->oid);  // the size it grew to
+      return reply_status(req, s);
+    }
   }
   {
     std::lock_guard lock(h->mu);

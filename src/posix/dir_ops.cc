@@ -602,11 +602,23 @@ Result<DirReply> setattr(Op& op) {
   }
   SetAttr rest = q.set;
   rest.spans = false;
+  bool cut = rest.set_size && (q.flags & kCutHere);
+  if (cut && (!S_ISREG(a.mode) || (a.flags & kSpans) || !op.store_.owns(q.oid, chunk_key(0)))) {
+    r.inode_done = false;  // the client cuts the other targets' chunks first
+    r.size_final = true;
+    return r;
+  }
   if (rest.set_mode || rest.set_uid || rest.set_gid || rest.set_size || rest.set_atime || rest.set_mtime ||
       rest.touch) {
     RFOS_RETURN_IF_ERROR(check_setattr(a, rest, q.cred));
+    if (cut) {  // all of the file's data is in its first chunk
+      RFOS_ASSIGN_OR_RETURN(uint64_t end, op.store_.first_chunk_end(q.oid));
+      if (rest.size < end)
+        op.changes_.push_back(
+            {Change::Kind::kPunchData, q.oid, chunk_key(0), std::string(kDataAkey), {}, rest.size, end - rest.size});
+    }
     apply_setattr(a, r.floor, rest, q.cred, op.now_);
-    if (rest.set_size) r.size_final = true;  // the size is what was set (the client cut what lay beyond)
+    if (rest.set_size) r.size_final = true;  // the size is what was set (what lay beyond is cut)
   }
   op.put(q.oid, kInodeDkey, kInodeAkey, encode_inode(a, r.floor));
   RFOS_RETURN_IF_ERROR(op.commit(q.durable));

@@ -49,6 +49,10 @@ inline constexpr unsigned kWithData = 8;  // kGetattr, and kLookup where the cal
 // the client has open)
 inline constexpr unsigned kPurgeUnlinked = 16;
 inline constexpr size_t kMaxKeep = 64;
+// kSetattr of the size: the client cut nothing; the target cuts what lies beyond the new size in the same batch
+// when the whole file lies here (not kSpans, its first chunk here). When it does not, nothing is done and the
+// reply's inode_done is false: the client cuts the other targets' chunks and sends the setattr again without it.
+inline constexpr unsigned kCutHere = 32;
 
 // What the client read of an inode on another target.
 struct Hint {
@@ -90,7 +94,8 @@ struct DirReply {
                             // entry's inode (attr holds it when inode_done)
   uint32_t other_type = 0;  // its S_IFMT bits
   bool inode_done = true;   // `other` (kRemove, kRename) was updated here; false: the client updates it.
-                            // kPurge: false when the inode is linked again (nothing was purged)
+                            // kPurge: false when the inode is linked again (nothing was purged); kSetattr
+                            // with kCutHere: false when the file does not lie wholly here (nothing was done)
   ObjectId need;            // nonzero: nothing was done; send again with a Hint about this inode
   // attr.size is the file's size; false: only what this target holds (kSpans), ask the others too
   bool size_final = true;
@@ -126,14 +131,15 @@ Result<DirReply> decode_dir_reply(std::string_view in);
 
 // One change of an operation's batch.
 struct Change {
-  enum class Kind : uint8_t { kPut, kPutData, kPunch, kPunchObject };
+  enum class Kind : uint8_t { kPut, kPutData, kPunch, kPunchObject, kPunchData };
   Kind kind = Kind::kPut;
   ObjectId oid;
   std::string dkey;
   std::string akey;
   std::string value;  // kPut: a single value; kPutData: array bytes at `offset`
   uint64_t offset = 0;
-};  // kPunch: the dkey; kPunchObject: every key of the object on this target
+  uint64_t length = 0;  // kPunchData: a hole of `length` bytes at `offset` in the array (dkey, akey)
+};                      // kPunch: the dkey; kPunchObject: every key of the object on this target
 
 // A target's engine as the operations see it: the latest state, and one atomic batch at the end.
 class DirStore {

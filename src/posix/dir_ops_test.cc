@@ -230,6 +230,52 @@ TEST_F(DirOpsTest, LinkAndSetattr) {
   EXPECT_EQ(r->attr.size, 100u);
 }
 
+TEST_F(DirOpsTest, ATruncateCutsItsFileInTheSameBatchWhenItAllLiesHere) {
+  DirRequest c = create_req("f", {7, 2}, S_IFREG | 0644);
+  c.data = std::string(3000, 'x');
+  ASSERT_TRUE(execute(c, store_, 1).is_ok());
+  DirRequest s;
+  s.op = DirOp::kSetattr;
+  s.cred = kBob;
+  s.oid = {7, 2};
+  s.flags = kCutHere;
+  s.set.set_size = true;
+  s.set.size = 1000;
+  int before = store_.batches;
+  EXPECT_EQ(execute(s, store_, 2).status().code(), StatusCode::kPermissionDenied);  // not bob's to write
+  EXPECT_EQ(*store_.first_chunk_end({7, 2}), 3000u) << "a refused cut cuts nothing";
+  s.cred = kAlice;
+  auto r = execute(s, store_, 3);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_TRUE(r->inode_done);
+  EXPECT_EQ(store_.batches, before + 1) << "the cut and the inode in one batch";
+  EXPECT_EQ(r->attr.size, 1000u);
+  EXPECT_EQ(r->attr.mtime_ns, 3u);
+  EXPECT_EQ(*store_.first_chunk_end({7, 2}), 1000u);
+  EXPECT_EQ(*store_.read_data({7, 2}, 1000), std::string(1000, 'x'));
+  s.set.size = 5000;  // growing cuts nothing
+  r = execute(s, store_, 4);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->attr.size, 5000u);
+  EXPECT_EQ(*store_.first_chunk_end({7, 2}), 1000u);
+
+  // A file whose data may lie elsewhere (kSpans), or whose first chunk is elsewhere: nothing done here.
+  DirRequest spans;
+  spans.op = DirOp::kSetattr;
+  spans.cred = kAlice;
+  spans.oid = {7, 2};
+  spans.set.spans = true;
+  ASSERT_TRUE(execute(spans, store_, 5).is_ok());
+  before = store_.batches;
+  s.set.size = 10;
+  r = execute(s, store_, 6);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_FALSE(r->inode_done);
+  EXPECT_EQ(store_.batches, before);
+  EXPECT_EQ(store_.inode({7, 2})->size, 5000u);
+  EXPECT_EQ(*store_.first_chunk_end({7, 2}), 1000u);
+}
+
 TEST_F(DirOpsTest, PurgeTakesOnlyAnUnlinkedInode) {
   DirRequest q = create_req("a", {7, 1}, S_IFREG | 0644);
   q.data = "bytes";

@@ -77,6 +77,14 @@ class MemStore final : public DirStore {
       } else if (c.kind == Change::Kind::kPunch) {
         std::erase_if(
             values, [&](const auto& kv) { return std::get<0>(kv.first) == c.oid && std::get<1>(kv.first) == c.dkey; });
+      } else if (c.kind == Change::Kind::kPunchData) {  // a hole; at the end, the data ends before it
+        auto it = values.find({c.oid, c.dkey, c.akey});
+        if (it == values.end() || it->second.size() <= c.offset) continue;
+        std::string& v = it->second;
+        if (c.offset + c.length >= v.size())
+          v.resize(c.offset);
+        else
+          std::fill_n(v.begin() + static_cast<ptrdiff_t>(c.offset), c.length, '\0');
       } else if (c.kind == Change::Kind::kPutData) {
         std::string& v = values[{c.oid, c.dkey, c.akey}];
         if (v.size() < c.offset + c.value.size()) v.resize(c.offset + c.value.size(), '\0');

@@ -732,7 +732,15 @@ Status Namespace::rename(const ObjectId& src_dir, std::string_view src, const Ob
 
 Result<Attr> Namespace::setattr(const ObjectId& oid, const SetAttr& set, const Cred& cred) {
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  if (set.set_size) {  // what lies beyond the new end goes first; the home target then moves the floor
+  if (set.set_size) {
+    // One request when the whole file lies on its home target: it cuts and moves the floor in one batch.
+    DirRequest q = request(DirOp::kSetattr, cred);
+    q.oid = oid;
+    q.set = set;
+    q.flags = kCutHere;
+    RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->inode_op(c, q));
+    if (r.inode_done) return r.attr;
+    // Else what lies beyond the new end, on every target, goes first; the home target then moves the floor.
     RFOS_ASSIGN_OR_RETURN(Attr cur, impl_->attr(c, oid));
     RFOS_RETURN_IF_ERROR(check_setattr(cur, set, cred));
     if (set.size < cur.size) RFOS_RETURN_IF_ERROR(impl_->punch_beyond(c, cur, set.size));

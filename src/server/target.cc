@@ -41,6 +41,9 @@ void Target::Impl::maybe_aggregate() {
   if (!inflight_epochs.empty()) upto = std::min(upto, *inflight_epochs.begin() - 1);
   offload<Status>(
       [this, upto] {
+        // Lazy writes become durable within about a second even when nobody syncs (a local file system's
+        // commit interval), and the markers open() would check after a power cut stay few.
+        RFOS_RETURN_IF_ERROR(engine->sync());
         for (const Uuid& pool : engine->pool_list()) {
           auto conts = engine->cont_list(pool);
           if (!conts.is_ok()) continue;

@@ -89,9 +89,13 @@ class EngineDirStore final : public posix::DirStore {
         case posix::Change::Kind::kPunchObject:
           m.kind = engine::Mutation::Kind::kPunchObject;
           break;
+        case posix::Change::Kind::kPunchData:
+          m.kind = engine::Mutation::Kind::kPunchArray;
+          break;
       }
       m.oid = c.oid;
       m.offset = c.offset;
+      m.length = c.length;
       m.dkey = c.dkey;
       m.akey = c.akey;
       m.value = c.value;

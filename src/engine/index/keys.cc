@@ -87,6 +87,33 @@ std::string mark_key(uint32_t cid, const ObjectId& oid) {
   return k;
 }
 
+std::string lazy_key(uint64_t seq) {
+  std::string k(1, kLazyTag);
+  put_be64(&k, seq);
+  return k;
+}
+
+std::string encode_lazy(const std::vector<std::string_view>& keys) {
+  std::string v;
+  for (std::string_view k : keys) {
+    put_le<uint32_t>(&v, static_cast<uint32_t>(k.size()));
+    v.append(k);
+  }
+  return v;
+}
+
+bool decode_lazy(std::string_view value, std::vector<std::string>* keys) {
+  keys->clear();
+  ByteReader r(value);
+  while (r.remaining() > 0) {
+    uint32_t n = 0;
+    std::string_view k;
+    if (!r.get_le(&n) || n == 0 || !r.get_bytes(n, &k)) return false;
+    keys->emplace_back(k);
+  }
+  return true;
+}
+
 std::string object_prefix(uint32_t cid, const ObjectId& oid) {
   std::string k = cont_objects_prefix(cid);
   put_be64(&k, oid.hi);

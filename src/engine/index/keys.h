@@ -33,6 +33,7 @@ inline constexpr char kSnapTag = 'S';
 inline constexpr char kFreeTag = 'F';
 inline constexpr char kObjTag = 'O';
 inline constexpr char kMarkTag = 'Q';   // an object with punches (ContRecord::punch_marks)
+inline constexpr char kLazyTag = 'L';   // a lazy update's block data, not yet synced (docs/engine-format.md)
 inline constexpr char kPunchTag = 'P';  // sorts before 'a', 'd', 'v', 'x': punches lead their level
 inline constexpr char kDkeyTag = 'd';
 inline constexpr char kAkeyTag = 'a';
@@ -51,8 +52,12 @@ std::string cont_objects_prefix(uint32_t cid);                 // 'O' cid
 std::string object_prefix(uint32_t cid, const ObjectId& oid);  // 'O' cid oid
 std::string mark_prefix(uint32_t cid);                         // 'Q' cid
 std::string mark_key(uint32_t cid, const ObjectId& oid);       // 'Q' cid oid
-void append_dkey(std::string* key, std::string_view dkey);     // 'd' len dkey
-void append_akey(std::string* key, std::string_view akey);     // 'a' len akey
+std::string lazy_key(uint64_t seq);                            // 'L' seq
+// A lazy marker's value: the index keys of the records whose block data it names.
+std::string encode_lazy(const std::vector<std::string_view>& keys);
+bool decode_lazy(std::string_view value, std::vector<std::string>* keys);
+void append_dkey(std::string* key, std::string_view dkey);  // 'd' len dkey
+void append_akey(std::string* key, std::string_view akey);  // 'a' len akey
 void append_version(std::string* key, uint64_t epoch, uint64_t seq);
 void append_extent_start(std::string* key, uint64_t start);  // 'x' start
 // The smallest string greater than every string with this prefix ("" when there is none).
