@@ -179,12 +179,15 @@ struct SpaceInfo {
 struct AggregateStats {
   uint64_t records_removed = 0;
   uint64_t bytes_reclaimed = 0;  // block file bytes given back
+  uint64_t grains_merged = 0;    // grains whose visible bytes were rewritten as one record
 };
 
 class Engine;
 struct UpdateState;
 struct FetchState;
 struct FetchPlan;
+struct AggRecord;
+struct Writer;
 namespace blockio {
 class AsyncRing;
 }
@@ -391,6 +394,9 @@ class Engine {
   // fetch_begin's halves: the index work and buffers, then (after the reads) verification and checksums.
   Status plan_fetch(const FetchOp& op, FetchPlan* plan);
   Result<FetchTx> finish_fetch(FetchPlan& plan, Status read_status);
+  // aggregate()'s rewrite of grains spread over many records (engine_scan.cc).
+  void merge_grains(std::vector<AggRecord>& group, Epoch upto, uint32_t csum_chunk_bytes, Writer* w,
+                    AggregateStats* stats);
   std::unique_ptr<Impl> impl_;
 };
 

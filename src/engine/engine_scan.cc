@@ -277,14 +277,15 @@ Result<uint64_t> Engine::array_size(const KeyRef& key, Epoch epoch) {
 // ---------------------------------------------------------------------------------------------------------
 // Aggregation
 
-namespace {
-
+// One record of an akey, as aggregation judges it.
 struct AggRecord {
   std::string key;
   ObjectKey k;       // views into key
   ExtentRecord ext;  // extents only
   bool keep = false;
 };
+
+namespace {
 
 // Decides which versions of one akey (at or below `upto`) any view can see. Views are the snapshots below
 // `upto` and `upto` itself; a view sees a version at or below its epoch and above the punch floor at its epoch.
@@ -339,12 +340,100 @@ void mark_akey(std::vector<AggRecord>& recs, const std::vector<Epoch>& views, Ep
 
 }  // namespace
 
+// A grain whose visible bytes at `upto` are spread over at least this many records is rewritten as one: every
+// read of it walks its records, and so does its array's size.
+constexpr size_t kMergeRecords = 8;
+
+void Engine::merge_grains(std::vector<AggRecord>& group, Epoch upto, uint32_t csum_chunk_bytes, Writer* w,
+                          AggregateStats* stats) {
+  Impl& im = *impl_;
+  std::map<uint64_t, std::vector<AggRecord*>> grains;
+  for (AggRecord& r : group)
+    if (r.k.kind == kExtentTag && r.keep && r.k.epoch <= upto) grains[r.k.start / kGrainBytes].push_back(&r);
+  for (auto& [grain, recs] : grains) {
+    if (recs.size() < kMergeRecords) continue;
+    // What a read at `upto` sees, newest-wins: the merged record covers the first to the last visible data byte
+    // (a hole between them reads as zeros either way, and a hole at either end is not part of the size).
+    std::sort(recs.begin(), recs.end(), [](AggRecord* x, AggRecord* y) {
+      return Version{x->k.epoch, x->k.seq} < Version{y->k.epoch, y->k.seq};
+    });
+    ExtentMap map(grain * kGrainBytes, (grain + 1) * kGrainBytes);
+    for (size_t i = 0; i < recs.size(); ++i)
+      map.assign(recs[i]->k.start, recs[i]->k.start + recs[i]->ext.length, static_cast<int>(i));
+    uint64_t from = UINT64_MAX, to = 0;
+    Epoch newest = 0;
+    for (const auto& seg : map.segments()) {
+      if (seg.owner < 0 || (recs[seg.owner]->ext.flags & ExtentRecord::kHole)) continue;
+      from = std::min(from, seg.start);
+      to = std::max(to, seg.end);
+    }
+    for (AggRecord* r : recs) newest = std::max(newest, r->k.epoch);
+    const ObjectKey& k = recs[0]->k;
+    KeyRef key{k.cid, k.oid, k.dkey, k.akey};
+    ExtentRecord merged;
+    merged.csum_chunk_bytes = csum_chunk_bytes;
+    std::string data;
+    std::vector<Run> runs;
+    if (from < to) {
+      // Read through the fetch path, which checks the stored checksums: damage is not copied under new ones.
+      auto got = fetch({key, upto, ValueKind::kArray, from, to - from});
+      if (!got.is_ok()) continue;  // left as it is; a read will report the damage
+      data = std::move(got).value();
+      merged.length = static_cast<uint32_t>(data.size());
+      chunk_crcs(from, {reinterpret_cast<const uint8_t*>(data.data()), data.size()}, csum_chunk_bytes, &merged.csums);
+      if (data.size() <= im.opts.inline_max_bytes) {
+        merged.flags = ExtentRecord::kInline;
+        merged.inline_data = data;
+      } else {
+        uint64_t head = from % kBlockBytes, nblocks = align_up(head + data.size(), kBlockBytes) / kBlockBytes;
+        auto reserved = im.alloc.reserve(nblocks);
+        if (!reserved.is_ok()) continue;  // no room to rewrite: the records stay
+        runs = std::move(reserved).value();
+        uint8_t* buf = im.arena->alloc(nblocks * kBlockBytes);
+        if (buf == nullptr) {
+          im.alloc.unreserve(runs);
+          continue;
+        }
+        std::memset(buf, 0, nblocks * kBlockBytes);
+        std::memcpy(buf + head, data.data(), data.size());
+        std::vector<blockio::IoRequest> writes;
+        uint8_t* at = buf;
+        for (const Run& run : runs) {
+          writes.push_back({true, at, run.block * kBlockBytes, run.nblocks * kBlockBytes});
+          at += static_cast<size_t>(run.nblocks) * kBlockBytes;
+        }
+        Status ws = im.dev->submit_and_wait(writes);
+        im.arena->free(buf, nblocks * kBlockBytes);
+        if (!ws.is_ok()) {
+          im.alloc.unreserve(runs);
+          continue;
+        }
+        merged.runs = runs;
+        w->commit_runs.insert(w->commit_runs.end(), runs.begin(), runs.end());
+        w->wrote_data = true;
+      }
+      // At the newest merged epoch, with this commit's sequence number: above every record it replaces, below
+      // every version after `upto`, and above every punch at or below `upto` (those that hid a merged byte
+      // hid all of it: mark_akey kept only records above the punch floor).
+      std::string rk = akey_prefix(key);
+      append_extent_start(&rk, from);
+      append_version(&rk, newest, 0);
+      w->puts.push_back({std::move(rk), encode_extent(merged), true});
+    }
+    for (AggRecord* r : recs) r->keep = false;  // deleted, their runs freed, with the merged record's commit
+    ++stats->grains_merged;
+  }
+}
+
 Result<AggregateStats> Engine::aggregate(uint32_t cont, Epoch upto) {
   Impl& im = *impl_;
   std::lock_guard admin(im.admin_mu);
   if (upto == 0 || upto == kEpochLatest) return error(StatusCode::kInvalidArgument, "aggregation epoch out of range");
   RFOS_ASSIGN_OR_RETURN(ContState c, im.container(cont));
   if (upto < c.rec.agg_epoch) return AggregateStats{};
+  // Nothing written since the last pass looked: no durable commit to raise the boundary (an idle target syncs
+  // nothing).
+  if (!c.aggregate_all && c.changed.empty()) return AggregateStats{};
 
   // First raise the boundary durably: from here on no update at or below `upto` can commit, so the scan
   // below sees every version it has to judge. What it scans is taken in the same step: the objects written since
@@ -402,6 +491,7 @@ Result<AggregateStats> Engine::aggregate(uint32_t cont, Epoch upto) {
   auto flush = [&] {
     if (group.empty()) return;
     mark_akey(group, views, upto, obj_punches, dkey_punches);
+    if (views.size() == 1) merge_grains(group, upto, c.rec.csum_chunk_bytes, &w, &stats);
     for (AggRecord& r : group) {
       if (r.keep) continue;
       w.deletes.push_back(r.key);

@@ -685,6 +685,44 @@ TEST_F(EngineTest, SubmittedUpdatesMatchBlockingOnes) {
 
 // Aggregating many small overwrites removes thousands of records at once, which compacts the index range
 // (tombstones would slow every later read): reads stay right through it, and the space comes back.
+TEST_F(EngineTest, AggregationMergesAGrainSpreadOverManyRecords) {
+  // Pieces overlapping at random offsets of the second grain, inline and in blocks, a hole in the middle and
+  // one past the data's end: as a file's random overwrites and truncates leave them.
+  const uint64_t base = 1 << 20;
+  std::string want(300000, '\0');
+  uint64_t end = 0;
+  Epoch e = 1;
+  for (int i = 0; i < 40; ++i, ++e) {
+    uint64_t off = (i * 7919ull) % 250000, len = i % 3 == 0 ? 100 + i : 5000 + 997 * i;
+    std::string d = pattern(200 + i, len);
+    ASSERT_TRUE(put_array(key(), e, base + off, d).is_ok());
+    want.replace(off, len, d);
+    end = std::max(end, off + len);
+  }
+  ASSERT_TRUE(engine_->punch_extent(key(), e++, base + 1000, 3000).is_ok());
+  want.replace(1000, 3000, std::string(3000, '\0'));
+  ASSERT_TRUE(engine_->punch_extent(key(), e++, base + end - 500, 1 << 20).is_ok());  // past the end: cut
+  end -= 500;
+  want.resize(end);
+  ASSERT_TRUE(put_array(key(), 1000, base + 10, "newer than the pass").is_ok());  // above upto: stays on top
+  auto agg = engine_->aggregate(cid_, e);
+  ASSERT_TRUE(agg.is_ok()) << agg.status().to_string();
+  EXPECT_EQ(agg->grains_merged, 1u);
+  EXPECT_GE(agg->records_removed, 40u);
+  want.replace(10, 19, "newer than the pass");
+  EXPECT_EQ(*engine_->array_size(key(), kEpochLatest), base + end);
+  EXPECT_EQ(*get_array(key(), kEpochLatest, base, end), want);
+  ASSERT_TRUE(engine_->check().is_ok());
+  // Merged once: the next pass finds one record (and the newer one) and leaves them.
+  agg = engine_->aggregate(cid_, 1001);
+  ASSERT_TRUE(agg.is_ok());
+  EXPECT_EQ(agg->grains_merged, 0u);
+  reopen();
+  EXPECT_EQ(*get_array(key(), kEpochLatest, base, end), want);
+  EXPECT_EQ(*engine_->array_size(key(), kEpochLatest), base + end);
+  ASSERT_TRUE(engine_->check().is_ok());
+}
+
 TEST_F(EngineTest, AggregatingManySmallOverwritesCompactsAndKeepsReads) {
   ASSERT_TRUE(put_array(key(), 1, 0, pattern(1, 4 << 20)).is_ok());
   std::string want = pattern(1, 4 << 20);

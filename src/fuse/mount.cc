@@ -246,7 +246,9 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   auto* fs = static_cast<Fs*>(userdata);
   conn->max_write = 1u << 20;
   conn->max_readahead = fs->options().readahead_bytes;
-  if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
+  // Cached pages are judged at open (close-to-open, FOPEN_KEEP_CACHE), not whenever an mtime comes back: this
+  // mount's own close moves the mtime, and with auto_inval_data the kernel dropped the file's pages for it.
+  conn->want &= ~static_cast<unsigned>(FUSE_CAP_AUTO_INVAL_DATA);
   // readdirplus on every page of a listing, not only the first (the kernel's "auto" mode falls back to plain
   // readdir once its cached attributes spare it the lookups, and then looks up every later name): a page costs
   // one round trip either way, and with the attributes scandir+stat and `ls -l` cost no lookup per name.

@@ -362,11 +362,13 @@ class Op {
       RFOS_ASSIGN_OR_RETURN(uint64_t end, (store_.*end_of)(a.oid));
       a.size = std::max(floor, end);
       *final = !(a.flags & kSpans);
+      data_end_ = end;
     }
     return Status::ok();
   }
 
   Status commit(bool durable) { return changes_.empty() ? Status::ok() : store_.apply(changes_, durable); }
+  uint64_t data_end_ = 0;  // of the file size() last sized: on this target (all of it when final)
 
   const DirRequest& q_;
   DirStore& store_;
@@ -611,12 +613,14 @@ Result<DirReply> setattr(Op& op) {
   if (rest.set_mode || rest.set_uid || rest.set_gid || rest.set_size || rest.set_atime || rest.set_mtime ||
       rest.touch) {
     RFOS_RETURN_IF_ERROR(check_setattr(a, rest, q.cred));
-    if (cut) {  // all of the file's data is in its first chunk
-      RFOS_ASSIGN_OR_RETURN(uint64_t end, op.store_.first_chunk_end(q.oid));
-      if (rest.size < end)
-        op.changes_.push_back(
-            {Change::Kind::kPunchData, q.oid, chunk_key(0), std::string(kDataAkey), {}, rest.size, end - rest.size});
-    }
+    if (cut && rest.size < op.data_end_)  // all of the file's data is in its first chunk, and size() found its end
+      op.changes_.push_back({Change::Kind::kPunchData,
+                             q.oid,
+                             chunk_key(0),
+                             std::string(kDataAkey),
+                             {},
+                             rest.size,
+                             op.data_end_ - rest.size});
     apply_setattr(a, r.floor, rest, q.cred, op.now_);
     if (rest.set_size) r.size_final = true;  // the size is what was set (what lay beyond is cut)
   }

@@ -23,9 +23,10 @@ bool Revocations::revoked(const Uuid& session, uint64_t now_unix_ms) {
 }
 
 // Aggregation runs in the background, as in DAOS: versions that no snapshot pins and no update still in flight
-// could be ordered before are reclaimed every second, so overwrites do not fill the block file. Under space
-// pressure (less than a quarter of the block file free) it runs every 50 ms instead, so overwrites at media
-// speed do not run a small target out of space.
+// could be ordered before are reclaimed every 200 ms (in the objects written since the last pass), so overwrites
+// do not fill the block file and a grain overwritten in many small pieces is soon one record again (every read
+// of it walks its records). Under space pressure (less than a quarter of the block file free) it runs every
+// 50 ms instead, so overwrites at media speed do not run a small target out of space.
 void Target::Impl::maybe_aggregate() {
   if (aggregating) return;
   auto now = Clock::now();
@@ -35,14 +36,14 @@ void Target::Impl::maybe_aggregate() {
   }
   aggregating = true;
   last_aggregation = now;
-  next_aggregation = now + std::chrono::seconds(1);
+  next_aggregation = now + std::chrono::milliseconds(200);
   uint64_t high = std::max(wall_ns(), last_epoch.load(std::memory_order_relaxed));
   uint64_t upto = high > kAggregationSlackNs ? high - kAggregationSlackNs : 0;
   if (!inflight_epochs.empty()) upto = std::min(upto, *inflight_epochs.begin() - 1);
   offload<Status>(
       [this, upto] {
-        // Lazy writes become durable within about a second even when nobody syncs (a local file system's
-        // commit interval), and the markers open() would check after a power cut stay few.
+        // Lazy writes become durable within a pass even when nobody syncs (a local file system's commit
+        // interval, shorter), and the markers open() would check after a power cut stay few.
         RFOS_RETURN_IF_ERROR(engine->sync());
         for (const Uuid& pool : engine->pool_list()) {
           auto conts = engine->cont_list(pool);

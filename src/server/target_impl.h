@@ -78,7 +78,7 @@ class Target::Impl {
   transport::WakeSource ring_wake;
 
   // --- aggregation (target.cc) ---
-  static constexpr uint64_t kAggregationSlackNs = 100'000'000ull;
+  static constexpr uint64_t kAggregationSlackNs = 50'000'000ull;
   std::multiset<uint64_t> inflight_epochs;  // epochs stamped here whose update or punch has not finished
   Clock::time_point next_aggregation = Clock::now();
   Clock::time_point last_aggregation;

@@ -365,7 +365,8 @@ class MountTest(unittest.TestCase):
         latest, and its space comes back once the file is gone."""
         def free_mib():
             out = self.server.cli("pool", "query", "p").stdout
-            return float(re.search(r"([\d.]+) MiB free of", out).group(1))
+            m = re.search(r"([\d.]+) (B|KiB|MiB|GiB) free of", out)  # a full pool says KiB
+            return float(m.group(1)) * {"B": 2**-20, "KiB": 2**-10, "MiB": 1, "GiB": 1024}[m.group(2)]
         before = free_mib()
         p = self.path("huge")
         fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
