@@ -396,7 +396,7 @@ class Engine {
   Result<FetchTx> finish_fetch(FetchPlan& plan, Status read_status);
   // aggregate()'s rewrite of grains spread over many records (engine_scan.cc).
   void merge_grains(std::vector<AggRecord>& group, Epoch upto, uint32_t csum_chunk_bytes, Writer* w,
-                    AggregateStats* stats);
+                    AggregateStats* stats, size_t* records_left);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -345,7 +345,7 @@ void mark_akey(std::vector<AggRecord>& recs, const std::vector<Epoch>& views, Ep
 constexpr size_t kMergeRecords = 8;
 
 void Engine::merge_grains(std::vector<AggRecord>& group, Epoch upto, uint32_t csum_chunk_bytes, Writer* w,
-                          AggregateStats* stats) {
+                          AggregateStats* stats, size_t* records_left) {
   Impl& im = *impl_;
   std::map<uint64_t, std::vector<AggRecord*>> grains;
   for (AggRecord& r : group)
@@ -419,6 +419,7 @@ void Engine::merge_grains(std::vector<AggRecord>& group, Epoch upto, uint32_t cs
       append_extent_start(&rk, from);
       append_version(&rk, newest, 0);
       w->puts.push_back({std::move(rk), encode_extent(merged), true});
+      ++*records_left;
     }
     for (AggRecord* r : recs) r->keep = false;  // deleted, their runs freed, with the merged record's commit
     ++stats->grains_merged;
@@ -488,12 +489,24 @@ Result<AggregateStats> Engine::aggregate(uint32_t cont, Epoch upto) {
   std::vector<AggRecord> group;  // the records of one akey
   std::vector<Version> obj_punches, dkey_punches;
   std::string cur_obj, cur_dkey;
+  // Object and dkey punch records go once they hide nothing: no record kept below them in their object or dkey
+  // (a removed name's punch, a purged file's). Otherwise every name a directory ever had, and every file a
+  // namespace ever removed, would stay in the index, and listings would step over them.
+  constexpr Version kNoneKept{UINT64_MAX, UINT64_MAX};
+  std::vector<std::pair<std::string, Version>> obj_punch_keys, dkey_punch_keys;
+  Version oldest_kept_obj = kNoneKept, oldest_kept_dkey = kNoneKept;
+  size_t obj_left = 0;                                             // records the object keeps
+  std::vector<std::pair<std::string, std::string>> empty_objects;  // (object prefix, its punch mark)
   auto flush = [&] {
     if (group.empty()) return;
     mark_akey(group, views, upto, obj_punches, dkey_punches);
-    if (views.size() == 1) merge_grains(group, upto, c.rec.csum_chunk_bytes, &w, &stats);
+    if (views.size() == 1) merge_grains(group, upto, c.rec.csum_chunk_bytes, &w, &stats, &obj_left);
     for (AggRecord& r : group) {
-      if (r.keep) continue;
+      if (r.keep) {
+        ++obj_left;
+        oldest_kept_dkey = std::min(oldest_kept_dkey, Version{r.k.epoch, r.k.seq});
+        continue;
+      }
       w.deletes.push_back(r.key);
       ++stats.records_removed;
       for (const Run& run : r.ext.runs) {
@@ -503,6 +516,31 @@ Result<AggregateStats> Engine::aggregate(uint32_t cont, Epoch upto) {
     }
     group.clear();
   };
+  auto drop_unneeded = [&](std::vector<std::pair<std::string, Version>>& punches, Version oldest_kept) {
+    for (auto& [key, v] : punches) {
+      if (v.epoch <= upto && !(oldest_kept < v)) {
+        w.deletes.push_back(std::move(key));
+        ++stats.records_removed;
+      } else {
+        ++obj_left;
+      }
+    }
+    punches.clear();
+  };
+  auto end_dkey = [&] {
+    flush();
+    drop_unneeded(dkey_punch_keys, oldest_kept_dkey);
+    oldest_kept_obj = std::min(oldest_kept_obj, oldest_kept_dkey);
+    oldest_kept_dkey = kNoneKept;
+  };
+  auto end_object = [&] {
+    end_dkey();
+    drop_unneeded(obj_punch_keys, oldest_kept_obj);
+    if (!cur_obj.empty() && obj_left == 0)  // 'O' cid oid -> 'Q' cid oid
+      empty_objects.emplace_back(cur_obj, std::string(1, kMarkTag) + cur_obj.substr(1));
+    oldest_kept_obj = kNoneKept;
+    obj_left = 0;
+  };
   // The records under `range` (the container's, or one object's), in key order.
   auto scan = [&](const std::string& range) -> Status {
     for (it->Seek(range); it->Valid() && starts_with(it->key(), range); it->Next()) {
@@ -511,7 +549,7 @@ Result<AggregateStats> Engine::aggregate(uint32_t cont, Epoch upto) {
       if (!parse_object_key(r.key, &r.k)) return error(StatusCode::kCorruption, "malformed object key");
       std::string obj = r.key.substr(0, kObjectPrefixBytes);
       if (obj != cur_obj) {
-        flush();
+        end_object();
         cur_obj = obj;
         obj_punches.clear();
         cur_dkey.clear();
@@ -519,16 +557,18 @@ Result<AggregateStats> Engine::aggregate(uint32_t cont, Epoch upto) {
       }
       if (r.k.epoch > upto) again.insert(obj);
       if (r.k.level >= 1 && r.k.dkey != cur_dkey) {
-        flush();
+        end_dkey();
         cur_dkey.assign(r.k.dkey);
         dkey_punches.clear();
       }
       if (r.k.level == 0) {
         obj_punches.push_back({r.k.epoch, r.k.seq});
+        obj_punch_keys.emplace_back(r.key, Version{r.k.epoch, r.k.seq});
         continue;
       }
       if (r.k.level == 1) {
         dkey_punches.push_back({r.k.epoch, r.k.seq});
+        dkey_punch_keys.emplace_back(r.key, Version{r.k.epoch, r.k.seq});
         continue;
       }
       if (!group.empty() && group.front().k.akey != r.k.akey) flush();
@@ -538,7 +578,8 @@ Result<AggregateStats> Engine::aggregate(uint32_t cont, Epoch upto) {
       // parse_object_key's views pointed into the moved-from string only for short (SSO) keys: re-parse.
       parse_object_key(group.back().key, &group.back().k);
     }
-    flush();
+    end_object();
+    cur_obj.clear();
     return from_rocks(it->status(), "aggregation scan");
   };
   if (all) {
@@ -550,6 +591,15 @@ Result<AggregateStats> Engine::aggregate(uint32_t cont, Epoch upto) {
     failed = false;
     return stats;
   }
+  // An object left with no record loses its punch mark too, unless a commit wrote to it since the boundary
+  // went up (its records are not in this scan's view; one may be a punch, which needs its mark).
+  w.prepare = [&] {
+    auto c = im.conts.find(cont);
+    if (c == im.conts.end()) return Status::ok();  // destroyed meanwhile: its records went with it
+    for (auto& [obj, mark] : empty_objects)
+      if (!c->second.aggregate_all && c->second.changed.count(obj) == 0) w.deletes.push_back(std::move(mark));
+    return Status::ok();
+  };
   RFOS_RETURN_IF_ERROR(im.commit(&w));
   failed = false;
   {

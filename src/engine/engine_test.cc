@@ -685,6 +685,44 @@ TEST_F(EngineTest, SubmittedUpdatesMatchBlockingOnes) {
 
 // Aggregating many small overwrites removes thousands of records at once, which compacts the index range
 // (tombstones would slow every later read): reads stay right through it, and the space comes back.
+TEST_F(EngineTest, PunchRecordsThatHideNothingGo) {
+  // A removed name: its value and the dkey punch that removed it both go.
+  ASSERT_TRUE(put_single(key("gone"), 1, "v").is_ok());
+  ASSERT_TRUE(engine_->punch_dkey(cid_, oid_, "gone", 2).is_ok());
+  auto agg = engine_->aggregate(cid_, 3);
+  ASSERT_TRUE(agg.is_ok()) << agg.status().to_string();
+  EXPECT_EQ(agg->records_removed, 2u);
+  EXPECT_EQ(get_single(key("gone"), kEpochLatest).status().code(), StatusCode::kNotFound);
+  // A purged object: its data, its punch and its mark go; written again, it reads as new.
+  KeyRef other{cid_, ObjectId{5, 5}, "k", "a"};
+  ASSERT_TRUE(put_single(other, 4, "old").is_ok());
+  ASSERT_TRUE(engine_->punch_object(cid_, other.oid, 5).is_ok());
+  agg = engine_->aggregate(cid_, 6);
+  ASSERT_TRUE(agg.is_ok());
+  EXPECT_EQ(agg->records_removed, 2u);
+  ASSERT_TRUE(engine_->check().is_ok());
+  ASSERT_TRUE(put_single(other, 7, "new").is_ok());
+  EXPECT_EQ(*get_single(other, kEpochLatest), "new");
+  // A punch that still hides a version a snapshot sees stays.
+  ASSERT_TRUE(put_single(key("pinned"), 8, "x").is_ok());
+  ASSERT_TRUE(engine_->snapshot_create(cid_, 9).is_ok());
+  ASSERT_TRUE(engine_->punch_dkey(cid_, oid_, "pinned", 10).is_ok());
+  agg = engine_->aggregate(cid_, 11);
+  ASSERT_TRUE(agg.is_ok());
+  EXPECT_EQ(agg->records_removed, 0u);
+  EXPECT_EQ(get_single(key("pinned"), kEpochLatest).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*get_single(key("pinned"), 9), "x");
+  ASSERT_TRUE(engine_->snapshot_destroy(cid_, 9).is_ok());
+  agg = engine_->aggregate(cid_, 12);
+  ASSERT_TRUE(agg.is_ok());
+  EXPECT_EQ(agg->records_removed, 2u);  // the version and then its punch
+  ASSERT_TRUE(engine_->check().is_ok());
+  reopen();
+  EXPECT_EQ(*get_single(other, kEpochLatest), "new");
+  EXPECT_EQ(get_single(key("pinned"), kEpochLatest).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(engine_->check().is_ok());
+}
+
 TEST_F(EngineTest, AggregationMergesAGrainSpreadOverManyRecords) {
   // Pieces overlapping at random offsets of the second grain, inline and in blocks, a hole in the middle and
   // one past the data's end: as a file's random overwrites and truncates leave them.

@@ -604,9 +604,17 @@ void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   RFOS_FUSE_OID(oid, req, ino);
-  auto a = fs_of(req)->ns().getattr(oid);
-  if (!a.is_ok()) return reply_status(req, a.status());
-  if (!S_ISDIR(a->mode)) return (void)fuse_reply_err(req, ENOTDIR);
+  // The kernel checked the directory's permissions from attributes this mount gave it; when they are recent,
+  // no round trip: a directory removed meanwhile lists empty (its page finds no entries), as on a local file
+  // system for a directory removed while open.
+  Attr known;
+  double left_s = 0;
+  if (!fs_of(req)->recent(ino, &known, &left_s)) {
+    auto a = fs_of(req)->ns().getattr(oid);
+    if (!a.is_ok()) return reply_status(req, a.status());
+    known = *a;
+  }
+  if (!S_ISDIR(known.mode)) return (void)fuse_reply_err(req, ENOTDIR);
   auto* d = new DirHandle;
   d->oid = oid;
   fi->fh = reinterpret_cast<uint64_t>(d);
@@ -660,6 +668,10 @@ void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse
     while (i >= d->entries.size() && !d->done) {
       uint64_t at = Fs::now_ns();
       auto page = fs->ns().readdir_plus(d->oid, d->anchor, posix::kMaxPageEntries);
+      if (page.status().code() == StatusCode::kNotFound) {  // removed since it was opened: nothing more in it
+        d->done = true;
+        break;
+      }
       if (!page.is_ok()) return reply_status(req, page.status());
       std::move(page->entries.begin(), page->entries.end(), std::back_inserter(d->entries));
       d->fetched_at.resize(d->entries.size(), at);

@@ -334,6 +334,12 @@ class MountTest(unittest.TestCase):
         self.assertEqual(len(found.stdout.split()), 1200)
         shutil.rmtree(d)
         self.assertFalse(os.path.exists(d))
+        # A directory removed while open lists empty, as on Linux's own file systems.
+        os.mkdir(d)
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+        os.rmdir(d)
+        self.assertEqual(list(os.scandir(fd)), [])
+        os.close(fd)
 
     def test_tools(self):
         src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "posix")
