@@ -340,8 +340,10 @@ void mark_akey(std::vector<AggRecord>& recs, const std::vector<Epoch>& views, Ep
 
 }  // namespace
 
-// A grain whose visible bytes at `upto` are spread over at least this many records is rewritten as one: every
-// read of it walks its records, and so does its array's size.
+// A grain whose visible bytes at `upto` are spread over many records is rewritten as one: every read of it walks
+// its records, and so does its array's size. Rewriting costs the grain's span in writes, so it waits until the
+// records hold at least twice the bytes they span (overwrites: at most 2x the bytes written), or are so many
+// that reads pay more than the rewrite (sparse small writes: at most the span per 128 records).
 constexpr size_t kMergeRecords = 8;
 
 void Engine::merge_grains(std::vector<AggRecord>& group, Epoch upto, uint32_t csum_chunk_bytes, Writer* w,
@@ -367,6 +369,10 @@ void Engine::merge_grains(std::vector<AggRecord>& group, Epoch upto, uint32_t cs
       from = std::min(from, seg.start);
       to = std::max(to, seg.end);
     }
+    uint64_t stored = 0;
+    for (AggRecord* r : recs)
+      if (!(r->ext.flags & ExtentRecord::kHole)) stored += r->ext.length;
+    if (from < to && stored < 2 * (to - from)) continue;
     for (AggRecord* r : recs) newest = std::max(newest, r->k.epoch);
     const ObjectKey& k = recs[0]->k;
     KeyRef key{k.cid, k.oid, k.dkey, k.akey};

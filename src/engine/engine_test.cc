@@ -755,6 +755,13 @@ TEST_F(EngineTest, AggregationMergesAGrainSpreadOverManyRecords) {
   agg = engine_->aggregate(cid_, 1001);
   ASSERT_TRUE(agg.is_ok());
   EXPECT_EQ(agg->grains_merged, 0u);
+  // A whole grain with a few small overwrites is not rewritten for them (1 MiB for 40 KiB written).
+  KeyRef dense{cid_, oid_, "dense", "a"};
+  ASSERT_TRUE(put_array(dense, 1002, 0, pattern(7, 1 << 20)).is_ok());
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(put_array(dense, 1003 + i, i * 50000, pattern(8 + i, 4096)).is_ok());
+  agg = engine_->aggregate(cid_, 1100);
+  ASSERT_TRUE(agg.is_ok());
+  EXPECT_EQ(agg->grains_merged, 0u);
   reopen();
   EXPECT_EQ(*get_array(key(), kEpochLatest, base, end), want);
   EXPECT_EQ(*engine_->array_size(key(), kEpochLatest), base + end);

@@ -23,10 +23,12 @@ bool Revocations::revoked(const Uuid& session, uint64_t now_unix_ms) {
 }
 
 // Aggregation runs in the background, as in DAOS: versions that no snapshot pins and no update still in flight
-// could be ordered before are reclaimed every 200 ms (in the objects written since the last pass), so overwrites
-// do not fill the block file and a grain overwritten in many small pieces is soon one record again (every read
-// of it walks its records). Under space pressure (less than a quarter of the block file free) it runs every
-// 50 ms instead, so overwrites at media speed do not run a small target out of space.
+// could be ordered before are reclaimed every second (in the objects written since the last pass), so overwrites
+// do not fill the block file. After a pass that merged a grain (small overwrites piling up in a file, whose every
+// read walks its records) the next comes after 200 ms, so such a file is soon in few records again; a pass scans
+// every record of the objects it looks at, so passes are not that frequent otherwise. Under space pressure (less
+// than a quarter of the block file free) it runs every 50 ms, so overwrites at media speed do not run a small
+// target out of space.
 void Target::Impl::maybe_aggregate() {
   if (aggregating) return;
   auto now = Clock::now();
@@ -36,14 +38,15 @@ void Target::Impl::maybe_aggregate() {
   }
   aggregating = true;
   last_aggregation = now;
-  next_aggregation = now + std::chrono::milliseconds(200);
+  next_aggregation = now + std::chrono::seconds(1);
   uint64_t high = std::max(wall_ns(), last_epoch.load(std::memory_order_relaxed));
   uint64_t upto = high > kAggregationSlackNs ? high - kAggregationSlackNs : 0;
   if (!inflight_epochs.empty()) upto = std::min(upto, *inflight_epochs.begin() - 1);
+  auto merged = std::make_shared<uint64_t>(0);
   offload<Status>(
-      [this, upto] {
+      [this, upto, merged] {
         // Lazy writes become durable within a pass even when nobody syncs (a local file system's commit
-        // interval, shorter), and the markers open() would check after a power cut stay few.
+        // interval), and the markers open() would check after a power cut stay few.
         RFOS_RETURN_IF_ERROR(engine->sync());
         for (const Uuid& pool : engine->pool_list()) {
           auto conts = engine->cont_list(pool);
@@ -51,12 +54,15 @@ void Target::Impl::maybe_aggregate() {
           for (const auto& c : *conts) {
             auto st = engine->aggregate(c.id, upto);
             if (!st.is_ok() && st.status().code() != StatusCode::kUnknownContainer) return st.status();
+            if (st.is_ok()) *merged += st->grains_merged;
           }
         }
         return Status::ok();
       },
-      [this, upto](Status& s) {
+      [this, upto, merged](Status& s) {
         aggregating = false;
+        if (*merged > 0)
+          next_aggregation = std::min(next_aggregation, last_aggregation + std::chrono::milliseconds(200));
         if (s.is_ok()) aggregated_epoch.store(upto, std::memory_order_relaxed);
         if (!s.is_ok()) spdlog::error("target {}: aggregation: {}", index, s.to_string());
       });
