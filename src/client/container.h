@@ -163,7 +163,7 @@ class Container {
   // every target at once.
   Status sync();
   // Array writes from now on are lazy (wire kLazy): acknowledged once in the target's log (and their block data
-  // written, not flushed), durable at the next sync() or the target's own within 200 ms.
+  // written, not flushed), durable at the next sync() or the target's own about a second later.
   void set_lazy_writes(bool lazy);
   uint32_t target_count() const;
   uint32_t target_of(const ObjectId& oid, std::string_view dkey) const;

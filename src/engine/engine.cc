@@ -76,7 +76,10 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Engine::~Engine() = default;
+// A clean stop leaves nothing lazy behind (as an unmount syncs): the next open has no marker to check.
+Engine::~Engine() {
+  if (impl_ && impl_->db) (void)sync();
+}
 
 Engine::Impl::~Impl() {
   {

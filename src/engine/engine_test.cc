@@ -685,6 +685,16 @@ TEST_F(EngineTest, SubmittedUpdatesMatchBlockingOnes) {
 
 // Aggregating many small overwrites removes thousands of records at once, which compacts the index range
 // (tombstones would slow every later read): reads stay right through it, and the space comes back.
+TEST_F(EngineTest, ACleanStopLeavesNoLazyWriteToCheck) {
+  std::string data = pattern(3, 20000);
+  UpdateOp op{key("lazy", "d"), 1, ValueKind::kArray, 0, data.size()};
+  op.lazy = true;
+  ASSERT_TRUE(engine_->update(op, bytes(data), make_csums(ValueKind::kArray, 0, bytes(data), 4096)).is_ok());
+  reopen();  // the engine is destroyed: it syncs
+  EXPECT_EQ(engine_->lazy_recovery().checked, 0u);
+  EXPECT_EQ(*get_array(key("lazy", "d"), kEpochLatest, 0, data.size()), data);
+}
+
 TEST_F(EngineTest, PunchRecordsThatHideNothingGo) {
   // A removed name: its value and the dkey punch that removed it both go.
   ASSERT_TRUE(put_single(key("gone"), 1, "v").is_ok());
