@@ -589,10 +589,16 @@ Result<AggregateStats> Engine::aggregate(uint32_t cont, Epoch upto) {
     cur_obj.clear();
     return from_rocks(it->status(), "aggregation scan");
   };
+  Status scanned = Status::ok();
   if (all) {
-    RFOS_RETURN_IF_ERROR(scan(prefix));
+    scanned = scan(prefix);
   } else {
-    for (const std::string& obj : changed) RFOS_RETURN_IF_ERROR(scan(obj));
+    for (const std::string& obj : changed)
+      if (scanned = scan(obj); !scanned.is_ok()) break;
+  }
+  if (!scanned.is_ok()) {
+    im.alloc.unreserve(w.commit_runs);  // merged records written for nothing
+    return scanned;
   }
   if (w.deletes.empty()) {
     failed = false;
