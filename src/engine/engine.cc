@@ -374,9 +374,10 @@ void Engine::Impl::lead(std::unique_lock<std::mutex>& lock) {
   Status st = sticky;
   if (sync_group) {
     // This sync makes every lazy write before it durable, and the data of this group's own lazy writers
-    // (written before they queued): their markers go with it.
+    // (written before they queued): their markers go with it, so it flushes the data itself, even when a
+    // sync() running at the same moment took the unsynced_data flag and has not flushed yet.
     std::lock_guard meta(meta_mu);
-    clear_markers(&batch, seq_now);
+    if (clear_markers(&batch, seq_now)) sync_data = true;
   }
   commit_groups.fetch_add(1, std::memory_order_relaxed);
   committed_writers.fetch_add(group.size(), std::memory_order_relaxed);
@@ -595,10 +596,11 @@ Status check_write_epoch(const ContState& c, Epoch epoch) {
   return Status::ok();
 }
 
-void Engine::Impl::clear_markers(rocksdb::WriteBatch* batch, uint64_t upto) {
-  if (marker_high <= markers_upto || upto <= markers_upto) return;
+bool Engine::Impl::clear_markers(rocksdb::WriteBatch* batch, uint64_t upto) {
+  if (marker_high <= markers_upto || upto <= markers_upto) return false;
   batch->DeleteRange(lazy_key(0), lazy_key(upto + 1));
   markers_upto = upto;
+  return true;
 }
 
 Status Engine::Impl::recover_lazy() {

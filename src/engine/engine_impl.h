@@ -141,8 +141,8 @@ class Engine::Impl {
   blockio::ExtentAllocator alloc;
   uint64_t block_count = 0;
   uint64_t max_io_bytes = 0;
-  bool data_flush_by_wal = false;  // see EngineOptions::DataSync::kAuto
-  std::string durability;          // Engine::durability()
+  bool data_flush_by_wal = false;      // see EngineOptions::DataSync::kAuto
+  std::string durability;              // Engine::durability()
   Engine::LazyRecovery lazy_recovery;  // what open() found of lazy updates
 
   std::mutex admin_mu;
@@ -187,8 +187,9 @@ class Engine::Impl {
   // data did not reach the media (their index records may have, ahead of it). Under meta_mu.
   uint64_t marker_high = 0;   // the highest seq a marker was written at
   uint64_t markers_upto = 0;  // markers at or below it are deleted (or being deleted by a durable write)
-  // Deletes the markers up to seq `upto` in `batch` when any may exist (meta_mu held).
-  void clear_markers(rocksdb::WriteBatch* batch, uint64_t upto);
+  // Deletes the markers up to seq `upto` in `batch` when any may exist (meta_mu held); true when it did, and the
+  // batch must then not be durable before the block file's finished writes are.
+  bool clear_markers(rocksdb::WriteBatch* batch, uint64_t upto);
   // At open: the lazy updates a power cut left without their data, dropped; the markers, cleared.
   Status recover_lazy();
   // The highest epoch any committed update, punch or snapshot carried (under meta_mu), kept in the index with

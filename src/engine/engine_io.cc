@@ -500,6 +500,9 @@ Status Engine::sync() {
   {
     std::lock_guard meta(im.meta_mu);
     upto = im.seq;
+    // Markers about to go: their data is flushed here, whoever took the flag (a durable commit at the same
+    // moment may have, and not flushed yet).
+    data = data || im.marker_high > im.markers_upto;
   }
   Status s;
   if (data && !im.data_flush_by_wal) s = im.dev->sync();
