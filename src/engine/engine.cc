@@ -630,11 +630,7 @@ Status Engine::Impl::recover_lazy() {
       uint8_t* buf = arena->alloc(bytes);
       if (buf == nullptr) return error(StatusCode::kInternal, "no buffer to check a lazy update");
       std::vector<blockio::IoRequest> reads;
-      uint8_t* at = buf;
-      for (const Run& run : r.runs) {
-        reads.push_back({false, at, run.block * kBlockBytes, run.nblocks * kBlockBytes});
-        at += static_cast<size_t>(run.nblocks) * kBlockBytes;
-      }
+      run_ios(false, buf, r.runs, &reads);
       Status rs = dev->submit_and_wait(reads);
       std::vector<uint32_t> csums;
       if (rs.is_ok()) chunk_crcs(k.start, {buf + k.start % kBlockBytes, r.length}, r.csum_chunk_bytes, &csums);

@@ -217,6 +217,13 @@ void make_versioned_writer(Engine::Impl* impl, Writer* w, uint32_t cid, Epoch ep
 // After make_versioned_writer, for a writer that punches: the container's first punch marks its record in the
 // same batch (ContRecord::has_punches), so reads know to look for punches.
 void marks_punches(Engine::Impl* impl, Writer* w, uint32_t cid, std::vector<ObjectId> objects);
+// The I/O of `buf` laid over `runs` in order (a record's blocks, as its data lies in them), appended to `out`.
+inline void run_ios(bool write, uint8_t* buf, const std::vector<Run>& runs, std::vector<blockio::IoRequest>* out) {
+  for (const Run& run : runs) {
+    out->push_back({write, buf, run.block * kBlockBytes, run.nblocks * kBlockBytes});
+    buf += static_cast<size_t>(run.nblocks) * kBlockBytes;
+  }
+}
 inline uint64_t align_down(uint64_t v, uint64_t a) { return v / a * a; }
 inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 inline bool starts_with(const rocksdb::Slice& s, const std::string& prefix) {

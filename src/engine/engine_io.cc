@@ -292,11 +292,7 @@ Status plan_update(Engine::Impl& im, UpdateState& st, std::span<const uint32_t> 
       // Zero the padding around the data so no stale buffer bytes reach the disk.
       std::memset(p.buf, 0, p.data - p.buf);
       std::memset(p.data + p.len, 0, p.buf + p.buf_bytes - (p.data + p.len));
-      uint8_t* src = p.buf;
-      for (const Run& run : p.runs) {
-        writes->push_back({true, src, run.block * kBlockBytes, run.nblocks * kBlockBytes});
-        src += static_cast<size_t>(run.nblocks) * kBlockBytes;
-      }
+      run_ios(true, p.buf, p.runs, writes);
       r.runs = p.runs;
       w->commit_runs.insert(w->commit_runs.end(), p.runs.begin(), p.runs.end());
     }

@@ -371,10 +371,11 @@ void Engine::merge_grains(std::vector<AggRecord>& group, Epoch upto, uint32_t cs
       to = std::max(to, seg.end);
     }
     uint64_t stored = 0;
-    for (AggRecord* r : recs)
+    for (AggRecord* r : recs) {
       if (!(r->ext.flags & ExtentRecord::kHole)) stored += r->ext.length;
+      newest = std::max(newest, r->k.epoch);
+    }
     if (from < to && stored < (to - from) + (to - from) / 4) continue;
-    for (AggRecord* r : recs) newest = std::max(newest, r->k.epoch);
     const ObjectKey& k = recs[0]->k;
     KeyRef key{k.cid, k.oid, k.dkey, k.akey};
     ExtentRecord merged;
@@ -404,11 +405,7 @@ void Engine::merge_grains(std::vector<AggRecord>& group, Epoch upto, uint32_t cs
         std::memset(buf, 0, nblocks * kBlockBytes);
         std::memcpy(buf + head, data.data(), data.size());
         std::vector<blockio::IoRequest> writes;
-        uint8_t* at = buf;
-        for (const Run& run : runs) {
-          writes.push_back({true, at, run.block * kBlockBytes, run.nblocks * kBlockBytes});
-          at += static_cast<size_t>(run.nblocks) * kBlockBytes;
-        }
+        run_ios(true, buf, runs, &writes);
         Status ws = im.dev->submit_and_wait(writes);
         im.arena->free(buf, nblocks * kBlockBytes);
         if (!ws.is_ok()) {
