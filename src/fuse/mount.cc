@@ -628,14 +628,9 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
   auto* d = reinterpret_cast<DirHandle*>(fi->fh);
   Fs* fs = fs_of(req);
-  std::lock_guard lock(d->mu);
   std::vector<char> buf(size);
   size_t used = 0;
   std::vector<fuse_ino_t> handed;  // lookups this reply hands the kernel: taken back if it does not arrive
-  auto reply = [&] {
-    if (fuse_reply_buf(req, buf.data(), used) != 0)
-      for (fuse_ino_t h : handed) fs->forget(h, 1);
-  };
   auto add = [&](const char* name, uint32_t mode, fuse_ino_t e_ino, off_t next, const posix::Attr* a, uint64_t at) {
     if (!plus) {
       struct stat st {};
@@ -662,36 +657,47 @@ void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse
     used += fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e, next);
     return true;
   };
-  if (off == 0 && !add(".", S_IFDIR, ino, 1, nullptr, 0)) return reply();
-  if (off <= 1 && !add("..", S_IFDIR, ino, 2, nullptr, 0)) return reply();
-  for (size_t i = off > 2 ? static_cast<size_t>(off - 2) : 0;; ++i) {
-    while (i >= d->entries.size() && !d->done) {
-      uint64_t at = Fs::now_ns();
-      auto page = fs->ns().readdir_plus(d->oid, d->anchor, posix::kMaxPageEntries);
-      if (page.status().code() == StatusCode::kNotFound) {  // removed since it was opened: nothing more in it
-        d->done = true;
-        break;
+  // Fills `buf` under the handle's lock, which is let go before the reply: once the kernel has the reply it may
+  // release the directory, and another thread delete the handle.
+  auto fill = [&]() -> Status {
+    std::lock_guard lock(d->mu);
+    if (off == 0 && !add(".", S_IFDIR, ino, 1, nullptr, 0)) return Status::ok();
+    if (off <= 1 && !add("..", S_IFDIR, ino, 2, nullptr, 0)) return Status::ok();
+    for (size_t i = off > 2 ? static_cast<size_t>(off - 2) : 0;; ++i) {
+      while (i >= d->entries.size() && !d->done) {
+        uint64_t at = Fs::now_ns();
+        auto page = fs->ns().readdir_plus(d->oid, d->anchor, posix::kMaxPageEntries);
+        if (page.status().code() == StatusCode::kNotFound) {  // removed since it was opened: nothing more in it
+          d->done = true;
+          break;
+        }
+        if (!page.is_ok()) return page.status();
+        std::move(page->entries.begin(), page->entries.end(), std::back_inserter(d->entries));
+        d->fetched_at.resize(d->entries.size(), at);
+        d->anchor = std::move(page->anchor);
+        d->done = page->done;
       }
-      if (!page.is_ok()) return reply_status(req, page.status());
-      std::move(page->entries.begin(), page->entries.end(), std::back_inserter(d->entries));
-      d->fetched_at.resize(d->entries.size(), at);
-      d->anchor = std::move(page->anchor);
-      d->done = page->done;
+      if (i >= d->entries.size()) break;
+      posix::DirPlusEntry& e = d->entries[i];
+      uint64_t at = d->fetched_at[i];
+      if (plus && e.has_attr && fs->wait_writes(e.entry.oid)) {  // its size, with this mount's writes landed
+        at = Fs::now_ns();
+        auto fresh = fs->ns().getattr(e.entry.oid);
+        e.has_attr = fresh.is_ok();
+        if (fresh.is_ok()) e.attr = *fresh;
+      }
+      if (!add(e.entry.name.c_str(), e.entry.type, fs->ino_hint(e.entry.oid), static_cast<off_t>(i + 3),
+               plus && e.has_attr ? &e.attr : nullptr, at))
+        break;
     }
-    if (i >= d->entries.size()) break;
-    posix::DirPlusEntry& e = d->entries[i];
-    uint64_t at = d->fetched_at[i];
-    if (plus && e.has_attr && fs->wait_writes(e.entry.oid)) {  // its size, with this mount's writes landed
-      at = Fs::now_ns();
-      auto fresh = fs->ns().getattr(e.entry.oid);
-      e.has_attr = fresh.is_ok();
-      if (fresh.is_ok()) e.attr = *fresh;
-    }
-    if (!add(e.entry.name.c_str(), e.entry.type, fs->ino_hint(e.entry.oid), static_cast<off_t>(i + 3),
-             plus && e.has_attr ? &e.attr : nullptr, at))
-      break;
-  }
-  reply();
+    return Status::ok();
+  };
+  // A page that failed after entries were added: they go now, and the next call (from after them) meets the
+  // failure again and reports it.
+  Status s = fill();
+  if (!s.is_ok() && used == 0) return reply_status(req, s);
+  if (fuse_reply_buf(req, buf.data(), used) != 0)
+    for (fuse_ino_t h : handed) fs->forget(h, 1);  // the kernel did not get them
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
