@@ -716,6 +716,14 @@ bool Engine::Impl::may_have_punches(const index::ContRecord& rec, uint32_t cid, 
   return !db->Get(rocksdb::ReadOptions(), mark_key(cid, oid), &v).IsNotFound();  // an error: look
 }
 
+bool Engine::Impl::may_have_punches(const index::ContRecord& rec, uint32_t cid, const ObjectId& oid,
+                                    ReadView::State* view) const {
+  if (view == nullptr) return may_have_punches(rec, cid, oid);
+  auto [it, fresh] = view->punches.try_emplace({cid, oid}, false);
+  if (fresh) it->second = may_have_punches(rec, cid, oid);
+  return it->second;
+}
+
 // Punches the level under `prefix`: refused with kNotFound when nothing there is visible at `epoch`.
 static Status punch_level(Engine::Impl* impl, uint32_t cid, const ObjectId& oid, std::string prefix, Version inherited,
                           Epoch epoch, const std::string& what) {

@@ -140,6 +140,8 @@ struct Mutation {
 inline constexpr size_t kMutationValueMaxBytes = 64 * 1024;
 inline constexpr uint64_t kMutationPunchMaxBytes = uint64_t{1} << 30;  // kPunchArray: at most 1024 hole records
 
+class ReadView;
+
 struct FetchOp {
   KeyRef key;
   Epoch epoch = kEpochLatest;
@@ -151,6 +153,8 @@ struct FetchOp {
   // without being verified here, and damage at rest then shows as a mismatch at that caller. Chunks the engine
   // checksums anew (partial pieces, merges of records, holes) are verified here first either way.
   bool caller_verifies = false;
+  // Read through this view (may be null: the index as it is now).
+  ReadView* view = nullptr;
 };
 
 // A piece of an engine buffer. `data` points into registered memory owned by the engine.
@@ -259,6 +263,25 @@ class FetchTx {
   std::unique_ptr<FetchState> state_;
 };
 
+// The index as it was at one moment, for several reads in a row from one thread (one namespace operation's
+// lookups of an entry, its inode and its file's size): a read through it costs no new index iterator, a read
+// just after the last one in key order (an inode, then its file's first chunk) steps there instead of
+// searching the whole index again, and which objects have punches is looked up once. It keeps the blocks its
+// records name from being reused while it lives (as a fetch does): hold one only for the reads of one
+// operation. Move-only; Engine::read_view makes one.
+class ReadView {
+ public:
+  ReadView();
+  ReadView(ReadView&&) noexcept;
+  ReadView& operator=(ReadView&&) noexcept;
+  ~ReadView();
+  struct State;  // the engine's (engine_impl.h)
+
+ private:
+  friend class Engine;
+  std::unique_ptr<State> state_;
+};
+
 class Engine {
  public:
   // Opens (and with options.create, formats) the target at options.dir. Errors: kInvalidArgument (bad
@@ -341,7 +364,9 @@ class Engine {
   // Visible data extents (after newest-wins, without holes), in offset order, coalesced.
   Result<std::vector<Extent>> list_extents(const KeyRef& key, Epoch epoch, Anchor* anchor, size_t max);
   // End of the highest visible data extent; kNotFound when the akey has no visible array.
-  Result<uint64_t> array_size(const KeyRef& key, Epoch epoch);
+  Result<uint64_t> array_size(const KeyRef& key, Epoch epoch, ReadView* view = nullptr);
+  // A view of the index as it is now (see ReadView).
+  ReadView read_view();
 
   // ---- snapshots and aggregation ----
   Status snapshot_create(uint32_t cont, Epoch epoch);   // updates at or below it are refused afterwards

@@ -119,9 +119,17 @@ class Engine::Impl {
   // Whether `oid` may hold punches: false when its container has none, or marks punched objects and has no
   // mark for this one. Asked after the caller's iterator was made, it sees every mark that iterator sees.
   bool may_have_punches(const index::ContRecord& rec, uint32_t cid, const ObjectId& oid) const;
+  // The same, asked once per object of a view (null: asked now).
+  bool may_have_punches(const index::ContRecord& rec, uint32_t cid, const ObjectId& oid, ReadView::State* view) const;
   // Whether anything under `prefix` (an object, dkey or akey) has a version visible at `epoch`, given the
   // punch floor inherited from the levels above the prefix.
   static bool any_visible(rocksdb::Iterator* it, const std::string& prefix, Epoch epoch, Version floor);
+  // The same from where the iterator stands (at or before the first key under `prefix`), without a seek. It
+  // stops on the first visible record (true), else past the prefix.
+  static bool any_visible_here(rocksdb::Iterator* it, const std::string& prefix, Epoch epoch, Version floor);
+  // Moves the iterator past every key under `prefix` (a dkey or an object it stands in): a few steps, and a seek
+  // when they do not get there (a long history under the prefix).
+  static void skip_past(rocksdb::Iterator* it, const std::string& prefix);
 
   struct ExtentRef {
     uint64_t start = 0;
@@ -206,6 +214,16 @@ inline constexpr uint64_t kCompactAfterTombstones = 1024;
 // Key prefix of an akey: object_prefix + dkey + akey.
 std::string akey_prefix(const KeyRef& key);
 Status validate_key(const KeyRef& key, bool need_akey);
+// A ReadView's state (engine.h). Its iterator's Seek steps forward with Next when the target lies a few keys
+// ahead in the object the iterator stands in: a seek searches the memtable and every table from the top, dozens
+// of steps' work, while an inode, its extended attributes and its file's first chunk lie side by side.
+struct ReadView::State {
+  std::shared_lock<std::shared_mutex> reclaim;  // taken before the iterator, as a fetch takes it
+  std::unique_ptr<rocksdb::Iterator> it;
+  std::map<std::pair<uint32_t, ObjectId>, bool> punches;  // may_have_punches, per object
+};
+std::unique_ptr<rocksdb::Iterator> stepping_iterator(std::unique_ptr<rocksdb::Iterator> base);
+
 // Updates and punches: epoch in 1..2^64-2 and above the container's write floor.
 Status check_write_epoch(const ContState& c, Epoch epoch);
 // Hole records for `length` bytes of the array under `akey_prefix` from `offset`, at `epoch`, into w: one per

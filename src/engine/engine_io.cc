@@ -587,8 +587,14 @@ Status Engine::plan_fetch(const FetchOp& op, FetchPlan* plan) {
   // meta_mu) before its batch is written, so a view that holds a punch comes with a record that says so.
   // Taken the other way round, a punch and a later update could both land in between, and the fetch would
   // show the update over data the punch hid.
-  plan->reclaim = std::shared_lock(im.reclaim_mu);
-  std::unique_ptr<rocksdb::Iterator> it(im.db->NewIterator(rocksdb::ReadOptions()));
+  // A view holds the reclaim lock and its iterator already.
+  ReadView::State* view = op.view ? op.view->state_.get() : nullptr;
+  std::unique_ptr<rocksdb::Iterator> own;
+  if (!view) {
+    plan->reclaim = std::shared_lock(im.reclaim_mu);
+    own.reset(im.db->NewIterator(rocksdb::ReadOptions()));
+  }
+  rocksdb::Iterator* it = view ? view->it.get() : own.get();
   RFOS_ASSIGN_OR_RETURN(index::ContRecord rec, im.open_for_read(op.key.cont, op.epoch));
 
   plan->impl = &im;
@@ -602,13 +608,13 @@ Status Engine::plan_fetch(const FetchOp& op, FetchPlan* plan) {
   // Three index seeks per fetch, skipped where the container never had a punch (10-18 % more 4 KiB random
   // reads over ucx+shm, docs/BENCHMARKS.md) or the object has none.
   Version floor =
-      im.may_have_punches(rec, op.key.cont, op.key.oid) ? Impl::akey_floor(it.get(), op.key, op.epoch) : Version{};
+      im.may_have_punches(rec, op.key.cont, op.key.oid, view) ? Impl::akey_floor(it, op.key, op.epoch) : Version{};
   std::string prefix = akey_prefix(op.key);
 
   auto kind_of_other = [&](char tag) {
     std::string p = prefix;
     p.push_back(tag);
-    return Impl::any_visible(it.get(), p, op.epoch, floor);
+    return Impl::any_visible(it, p, op.epoch, floor);
   };
 
   if (op.kind == ValueKind::kSingle) {
@@ -647,7 +653,7 @@ Status Engine::plan_fetch(const FetchOp& op, FetchPlan* plan) {
   plan->b = b;
   plan->caller_verifies = op.caller_verifies;
   std::vector<Impl::ExtentRef>& recs = plan->recs;
-  RFOS_RETURN_IF_ERROR(Impl::visible_extents(it.get(), prefix, floor, op.epoch, a, b, &recs));
+  RFOS_RETURN_IF_ERROR(Impl::visible_extents(it, prefix, floor, op.epoch, a, b, &recs));
   if (recs.empty() && !kind_of_other(kExtentTag)) {
     RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "index read"));
     if (kind_of_other(kSingleTag)) return error(StatusCode::kWrongValueKind, "akey holds a single value, not an array");

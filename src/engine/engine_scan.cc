@@ -34,11 +34,26 @@ Version Engine::Impl::akey_floor(rocksdb::Iterator* it, const KeyRef& key, Epoch
 }
 
 bool Engine::Impl::any_visible(rocksdb::Iterator* it, const std::string& prefix, Epoch epoch, Version floor) {
+  it->Seek(prefix);
+  return any_visible_here(it, prefix, epoch, floor);
+}
+
+void Engine::Impl::skip_past(rocksdb::Iterator* it, const std::string& prefix) {
+  // A seek costs as much as dozens of steps (it searches the memtable and every file's index from the top).
+  constexpr int kSteps = 16;
+  for (int i = 0; i < kSteps; ++i) {
+    if (!it->Valid() || !starts_with(it->key(), prefix)) return;
+    it->Next();
+  }
+  if (it->Valid() && starts_with(it->key(), prefix)) it->Seek(prefix_successor(prefix));
+}
+
+bool Engine::Impl::any_visible_here(rocksdb::Iterator* it, const std::string& prefix, Epoch epoch, Version floor) {
   // Records come in key order: within each level its punches first (newest first), then what is below it.
   // Floors are tracked per level and reset when the scan enters a new dkey or akey.
   Version floors[3] = {floor, floor, floor};
   std::string cur_dkey, cur_akey;
-  for (it->Seek(prefix); it->Valid() && starts_with(it->key(), prefix); it->Next()) {
+  for (; it->Valid() && starts_with(it->key(), prefix); it->Next()) {
     ObjectKey k;
     if (!parse_object_key(it->key().ToStringView(), &k)) continue;
     if (k.level >= 1 && k.dkey != cur_dkey) {
@@ -100,6 +115,63 @@ Status Engine::Impl::visible_extents(rocksdb::Iterator* it, const std::string& a
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Read views
+
+namespace {
+
+class SteppingIterator final : public rocksdb::Iterator {
+ public:
+  explicit SteppingIterator(std::unique_ptr<rocksdb::Iterator> base) : base_(std::move(base)) {}
+  bool Valid() const override { return base_->Valid(); }
+  void SeekToFirst() override { base_->SeekToFirst(); }
+  void SeekToLast() override { base_->SeekToLast(); }
+  // Where Seek(target) lands, reached by steps when the target lies a few keys ahead in the same object: every
+  // key stepped over is below the target, so the first one at or past it is the one a seek finds.
+  void Seek(const rocksdb::Slice& target) override {
+    constexpr int kSteps = 8;
+    if (base_->Valid() && same_object(base_->key(), target) && base_->key().compare(target) <= 0) {
+      for (int i = 0; i <= kSteps; ++i) {
+        if (!base_->Valid() || base_->key().compare(target) >= 0) return;
+        if (i < kSteps) base_->Next();
+      }
+    }
+    base_->Seek(target);
+  }
+  void SeekForPrev(const rocksdb::Slice& target) override { base_->SeekForPrev(target); }
+  void Next() override { base_->Next(); }
+  void Prev() override { base_->Prev(); }
+  rocksdb::Slice key() const override { return base_->key(); }
+  rocksdb::Slice value() const override { return base_->value(); }
+  rocksdb::Status status() const override { return base_->status(); }
+
+ private:
+  static bool same_object(const rocksdb::Slice& a, const rocksdb::Slice& b) {
+    return a.size() >= kObjectPrefixBytes && b.size() >= kObjectPrefixBytes && a[0] == kObjTag &&
+           std::memcmp(a.data(), b.data(), kObjectPrefixBytes) == 0;
+  }
+  std::unique_ptr<rocksdb::Iterator> base_;
+};
+
+}  // namespace
+
+std::unique_ptr<rocksdb::Iterator> stepping_iterator(std::unique_ptr<rocksdb::Iterator> base) {
+  return std::make_unique<SteppingIterator>(std::move(base));
+}
+
+ReadView::ReadView() = default;
+ReadView::ReadView(ReadView&&) noexcept = default;
+ReadView& ReadView::operator=(ReadView&&) noexcept = default;
+ReadView::~ReadView() = default;
+
+ReadView Engine::read_view() {
+  ReadView v;
+  v.state_ = std::make_unique<ReadView::State>();
+  v.state_->reclaim = std::shared_lock(impl_->reclaim_mu);
+  v.state_->it = stepping_iterator(std::unique_ptr<rocksdb::Iterator>(impl_->db->NewIterator(rocksdb::ReadOptions())));
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Enumeration
 
 namespace {
@@ -132,8 +204,10 @@ Result<std::vector<std::string>> list_names(Engine::Impl* im, const std::string&
     pos = prefix_successor(pos);
   }
   std::string tag_prefix = parent + tag;
+  // One seek for the page: from each name the scan steps on to the next (skip_past), since names lie side by
+  // side and a name usually has a few records.
+  it->Seek(pos);
   while (out.size() < max) {
-    it->Seek(pos);
     if (!it->Valid() || !starts_with(it->key(), tag_prefix)) break;
     rocksdb::Slice k = it->key();
     if (k.size() < tag_prefix.size() + 2) return error(StatusCode::kCorruption, "malformed key");
@@ -142,12 +216,12 @@ Result<std::vector<std::string>> list_names(Engine::Impl* im, const std::string&
     std::string child(k.data(), tag_prefix.size() + 2 + len);
     std::string name(k.data() + tag_prefix.size() + 2, len);
     // The child's own punch floor is found by any_visible's scan (its punches lead its records).
-    if (Engine::Impl::any_visible(it.get(), child, epoch, floor)) {
+    if (Engine::Impl::any_visible_here(it.get(), child, epoch, floor)) {
       out.push_back(name);
       anchor->position = name;
       if (values) values->push_back(visible_single(it.get(), value_akey));
     }
-    pos = prefix_successor(child);
+    Engine::Impl::skip_past(it.get(), child);
   }
   RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "index scan"));
   if (out.size() < max) anchor->done = true;
@@ -163,17 +237,17 @@ Result<std::vector<ObjectId>> Engine::list_objects(uint32_t cont, Epoch epoch, A
   std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions()));
   std::string prefix = cont_objects_prefix(cont);
   std::string pos = anchor->position.empty() ? prefix : prefix_successor(prefix + anchor->position);
+  it->Seek(pos);
   while (out.size() < max) {
-    it->Seek(pos);
     if (!it->Valid() || !starts_with(it->key(), prefix)) break;
     if (it->key().size() < prefix.size() + 16) return error(StatusCode::kCorruption, "malformed object key");
     std::string obj(it->key().data(), prefix.size() + 16);
-    if (Impl::any_visible(it.get(), obj, epoch, {})) {
+    if (Impl::any_visible_here(it.get(), obj, epoch, {})) {
       ObjectId oid{get_be64(obj.data() + prefix.size()), get_be64(obj.data() + prefix.size() + 8)};
       out.push_back(oid);
       anchor->position = obj.substr(prefix.size());
     }
-    pos = prefix_successor(obj);
+    Impl::skip_past(it.get(), obj);
   }
   RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "index scan"));
   if (out.size() < max) anchor->done = true;
@@ -217,16 +291,19 @@ Result<std::vector<std::string>> Engine::list_akeys(uint32_t cont, const ObjectI
 namespace {
 
 // Visible data segments (holes dropped) of a whole array, coalesced.
-Result<std::vector<Extent>> visible_data(Engine::Impl* im, const KeyRef& key, Epoch epoch) {
+Result<std::vector<Extent>> visible_data(Engine::Impl* im, const KeyRef& key, Epoch epoch,
+                                         ReadView::State* view = nullptr) {
   RFOS_RETURN_IF_ERROR(validate_key(key, true));
   // The view first, then the container's record (as plan_fetch does).
-  std::unique_ptr<rocksdb::Iterator> it(im->db->NewIterator(rocksdb::ReadOptions()));
+  std::unique_ptr<rocksdb::Iterator> own;
+  if (!view) own.reset(im->db->NewIterator(rocksdb::ReadOptions()));
+  rocksdb::Iterator* it = view ? view->it.get() : own.get();
   RFOS_ASSIGN_OR_RETURN(index::ContRecord rec, im->open_for_read(key.cont, epoch));
   Version floor =
-      im->may_have_punches(rec, key.cont, key.oid) ? Engine::Impl::akey_floor(it.get(), key, epoch) : Version{};
+      im->may_have_punches(rec, key.cont, key.oid, view) ? Engine::Impl::akey_floor(it, key, epoch) : Version{};
   std::string prefix = akey_prefix(key);
   std::vector<Engine::Impl::ExtentRef> recs;
-  RFOS_RETURN_IF_ERROR(Engine::Impl::visible_extents(it.get(), prefix, floor, epoch, 0, kArrayOffsetMax, &recs));
+  RFOS_RETURN_IF_ERROR(Engine::Impl::visible_extents(it, prefix, floor, epoch, 0, kArrayOffsetMax, &recs));
   if (recs.empty()) return error(StatusCode::kNotFound, "no array at this key and epoch");
   uint64_t hi = 0;
   for (const auto& r : recs) hi = std::max(hi, r.start + r.rec.length);
@@ -268,8 +345,8 @@ Result<std::vector<Extent>> Engine::list_extents(const KeyRef& key, Epoch epoch,
   return out;
 }
 
-Result<uint64_t> Engine::array_size(const KeyRef& key, Epoch epoch) {
-  auto data = visible_data(impl_.get(), key, epoch);
+Result<uint64_t> Engine::array_size(const KeyRef& key, Epoch epoch, ReadView* view) {
+  auto data = visible_data(impl_.get(), key, epoch, view ? view->state_.get() : nullptr);
   if (!data.is_ok()) return data.status();
   return data->empty() ? 0 : data->back().offset + data->back().length;
 }

@@ -211,6 +211,52 @@ TEST_F(EngineTest, PunchesHideOlderVersions) {
   EXPECT_EQ(*get_single(key("d2", "a1"), 6), "w");
 }
 
+// Reads through a view answer as fetches do, in any order (its iterator steps forward to near keys and seeks
+// back), and show the index as it was when the view was made.
+TEST_F(EngineTest, AReadViewReadsAsFetchesDoAtItsMoment) {
+  KeyRef other{cid_, ObjectId{7, 7}, "/", "a"};
+  ASSERT_TRUE(put_single(key("/", "a"), 1, "inode-1").is_ok());
+  ASSERT_TRUE(put_single(key("/", "a"), 2, "inode-2").is_ok());
+  ASSERT_TRUE(put_single(key("/x", "s"), 2, "xattr").is_ok());
+  const std::string chunk0(8, '\0');  // a file's first chunk, after its inode and extended attributes
+  KeyRef chunk = key(chunk0, "d");
+  ASSERT_TRUE(put_array(chunk, 3, 0, "first chunk").is_ok());
+  ASSERT_TRUE(put_array(chunk, 4, 100, "later").is_ok());
+  ASSERT_TRUE(put_single(other, 1, "other").is_ok());
+  ASSERT_TRUE(put_single(KeyRef{cid_, other.oid, "gone", "a"}, 1, "punched").is_ok());
+  ASSERT_TRUE(engine_->punch_dkey(cid_, other.oid, "gone", 2).is_ok());
+  ReadView view = engine_->read_view();
+  auto single = [&](const KeyRef& k) {
+    FetchOp op{k, kEpochLatest, ValueKind::kSingle};
+    op.view = &view;
+    return engine_->fetch(op);
+  };
+  for (int pass = 0; pass < 2; ++pass) {
+    EXPECT_EQ(*single(key("/", "a")), "inode-2");
+    EXPECT_EQ(*engine_->array_size(chunk, kEpochLatest, &view), 105u);  // forward, in the same object
+    FetchOp whole{chunk, kEpochLatest, ValueKind::kArray, 0, 105};
+    whole.view = &view;
+    EXPECT_EQ(*engine_->fetch(whole), "first chunk" + std::string(89, '\0') + "later");
+    EXPECT_EQ(*single(key("/x", "s")), "xattr");                  // back
+    EXPECT_EQ(*single(other), "other");                           // another object
+    EXPECT_EQ(single(KeyRef{cid_, other.oid, "gone", "a"}).status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(single(key("/y", "s")).status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(engine_->array_size(key("/", "a"), kEpochLatest, &view).status().code(), StatusCode::kNotFound);
+    if (pass == 0) {  // changes after the view was made: it goes on showing its moment
+      ASSERT_TRUE(put_single(key("/", "a"), 5, "inode-5").is_ok());
+      ASSERT_TRUE(put_array(chunk, 5, 200, "grown").is_ok());
+      ASSERT_TRUE(engine_->punch_dkey(cid_, oid_, "/x", 6).is_ok());
+    }
+  }
+  EXPECT_EQ(*get_single(key("/", "a"), kEpochLatest), "inode-5");
+  EXPECT_EQ(*engine_->array_size(chunk, kEpochLatest), 205u);
+  EXPECT_EQ(get_single(key("/x", "s"), kEpochLatest).status().code(), StatusCode::kNotFound);
+  ReadView now = engine_->read_view();
+  FetchOp op{key("/x", "s"), kEpochLatest, ValueKind::kSingle};
+  op.view = &now;
+  EXPECT_EQ(engine_->fetch(op).status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(EngineTest, EnumerationResumesFromAnchors) {
   for (int i = 0; i < 25; ++i) ASSERT_TRUE(put_single(key("dkey" + std::to_string(i), "a"), 1, "x").is_ok());
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(put_single(key("dkey0", "akey" + std::to_string(i)), 2, "y").is_ok());

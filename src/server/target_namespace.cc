@@ -25,7 +25,9 @@ class EngineDirStore final : public posix::DirStore {
   }
 
   Result<std::string> get(const ObjectId& oid, std::string_view dkey, std::string_view akey) override {
-    return engine_->fetch({{cid_, oid, dkey, akey}, engine::kEpochLatest, engine::ValueKind::kSingle, 0, 0});
+    engine::FetchOp op{{cid_, oid, dkey, akey}, engine::kEpochLatest, engine::ValueKind::kSingle, 0, 0};
+    op.view = view();
+    return engine_->fetch(op);
   }
 
   Result<bool> has_entries(const ObjectId& dir) override {
@@ -45,7 +47,7 @@ class EngineDirStore final : public posix::DirStore {
 
   Result<uint64_t> first_chunk_end(const ObjectId& oid) override {
     std::string chunk0 = client::layout::chunk_key(0);
-    auto size = engine_->array_size({cid_, oid, chunk0, client::layout::kDataAkey}, engine::kEpochLatest);
+    auto size = engine_->array_size({cid_, oid, chunk0, client::layout::kDataAkey}, engine::kEpochLatest, view());
     if (size.status().code() == StatusCode::kNotFound) return uint64_t{0};
     return size;
   }
@@ -53,8 +55,10 @@ class EngineDirStore final : public posix::DirStore {
   Result<std::string> read_data(const ObjectId& oid, uint64_t len) override {
     if (len == 0) return std::string();
     std::string chunk0 = client::layout::chunk_key(0);
-    auto got = engine_->fetch(
-        {{cid_, oid, chunk0, client::layout::kDataAkey}, engine::kEpochLatest, engine::ValueKind::kArray, 0, len});
+    engine::FetchOp op{{cid_, oid, chunk0, client::layout::kDataAkey}, engine::kEpochLatest, engine::ValueKind::kArray,
+                       0, len};
+    op.view = view();
+    auto got = engine_->fetch(op);
     if (got.status().code() == StatusCode::kNotFound) return std::string(len, '\0');  // all a hole
     return got;
   }
@@ -72,6 +76,7 @@ class EngineDirStore final : public posix::DirStore {
   }
 
   Status apply(const std::vector<posix::Change>& changes, bool durable) override {
+    view_.reset();  // a read after this sees the change (and the commit holds no view's lock)
     std::vector<engine::Mutation> batch;
     batch.reserve(changes.size());
     for (const posix::Change& c : changes) {
@@ -105,10 +110,18 @@ class EngineDirStore final : public posix::DirStore {
   }
 
  private:
+  // The operation's reads go through one view of the index, made at its first read: they see one moment, and
+  // an inode's record and its file's first chunk cost one index search (engine::ReadView).
+  engine::ReadView* view() {
+    if (!view_) view_ = engine_->read_view();
+    return &*view_;
+  }
+
   Impl* target_;
   engine::Engine* engine_;
   uint32_t cid_;
   engine::Epoch epoch_;
+  std::optional<engine::ReadView> view_;
 };
 
 }  // namespace
