@@ -153,7 +153,8 @@ struct FetchOp {
   // without being verified here, and damage at rest then shows as a mismatch at that caller. Chunks the engine
   // checksums anew (partial pieces, merges of records, holes) are verified here first either way.
   bool caller_verifies = false;
-  // Read through this view (may be null: the index as it is now).
+  // Read through this view (may be null: the index as it is now). fetch and fetch_begin only (fetch_submit
+  // refuses it): the view keeps the blocks it names in place, so it must outlive the reads.
   ReadView* view = nullptr;
 };
 

@@ -18,6 +18,7 @@
 #include <set>
 #include <shared_mutex>
 #include <thread>
+#include <tuple>
 
 #include "engine/blockio/allocator.h"
 #include "engine/blockio/block_device.h"
@@ -116,6 +117,10 @@ class Engine::Impl {
   static Version punch_floor(rocksdb::Iterator* it, const std::string& level_prefix, Epoch epoch);
   // The newest punch at or below `epoch` over the object, dkey and akey levels of `key`.
   static Version akey_floor(rocksdb::Iterator* it, const KeyRef& key, Epoch epoch);
+  // The punch floor a read of `key` at `epoch` starts from: none where the object has no punches (may_have_punches),
+  // else akey_floor's, with the object's own floor looked up once per view.
+  Version read_floor(const index::ContRecord& rec, rocksdb::Iterator* it, const KeyRef& key, Epoch epoch,
+                     ReadView::State* view) const;
   // Whether `oid` may hold punches: false when its container has none, or marks punched objects and has no
   // mark for this one. Asked after the caller's iterator was made, it sees every mark that iterator sees.
   bool may_have_punches(const index::ContRecord& rec, uint32_t cid, const ObjectId& oid) const;
@@ -220,7 +225,8 @@ Status validate_key(const KeyRef& key, bool need_akey);
 struct ReadView::State {
   std::shared_lock<std::shared_mutex> reclaim;  // taken before the iterator, as a fetch takes it
   std::unique_ptr<rocksdb::Iterator> it;
-  std::map<std::pair<uint32_t, ObjectId>, bool> punches;  // may_have_punches, per object
+  std::map<std::pair<uint32_t, ObjectId>, bool> punches;                   // may_have_punches, per object
+  std::map<std::tuple<uint32_t, ObjectId, Epoch>, Version> object_floors;  // an object's own punch floor
 };
 std::unique_ptr<rocksdb::Iterator> stepping_iterator(std::unique_ptr<rocksdb::Iterator> base);
 

@@ -607,8 +607,7 @@ Status Engine::plan_fetch(const FetchOp& op, FetchPlan* plan) {
 
   // Three index seeks per fetch, skipped where the container never had a punch (10-18 % more 4 KiB random
   // reads over ucx+shm, docs/BENCHMARKS.md) or the object has none.
-  Version floor =
-      im.may_have_punches(rec, op.key.cont, op.key.oid, view) ? Impl::akey_floor(it, op.key, op.epoch) : Version{};
+  Version floor = im.read_floor(rec, it, op.key, op.epoch, view);
   std::string prefix = akey_prefix(op.key);
 
   auto kind_of_other = [&](char tag) {
@@ -791,6 +790,7 @@ Result<FetchTx> Engine::fetch_begin(const FetchOp& op) {
 }
 
 void Engine::fetch_submit(IoRing& ring, const FetchOp& op, std::function<void(Result<FetchTx>)> done) {
+  if (op.view) return done(error(StatusCode::kInvalidArgument, "a fetch through a read view is not submitted"));
   auto plan = std::make_shared<FetchPlan>();
   Status planned = plan_fetch(op, plan.get());
   if (!planned.is_ok()) return done(planned);

@@ -24,13 +24,30 @@ Version Engine::Impl::punch_floor(rocksdb::Iterator* it, const std::string& leve
   return {~get_be64(v), ~get_be64(v + 8)};
 }
 
+namespace {
+// akey_floor, given the object's own floor.
+Version below_object_floor(rocksdb::Iterator* it, const KeyRef& key, Epoch epoch, std::string p, Version f) {
+  append_dkey(&p, key.dkey);
+  f = std::max(f, Engine::Impl::punch_floor(it, p, epoch));
+  append_akey(&p, key.akey);
+  return std::max(f, Engine::Impl::punch_floor(it, p, epoch));
+}
+}  // namespace
+
+Version Engine::Impl::read_floor(const index::ContRecord& rec, rocksdb::Iterator* it, const KeyRef& key, Epoch epoch,
+                                 ReadView::State* view) const {
+  if (!may_have_punches(rec, key.cont, key.oid, view)) return {};
+  if (view == nullptr) return akey_floor(it, key, epoch);
+  std::string p = object_prefix(key.cont, key.oid);
+  auto [o, fresh] = view->object_floors.try_emplace({key.cont, key.oid, epoch}, Version{});
+  if (fresh) o->second = punch_floor(it, p, epoch);
+  return below_object_floor(it, key, epoch, std::move(p), o->second);
+}
+
 Version Engine::Impl::akey_floor(rocksdb::Iterator* it, const KeyRef& key, Epoch epoch) {
   std::string p = object_prefix(key.cont, key.oid);
   Version f = punch_floor(it, p, epoch);
-  append_dkey(&p, key.dkey);
-  f = std::max(f, punch_floor(it, p, epoch));
-  append_akey(&p, key.akey);
-  return std::max(f, punch_floor(it, p, epoch));
+  return below_object_floor(it, key, epoch, std::move(p), f);
 }
 
 bool Engine::Impl::any_visible(rocksdb::Iterator* it, const std::string& prefix, Epoch epoch, Version floor) {
@@ -299,8 +316,7 @@ Result<std::vector<Extent>> visible_data(Engine::Impl* im, const KeyRef& key, Ep
   if (!view) own.reset(im->db->NewIterator(rocksdb::ReadOptions()));
   rocksdb::Iterator* it = view ? view->it.get() : own.get();
   RFOS_ASSIGN_OR_RETURN(index::ContRecord rec, im->open_for_read(key.cont, epoch));
-  Version floor =
-      im->may_have_punches(rec, key.cont, key.oid, view) ? Engine::Impl::akey_floor(it, key, epoch) : Version{};
+  Version floor = im->read_floor(rec, it, key, epoch, view);
   std::string prefix = akey_prefix(key);
   std::vector<Engine::Impl::ExtentRef> recs;
   RFOS_RETURN_IF_ERROR(Engine::Impl::visible_extents(it, prefix, floor, epoch, 0, kArrayOffsetMax, &recs));

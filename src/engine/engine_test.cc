@@ -237,8 +237,8 @@ TEST_F(EngineTest, AReadViewReadsAsFetchesDoAtItsMoment) {
     FetchOp whole{chunk, kEpochLatest, ValueKind::kArray, 0, 105};
     whole.view = &view;
     EXPECT_EQ(*engine_->fetch(whole), "first chunk" + std::string(89, '\0') + "later");
-    EXPECT_EQ(*single(key("/x", "s")), "xattr");                  // back
-    EXPECT_EQ(*single(other), "other");                           // another object
+    EXPECT_EQ(*single(key("/x", "s")), "xattr");  // back
+    EXPECT_EQ(*single(other), "other");           // another object
     EXPECT_EQ(single(KeyRef{cid_, other.oid, "gone", "a"}).status().code(), StatusCode::kNotFound);
     EXPECT_EQ(single(key("/y", "s")).status().code(), StatusCode::kNotFound);
     EXPECT_EQ(engine_->array_size(key("/", "a"), kEpochLatest, &view).status().code(), StatusCode::kNotFound);

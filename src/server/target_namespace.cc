@@ -55,8 +55,8 @@ class EngineDirStore final : public posix::DirStore {
   Result<std::string> read_data(const ObjectId& oid, uint64_t len) override {
     if (len == 0) return std::string();
     std::string chunk0 = client::layout::chunk_key(0);
-    engine::FetchOp op{{cid_, oid, chunk0, client::layout::kDataAkey}, engine::kEpochLatest, engine::ValueKind::kArray,
-                       0, len};
+    engine::FetchOp op{
+        {cid_, oid, chunk0, client::layout::kDataAkey}, engine::kEpochLatest, engine::ValueKind::kArray, 0, len};
     op.view = view();
     auto got = engine_->fetch(op);
     if (got.status().code() == StatusCode::kNotFound) return std::string(len, '\0');  // all a hole
