@@ -135,6 +135,8 @@ class Engine::Impl {
   // Moves the iterator past every key under `prefix` (a dkey or an object it stands in): a few steps, and a seek
   // when they do not get there (a long history under the prefix).
   static void skip_past(rocksdb::Iterator* it, const std::string& prefix);
+  // The iterator a read goes through: its view's, or a new one of the index as it is now, held in `own`.
+  rocksdb::Iterator* read_iterator(ReadView::State* view, std::unique_ptr<rocksdb::Iterator>* own) const;
 
   struct ExtentRef {
     uint64_t start = 0;

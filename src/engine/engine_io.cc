@@ -589,12 +589,9 @@ Status Engine::plan_fetch(const FetchOp& op, FetchPlan* plan) {
   // show the update over data the punch hid.
   // A view holds the reclaim lock and its iterator already.
   ReadView::State* view = op.view ? op.view->state_.get() : nullptr;
+  if (!view) plan->reclaim = std::shared_lock(im.reclaim_mu);
   std::unique_ptr<rocksdb::Iterator> own;
-  if (!view) {
-    plan->reclaim = std::shared_lock(im.reclaim_mu);
-    own.reset(im.db->NewIterator(rocksdb::ReadOptions()));
-  }
-  rocksdb::Iterator* it = view ? view->it.get() : own.get();
+  rocksdb::Iterator* it = im.read_iterator(view, &own);
   RFOS_ASSIGN_OR_RETURN(index::ContRecord rec, im.open_for_read(op.key.cont, op.epoch));
 
   plan->impl = &im;

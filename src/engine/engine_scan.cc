@@ -55,14 +55,30 @@ bool Engine::Impl::any_visible(rocksdb::Iterator* it, const std::string& prefix,
   return any_visible_here(it, prefix, epoch, floor);
 }
 
-void Engine::Impl::skip_past(rocksdb::Iterator* it, const std::string& prefix) {
-  // A seek costs as much as dozens of steps (it searches the memtable and every file's index from the top).
-  constexpr int kSteps = 16;
-  for (int i = 0; i < kSteps; ++i) {
-    if (!it->Valid() || !starts_with(it->key(), prefix)) return;
+namespace {
+// Moves `it` (standing at or before `target`) forward to the first key at or past `target` with at most `steps`
+// Next()s: every key stepped over is below the target, so that is where a seek lands. False when the steps did
+// not get there (the caller seeks). A seek costs as much as dozens of steps: it searches the memtable and every
+// table's index from the top.
+bool step_to(rocksdb::Iterator* it, const rocksdb::Slice& target, int steps) {
+  for (int i = 0;; ++i) {
+    if (!it->Valid() || it->key().compare(target) >= 0) return true;
+    if (i == steps) return false;
     it->Next();
   }
-  if (it->Valid() && starts_with(it->key(), prefix)) it->Seek(prefix_successor(prefix));
+}
+}  // namespace
+
+void Engine::Impl::skip_past(rocksdb::Iterator* it, const std::string& prefix) {
+  if (!it->Valid() || !starts_with(it->key(), prefix)) return;
+  std::string next = prefix_successor(prefix);
+  if (!step_to(it, next, 16)) it->Seek(next);
+}
+
+rocksdb::Iterator* Engine::Impl::read_iterator(ReadView::State* view, std::unique_ptr<rocksdb::Iterator>* own) const {
+  if (view) return view->it.get();
+  own->reset(db->NewIterator(rocksdb::ReadOptions()));
+  return own->get();
 }
 
 bool Engine::Impl::any_visible_here(rocksdb::Iterator* it, const std::string& prefix, Epoch epoch, Version floor) {
@@ -142,16 +158,11 @@ class SteppingIterator final : public rocksdb::Iterator {
   bool Valid() const override { return base_->Valid(); }
   void SeekToFirst() override { base_->SeekToFirst(); }
   void SeekToLast() override { base_->SeekToLast(); }
-  // Where Seek(target) lands, reached by steps when the target lies a few keys ahead in the same object: every
-  // key stepped over is below the target, so the first one at or past it is the one a seek finds.
+  // Where Seek(target) lands, reached by steps when the target lies a few keys ahead in the same object.
   void Seek(const rocksdb::Slice& target) override {
-    constexpr int kSteps = 8;
-    if (base_->Valid() && same_object(base_->key(), target) && base_->key().compare(target) <= 0) {
-      for (int i = 0; i <= kSteps; ++i) {
-        if (!base_->Valid() || base_->key().compare(target) >= 0) return;
-        if (i < kSteps) base_->Next();
-      }
-    }
+    if (base_->Valid() && same_object(base_->key(), target) && base_->key().compare(target) <= 0 &&
+        step_to(base_.get(), target, 8))
+      return;
     base_->Seek(target);
   }
   void SeekForPrev(const rocksdb::Slice& target) override { base_->SeekForPrev(target); }
@@ -313,8 +324,7 @@ Result<std::vector<Extent>> visible_data(Engine::Impl* im, const KeyRef& key, Ep
   RFOS_RETURN_IF_ERROR(validate_key(key, true));
   // The view first, then the container's record (as plan_fetch does).
   std::unique_ptr<rocksdb::Iterator> own;
-  if (!view) own.reset(im->db->NewIterator(rocksdb::ReadOptions()));
-  rocksdb::Iterator* it = view ? view->it.get() : own.get();
+  rocksdb::Iterator* it = im->read_iterator(view, &own);
   RFOS_ASSIGN_OR_RETURN(index::ContRecord rec, im->open_for_read(key.cont, epoch));
   Version floor = im->read_floor(rec, it, key, epoch, view);
   std::string prefix = akey_prefix(key);
