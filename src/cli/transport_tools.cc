@@ -1,11 +1,16 @@
 #include "cli/transport_tools.h"
 
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iterator>
 #include <regex>
 #include <sstream>
@@ -38,20 +43,63 @@ std::vector<std::string_view> lines(std::string_view out) {
   return v;
 }
 
-// Runs a two-sided tool on loopback: a server copy in the background, then the client; returns the client's
-// output. The tools say nothing when they listen: the client starts half a second after the server.
-Result<std::string> run_pair(const std::string& env, const std::string& tool, const std::string& server_args,
+// Whether some socket listens on TCP `port` (any address, v4 or v6): the tools below all listen on their
+// rendezvous port before they do anything else.
+bool listening(int port) {
+  char want[8];
+  std::snprintf(want, sizeof(want), ":%04X", port);
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string local, remote, state, line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      f >> state >> local >> remote >> state;  // "sl", then the local and remote address, then the state
+      if (state == "0A" && local.size() > 5 && local.compare(local.size() - 5, 5, want) == 0) return true;
+    }
+  }
+  return false;
+}
+
+// Runs a two-sided tool on loopback: a server copy, then, once it listens on `port`, the client; returns the
+// client's output. The server is waited for (or stopped, if the client failed) before this returns, so the next
+// pair may use the same port.
+Result<std::string> run_pair(const std::string& env, const std::string& tool, int port, const std::string& server_args,
                              const std::string& client_args, const std::string& install) {
   if (std::system(("command -v " + tool + " >/dev/null 2>&1").c_str()) != 0)
     return error(StatusCode::kNotFound, tool + " is not installed (apt-get install " + install + ")");
-  std::string server = env + "timeout 120 " + tool + server_args + " >/dev/null 2>&1 &";
-  if (std::system(server.c_str()) != 0) return error(StatusCode::kInternal, "cannot start " + tool);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  if (listening(port)) return error(StatusCode::kBusy, "port " + std::to_string(port) + " is taken");
+  std::string server = "exec env " + env + "timeout 120 " + tool + server_args + " >/dev/null 2>&1";
+  const char* argv[] = {"/bin/sh", "-c", server.c_str(), nullptr};
+  pid_t pid = 0;
+  if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) != 0)
+    return error(StatusCode::kInternal, "cannot start " + tool);
+  auto reap = [&](bool stop) {
+    if (stop) kill(pid, SIGTERM);  // timeout passes it on to the tool
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+  };
+  // Polled, bounded: a loaded machine may take seconds to start it.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!listening(port)) {
+    int st = 0;
+    if (waitpid(pid, &st, WNOHANG) == pid)
+      return error(StatusCode::kInternal,
+                   tool + "'s server side exited before it listened on port " + std::to_string(port));
+    if (std::chrono::steady_clock::now() > deadline) {
+      reap(true);
+      return error(StatusCode::kTimeout,
+                   tool + "'s server side did not listen on port " + std::to_string(port) + " within 60 s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   FILE* p = popen((env + "timeout 120 " + tool + client_args + " 127.0.0.1 2>&1").c_str(), "r");
   std::string out;
   char line[512];
   while (p && fgets(line, sizeof(line), p)) out += line;
-  if (p) pclose(p);
+  int rc = p ? pclose(p) : -1;
+  reap(rc != 0);
   return out;
 }
 
@@ -92,7 +140,7 @@ Result<Ceiling> transport_ceiling(const std::string& provider, uint64_t bs, uint
     std::string args = std::string(" -p '") + prov + "' -e rdm -S " + std::to_string(bs) + " -I " +
                        (bs >= (1 << 20) ? "500" : "20000");
     RFOS_ASSIGN_OR_RETURN(std::string out,
-                          run_pair(env, "fi_pingpong", args + " -B " + p, args + " -P " + p, "libfabric-bin"));
+                          run_pair(env, "fi_pingpong", port, args + " -B " + p, args + " -P " + p, "libfabric-bin"));
     RFOS_ASSIGN_OR_RETURN(ToolFigure f, parse_fi_pingpong(out));
     return Ceiling{"fi_pingpong rdm, depth 1", f.msg_rate, f.bw_bytes, f.p50_us};
   }
@@ -103,8 +151,12 @@ Result<Ceiling> transport_ceiling(const std::string& provider, uint64_t bs, uint
   std::string args = " -p " + p + " -t ucp_am_bw -s " + std::to_string(bs) + " -O " +
                      std::to_string(std::max<uint32_t>(depth, 1)) + " -n " + (bs >= (1 << 20) ? "2000" : "100000");
   auto perftest = [&](const std::string& a) -> Result<ToolFigure> {
-    RFOS_ASSIGN_OR_RETURN(std::string out, run_pair(env, "ucx_perftest", a, a, "ucx-utils"));
-    return parse_ucx_perftest(out);
+    RFOS_ASSIGN_OR_RETURN(std::string out, run_pair(env, "ucx_perftest", port, a, a, "ucx-utils"));
+    Result<ToolFigure> f = parse_ucx_perftest(out);
+    if (!f.is_ok())
+      return error(f.status().code(),
+                   f.status().message() + ": " + out.substr(out.size() - std::min<size_t>(out.size(), 400)));
+    return f;
   };
   // Endpoints like rfos's: with peer-failure handling (-e) where rfos's detect a dead peer (on tcp the receiver
   // then copies every payload), without it on shm, which cannot.
