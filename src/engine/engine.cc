@@ -282,6 +282,27 @@ void Engine::Impl::data_write_abandoned(bool counted) {
   commit_cv.notify_all();
 }
 
+void Engine::Impl::refresh_values(const std::vector<Writer*>& group, Epoch high, bool written) {
+  if (!written) return values.clear();  // whatever the index holds now, nothing cached claims otherwise
+  uint64_t commits = values.committed();
+  for (Writer* g : group) {
+    if (!g->prepared) continue;
+    if (!g->range_deletes.empty()) values.clear();
+    auto drop = [&](std::string_view key) {
+      if (key.size() < kObjectPrefixBytes || key[0] != kObjTag) return;  // not an object's record
+      ObjectKey k;
+      if (parse_object_key(key, &k) && k.level > 0) return values.drop_dkey(k.cid, k.oid, k.dkey);
+      values.drop_object(get_be32(key.data() + 1), {get_be64(key.data() + 5), get_be64(key.data() + 13)});
+    };
+    for (const Writer::Put& p : g->puts) drop(p.key);
+    for (const std::string& key : g->deletes) drop(key);
+    // A value put at an epoch below one already committed may lie under a newer record: not filled.
+    if (g->epoch >= high)
+      for (Writer::Fill& f : g->fills) values.fill(commits, {f.cid, f.oid, f.dkey, f.akey}, std::move(f.value));
+    high = std::max(high, g->epoch);
+  }
+}
+
 Status Engine::Impl::commit(Writer* w) {
   std::unique_lock lock(commit_mu);
   if (w->awaited) --writing_data;
@@ -402,6 +423,7 @@ void Engine::Impl::lead(std::unique_lock<std::mutex>& lock) {
     }
     if (!st.is_ok())
       st = error(StatusCode::kEngineFailed, "commit failed, the target must be reopened: " + st.to_string());
+    refresh_values(group, high_before, st.is_ok());
   }
 
   lock.lock();
@@ -841,6 +863,7 @@ Engine::CommitStats Engine::commit_stats() const {
   return {impl_->commit_groups.load(std::memory_order_relaxed),
           impl_->committed_writers.load(std::memory_order_relaxed)};
 }
+uint64_t Engine::cached_reads() const { return impl_->values.hits(); }
 Engine::BufferUse Engine::buffers() const {
   uint64_t total = impl_->arena->bytes();
   return {total, total - impl_->arena->free_bytes()};

@@ -404,6 +404,8 @@ class Engine {
     uint64_t writers = 0;
   };
   CommitStats commit_stats() const;
+  // Single-value fetches at the latest epoch answered from the value cache (value_cache.h), not the index.
+  uint64_t cached_reads() const;
   // The buffer arena: its size, and what is handed out (to updates and fetches in flight). Safe from any thread.
   struct BufferUse {
     uint64_t total_bytes = 0;

@@ -25,6 +25,7 @@
 #include "engine/blockio/buffer_arena.h"
 #include "engine/engine.h"
 #include "engine/index/keys.h"
+#include "engine/value_cache.h"
 
 namespace rfos::engine {
 
@@ -84,6 +85,14 @@ struct Writer {
   // Set for a writer queued by commit_async: called on the commit thread once `done` (the writer is not
   // touched by the queue afterwards).
   std::function<void()> on_done;
+  // Single values this writer puts that reads at the latest epoch will see (Engine::apply): the value cache
+  // takes them once the batch is written, if nothing at a later epoch was committed before it.
+  struct Fill {
+    uint32_t cid = 0;
+    ObjectId oid;
+    std::string dkey, akey, value;
+  };
+  std::vector<Fill> fills;
 };
 
 class Engine::Impl {
@@ -189,6 +198,12 @@ class Engine::Impl {
       it->second.changed.emplace(key.substr(0, index::kObjectPrefixBytes));
   }
   void committer_loop();
+  // Single values at the latest epoch (value_cache.h): lead() drops what each commit wrote and fills in what
+  // a batch put; fetch() answers from it.
+  ValueCache values;
+  // After a group's index write, in the group's order: each writer's object levels dropped from `values`,
+  // then its fills taken where no commit before it had a later epoch (`high` is the highest before the group).
+  void refresh_values(const std::vector<Writer*>& group, Epoch high, bool written);
   uint64_t seq = 0;
   std::atomic<uint64_t> commit_groups{0}, committed_writers{0};  // Engine::commit_stats
   // A lazy commit went to the index's log since the last sync of it (Engine::sync). sync_mu makes callers that
@@ -226,6 +241,7 @@ Status validate_key(const KeyRef& key, bool need_akey);
 // of steps' work, while an inode, its extended attributes and its file's first chunk lie side by side.
 struct ReadView::State {
   std::shared_lock<std::shared_mutex> reclaim;  // taken before the iterator, as a fetch takes it
+  ValueCache::Moment moment;                    // taken before the iterator too
   std::unique_ptr<rocksdb::Iterator> it;
   std::map<std::pair<uint32_t, ObjectId>, bool> punches;                   // may_have_punches, per object
   std::map<std::tuple<uint32_t, ObjectId, Epoch>, Version> object_floors;  // an object's own punch floor

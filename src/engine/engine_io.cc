@@ -434,8 +434,16 @@ Status Engine::apply(uint32_t cont, Epoch epoch, std::span<const Mutation> mutat
   if (mutations.empty()) return error(StatusCode::kInvalidArgument, "an empty batch");
   Writer w;
   std::vector<ObjectId> punched;
+  // What reads will see of the single values this batch puts, as the batch stands after each mutation.
+  auto unfill = [&](const Mutation& m, bool object, bool dkey) {
+    std::erase_if(w.fills, [&](const Writer::Fill& f) {
+      return f.oid == m.oid && (object || (f.dkey == m.dkey && (dkey || f.akey == m.akey)));
+    });
+  };
   for (const Mutation& m : mutations) {
     KeyRef key{cont, m.oid, m.dkey, m.akey};
+    unfill(m, m.kind == Mutation::Kind::kPunchObject, m.kind == Mutation::Kind::kPunchDkey);
+    if (m.kind == Mutation::Kind::kPutSingle) w.fills.push_back({cont, m.oid, m.dkey, m.akey, m.value});
     bool punch = m.kind == Mutation::Kind::kPunchDkey || m.kind == Mutation::Kind::kPunchObject;
     if (m.kind != Mutation::Kind::kPunchObject) RFOS_RETURN_IF_ERROR(validate_key(key, !punch));
     if (m.value.size() > kMutationValueMaxBytes)
@@ -525,9 +533,32 @@ Status Engine::sync() {
 void Engine::fetch_end(FetchTx& tx) { tx.state_.reset(); }
 
 Result<std::string> Engine::fetch(const FetchOp& op, std::vector<uint32_t>* csums) {
-  RFOS_ASSIGN_OR_RETURN(FetchTx tx, fetch_begin(op));
-  if (csums) csums->assign(tx.csums().begin(), tx.csums().end());
-  return tx.to_string();
+  // A single value at the latest epoch may be cached (value_cache.h); a caller that wants the stored checksum
+  // reads the index.
+  if (op.kind != ValueKind::kSingle || op.epoch != kEpochLatest || csums) {
+    RFOS_ASSIGN_OR_RETURN(FetchTx tx, fetch_begin(op));
+    if (csums) csums->assign(tx.csums().begin(), tx.csums().end());
+    return tx.to_string();
+  }
+  Impl& im = *impl_;
+  RFOS_RETURN_IF_ERROR(validate_key(op.key, true));
+  RFOS_RETURN_IF_ERROR(im.open_for_read(op.key.cont, op.epoch).status());
+  const ReadView::State* view = op.view ? op.view->state_.get() : nullptr;
+  ValueCache::Key key{op.key.cont, op.key.oid, op.key.dkey, op.key.akey};
+  std::optional<std::string> cached;
+  auto none = [] { return error(StatusCode::kNotFound, "no single value at this key and epoch"); };
+  if (im.values.find(key, view ? view->moment.commits : ValueCache::kNow, &cached))
+    return cached ? Result<std::string>(std::move(*cached)) : none();
+  ValueCache::Ticket ticket =
+      view ? im.values.ticket(view->moment, op.key.cont, op.key.oid) : im.values.ticket(op.key.cont, op.key.oid);
+  Result<FetchTx> tx = fetch_begin(op);
+  if (!tx.is_ok()) {
+    if (tx.status().code() == StatusCode::kNotFound) im.values.insert(ticket, key, std::nullopt);
+    return tx.status();
+  }
+  std::string value = tx->to_string();
+  im.values.insert(ticket, key, value);
+  return value;
 }
 
 // A fetch between its index work and its media reads: fetch_begin waits for the reads, fetch_submit lets a

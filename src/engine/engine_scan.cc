@@ -195,6 +195,7 @@ ReadView Engine::read_view() {
   ReadView v;
   v.state_ = std::make_unique<ReadView::State>();
   v.state_->reclaim = std::shared_lock(impl_->reclaim_mu);
+  v.state_->moment = impl_->values.moment();
   v.state_->it = stepping_iterator(std::unique_ptr<rocksdb::Iterator>(impl_->db->NewIterator(rocksdb::ReadOptions())));
   return v;
 }

@@ -257,6 +257,70 @@ TEST_F(EngineTest, AReadViewReadsAsFetchesDoAtItsMoment) {
   EXPECT_EQ(engine_->fetch(op).status().code(), StatusCode::kNotFound);
 }
 
+// Single values at the latest epoch come from the value cache when it has them; every commit keeps it right.
+TEST_F(EngineTest, CachedSingleValuesFollowEveryCommit) {
+  auto single = [&](std::string_view dkey, std::string_view akey, ReadView* view = nullptr) {
+    FetchOp op{key(dkey, akey), kEpochLatest, ValueKind::kSingle};
+    op.view = view;
+    return engine_->fetch(op);
+  };
+  auto batch = [&](Epoch e, std::vector<Mutation> ms) { return engine_->apply(cid_, e, ms, true); };
+  auto put = [&](std::string dkey, std::string akey, std::string v) {
+    return Mutation{Mutation::Kind::kPutSingle, oid_, std::move(dkey), std::move(akey), std::move(v)};
+  };
+  auto punch_dkey = [&](std::string dkey) {
+    Mutation m;
+    m.kind = Mutation::Kind::kPunchDkey;
+    m.oid = oid_;
+    m.dkey = std::move(dkey);
+    return m;
+  };
+  auto absent = [](const Result<std::string>& r) { return r.status().code() == StatusCode::kNotFound; };
+
+  // A batch's values are filled in: read without the index.
+  ASSERT_TRUE(batch(10, {put("d", "a", "one")}).is_ok());
+  uint64_t hits = engine_->cached_reads();
+  EXPECT_EQ(*single("d", "a"), "one");
+  EXPECT_EQ(engine_->cached_reads(), hits + 1);
+  // None is cached as well, after one read of the index.
+  EXPECT_TRUE(absent(single("d", "b")));
+  EXPECT_TRUE(absent(single("d", "b")));
+  EXPECT_EQ(engine_->cached_reads(), hits + 2);
+  // A write that is not a batch drops what it wrote over: the none above, and the other akeys of its dkey.
+  ASSERT_TRUE(put_single(key("d", "b"), 11, "two").is_ok());
+  EXPECT_EQ(*single("d", "b"), "two");
+  EXPECT_EQ(*single("d", "a"), "one");
+  // A batch below an epoch already committed lies under the newer record: it is not filled in.
+  ASSERT_TRUE(batch(13, {put("d", "a", "thirteen")}).is_ok());
+  ASSERT_TRUE(batch(12, {put("d", "a", "twelve")}).is_ok());
+  EXPECT_EQ(*single("d", "a"), "thirteen");
+  EXPECT_EQ(*single("d", "a"), "thirteen");
+  // A value a batch puts and then punches is not filled in; its punch drops the dkey's other akeys.
+  ASSERT_TRUE(batch(14, {put("d", "c", "gone"), punch_dkey("d")}).is_ok());
+  EXPECT_TRUE(absent(single("d", "c")));
+  EXPECT_TRUE(absent(single("d", "a")));
+  EXPECT_TRUE(absent(single("d", "b")));
+  // A view answers from what was current when it was made, not from a value filled in after it.
+  ASSERT_TRUE(batch(15, {put("e", "a", "old")}).is_ok());
+  ReadView before = engine_->read_view();
+  ASSERT_TRUE(batch(16, {put("e", "a", "new")}).is_ok());
+  for (int pass = 0; pass < 2; ++pass) {
+    EXPECT_EQ(*single("e", "a", &before), "old");
+    EXPECT_EQ(*single("e", "a"), "new");
+  }
+  ReadView after = engine_->read_view();
+  EXPECT_EQ(*single("e", "a", &after), "new");
+  // Reads at an epoch go to the index.
+  EXPECT_EQ(*get_single(key("e", "a"), 15), "old");
+  // An object punch drops every key of the object.
+  ASSERT_TRUE(batch(17, {put("f", "a", "x")}).is_ok());
+  EXPECT_EQ(*single("f", "a"), "x");
+  ASSERT_TRUE(engine_->punch_object(cid_, oid_, 18).is_ok());
+  EXPECT_TRUE(absent(single("f", "a")));
+  EXPECT_TRUE(absent(single("e", "a")));
+  EXPECT_EQ(*get_single(key("e", "a"), 17), "new");
+}
+
 TEST_F(EngineTest, EnumerationResumesFromAnchors) {
   for (int i = 0; i < 25; ++i) ASSERT_TRUE(put_single(key("dkey" + std::to_string(i), "a"), 1, "x").is_ok());
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(put_single(key("dkey0", "akey" + std::to_string(i)), 2, "y").is_ok());

@@ -1,0 +1,117 @@
+#include "engine/value_cache.h"
+
+#include "common/coding.h"
+
+namespace rfos::engine {
+
+size_t ValueCache::shard_of(uint32_t cid, const ObjectId& oid) {
+  uint64_t h = (oid.hi * 0x9e3779b97f4a7c15ull) ^ (oid.lo * 0xc2b2ae3d27d4eb4full) ^ cid;
+  return static_cast<size_t>((h ^ (h >> 29)) % kShards);
+}
+
+std::string ValueCache::object_part(uint32_t cid, const ObjectId& oid) {
+  std::string s;
+  put_be32(&s, cid);
+  put_be64(&s, oid.hi);
+  put_be64(&s, oid.lo);
+  return s;
+}
+
+std::string ValueCache::dkey_part(uint32_t cid, const ObjectId& oid, std::string_view dkey) {
+  std::string s = object_part(cid, oid);
+  put_be32(&s, static_cast<uint32_t>(dkey.size()));
+  s.append(dkey);
+  return s;
+}
+
+std::string ValueCache::encode(const Key& k) {
+  std::string s = dkey_part(k.cid, k.oid, k.dkey);
+  s.append(k.akey);
+  return s;
+}
+
+ValueCache::Ticket ValueCache::ticket(uint32_t cid, const ObjectId& oid) const {
+  // The shard's drops first: a commit that dropped after this load makes the insert a no-op, and one that
+  // dropped before it had counted itself in commits_ already.
+  Ticket t;
+  t.gen = shards_[shard_of(cid, oid)].gen.load(std::memory_order_acquire);
+  t.commits = commits_.load(std::memory_order_acquire);
+  return t;
+}
+
+ValueCache::Moment ValueCache::moment() const {
+  Moment m;
+  for (size_t i = 0; i < kShards; ++i) m.gens[i] = shards_[i].gen.load(std::memory_order_acquire);
+  m.commits = commits_.load(std::memory_order_acquire);
+  return m;
+}
+
+bool ValueCache::find(const Key& k, uint64_t seen, std::optional<std::string>* value) const {
+  const Shard& s = shards_[shard_of(k.cid, k.oid)];
+  std::string key = encode(k);
+  std::lock_guard lock(s.mu);
+  auto it = s.slots.find(key);
+  if (it == s.slots.end() || it->second.since > seen) return false;
+  *value = it->second.value;
+  hits_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void ValueCache::put(Shard& s, std::string key, Slot slot) {
+  auto it = s.slots.find(key);
+  if (it != s.slots.end()) {
+    it->second = std::move(slot);
+    return;
+  }
+  if (keys_.load(std::memory_order_relaxed) >= kMaxKeys) {
+    if (s.slots.size() <= kMaxKeys / kShards) return;
+    keys_.fetch_sub(s.slots.size(), std::memory_order_relaxed);
+    s.slots.clear();
+  }
+  s.slots.emplace(std::move(key), std::move(slot));
+  keys_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ValueCache::insert(const Ticket& t, const Key& k, std::optional<std::string> value) {
+  if (value && value->size() > kMaxValueBytes) return;
+  Shard& s = shards_[shard_of(k.cid, k.oid)];
+  std::lock_guard lock(s.mu);
+  if (s.gen.load(std::memory_order_relaxed) != t.gen) return;
+  put(s, encode(k), Slot{std::move(value), t.commits});
+}
+
+void ValueCache::fill(uint64_t commits, const Key& k, std::string value) {
+  if (value.size() > kMaxValueBytes) return;
+  Shard& s = shards_[shard_of(k.cid, k.oid)];
+  std::lock_guard lock(s.mu);
+  put(s, encode(k), Slot{std::move(value), commits});
+}
+
+void ValueCache::drop_prefix(Shard& s, const std::string& prefix) {
+  std::lock_guard lock(s.mu);
+  s.gen.fetch_add(1, std::memory_order_acq_rel);
+  auto it = s.slots.lower_bound(prefix);
+  while (it != s.slots.end() && it->first.compare(0, prefix.size(), prefix) == 0) {
+    it = s.slots.erase(it);
+    keys_.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+void ValueCache::drop_object(uint32_t cid, const ObjectId& oid) {
+  drop_prefix(shards_[shard_of(cid, oid)], object_part(cid, oid));
+}
+
+void ValueCache::drop_dkey(uint32_t cid, const ObjectId& oid, std::string_view dkey) {
+  drop_prefix(shards_[shard_of(cid, oid)], dkey_part(cid, oid, dkey));
+}
+
+void ValueCache::clear() {
+  for (Shard& s : shards_) {
+    std::lock_guard lock(s.mu);
+    s.gen.fetch_add(1, std::memory_order_acq_rel);
+    keys_.fetch_sub(s.slots.size(), std::memory_order_relaxed);
+    s.slots.clear();
+  }
+}
+
+}  // namespace rfos::engine

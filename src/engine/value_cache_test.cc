@@ -1,0 +1,102 @@
+#include "engine/value_cache.h"
+
+#include <gtest/gtest.h>
+
+namespace rfos::engine {
+namespace {
+
+const ObjectId kDir{1, 2};
+const ObjectId kOther{3, 4};
+
+std::optional<std::string> found(const ValueCache& c, const ValueCache::Key& k, uint64_t seen = ValueCache::kNow) {
+  std::optional<std::string> v;
+  if (!c.find(k, seen, &v)) return "<not cached>";
+  return v;
+}
+
+TEST(ValueCacheTest, HoldsValuesAndNonesUntilTheirLevelIsDropped) {
+  ValueCache c;
+  ValueCache::Key a{1, kDir, "name", "e"}, b{1, kDir, "name", "x"}, other_dkey{1, kDir, "name2", "e"};
+  EXPECT_EQ(found(c, a), "<not cached>");
+  c.insert(c.ticket(1, kDir), a, "entry");
+  c.insert(c.ticket(1, kDir), b, std::nullopt);
+  c.insert(c.ticket(1, kDir), other_dkey, "entry2");
+  EXPECT_EQ(found(c, a), "entry");
+  EXPECT_EQ(found(c, b), std::nullopt);
+  c.drop_dkey(1, kDir, "name");
+  EXPECT_EQ(found(c, a), "<not cached>");
+  EXPECT_EQ(found(c, b), "<not cached>");
+  EXPECT_EQ(found(c, other_dkey), "entry2");
+  // A dkey that is a prefix of another is its own level.
+  c.insert(c.ticket(1, kDir), a, "entry");
+  c.drop_dkey(1, kDir, "nam");
+  EXPECT_EQ(found(c, a), "entry");
+  c.drop_object(1, kDir);
+  EXPECT_EQ(found(c, a), "<not cached>");
+  EXPECT_EQ(found(c, other_dkey), "<not cached>");
+  // Another container's object of the same id is another object.
+  c.insert(c.ticket(2, kDir), {2, kDir, "name", "e"}, "elsewhere");
+  c.drop_object(1, kDir);
+  EXPECT_EQ(found(c, {2, kDir, "name", "e"}), "elsewhere");
+  c.clear();
+  EXPECT_EQ(found(c, {2, kDir, "name", "e"}), "<not cached>");
+}
+
+TEST(ValueCacheTest, AReadThatRacedADropIsNotKept) {
+  ValueCache c;
+  ValueCache::Key a{1, kDir, "name", "e"};
+  ValueCache::Ticket before = c.ticket(1, kDir);
+  // A commit lands between the reader's ticket and its insert: what the reader read may be the old value.
+  c.committed();
+  c.drop_dkey(1, kDir, "name");
+  c.insert(before, a, "old");
+  EXPECT_EQ(found(c, a), "<not cached>");
+  // A drop elsewhere in another shard does not matter; a fresh ticket does.
+  c.insert(c.ticket(1, kDir), a, "new");
+  EXPECT_EQ(found(c, a), "new");
+}
+
+TEST(ValueCacheTest, AReaderOfAnEarlierMomentIsAnsweredOnlyWithWhatWasCurrentThen) {
+  ValueCache c;
+  ValueCache::Key a{1, kDir, "name", "e"};
+  ValueCache::Moment view = c.moment();
+  uint64_t n = c.committed();
+  c.drop_dkey(1, kDir, "name");
+  c.fill(n, a, "filled after the view");
+  EXPECT_EQ(found(c, a, view.commits), "<not cached>");
+  EXPECT_EQ(found(c, a, n), "filled after the view");
+  EXPECT_EQ(found(c, a), "filled after the view");
+  // What the view reads may go in only if nothing of its shard was dropped since it was made.
+  ValueCache::Key b{1, kOther, "k", "a"};
+  ValueCache::Moment later = c.moment();
+  c.insert(c.ticket(view, 1, kDir), a, "what the view read");
+  EXPECT_EQ(found(c, a), "filled after the view");
+  c.insert(c.ticket(later, 1, kOther), b, "read through the later view");
+  EXPECT_EQ(found(c, b, later.commits), "read through the later view");
+}
+
+TEST(ValueCacheTest, KeepsSmallValuesAndABoundedNumber) {
+  ValueCache c;
+  ValueCache::Key big{1, kDir, "big", "e"};
+  c.insert(c.ticket(1, kDir), big, std::string(ValueCache::kMaxValueBytes + 1, 'x'));
+  EXPECT_EQ(found(c, big), "<not cached>");
+  // One large directory fills the cache, then starts over; a small one beside it keeps what it had.
+  c.fill(c.committed(), {1, kOther, "small", "e"}, "kept");
+  size_t n = ValueCache::kMaxKeys + ValueCache::kMaxKeys / 2;
+  auto name = [](size_t i) { return "n" + std::to_string(i); };
+  for (size_t i = 0; i < n; ++i) c.fill(c.committed(), {1, kDir, name(i), "e"}, name(i));
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    auto v = found(c, {1, kDir, name(i), "e"});
+    if (v == "<not cached>") continue;
+    EXPECT_EQ(v, name(i));
+    ++kept;
+  }
+  EXPECT_GT(kept, 0u);
+  EXPECT_LT(kept, ValueCache::kMaxKeys);
+  EXPECT_EQ(found(c, {1, kDir, name(n - 1), "e"}), name(n - 1));  // the newest
+  EXPECT_EQ(found(c, {1, kOther, "small", "e"}), "kept");
+}
+
+}  // namespace
+}  // namespace rfos::engine
