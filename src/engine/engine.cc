@@ -282,20 +282,27 @@ void Engine::Impl::data_write_abandoned(bool counted) {
   commit_cv.notify_all();
 }
 
-void Engine::Impl::refresh_values(const std::vector<Writer*>& group, Epoch high, bool written) {
-  if (!written) return values.clear();  // whatever the index holds now, nothing cached claims otherwise
-  uint64_t commits = values.committed();
+void Engine::Impl::drop_values(const std::vector<Writer*>& group, ValueCache::Drop when) {
+  auto drop = [&](std::string_view key) {
+    if (key.size() < kObjectPrefixBytes || key[0] != kObjTag) return;  // not an object's record
+    ObjectKey k;
+    if (parse_object_key(key, &k) && k.level > 0) return values.drop_dkey(when, k.cid, k.oid, k.dkey);
+    values.drop_object(when, get_be32(key.data() + 1), {get_be64(key.data() + 5), get_be64(key.data() + 13)});
+  };
   for (Writer* g : group) {
     if (!g->prepared) continue;
-    if (!g->range_deletes.empty()) values.clear();
-    auto drop = [&](std::string_view key) {
-      if (key.size() < kObjectPrefixBytes || key[0] != kObjTag) return;  // not an object's record
-      ObjectKey k;
-      if (parse_object_key(key, &k) && k.level > 0) return values.drop_dkey(k.cid, k.oid, k.dkey);
-      values.drop_object(get_be32(key.data() + 1), {get_be64(key.data() + 5), get_be64(key.data() + 13)});
-    };
+    if (!g->range_deletes.empty()) values.drop_all(when);
     for (const Writer::Put& p : g->puts) drop(p.key);
     for (const std::string& key : g->deletes) drop(key);
+  }
+}
+
+void Engine::Impl::refresh_values(const std::vector<Writer*>& group, Epoch high, bool written) {
+  uint64_t commits = written ? values.committed() : 0;
+  drop_values(group, ValueCache::Drop::kAfterWrite);
+  if (!written) return values.clear();  // whatever the index holds now, nothing cached claims otherwise
+  for (Writer* g : group) {
+    if (!g->prepared) continue;
     // A value put at an epoch below one already committed may lie under a newer record: not filled.
     if (g->epoch >= high)
       for (Writer::Fill& f : g->fills) values.fill(commits, {f.cid, f.oid, f.dkey, f.akey}, std::move(f.value));
@@ -412,6 +419,9 @@ void Engine::Impl::lead(std::unique_lock<std::mutex>& lock) {
       batch.Put(meta_key("epoch"), epoch_value);
     }
     if (sync_group && unsynced_data.exchange(false, std::memory_order_acq_rel)) sync_data = true;
+    // Dropped before the write as well as after it (refresh_values): in between, nothing cached of what it
+    // changes is found or inserted, so a reader (or a view made meanwhile) reads the index, before or after.
+    drop_values(group, ValueCache::Drop::kBeforeWrite);
     if (RFOS_FAULT("engine.commit")) st = error(StatusCode::kIoError, "index write: injected fault");
     if (st.is_ok() && sync_group && sync_data && !data_flush_by_wal) st = dev->sync();
     if (st.is_ok()) {

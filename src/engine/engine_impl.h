@@ -201,8 +201,11 @@ class Engine::Impl {
   // Single values at the latest epoch (value_cache.h): lead() drops what each commit wrote and fills in what
   // a batch put; fetch() answers from it.
   ValueCache values;
-  // After a group's index write, in the group's order: each writer's object levels dropped from `values`,
-  // then its fills taken where no commit before it had a later epoch (`high` is the highest before the group).
+  // Drops from `values` the object levels the group's writers write: before the group's index write, and
+  // again after it, in refresh_values.
+  void drop_values(const std::vector<Writer*>& group, ValueCache::Drop when);
+  // After a group's index write: the commit counted, its levels dropped again, then, in the group's order, the
+  // fills of each writer no commit before it had a later epoch than (`high`: the highest before the group).
   void refresh_values(const std::vector<Writer*>& group, Epoch high, bool written);
   uint64_t seq = 0;
   std::atomic<uint64_t> commit_groups{0}, committed_writers{0};  // Engine::commit_stats

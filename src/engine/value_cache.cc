@@ -76,7 +76,7 @@ void ValueCache::insert(const Ticket& t, const Key& k, std::optional<std::string
   if (value && value->size() > kMaxValueBytes) return;
   Shard& s = shards_[shard_of(k.cid, k.oid)];
   std::lock_guard lock(s.mu);
-  if (s.gen.load(std::memory_order_relaxed) != t.gen) return;
+  if (s.writing > 0 || s.gen.load(std::memory_order_relaxed) != t.gen) return;
   put(s, encode(k), Slot{std::move(value), t.commits});
 }
 
@@ -87,8 +87,9 @@ void ValueCache::fill(uint64_t commits, const Key& k, std::string value) {
   put(s, encode(k), Slot{std::move(value), commits});
 }
 
-void ValueCache::drop_prefix(Shard& s, const std::string& prefix) {
+void ValueCache::drop_prefix(Drop when, Shard& s, const std::string& prefix) {
   std::lock_guard lock(s.mu);
+  s.writing += when == Drop::kBeforeWrite ? 1 : -1;
   s.gen.fetch_add(1, std::memory_order_acq_rel);
   auto it = s.slots.lower_bound(prefix);
   while (it != s.slots.end() && it->first.compare(0, prefix.size(), prefix) == 0) {
@@ -97,21 +98,16 @@ void ValueCache::drop_prefix(Shard& s, const std::string& prefix) {
   }
 }
 
-void ValueCache::drop_object(uint32_t cid, const ObjectId& oid) {
-  drop_prefix(shards_[shard_of(cid, oid)], object_part(cid, oid));
+void ValueCache::drop_object(Drop when, uint32_t cid, const ObjectId& oid) {
+  drop_prefix(when, shards_[shard_of(cid, oid)], object_part(cid, oid));
 }
 
-void ValueCache::drop_dkey(uint32_t cid, const ObjectId& oid, std::string_view dkey) {
-  drop_prefix(shards_[shard_of(cid, oid)], dkey_part(cid, oid, dkey));
+void ValueCache::drop_dkey(Drop when, uint32_t cid, const ObjectId& oid, std::string_view dkey) {
+  drop_prefix(when, shards_[shard_of(cid, oid)], dkey_part(cid, oid, dkey));
 }
 
-void ValueCache::clear() {
-  for (Shard& s : shards_) {
-    std::lock_guard lock(s.mu);
-    s.gen.fetch_add(1, std::memory_order_acq_rel);
-    keys_.fetch_sub(s.slots.size(), std::memory_order_relaxed);
-    s.slots.clear();
-  }
+void ValueCache::drop_all(Drop when) {
+  for (Shard& s : shards_) drop_prefix(when, s, std::string());
 }
 
 }  // namespace rfos::engine

@@ -5,14 +5,17 @@
 // Each read from the index is a few seeks (4-7 us each on a small machine); from here it is a map lookup. The
 // cache holds what a fetch at the latest epoch would return now: a value, or "none" (kNotFound).
 //
-// Staying right: every commit drops, after its index write and before it reports, the cached keys of every
-// object level it wrote (its whole object for an object punch, its dkey otherwise); a range delete (a
-// container destroyed) drops everything. A batch (Engine::apply) then fills in the single values it put, when
-// nothing at a later epoch can hide them. A reader that missed may insert what it read only if nothing in its
-// shard was dropped between its ticket (taken before its index read) and the insert: a commit it raced either
-// came before the ticket (the read saw it) or made the insert a no-op. A read view (a namespace operation's one
-// moment of the index) takes a Moment before its iterator: it is answered only from entries already current
-// then, and may insert what it read under the Moment's tickets.
+// Staying right: every commit drops the cached keys of every object level it writes (its whole object for an
+// object punch, its dkey otherwise; a range delete, a container destroyed, drops everything) twice: before its
+// index write, which also marks their shards as being written, and after it, once the commit is counted
+// (committed()), which lets the shards go; then a batch (Engine::apply) fills in the single values it put,
+// when nothing at a later epoch can hide them; all before the commit reports. While a shard is being written
+// nothing is inserted into it, and nothing that commit changes is found. A reader that missed may insert what
+// it read only if nothing in its shard was dropped between its ticket (taken before its index read) and the
+// insert: a commit it raced either came before its ticket (its read saw it) or makes the insert a no-op. A
+// read view (a namespace operation's one moment of the index) takes a Moment before its iterator: it is
+// answered only from entries current since before it was made (not with a value a commit it may not see
+// filled in), and may insert what it read under the Moment's tickets.
 //
 // Thread-safety: all members may be called from any thread.
 #pragma once
@@ -68,11 +71,13 @@ class ValueCache {
   // since `t` or the value is too large.
   void insert(const Ticket& t, const Key& k, std::optional<std::string> value);
 
-  // At commit, after the index write: committed() once, then for each writer its drops, then its fills.
+  // At commit: the drops kBeforeWrite, the index write, committed(), the same drops kAfterWrite, the fills.
+  enum class Drop { kBeforeWrite, kAfterWrite };
   uint64_t committed() { return commits_.fetch_add(1, std::memory_order_acq_rel) + 1; }
-  void drop_object(uint32_t cid, const ObjectId& oid);
-  void drop_dkey(uint32_t cid, const ObjectId& oid, std::string_view dkey);
-  void clear();
+  void drop_object(Drop when, uint32_t cid, const ObjectId& oid);
+  void drop_dkey(Drop when, uint32_t cid, const ObjectId& oid, std::string_view dkey);
+  void drop_all(Drop when);
+  void clear() { drop_all(Drop::kBeforeWrite), drop_all(Drop::kAfterWrite); }
   // A value a commit (number `commits`, from committed()) put and nothing later hides.
   void fill(uint64_t commits, const Key& k, std::string value);
 
@@ -86,6 +91,7 @@ class ValueCache {
   struct Shard {
     mutable std::mutex mu;
     std::atomic<uint64_t> gen{0};
+    int writing = 0;                                 // commits between their drops before and after their index write
     std::map<std::string, Slot, std::less<>> slots;  // by encoded key: cid, oid, dkey's length, dkey, akey
   };
   static size_t shard_of(uint32_t cid, const ObjectId& oid);
@@ -93,7 +99,7 @@ class ValueCache {
   static std::string dkey_part(uint32_t cid, const ObjectId& oid, std::string_view dkey);
   static std::string encode(const Key& k);
   void put(Shard& s, std::string key, Slot slot);
-  void drop_prefix(Shard& s, const std::string& prefix);
+  void drop_prefix(Drop when, Shard& s, const std::string& prefix);
 
   std::array<Shard, kShards> shards_;
   std::atomic<size_t> keys_{0};

@@ -7,6 +7,19 @@ namespace {
 
 const ObjectId kDir{1, 2};
 const ObjectId kOther{3, 4};
+using Drop = ValueCache::Drop;
+
+// A commit's drops around its index write.
+void commit_drop_dkey(ValueCache& c, uint32_t cid, const ObjectId& oid, std::string_view dkey) {
+  c.drop_dkey(Drop::kBeforeWrite, cid, oid, dkey);
+  c.committed();
+  c.drop_dkey(Drop::kAfterWrite, cid, oid, dkey);
+}
+void commit_drop_object(ValueCache& c, uint32_t cid, const ObjectId& oid) {
+  c.drop_object(Drop::kBeforeWrite, cid, oid);
+  c.committed();
+  c.drop_object(Drop::kAfterWrite, cid, oid);
+}
 
 std::optional<std::string> found(const ValueCache& c, const ValueCache::Key& k, uint64_t seen = ValueCache::kNow) {
   std::optional<std::string> v;
@@ -23,20 +36,20 @@ TEST(ValueCacheTest, HoldsValuesAndNonesUntilTheirLevelIsDropped) {
   c.insert(c.ticket(1, kDir), other_dkey, "entry2");
   EXPECT_EQ(found(c, a), "entry");
   EXPECT_EQ(found(c, b), std::nullopt);
-  c.drop_dkey(1, kDir, "name");
+  commit_drop_dkey(c, 1, kDir, "name");
   EXPECT_EQ(found(c, a), "<not cached>");
   EXPECT_EQ(found(c, b), "<not cached>");
   EXPECT_EQ(found(c, other_dkey), "entry2");
   // A dkey that is a prefix of another is its own level.
   c.insert(c.ticket(1, kDir), a, "entry");
-  c.drop_dkey(1, kDir, "nam");
+  commit_drop_dkey(c, 1, kDir, "nam");
   EXPECT_EQ(found(c, a), "entry");
-  c.drop_object(1, kDir);
+  commit_drop_object(c, 1, kDir);
   EXPECT_EQ(found(c, a), "<not cached>");
   EXPECT_EQ(found(c, other_dkey), "<not cached>");
   // Another container's object of the same id is another object.
   c.insert(c.ticket(2, kDir), {2, kDir, "name", "e"}, "elsewhere");
-  c.drop_object(1, kDir);
+  commit_drop_object(c, 1, kDir);
   EXPECT_EQ(found(c, {2, kDir, "name", "e"}), "elsewhere");
   c.clear();
   EXPECT_EQ(found(c, {2, kDir, "name", "e"}), "<not cached>");
@@ -47,21 +60,33 @@ TEST(ValueCacheTest, AReadThatRacedADropIsNotKept) {
   ValueCache::Key a{1, kDir, "name", "e"};
   ValueCache::Ticket before = c.ticket(1, kDir);
   // A commit lands between the reader's ticket and its insert: what the reader read may be the old value.
-  c.committed();
-  c.drop_dkey(1, kDir, "name");
+  commit_drop_dkey(c, 1, kDir, "name");
   c.insert(before, a, "old");
   EXPECT_EQ(found(c, a), "<not cached>");
-  // A drop elsewhere in another shard does not matter; a fresh ticket does.
   c.insert(c.ticket(1, kDir), a, "new");
   EXPECT_EQ(found(c, a), "new");
+  // While a commit writes the index, what it changes is not found, and nothing read meanwhile goes in: the
+  // read may have come before the write or after it. Once it is done, a fresh reader's read does.
+  c.drop_dkey(Drop::kBeforeWrite, 1, kDir, "name");
+  EXPECT_EQ(found(c, a), "<not cached>");
+  ValueCache::Ticket during = c.ticket(1, kDir);
+  c.insert(during, a, "read while the index was written");
+  EXPECT_EQ(found(c, a), "<not cached>");
+  c.committed();
+  c.drop_dkey(Drop::kAfterWrite, 1, kDir, "name");
+  c.insert(during, a, "read while the index was written");
+  EXPECT_EQ(found(c, a), "<not cached>");
+  c.insert(c.ticket(1, kDir), a, "read after");
+  EXPECT_EQ(found(c, a), "read after");
 }
 
 TEST(ValueCacheTest, AReaderOfAnEarlierMomentIsAnsweredOnlyWithWhatWasCurrentThen) {
   ValueCache c;
   ValueCache::Key a{1, kDir, "name", "e"};
   ValueCache::Moment view = c.moment();
+  c.drop_dkey(Drop::kBeforeWrite, 1, kDir, "name");
   uint64_t n = c.committed();
-  c.drop_dkey(1, kDir, "name");
+  c.drop_dkey(Drop::kAfterWrite, 1, kDir, "name");
   c.fill(n, a, "filled after the view");
   EXPECT_EQ(found(c, a, view.commits), "<not cached>");
   EXPECT_EQ(found(c, a, n), "filled after the view");
