@@ -541,14 +541,15 @@ Result<std::string> Engine::fetch(const FetchOp& op, std::vector<uint32_t>* csum
     return tx.to_string();
   }
   Impl& im = *impl_;
-  RFOS_RETURN_IF_ERROR(validate_key(op.key, true));
-  RFOS_RETURN_IF_ERROR(im.open_for_read(op.key.cont, op.epoch).status());
   const ReadView::State* view = op.view ? op.view->state_.get() : nullptr;
   ValueCache::Key key{op.key.cont, op.key.oid, op.key.dkey, op.key.akey};
   std::optional<std::string> cached;
-  auto none = [] { return error(StatusCode::kNotFound, "no single value at this key and epoch"); };
-  if (im.values.find(key, view ? view->moment.commits : ValueCache::kNow, &cached))
-    return cached ? Result<std::string>(std::move(*cached)) : none();
+  if (im.values.find(key, view ? view->moment.commits : ValueCache::kNow, &cached)) {
+    // Only a valid key was ever cached (fetch_begin and apply check theirs first); the container may have gone.
+    RFOS_RETURN_IF_ERROR(im.open_for_read(op.key.cont, op.epoch).status());
+    if (!cached) return error(StatusCode::kNotFound, "no single value at this key and epoch");
+    return std::move(*cached);
+  }
   ValueCache::Ticket ticket =
       view ? im.values.ticket(view->moment, op.key.cont, op.key.oid) : im.values.ticket(op.key.cont, op.key.oid);
   Result<FetchTx> tx = fetch_begin(op);

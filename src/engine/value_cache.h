@@ -77,7 +77,10 @@ class ValueCache {
   void drop_object(Drop when, uint32_t cid, const ObjectId& oid);
   void drop_dkey(Drop when, uint32_t cid, const ObjectId& oid, std::string_view dkey);
   void drop_all(Drop when);
-  void clear() { drop_all(Drop::kBeforeWrite), drop_all(Drop::kAfterWrite); }
+  void clear() {
+    drop_all(Drop::kBeforeWrite);
+    drop_all(Drop::kAfterWrite);
+  }
   // A value a commit (number `commits`, from committed()) put and nothing later hides.
   void fill(uint64_t commits, const Key& k, std::string value);
 
