@@ -50,7 +50,8 @@ namespace rfos {
   X(kNoData, 205, ENODATA, 404)           \
   X(kTooManyLinks, 206, EMLINK, 400)      \
   X(kLoop, 207, ELOOP, 400)               \
-  X(kRange, 208, ERANGE, 400)
+  X(kRange, 208, ERANGE, 400)             \
+  X(kGroupsNeeded, 209, EACCES, 403)
 
 enum class StatusCode : uint16_t {
 #define RFOS_X(name, num, err, http) name = num,

@@ -15,7 +15,7 @@ namespace {
 
 constexpr uint8_t kRequestVersion = 1;
 constexpr uint8_t kReplyVersion = 1;
-constexpr size_t kMaxGroups = 1024;
+constexpr uint32_t kGroupsLater = UINT32_MAX;  // the count of a caller's groups it left out (Cred::later)
 constexpr size_t kMaxHints = 8;
 constexpr size_t kMaxReplyData = 1u << 20;  // a small file's bytes, or a directory page
 
@@ -59,6 +59,9 @@ bool get_attr(ByteReader& r, Attr* a) {
 }
 
 Status bad(const std::string& what) { return error(StatusCode::kInvalidArgument, "namespace request: " + what); }
+Status groups_missing() {
+  return error(StatusCode::kGroupsNeeded, "the caller's supplementary groups decide this: send them");
+}
 
 }  // namespace
 
@@ -107,8 +110,15 @@ std::string encode_dir_request(const DirRequest& q) {
   put_le<uint8_t>(&s, q.durable ? 1 : 0);
   put_le<uint32_t>(&s, q.cred.uid);
   put_le<uint32_t>(&s, q.cred.gid);
-  put_le<uint32_t>(&s, static_cast<uint32_t>(q.cred.groups.size()));
-  for (uint32_t g : q.cred.groups) put_le<uint32_t>(&s, g);
+  // Left out while not learnt yet (a target that needs them says so); once learnt, sent.
+  const std::vector<uint32_t>* groups = q.cred.groups_known ? &q.cred.groups : nullptr;
+  if (!groups) {
+    std::lock_guard lock(q.cred.later->mu);
+    if (q.cred.later->fetched && q.cred.later->failed.is_ok()) groups = &q.cred.later->groups;
+  }
+  put_le<uint32_t>(&s, groups ? static_cast<uint32_t>(groups->size()) : kGroupsLater);
+  if (groups)
+    for (uint32_t g : *groups) put_le<uint32_t>(&s, g);
   put_oid(&s, q.dir);
   put_bytes(&s, q.name);
   put_oid(&s, q.dir2);
@@ -151,9 +161,14 @@ Result<DirRequest> decode_dir_request(std::string_view in) {
   if (!r.get_le(&op) || op == 0 || op > kMaxDirOp) return bad("unknown operation");
   q.op = static_cast<DirOp>(op);
   if (!r.get_le(&durable) || durable > 1 || !r.get_le(&q.cred.uid) || !r.get_le(&q.cred.gid) || !r.get_le(&ngroups) ||
-      ngroups > kMaxGroups)
+      (ngroups > kMaxGroups && ngroups != kGroupsLater))
     return bad("bad credentials");
   q.durable = durable;
+  if (ngroups == kGroupsLater) {  // to be asked for when a decision needs them
+    q.cred.groups_known = false;
+    q.cred.later = std::make_shared<LaterGroups>();
+    ngroups = 0;
+  }
   q.cred.groups.resize(ngroups);
   for (uint32_t& g : q.cred.groups)
     if (!r.get_le(&g)) return bad("truncated groups");
@@ -367,7 +382,10 @@ class Op {
     return Status::ok();
   }
 
-  Status commit(bool durable) { return changes_.empty() ? Status::ok() : store_.apply(changes_, durable); }
+  Status commit(bool durable) {
+    if (groups_needed(q_.cred)) return groups_missing();  // what was decided may be wrong: nothing is applied
+    return changes_.empty() ? Status::ok() : store_.apply(changes_, durable);
+  }
   uint64_t data_end_ = 0;  // of the file size() last sized: on this target (all of it when final)
 
   const DirRequest& q_;
@@ -777,6 +795,7 @@ Result<DirReply> run(Op& op) {
 Result<DirReply> execute(const DirRequest& q, DirStore& store, uint64_t now_ns) {
   Op op(q, store, now_ns);
   auto r = run(op);
+  if (groups_needed(q.cred)) return groups_missing();
   if (r.is_ok() && op.dirs_changed_.size() == 1) {  // one directory changed: its attributes go back
     r->has_dir = true;
     r->dir = op.dirs_changed_.front();

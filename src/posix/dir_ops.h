@@ -49,6 +49,7 @@ inline constexpr unsigned kWithData = 8;  // kGetattr, and kLookup where the cal
 // the client has open)
 inline constexpr unsigned kPurgeUnlinked = 16;
 inline constexpr size_t kMaxKeep = 64;
+inline constexpr size_t kMaxGroups = 1024;  // supplementary groups a request carries at most
 // kSetattr of the size: the client cut nothing; the target cuts what lies beyond the new size in the same batch
 // when the whole file lies here (not kSpans, its first chunk here). When it does not, nothing is done and the
 // reply's inode_done is false: the client cuts the other targets' chunks and sends the setattr again without it.

@@ -365,6 +365,77 @@ TEST_F(DirOpsTest, AFailedBatchAnswersItsError) {
   EXPECT_FALSE(store_.has_entry(kDir, "a"));
 }
 
+// A caller that left its supplementary groups out (the mount) is refused with kGroupsNeeded, and nothing
+// changes, only where membership decides; where it does not, the operation goes on without them.
+TEST_F(DirOpsTest, GroupsLeftOutAreAskedForOnlyWhereTheyDecide) {
+  auto as_target_sees = [](DirRequest q, std::vector<uint32_t>* groups) {
+    q.cred = groups ? Cred(kBob.uid, kBob.gid, *groups)
+                    : Cred::with_groups_later(kBob.uid, kBob.gid, nullptr);  // never learnt before sending
+    auto back = decode_dir_request(encode_dir_request(q));
+    EXPECT_TRUE(back.is_ok());
+    EXPECT_EQ(back->cred.groups_known, groups != nullptr);
+    return *back;
+  };
+  std::vector<uint32_t> member{500}, none;
+  const ObjectId team{0, 20}, open_to_others{0, 21};
+  store_.mkdir(team, 0770, 1000, 500);            // alice's, group 500 may write
+  store_.mkdir(open_to_others, 0707, 1000, 500);  // group 500 may not, others may
+  auto create_in = [&](const ObjectId& dir, const std::string& name, std::vector<uint32_t>* groups) {
+    DirRequest q = create_req(name, {7, dir.lo * 100 + name.size()}, S_IFREG | 0644);
+    q.dir = dir;
+    return execute(as_target_sees(q, groups), store_, 5);
+  };
+  int batches = store_.batches;
+  EXPECT_EQ(create_in(team, "a", nullptr).status().code(), StatusCode::kGroupsNeeded);
+  EXPECT_EQ(create_in(open_to_others, "a", nullptr).status().code(), StatusCode::kGroupsNeeded);  // no grant
+  EXPECT_EQ(store_.batches, batches);
+  EXPECT_FALSE(store_.has_entry(team, "a"));
+  EXPECT_TRUE(create_in(team, "a", &member).is_ok());
+  EXPECT_EQ(create_in(team, "bb", &none).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(create_in(open_to_others, "a", &member).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(create_in(open_to_others, "a", &none).is_ok());
+  // 0777: the group's bits and the others' agree, so the groups are not asked for.
+  DirRequest q = create_req("c", {7, 99}, S_IFREG | 0644);
+  EXPECT_TRUE(execute(as_target_sees(q, nullptr), store_, 6).is_ok());
+  // A read needs them just the same.
+  DirRequest look;
+  look.op = DirOp::kLookup;
+  look.dir = team;
+  look.name = "a";
+  EXPECT_EQ(execute(as_target_sees(look, nullptr), store_, 7).status().code(), StatusCode::kGroupsNeeded);
+  EXPECT_TRUE(execute(as_target_sees(look, &member), store_, 7).is_ok());
+}
+
+// On the caller's side, groups left out are learnt once, the first time they decide something.
+TEST(DirOpsCred, GroupsLeftOutAreLearntOnceWhenTheyDecide) {
+  int fetched = 0;
+  Cred c = Cred::with_groups_later(1001, 1001, [&]() -> Result<std::vector<uint32_t>> {
+    ++fetched;
+    return std::vector<uint32_t>{500};
+  });
+  Attr dir;
+  dir.mode = S_IFDIR | 0775;
+  dir.uid = 1000;
+  dir.gid = 500;
+  EXPECT_TRUE(permits(dir, c, R_OK | X_OK));  // the group's bits and the others' agree
+  EXPECT_EQ(fetched, 0);
+  EXPECT_TRUE(permits(dir, c, W_OK));
+  EXPECT_TRUE(permits(dir, c, W_OK));
+  EXPECT_EQ(fetched, 1);
+  EXPECT_FALSE(groups_needed(c));
+  // Sent after they were learnt, they travel with the request.
+  DirRequest q = create_req("x", {1, 1}, S_IFREG | 0644, c);
+  auto back = decode_dir_request(encode_dir_request(q));
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_TRUE(back->cred.groups_known);
+  EXPECT_EQ(back->cred.groups, std::vector<uint32_t>{500});
+  // Groups that cannot be had: refused, and said so.
+  Cred gone = Cred::with_groups_later(
+      1001, 1001, []() -> Result<std::vector<uint32_t>> { return error(StatusCode::kGroupsNeeded, "gone"); });
+  EXPECT_FALSE(permits(dir, gone, W_OK));
+  EXPECT_TRUE(groups_needed(gone));
+}
+
 TEST(DirOpsCodec, RequestsAndRepliesRoundTrip) {
   DirRequest q = create_req("name", {1, 2}, S_IFLNK | 0777);
   q.cred.groups = {4, 5, 6};

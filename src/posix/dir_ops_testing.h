@@ -99,11 +99,12 @@ class MemStore final : public DirStore {
   }
 
   // A directory inode, owned by `uid`, mode `mode`.
-  void mkdir(const ObjectId& oid, uint32_t mode, uint32_t uid = 0) {
+  void mkdir(const ObjectId& oid, uint32_t mode, uint32_t uid = 0, uint32_t gid = 0) {
     Attr a;
     a.oid = oid;
     a.mode = S_IFDIR | mode;
     a.uid = uid;
+    a.gid = gid;
     a.nlink = 2;
     a.parent = oid;
     values[{oid, std::string(kInodeDkey), std::string(kInodeAkey)}] = encode_inode(a, 0);

@@ -118,9 +118,16 @@ class Namespace::Impl {
   // owner, whether a directory is empty), reads it and sends the request again.
   Result<DirReply> dir_op(Lease& c, DirRequest q, uint32_t t, const ObjectId& routed) {
     q.durable = q.durable || durable;
+    bool learnt_groups = false;
     for (int round = 0; round <= 4; ++round) {
-      RFOS_ASSIGN_OR_RETURN(std::string raw, c->namespace_op(t, routed, encode_dir_request(q), is_read(q.op)));
-      RFOS_ASSIGN_OR_RETURN(DirReply r, decode_dir_reply(raw));
+      Result<std::string> raw = c->namespace_op(t, routed, encode_dir_request(q), is_read(q.op));
+      // The target needed the caller's groups, which it left out, and changed nothing: once more with them.
+      if (!raw.is_ok() && raw.status().code() == StatusCode::kGroupsNeeded && !learnt_groups && groups_of(q.cred)) {
+        learnt_groups = true;
+        continue;
+      }
+      if (!raw.is_ok()) return raw.status();
+      RFOS_ASSIGN_OR_RETURN(DirReply r, decode_dir_reply(*raw));
       if (r.need == ObjectId{}) {
         if (r.has_dir && dir_observer) dir_observer(r.dir);
         return r;

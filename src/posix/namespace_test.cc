@@ -193,6 +193,38 @@ TEST_F(Ns, PermissionsAreCheckedLikeLinux) {
   EXPECT_EQ(dropped->uid, 1001u) << "the owner stays";
 }
 
+// A caller that leaves its groups to be learnt (the mount) has them read only when they decide something, once;
+// a target that needs them has the client ask again with them.
+TEST_F(Ns, GroupsLeftOutAreLearntWhereTheyDecide) {
+  auto ns = client();
+  ASSERT_TRUE(ns);
+  auto team = ns->mkdir(ns->root(), "team", 0770, root_);
+  ASSERT_TRUE(team.is_ok());
+  SetAttr group;
+  group.set_gid = true;
+  group.gid = 500;
+  ASSERT_TRUE(ns->setattr(team->oid, group, root_).is_ok());
+  auto open_dir = ns->mkdir(ns->root(), "open", 0777, root_);
+  ASSERT_TRUE(open_dir.is_ok());
+  int fetched = 0;
+  auto bob_with = [&](std::vector<uint32_t> groups) {
+    return Cred::with_groups_later(bob_.uid, bob_.gid, [&fetched, groups]() -> Result<std::vector<uint32_t>> {
+      ++fetched;
+      return groups;
+    });
+  };
+  ASSERT_TRUE(ns->mknod(open_dir->oid, "f", S_IFREG | 0644, 0, bob_with({500})).is_ok());
+  EXPECT_EQ(fetched, 0) << "the group's bits and the others' agree";
+  auto made = ns->mknod(team->oid, "f", S_IFREG | 0644, 0, bob_with({500}));
+  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+  EXPECT_EQ(fetched, 1);
+  EXPECT_EQ(ns->mknod(team->oid, "g", S_IFREG | 0644, 0, bob_with({})).status().to_errno(), EACCES);
+  EXPECT_EQ(fetched, 2);
+  EXPECT_TRUE(ns->lookup(team->oid, "f", bob_with({500})).is_ok());
+  EXPECT_EQ(ns->lookup(team->oid, "f", bob_with({})).status().to_errno(), EACCES);
+  EXPECT_TRUE(ns->unlink(team->oid, "f", bob_with({500})).is_ok());
+}
+
 // put_file writes all or nothing: a replacement that fails leaves the old file as it was, and nothing behind.
 TEST_F(Ns, PutFileIsAllOrNothing) {
   auto ns = client();

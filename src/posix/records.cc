@@ -17,6 +17,35 @@ Cred Cred::of_process() {
   return c;
 }
 
+Cred Cred::with_groups_later(uint32_t uid, uint32_t gid, std::function<Result<std::vector<uint32_t>>()> fetch) {
+  Cred c{uid, gid, {}};
+  c.groups_known = false;
+  c.later = std::make_shared<LaterGroups>();
+  c.later->fetch = std::move(fetch);
+  return c;
+}
+
+const std::vector<uint32_t>* groups_of(const Cred& cred) {
+  if (cred.groups_known) return &cred.groups;
+  LaterGroups& l = *cred.later;
+  std::lock_guard lock(l.mu);
+  if (!l.fetched && l.fetch) {
+    auto got = l.fetch();
+    l.fetched = true;
+    if (got.is_ok()) l.groups = std::move(*got);
+    if (!got.is_ok()) l.failed = got.status();
+  }
+  if (l.fetched && l.failed.is_ok()) return &l.groups;
+  l.needed = true;
+  return nullptr;
+}
+
+bool groups_needed(const Cred& cred) {
+  if (cred.groups_known) return false;
+  std::lock_guard lock(cred.later->mu);
+  return cred.later->needed;
+}
+
 namespace {
 constexpr uint8_t kInodeVersion = 2;
 constexpr uint8_t kEntryVersion = 1;
@@ -86,13 +115,21 @@ Status check_name(std::string_view name) {
 }
 
 bool in_group(const Cred& c, uint32_t gid) {
-  return c.gid == gid || std::find(c.groups.begin(), c.groups.end(), gid) != c.groups.end();
+  if (c.gid == gid) return true;
+  const std::vector<uint32_t>* groups = groups_of(c);
+  return groups && std::find(groups->begin(), groups->end(), gid) != groups->end();  // unknown: see groups_needed
 }
 
 bool permits(const Attr& a, const Cred& c, int mask) {
   if (c.uid == 0) return !(mask & X_OK) || S_ISDIR(a.mode) || (a.mode & 0111);
-  uint32_t bits = c.uid == a.uid ? (a.mode >> 6) & 7 : in_group(c, a.gid) ? (a.mode >> 3) & 7 : a.mode & 7;
-  return (bits & static_cast<uint32_t>(mask)) == static_cast<uint32_t>(mask);
+  auto allows = [mask](uint32_t bits) { return (bits & static_cast<uint32_t>(mask)) == static_cast<uint32_t>(mask); };
+  if (c.uid == a.uid) return allows((a.mode >> 6) & 7);
+  bool group = allows((a.mode >> 3) & 7), other = allows(a.mode & 7);
+  if (group == other) return group;  // membership decides nothing: not asked
+  if (c.gid == a.gid) return group;
+  const std::vector<uint32_t>* groups = groups_of(c);
+  if (!groups) return false;  // not to be had: refused (and a target answers kGroupsNeeded instead)
+  return std::find(groups->begin(), groups->end(), a.gid) != groups->end() ? group : other;
 }
 
 Status sticky_ok(const Attr& dir, const Attr& victim, const Cred& cred) {
@@ -112,7 +149,8 @@ Attr new_inode(const Attr& dir, const ObjectId& oid, uint32_t mode, uint64_t rde
     a.gid = dir.gid;
     if (is_dir) a.mode |= S_ISGID;
   }
-  if (!is_dir && !in_group(cred, a.gid) && cred.uid != 0) a.mode &= ~static_cast<uint32_t>(S_ISGID);
+  if (!is_dir && (a.mode & S_ISGID) && cred.uid != 0 && !in_group(cred, a.gid))
+    a.mode &= ~static_cast<uint32_t>(S_ISGID);
   a.nlink = is_dir ? 2 : 1;
   a.rdev = rdev;
   a.atime_ns = a.mtime_ns = a.ctime_ns = now_ns;
@@ -151,7 +189,7 @@ Status check_setattr(const Attr& cur, const SetAttr& set, const Cred& cred) {
 void apply_setattr(Attr& a, uint64_t& floor, const SetAttr& set, const Cred& cred, uint64_t now_ns) {
   if (set.set_mode) {
     a.mode = (a.mode & S_IFMT) | (set.mode & 07777);
-    if (cred.uid != 0 && !in_group(cred, a.gid)) a.mode &= ~static_cast<uint32_t>(S_ISGID);
+    if ((a.mode & S_ISGID) && cred.uid != 0 && !in_group(cred, a.gid)) a.mode &= ~static_cast<uint32_t>(S_ISGID);
   }
   bool chown = (set.set_uid && set.uid != a.uid) || (set.set_gid && set.gid != a.gid);
   if (set.set_uid) a.uid = set.uid;

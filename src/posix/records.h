@@ -8,6 +8,9 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,13 +20,40 @@
 
 namespace rfos::posix {
 
+// Supplementary groups learnt only when a decision needs them (Cred::later).
+struct LaterGroups {
+  std::function<Result<std::vector<uint32_t>>()> fetch;  // none on a target: the client must send them
+  std::mutex mu;
+  bool fetched = false;
+  std::vector<uint32_t> groups;
+  Status failed;        // what fetch said, if it failed
+  bool needed = false;  // a decision needed them and they could not be had here
+};
+
 struct Cred {
+  Cred() = default;
+  Cred(uint32_t uid_, uint32_t gid_, std::vector<uint32_t> groups_ = {})
+      : uid(uid_), gid(gid_), groups(std::move(groups_)) {}
   uint32_t uid = 0;
   uint32_t gid = 0;
-  std::vector<uint32_t> groups;  // supplementary
+  std::vector<uint32_t> groups;  // supplementary, when groups_known
+  // Whether `groups` holds them. A caller whose groups cost something to learn (the mount reads them from /proc,
+  // about 11 us a request) leaves them to `later`, asked the first time membership in a group other than `gid`
+  // decides something. A target never has them then: it answers kGroupsNeeded, having changed nothing, and the
+  // client asks again with them (Namespace's dir_op).
+  bool groups_known = true;
+  std::shared_ptr<LaterGroups> later;  // set when !groups_known
   // The calling process's effective uid and gid and its groups: whom the CLI and the C API act as.
   static Cred of_process();
+  // A caller whose groups `fetch` gives when they are needed.
+  static Cred with_groups_later(uint32_t uid, uint32_t gid, std::function<Result<std::vector<uint32_t>>()> fetch);
 };
+// The supplementary groups of `cred` when they are known or can be learnt here; nullptr when not (a target's
+// copy of a caller that left them out, or a fetch that failed).
+const std::vector<uint32_t>* groups_of(const Cred& cred);
+// Whether a decision about `cred` needed its groups and they could not be had: what it decided is not to be
+// acted on (execute answers kGroupsNeeded).
+bool groups_needed(const Cred& cred);
 
 struct Attr {
   ObjectId oid;
@@ -79,8 +109,11 @@ Result<DirEntry> decode_entry(std::string_view name, std::string_view in);
 
 // kInvalidArgument for "", ".", "..", '/' or NUL in it; kNameTooLong over 255 bytes.
 Status check_name(std::string_view name);
+// Membership in `gid`: false when it would take groups not to be had (every use of it is then the more
+// restrictive answer, and groups_needed says so).
 bool in_group(const Cred& c, uint32_t gid);
-// As the kernel checks: mask of R_OK, W_OK, X_OK.
+// As the kernel checks: mask of R_OK, W_OK, X_OK. The groups are asked for only when the group's and the
+// others' bits answer differently; refused when they are not to be had.
 bool permits(const Attr& a, const Cred& c, int mask);
 // The sticky bit: in such a directory only the owner of an entry, of the directory, or root removes it (EPERM).
 Status sticky_ok(const Attr& dir, const Attr& victim, const Cred& cred);

@@ -263,6 +263,15 @@ class MountTest(unittest.TestCase):
         os.chown(shared, 0, 50)
         self.assertEqual(bob(lambda: open(os.path.join(shared, "b"), "w").write("b")), 0)
         self.assertEqual(alice(lambda: os.listdir(shared)), errno.EACCES)
+        # A group the others' bits let in and its own bits shut out: its members stay out (the mount reads the
+        # caller's groups only where they decide, so this is where a lapse would show).
+        others = self.path("t4-others")
+        os.mkdir(others)
+        os.chmod(others, 0o707)
+        os.chown(others, 0, 50)
+        self.assertEqual(bob(lambda: open(os.path.join(others, "b"), "w")), errno.EACCES)
+        self.assertEqual(alice(lambda: open(os.path.join(others, "a"), "w").write("a")), 0)
+        self.assertEqual(bob(lambda: os.listdir(others)), errno.EACCES)
         # Sticky directories.
         tmp = self.path("t4-tmp")
         os.mkdir(tmp)
