@@ -111,11 +111,7 @@ std::string encode_dir_request(const DirRequest& q) {
   put_le<uint32_t>(&s, q.cred.uid);
   put_le<uint32_t>(&s, q.cred.gid);
   // Left out while not learnt yet (a target that needs them says so); once learnt, sent.
-  const std::vector<uint32_t>* groups = q.cred.groups_known ? &q.cred.groups : nullptr;
-  if (!groups) {
-    std::lock_guard lock(q.cred.later->mu);
-    if (q.cred.later->fetched && q.cred.later->failed.is_ok()) groups = &q.cred.later->groups;
-  }
+  const std::vector<uint32_t>* groups = learnt_groups(q.cred);
   put_le<uint32_t>(&s, groups ? static_cast<uint32_t>(groups->size()) : kGroupsLater);
   if (groups)
     for (uint32_t g : *groups) put_le<uint32_t>(&s, g);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "common/coding.h"
 
@@ -23,6 +24,13 @@ Cred Cred::with_groups_later(uint32_t uid, uint32_t gid, std::function<Result<st
   c.later = std::make_shared<LaterGroups>();
   c.later->fetch = std::move(fetch);
   return c;
+}
+
+// Learnt groups are written once, under the lock, before `fetched` is set, and never again: the pointer stays good.
+const std::vector<uint32_t>* learnt_groups(const Cred& cred) {
+  if (cred.groups_known) return &cred.groups;
+  std::lock_guard lock(cred.later->mu);
+  return cred.later->fetched && cred.later->failed.is_ok() ? &cred.later->groups : nullptr;
 }
 
 const std::vector<uint32_t>* groups_of(const Cred& cred) {
@@ -114,11 +122,17 @@ Status check_name(std::string_view name) {
   return Status::ok();
 }
 
-bool in_group(const Cred& c, uint32_t gid) {
+namespace {
+// Membership in `gid`; none when it would take groups not to be had.
+std::optional<bool> member(const Cred& c, uint32_t gid) {
   if (c.gid == gid) return true;
   const std::vector<uint32_t>* groups = groups_of(c);
-  return groups && std::find(groups->begin(), groups->end(), gid) != groups->end();  // unknown: see groups_needed
+  if (!groups) return std::nullopt;
+  return std::find(groups->begin(), groups->end(), gid) != groups->end();
 }
+}  // namespace
+
+bool in_group(const Cred& c, uint32_t gid) { return member(c, gid).value_or(false); }
 
 bool permits(const Attr& a, const Cred& c, int mask) {
   if (c.uid == 0) return !(mask & X_OK) || S_ISDIR(a.mode) || (a.mode & 0111);
@@ -126,10 +140,9 @@ bool permits(const Attr& a, const Cred& c, int mask) {
   if (c.uid == a.uid) return allows((a.mode >> 6) & 7);
   bool group = allows((a.mode >> 3) & 7), other = allows(a.mode & 7);
   if (group == other) return group;  // membership decides nothing: not asked
-  if (c.gid == a.gid) return group;
-  const std::vector<uint32_t>* groups = groups_of(c);
-  if (!groups) return false;  // not to be had: refused (and a target answers kGroupsNeeded instead)
-  return std::find(groups->begin(), groups->end(), a.gid) != groups->end() ? group : other;
+  std::optional<bool> in = member(c, a.gid);
+  if (!in) return false;  // not to be had: refused (and a target answers kGroupsNeeded instead)
+  return *in ? group : other;
 }
 
 Status sticky_ok(const Attr& dir, const Attr& victim, const Cred& cred) {

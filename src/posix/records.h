@@ -51,6 +51,8 @@ struct Cred {
 // The supplementary groups of `cred` when they are known or can be learnt here; nullptr when not (a target's
 // copy of a caller that left them out, or a fetch that failed).
 const std::vector<uint32_t>* groups_of(const Cred& cred);
+// Its supplementary groups if known or learnt already, without learning them; nullptr when not.
+const std::vector<uint32_t>* learnt_groups(const Cred& cred);
 // Whether a decision about `cred` needed its groups and they could not be had: what it decided is not to be
 // acted on (execute answers kGroupsNeeded).
 bool groups_needed(const Cred& cred);
