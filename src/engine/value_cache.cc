@@ -59,17 +59,22 @@ bool ValueCache::find(const Key& k, uint64_t seen, std::optional<std::string>* v
 
 void ValueCache::put(Shard& s, std::string key, Slot slot) {
   auto it = s.slots.find(key);
+  size_t was = it == s.slots.end() ? 0 : cost(it->first, it->second), now = cost(key, slot);
+  if (now > was && bytes_.load(std::memory_order_relaxed) + (now - was) > kMaxBytes) {
+    if (s.bytes <= kMaxBytes / kShards) return;  // within its share: it keeps what it has
+    bytes_.fetch_sub(s.bytes, std::memory_order_relaxed);
+    s.bytes = 0;
+    s.slots.clear();
+    it = s.slots.end();
+    was = 0;
+  }
   if (it != s.slots.end()) {
     it->second = std::move(slot);
-    return;
+  } else {
+    s.slots.emplace(std::move(key), std::move(slot));
   }
-  if (keys_.load(std::memory_order_relaxed) >= kMaxKeys) {
-    if (s.slots.size() <= kMaxKeys / kShards) return;
-    keys_.fetch_sub(s.slots.size(), std::memory_order_relaxed);
-    s.slots.clear();
-  }
-  s.slots.emplace(std::move(key), std::move(slot));
-  keys_.fetch_add(1, std::memory_order_relaxed);
+  s.bytes += now - was;
+  bytes_.fetch_add(now - was, std::memory_order_relaxed);
 }
 
 void ValueCache::insert(const Ticket& t, const Key& k, std::optional<std::string> value) {
@@ -93,8 +98,10 @@ void ValueCache::drop_prefix(Drop when, Shard& s, const std::string& prefix) {
   s.gen.fetch_add(1, std::memory_order_acq_rel);
   auto it = s.slots.lower_bound(prefix);
   while (it != s.slots.end() && it->first.compare(0, prefix.size(), prefix) == 0) {
+    size_t c = cost(it->first, it->second);
+    s.bytes -= c;
+    bytes_.fetch_sub(c, std::memory_order_relaxed);
     it = s.slots.erase(it);
-    keys_.fetch_sub(1, std::memory_order_relaxed);
   }
 }
 

@@ -36,10 +36,12 @@ namespace rfos::engine {
 class ValueCache {
  public:
   static constexpr size_t kShards = 64;
-  // Keys held at most. A shard is an object's (a directory's entries share one): when the cache is full, a
-  // shard holding more than its share starts over, and a smaller one keeps no more.
-  static constexpr size_t kMaxKeys = 65536;
+  // Bytes held at most, keys, values and bookkeeping counted (an inode's entry costs about 250: some 65k of
+  // them). A shard is an object's (a directory's entries share one): when the cache is full, a shard holding
+  // more than its share starts over, and a smaller one keeps no more.
+  static constexpr size_t kMaxBytes = 16u << 20;
   static constexpr size_t kMaxValueBytes = 4096;  // larger values are not kept
+  static constexpr size_t kSlotOverhead = 96;     // a map node, its key's and value's headers
 
   struct Key {
     uint32_t cid = 0;
@@ -85,6 +87,7 @@ class ValueCache {
   void fill(uint64_t commits, const Key& k, std::string value);
 
   uint64_t hits() const { return hits_.load(std::memory_order_relaxed); }
+  size_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
 
  private:
   struct Slot {
@@ -96,16 +99,20 @@ class ValueCache {
     std::atomic<uint64_t> gen{0};
     int writing = 0;                                 // commits between their drops before and after their index write
     std::map<std::string, Slot, std::less<>> slots;  // by encoded key: cid, oid, dkey's length, dkey, akey
+    size_t bytes = 0;                                // what its slots cost (cost())
   };
   static size_t shard_of(uint32_t cid, const ObjectId& oid);
   static std::string object_part(uint32_t cid, const ObjectId& oid);
   static std::string dkey_part(uint32_t cid, const ObjectId& oid, std::string_view dkey);
   static std::string encode(const Key& k);
+  static size_t cost(const std::string& key, const Slot& slot) {
+    return key.size() + (slot.value ? slot.value->size() : 0) + kSlotOverhead;
+  }
   void put(Shard& s, std::string key, Slot slot);
   void drop_prefix(Drop when, Shard& s, const std::string& prefix);
 
   std::array<Shard, kShards> shards_;
-  std::atomic<size_t> keys_{0};
+  std::atomic<size_t> bytes_{0};
   std::atomic<uint64_t> commits_{0};
   mutable std::atomic<uint64_t> hits_{0};
 };

@@ -100,27 +100,37 @@ TEST(ValueCacheTest, AReaderOfAnEarlierMomentIsAnsweredOnlyWithWhatWasCurrentThe
   EXPECT_EQ(found(c, b, later.commits), "read through the later view");
 }
 
-TEST(ValueCacheTest, KeepsSmallValuesAndABoundedNumber) {
+TEST(ValueCacheTest, KeepsSmallValuesInBoundedBytes) {
   ValueCache c;
   ValueCache::Key big{1, kDir, "big", "e"};
   c.insert(c.ticket(1, kDir), big, std::string(ValueCache::kMaxValueBytes + 1, 'x'));
   EXPECT_EQ(found(c, big), "<not cached>");
   // One large directory fills the cache, then starts over; a small one beside it keeps what it had.
   c.fill(c.committed(), {1, kOther, "small", "e"}, "kept");
-  size_t n = ValueCache::kMaxKeys + ValueCache::kMaxKeys / 2;
+  const std::string value(ValueCache::kMaxValueBytes, 'v');
+  size_t n = ValueCache::kMaxBytes / value.size() * 3 / 2;
   auto name = [](size_t i) { return "n" + std::to_string(i); };
-  for (size_t i = 0; i < n; ++i) c.fill(c.committed(), {1, kDir, name(i), "e"}, name(i));
+  for (size_t i = 0; i < n; ++i) {
+    c.fill(c.committed(), {1, kDir, name(i), "e"}, value);
+    ASSERT_LE(c.bytes(), ValueCache::kMaxBytes);
+  }
   size_t kept = 0;
   for (size_t i = 0; i < n; ++i) {
     auto v = found(c, {1, kDir, name(i), "e"});
     if (v == "<not cached>") continue;
-    EXPECT_EQ(v, name(i));
+    EXPECT_EQ(v, value);
     ++kept;
   }
   EXPECT_GT(kept, 0u);
-  EXPECT_LT(kept, ValueCache::kMaxKeys);
-  EXPECT_EQ(found(c, {1, kDir, name(n - 1), "e"}), name(n - 1));  // the newest
+  EXPECT_LT(kept * value.size(), ValueCache::kMaxBytes);
+  EXPECT_EQ(found(c, {1, kDir, name(n - 1), "e"}), value);  // the newest
   EXPECT_EQ(found(c, {1, kOther, "small", "e"}), "kept");
+  // What is dropped is given back; an overwrite costs only its difference.
+  size_t before = c.bytes();
+  c.fill(c.committed(), {1, kDir, name(n - 1), "e"}, "short");
+  EXPECT_LT(c.bytes(), before);
+  c.clear();
+  EXPECT_EQ(c.bytes(), 0u);
 }
 
 }  // namespace
