@@ -138,6 +138,7 @@ struct Mutation {
   uint64_t length = 0;  // kPunchArray
 };
 inline constexpr size_t kMutationValueMaxBytes = 64 * 1024;
+inline constexpr size_t kPiledUpRecords = 64;                          // see Engine::records_piled_up
 inline constexpr uint64_t kMutationPunchMaxBytes = uint64_t{1} << 30;  // kPunchArray: at most 1024 hole records
 
 class ReadView;
@@ -381,6 +382,9 @@ class Engine {
   // and returns its block space. Afterwards updates at or below `upto` are refused, and so are reads below it
   // at epochs that are not snapshots.
   Result<AggregateStats> aggregate(uint32_t cont, Epoch upto);
+  // Whether a read or size walked more than kPiledUpRecords records of one array since the last aggregation pass
+  // began: the caller may want the next pass sooner than its usual period.
+  bool records_piled_up() const;
 
   // ---- introspection ----
   SpaceInfo space() const;

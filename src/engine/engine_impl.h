@@ -153,9 +153,13 @@ class Engine::Impl {
     index::ExtentRecord rec;
     std::string value;  // owns the bytes rec.inline_data points into
   };
-  // Visible extent records of an akey overlapping [begin, end), in ascending version order.
-  static Status visible_extents(rocksdb::Iterator* it, const std::string& akey_prefix, Version floor, Epoch epoch,
-                                uint64_t begin, uint64_t end, std::vector<ExtentRef>* out);
+  // Visible extent records of an akey overlapping [begin, end), in ascending version order. A scan that steps
+  // over more than kPiledUpRecords records sets piled_up.
+  Status visible_extents(rocksdb::Iterator* it, const std::string& akey_prefix, Version floor, Epoch epoch,
+                         uint64_t begin, uint64_t end, std::vector<ExtentRef>* out);
+  // Small overwrites and truncates piled up in some array since the last aggregation pass: every read and size
+  // of it walks them all (Engine::records_piled_up).
+  std::atomic<bool> piled_up{false};
 
   EngineOptions opts;
   std::unique_ptr<rocksdb::Env> rocks_env;  // the index's file system; outlives db

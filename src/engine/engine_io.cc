@@ -681,7 +681,7 @@ Status Engine::plan_fetch(const FetchOp& op, FetchPlan* plan) {
   plan->b = b;
   plan->caller_verifies = op.caller_verifies;
   std::vector<Impl::ExtentRef>& recs = plan->recs;
-  RFOS_RETURN_IF_ERROR(Impl::visible_extents(it, prefix, floor, op.epoch, a, b, &recs));
+  RFOS_RETURN_IF_ERROR(im.visible_extents(it, prefix, floor, op.epoch, a, b, &recs));
   if (recs.empty() && !kind_of_other(kExtentTag)) {
     RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "index read"));
     if (kind_of_other(kSingleTag)) return error(StatusCode::kWrongValueKind, "akey holds a single value, not an array");

@@ -117,7 +117,8 @@ Status Engine::Impl::visible_extents(rocksdb::Iterator* it, const std::string& a
   append_extent_start(&seek, align_down(begin, kGrainBytes));
   std::string tag_prefix = akey_prefix + kExtentTag;
   out->clear();
-  for (it->Seek(seek); it->Valid() && starts_with(it->key(), tag_prefix); it->Next()) {
+  size_t stepped = 0;
+  for (it->Seek(seek); it->Valid() && starts_with(it->key(), tag_prefix); it->Next(), ++stepped) {
     ObjectKey k;
     if (!parse_object_key(it->key().ToStringView(), &k)) return error(StatusCode::kCorruption, "malformed extent key");
     if (k.start >= end) break;
@@ -135,6 +136,8 @@ Status Engine::Impl::visible_extents(rocksdb::Iterator* it, const std::string& a
     out->push_back(std::move(ref));
   }
   RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "index read"));
+  if (stepped > kPiledUpRecords && !piled_up.load(std::memory_order_relaxed))
+    piled_up.store(true, std::memory_order_relaxed);
   // Decode only now: rec.inline_data points into value, which must not move any more.
   std::vector<ExtentRef> kept;
   for (ExtentRef& ref : *out) {
@@ -330,7 +333,7 @@ Result<std::vector<Extent>> visible_data(Engine::Impl* im, const KeyRef& key, Ep
   Version floor = im->read_floor(rec, it, key, epoch, view);
   std::string prefix = akey_prefix(key);
   std::vector<Engine::Impl::ExtentRef> recs;
-  RFOS_RETURN_IF_ERROR(Engine::Impl::visible_extents(it, prefix, floor, epoch, 0, kArrayOffsetMax, &recs));
+  RFOS_RETURN_IF_ERROR(im->visible_extents(it, prefix, floor, epoch, 0, kArrayOffsetMax, &recs));
   if (recs.empty()) return error(StatusCode::kNotFound, "no array at this key and epoch");
   uint64_t hi = 0;
   for (const auto& r : recs) hi = std::max(hi, r.start + r.rec.length);
@@ -433,6 +436,24 @@ void mark_akey(std::vector<AggRecord>& recs, const std::vector<Epoch>& views, Ep
     for (const auto& s : map.segments())
       if (s.owner >= 0) ext[s.owner]->keep = true;
   }
+  // A hole reads as no record does (zeros, and no part of the array's size): one stays only while some data
+  // record kept for a view is older than it and overlaps it. Truncates that extend a file, and holes whose
+  // data under them went, would otherwise stay as long as they are the newest over some byte. Only where the
+  // akey keeps some data at `upto` (it exists at every epoch readable afterwards, whatever holes go) and no
+  // snapshot is to be served (each would need a record of its own to show the akey exists there).
+  std::vector<const AggRecord*> data;
+  for (const AggRecord& r : recs)
+    if (r.k.kind == kExtentTag && r.keep && r.k.epoch <= upto && !(r.ext.flags & ExtentRecord::kHole))
+      data.push_back(&r);
+  for (AggRecord& h : recs) {
+    if (views.size() != 1 || data.empty()) break;
+    if (h.k.kind != kExtentTag || !h.keep || !(h.ext.flags & ExtentRecord::kHole) || h.k.epoch > upto) continue;
+    Version hv{h.k.epoch, h.k.seq};
+    uint64_t hs = h.k.start, he = h.k.start + h.ext.length;
+    h.keep = std::any_of(data.begin(), data.end(), [&](const AggRecord* d) {
+      return Version{d->k.epoch, d->k.seq} < hv && d->k.start < he && hs < d->k.start + d->ext.length;
+    });
+  }
   // An akey punch stays while some kept version is older than it (it still hides that version).
   for (AggRecord& r : recs) {
     if (r.k.kind != kPunchTag || r.keep) continue;
@@ -534,6 +555,8 @@ void Engine::merge_grains(std::vector<AggRecord>& group, Epoch upto, uint32_t cs
   }
 }
 
+bool Engine::records_piled_up() const { return impl_->piled_up.load(std::memory_order_relaxed); }
+
 Result<AggregateStats> Engine::aggregate(uint32_t cont, Epoch upto) {
   Impl& im = *impl_;
   std::lock_guard admin(im.admin_mu);
@@ -543,6 +566,7 @@ Result<AggregateStats> Engine::aggregate(uint32_t cont, Epoch upto) {
   // Nothing written since the last pass looked: no durable commit to raise the boundary (an idle target syncs
   // nothing).
   if (!c.aggregate_all && c.changed.empty()) return AggregateStats{};
+  im.piled_up.store(false, std::memory_order_relaxed);  // a read after the scan below tells again
 
   // First raise the boundary durably: from here on no update at or below `upto` can commit, so the scan
   // below sees every version it has to judge. What it scans is taken in the same step: the objects written since
@@ -804,7 +828,7 @@ Result<std::vector<Extent>> Engine::debug_locate(const KeyRef& key, uint64_t off
   std::vector<Impl::ExtentRef> recs;
   Version floor = Impl::akey_floor(it.get(), key, kEpochLatest);
   RFOS_RETURN_IF_ERROR(
-      Impl::visible_extents(it.get(), akey_prefix(key), floor, kEpochLatest, offset, offset + 1, &recs));
+      impl_->visible_extents(it.get(), akey_prefix(key), floor, kEpochLatest, offset, offset + 1, &recs));
   if (recs.empty()) return error(StatusCode::kNotFound, "no extent at that offset");
   std::vector<Extent> out;
   for (const Run& r : recs.back().rec.runs) out.push_back({r.block * kBlockBytes, uint64_t{r.nblocks} * kBlockBytes});

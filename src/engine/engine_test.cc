@@ -888,6 +888,58 @@ TEST_F(EngineTest, AggregationMergesAGrainSpreadOverManyRecords) {
   ASSERT_TRUE(engine_->check().is_ok());
 }
 
+// Truncates leave holes. One over data that a view still sees stays; one over nothing (a truncate that extended
+// the file, or one whose data underneath went) reads as no record at all and goes.
+TEST_F(EngineTest, AggregationDropsHolesThatHideNothing) {
+  ASSERT_TRUE(put_array(key(), 1, 0, pattern(1, 10000)).is_ok());
+  ASSERT_TRUE(engine_->punch_extent(key(), 2, 6000, 10000).is_ok());  // cuts the data: stays
+  ASSERT_TRUE(engine_->punch_extent(key(), 3, 20000, 5000).is_ok());  // past the data: hides nothing
+  ASSERT_TRUE(put_array(key(), 4, 30000, pattern(2, 4096)).is_ok());  // then the file grows past both
+  ASSERT_TRUE(put_array(key(), 5, 40000, pattern(3, 100)).is_ok());   // covered below by the next
+  ASSERT_TRUE(engine_->punch_extent(key(), 6, 39000, 2000).is_ok());  // its data goes under it: so does it
+  ASSERT_TRUE(put_array(key(), 7, 39000, pattern(4, 2000)).is_ok());
+  std::string want = pattern(1, 6000) + std::string(24000, '\0') + pattern(2, 4096);
+  want += std::string(39000 - want.size(), '\0') + pattern(4, 2000);
+  auto agg = engine_->aggregate(cid_, 7);
+  ASSERT_TRUE(agg.is_ok()) << agg.status().to_string();
+  // The extending hole, the hidden write at 40000 and the hole over it.
+  EXPECT_EQ(agg->records_removed, 3u);
+  EXPECT_EQ(*engine_->array_size(key(), kEpochLatest), 41000u);
+  EXPECT_EQ(*get_array(key(), kEpochLatest, 0, 41000), want);
+  // A snapshot that sees the data under a hole keeps the hole for the reads above it.
+  KeyRef snap{cid_, oid_, "snap", "a"};
+  ASSERT_TRUE(put_array(snap, 8, 0, pattern(5, 8192)).is_ok());
+  ASSERT_TRUE(engine_->snapshot_create(cid_, 8).is_ok());
+  ASSERT_TRUE(engine_->punch_extent(snap, 9, 4096, 4096).is_ok());
+  ASSERT_TRUE(put_array(snap, 10, 0, pattern(6, 8192 - 4096)).is_ok());  // the data's visible part, overwritten
+  agg = engine_->aggregate(cid_, 10);
+  ASSERT_TRUE(agg.is_ok());
+  EXPECT_EQ(*engine_->array_size(snap, kEpochLatest), 4096u);
+  EXPECT_EQ(*get_array(snap, 8, 0, 8192), pattern(5, 8192));
+  EXPECT_EQ(*engine_->array_size(snap, 8), 8192u);
+  ASSERT_TRUE(engine_->check().is_ok());
+  reopen();
+  EXPECT_EQ(*get_array(key(), kEpochLatest, 0, 41000), want);
+  EXPECT_EQ(*engine_->array_size(snap, kEpochLatest), 4096u);
+}
+
+// A read or size that walks many records of one array says so (the target then aggregates sooner); a pass
+// clears it, and a read of few records does not set it.
+TEST_F(EngineTest, ReadsTellWhenRecordsPiledUp) {
+  Epoch e = 1;
+  for (size_t i = 0; i < kPiledUpRecords / 2; ++i, ++e) ASSERT_TRUE(put_array(key(), e, i * 100, "x").is_ok());
+  ASSERT_TRUE(engine_->array_size(key(), kEpochLatest).is_ok());
+  EXPECT_FALSE(engine_->records_piled_up());
+  for (size_t i = 0; i < kPiledUpRecords; ++i, ++e) ASSERT_TRUE(put_array(key(), e, 7, "yy").is_ok());
+  ASSERT_TRUE(get_array(key(), kEpochLatest, 0, 10).is_ok());
+  EXPECT_TRUE(engine_->records_piled_up());
+  auto agg = engine_->aggregate(cid_, e);
+  ASSERT_TRUE(agg.is_ok());
+  EXPECT_FALSE(engine_->records_piled_up());
+  EXPECT_EQ(*get_array(key(), kEpochLatest, 0, 10), std::string("x\0\0\0\0\0\0yy\0", 10));
+  EXPECT_FALSE(engine_->records_piled_up());  // the overwritten records went
+}
+
 TEST_F(EngineTest, AggregatingManySmallOverwritesCompactsAndKeepsReads) {
   ASSERT_TRUE(put_array(key(), 1, 0, pattern(1, 4 << 20)).is_ok());
   std::string want = pattern(1, 4 << 20);

@@ -236,6 +236,9 @@ Result<DirReply> decode_dir_reply(std::string_view in) {
 
 namespace {
 
+// A truncate of a file whose chunk is at most this punches to the chunk's end instead of finding its data's end.
+constexpr uint64_t kCutToChunkEndBytes = 4u << 20;
+
 using client::layout::chunk_key;
 using client::layout::kDataAkey;
 
@@ -606,7 +609,19 @@ Result<DirReply> setattr(Op& op) {
   if (!op.local(q.oid)) return error(StatusCode::kInvalidArgument, "the inode is not on this target");
   DirReply r;
   RFOS_ASSIGN_OR_RETURN(Attr a, op.inode(q.oid, &r.floor));
-  RFOS_RETURN_IF_ERROR(op.size(a, r.floor, &r.size_final));
+  bool cut = q.set.set_size && (q.flags & kCutHere);
+  if (cut && q.set.spans) return error(StatusCode::kInvalidArgument, "a cut comes without a layout change");
+  if (cut && (!S_ISREG(a.mode) || (a.flags & kSpans) || !op.store_.owns(q.oid, chunk_key(0)))) {
+    r.inode_done = false;  // the client cuts the other targets' chunks first
+    r.size_final = true;
+    return r;
+  }
+  // A cut sets the size whatever the data's end was. Finding that end walks every record of the chunk (small
+  // overwrites may have left hundreds), so a cut of a chunk of a few grains punches to the chunk's end instead,
+  // a hole record per grain; a larger chunk's cut punches only to the data's end.
+  uint64_t chunk = a.chunk ? a.chunk : client::layout::kDefaultChunkBytes;
+  bool to_chunk_end = cut && chunk <= kCutToChunkEndBytes;
+  if (!to_chunk_end) RFOS_RETURN_IF_ERROR(op.size(a, r.floor, &r.size_final));
   if (q.set.spans) {  // layout, not an attribute: no check, no ctime
     if (!S_ISREG(a.mode)) return error(StatusCode::kInvalidArgument, "not a regular file");
     if (a.flags & kSpans) {
@@ -618,23 +633,13 @@ Result<DirReply> setattr(Op& op) {
   }
   SetAttr rest = q.set;
   rest.spans = false;
-  bool cut = rest.set_size && (q.flags & kCutHere);
-  if (cut && (!S_ISREG(a.mode) || (a.flags & kSpans) || !op.store_.owns(q.oid, chunk_key(0)))) {
-    r.inode_done = false;  // the client cuts the other targets' chunks first
-    r.size_final = true;
-    return r;
-  }
   if (rest.set_mode || rest.set_uid || rest.set_gid || rest.set_size || rest.set_atime || rest.set_mtime ||
       rest.touch) {
     RFOS_RETURN_IF_ERROR(check_setattr(a, rest, q.cred));
-    if (cut && rest.size < op.data_end_)  // all of the file's data is in its first chunk, and size() found its end
-      op.changes_.push_back({Change::Kind::kPunchData,
-                             q.oid,
-                             chunk_key(0),
-                             std::string(kDataAkey),
-                             {},
-                             rest.size,
-                             op.data_end_ - rest.size});
+    uint64_t end = to_chunk_end ? chunk : op.data_end_;
+    if (cut && rest.size < end)  // all of the file's data is in its first chunk
+      op.changes_.push_back(
+          {Change::Kind::kPunchData, q.oid, chunk_key(0), std::string(kDataAkey), {}, rest.size, end - rest.size});
     apply_setattr(a, r.floor, rest, q.cred, op.now_);
     if (rest.set_size) r.size_final = true;  // the size is what was set (what lay beyond is cut)
   }

@@ -245,10 +245,12 @@ TEST_F(DirOpsTest, ATruncateCutsItsFileInTheSameBatchWhenItAllLiesHere) {
   EXPECT_EQ(execute(s, store_, 2).status().code(), StatusCode::kPermissionDenied);  // not bob's to write
   EXPECT_EQ(*store_.first_chunk_end({7, 2}), 3000u) << "a refused cut cuts nothing";
   s.cred = kAlice;
+  int sized = store_.sized;
   auto r = execute(s, store_, 3);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_TRUE(r->inode_done);
   EXPECT_EQ(store_.batches, before + 1) << "the cut and the inode in one batch";
+  EXPECT_EQ(store_.sized, sized) << "a cut of a 1 MiB chunk punches to its end, not to the data's";
   EXPECT_EQ(r->attr.size, 1000u);
   EXPECT_EQ(r->attr.mtime_ns, 3u);
   EXPECT_EQ(*store_.first_chunk_end({7, 2}), 1000u);
@@ -258,6 +260,21 @@ TEST_F(DirOpsTest, ATruncateCutsItsFileInTheSameBatchWhenItAllLiesHere) {
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r->attr.size, 5000u);
   EXPECT_EQ(*store_.first_chunk_end({7, 2}), 1000u);
+
+  // A file of a larger chunk: its cut finds the data's end and punches up to it.
+  DirRequest big = create_req("big", {7, 3}, S_IFREG | 0644);
+  big.chunk = 64u << 20;
+  big.data = std::string(3000, 'y');
+  ASSERT_TRUE(execute(big, store_, 4).is_ok());
+  s.oid = {7, 3};
+  s.set.size = 10;
+  sized = store_.sized;
+  r = execute(s, store_, 4);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_GT(store_.sized, sized);
+  EXPECT_EQ(r->attr.size, 10u);
+  EXPECT_EQ(*store_.first_chunk_end({7, 3}), 10u);
+  s.oid = {7, 2};
 
   // A file whose data may lie elsewhere (kSpans), or whose first chunk is elsewhere: nothing done here.
   DirRequest spans;

@@ -21,6 +21,7 @@ class MemStore final : public DirStore {
   std::map<Key, std::string> values;  // single values and (akey "d") file data at offset 0
   std::function<bool(const ObjectId&, std::string_view)> here = [](const ObjectId&, std::string_view) { return true; };
   int batches = 0, durable_batches = 0;
+  int sized = 0;  // calls of data_end and first_chunk_end
   Status fail_apply = Status::ok();
 
   bool owns(const ObjectId& oid, std::string_view dkey) const override { return here(oid, dkey); }
@@ -36,12 +37,14 @@ class MemStore final : public DirStore {
     return false;
   }
   Result<uint64_t> data_end(const ObjectId& oid) override {
+    ++sized;
     uint64_t end = 0;
     for (const auto& [k, v] : values)
       if (std::get<0>(k) == oid && std::get<2>(k) == client::layout::kDataAkey) end = std::max<uint64_t>(end, v.size());
     return end;
   }
   Result<uint64_t> first_chunk_end(const ObjectId& oid) override {
+    ++sized;
     auto it = values.find({oid, client::layout::chunk_key(0), std::string(client::layout::kDataAkey)});
     return it == values.end() ? uint64_t{0} : uint64_t{it->second.size()};
   }

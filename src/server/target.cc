@@ -28,13 +28,15 @@ bool Revocations::revoked(const Uuid& session, uint64_t now_unix_ms) {
 // read walks its records) the next comes after 200 ms, so such a file is soon in few records again; a pass scans
 // every record of the objects it looks at, so passes are not that frequent otherwise. Under space pressure (less
 // than a quarter of the block file free) it runs every 50 ms, so overwrites at media speed do not run a small
-// target out of space.
+// target out of space; and so it does when a read or a size walked an array's piled-up records (small overwrites
+// and truncates of one file in quick succession, each adding a record its next read steps over).
 void Target::Impl::maybe_aggregate() {
   if (aggregating) return;
   auto now = Clock::now();
   if (now < next_aggregation) {
+    if (now < last_aggregation + std::chrono::nanoseconds(kAggregationSlackNs)) return;
     engine::SpaceInfo space = engine->space();
-    if (space.free_bytes * 4 >= space.total_bytes || now < last_aggregation + std::chrono::milliseconds(50)) return;
+    if (space.free_bytes * 4 >= space.total_bytes && !engine->records_piled_up()) return;
   }
   aggregating = true;
   last_aggregation = now;
