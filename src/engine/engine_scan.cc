@@ -376,9 +376,33 @@ Result<std::vector<Extent>> Engine::list_extents(const KeyRef& key, Epoch epoch,
 }
 
 Result<uint64_t> Engine::array_size(const KeyRef& key, Epoch epoch, ReadView* view) {
-  auto data = visible_data(impl_.get(), key, epoch, view ? view->state_.get() : nullptr);
-  if (!data.is_ok()) return data.status();
-  return data->empty() ? 0 : data->back().offset + data->back().length;
+  Impl& im = *impl_;
+  ReadView::State* state = view ? view->state_.get() : nullptr;
+  auto size_of = [&]() -> Result<uint64_t> {
+    auto data = visible_data(&im, key, epoch, state);
+    if (!data.is_ok()) return data.status();
+    return data->empty() ? 0 : data->back().offset + data->back().length;
+  };
+  if (epoch != kEpochLatest) return size_of();
+  // At the latest epoch the size may be cached (value_cache.h), as single values are in fetch().
+  ValueCache::Key ck{key.cont, key.oid, key.dkey, key.akey, true};
+  std::optional<std::string> cached;
+  if (im.values.find(ck, state ? state->moment.commits : ValueCache::kNow, &cached)) {
+    RFOS_RETURN_IF_ERROR(im.open_for_read(key.cont, epoch).status());  // only a valid key was cached
+    if (!cached) return error(StatusCode::kNotFound, "no array at this key and epoch");
+    return get_be64(cached->data());
+  }
+  ValueCache::Ticket ticket =
+      state ? im.values.ticket(state->moment, key.cont, key.oid) : im.values.ticket(key.cont, key.oid);
+  Result<uint64_t> size = size_of();
+  if (size.is_ok()) {
+    std::string v;
+    put_be64(&v, *size);
+    im.values.insert(ticket, ck, std::move(v));
+  } else if (size.status().code() == StatusCode::kNotFound) {
+    im.values.insert(ticket, ck, std::nullopt);
+  }
+  return size;
 }
 
 // ---------------------------------------------------------------------------------------------------------

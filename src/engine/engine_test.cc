@@ -321,6 +321,58 @@ TEST_F(EngineTest, CachedSingleValuesFollowEveryCommit) {
   EXPECT_EQ(*get_single(key("e", "a"), 17), "new");
 }
 
+// An array's size at the latest epoch is cached after one walk of its records, and every commit that writes
+// its dkey (a write, a punch, a batch, aggregation) or its object drops it.
+TEST_F(EngineTest, CachedArraySizesFollowEveryCommit) {
+  auto size = [&](std::string_view dkey, ReadView* view = nullptr) {
+    return engine_->array_size(key(dkey, "a"), kEpochLatest, view);
+  };
+  ASSERT_TRUE(put_array(key("d", "a"), 1, 0, pattern(1, 5000)).is_ok());
+  uint64_t hits = engine_->cached_reads();
+  EXPECT_EQ(*size("d"), 5000u);
+  EXPECT_EQ(*size("d"), 5000u);
+  EXPECT_EQ(engine_->cached_reads(), hits + 1);
+  // A single value of the same name is another entry.
+  ASSERT_TRUE(put_single(key("d", "s"), 1, "v").is_ok());
+  EXPECT_EQ(*get_single(key("d", "s"), kEpochLatest), "v");
+  EXPECT_EQ(*size("d"), 5000u);
+  // Writes past the end and punches move it.
+  ASSERT_TRUE(put_array(key("d", "a"), 2, 9000, "tail").is_ok());
+  EXPECT_EQ(*size("d"), 9004u);
+  ASSERT_TRUE(engine_->punch_extent(key("d", "a"), 3, 4000, 10000).is_ok());
+  EXPECT_EQ(*size("d"), 4000u);
+  Mutation cut{Mutation::Kind::kPunchArray, oid_, "d", "a", "", 100};
+  cut.length = 1 << 20;
+  ASSERT_TRUE(engine_->apply(cid_, 4, {&cut, 1}, false).is_ok());
+  EXPECT_EQ(*size("d"), 100u);
+  // None is cached too, and a write makes it an array.
+  EXPECT_EQ(size("e").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(size("e").status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(put_array(key("e", "a"), 5, 10, "x").is_ok());
+  EXPECT_EQ(*size("e"), 11u);
+  {  // A view answers as of when it was made.
+    ReadView before = engine_->read_view();
+    ASSERT_TRUE(put_array(key("e", "a"), 6, 100, "y").is_ok());
+    for (int pass = 0; pass < 2; ++pass) {
+      EXPECT_EQ(*size("e", &before), 11u);
+      EXPECT_EQ(*size("e"), 101u);
+    }
+  }
+  // Reads at an epoch walk the records.
+  EXPECT_EQ(*engine_->array_size(key("e", "a"), 5), 11u);
+  // Aggregation's rewrite keeps the size; a dkey punch and an object punch drop it.
+  for (Epoch e = 7; e < 20; ++e) ASSERT_TRUE(put_array(key("e", "a"), e, e * 3, pattern(e, 50)).is_ok());
+  EXPECT_EQ(*size("e"), 19u * 3 + 50);
+  ASSERT_TRUE(engine_->aggregate(cid_, 19).is_ok());
+  EXPECT_EQ(*size("e"), 19u * 3 + 50);
+  ASSERT_TRUE(engine_->punch_dkey(cid_, oid_, "e", 20).is_ok());
+  EXPECT_EQ(size("e").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*size("d"), 100u);
+  ASSERT_TRUE(engine_->punch_object(cid_, oid_, 21).is_ok());
+  EXPECT_EQ(size("d").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*engine_->array_size(key("d", "a"), 20), 100u);
+}
+
 TEST_F(EngineTest, EnumerationResumesFromAnchors) {
   for (int i = 0; i < 25; ++i) ASSERT_TRUE(put_single(key("dkey" + std::to_string(i), "a"), 1, "x").is_ok());
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(put_single(key("dkey0", "akey" + std::to_string(i)), 2, "y").is_ok());

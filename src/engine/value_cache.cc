@@ -26,6 +26,7 @@ std::string ValueCache::dkey_part(uint32_t cid, const ObjectId& oid, std::string
 
 std::string ValueCache::encode(const Key& k) {
   std::string s = dkey_part(k.cid, k.oid, k.dkey);
+  s.push_back(k.size ? 1 : 0);
   s.append(k.akey);
   return s;
 }

@@ -1,9 +1,11 @@
-// The engine's cache of single values at the latest epoch (engine_impl.h: Engine::Impl::values).
+// The engine's cache of single values and array sizes at the latest epoch (engine_impl.h: Engine::Impl::values).
 //
 // Namespace records are single values (a directory entry, an inode), and a namespace operation reads two or
 // three of them that the operations before it just wrote: a directory's inode, the entry, the entry's inode.
 // Each read from the index is a few seeks (4-7 us each on a small machine); from here it is a map lookup. The
-// cache holds what a fetch at the latest epoch would return now: a value, or "none" (kNotFound).
+// cache holds what a fetch at the latest epoch would return now: a value, or "none" (kNotFound). An array's
+// size (Key::size; a file's size is its first chunk's, and every lookup and directory page entry asks for it,
+// each a walk over the array's records) is kept the same way, as its 8 bytes, or none.
 //
 // Staying right: every commit drops the cached keys of every object level it writes (its whole object for an
 // object punch, its dkey otherwise; a range delete, a container destroyed, drops everything) twice: before its
@@ -47,6 +49,7 @@ class ValueCache {
     uint32_t cid = 0;
     ObjectId oid;
     std::string_view dkey, akey;
+    bool size = false;  // the array's size at (dkey, akey), not a single value there
   };
   // What a reader knew before it read the index.
   struct Ticket {
@@ -98,7 +101,7 @@ class ValueCache {
     mutable std::mutex mu;
     std::atomic<uint64_t> gen{0};
     int writing = 0;                                 // commits between their drops before and after their index write
-    std::map<std::string, Slot, std::less<>> slots;  // by encoded key: cid, oid, dkey's length, dkey, akey
+    std::map<std::string, Slot, std::less<>> slots;  // by encoded key: cid, oid, dkey's length, dkey, size, akey
     size_t bytes = 0;                                // what its slots cost (cost())
   };
   static size_t shard_of(uint32_t cid, const ObjectId& oid);

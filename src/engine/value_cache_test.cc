@@ -47,6 +47,16 @@ TEST(ValueCacheTest, HoldsValuesAndNonesUntilTheirLevelIsDropped) {
   commit_drop_object(c, 1, kDir);
   EXPECT_EQ(found(c, a), "<not cached>");
   EXPECT_EQ(found(c, other_dkey), "<not cached>");
+  // An array's size at a key is not the single value there; a drop of its dkey drops both.
+  ValueCache::Key size{1, kDir, "name", "e", true};
+  c.insert(c.ticket(1, kDir), a, "entry");
+  EXPECT_EQ(found(c, size), "<not cached>");
+  c.insert(c.ticket(1, kDir), size, std::string(8, '\x01'));
+  EXPECT_EQ(found(c, a), "entry");
+  EXPECT_EQ(found(c, size), std::string(8, '\x01'));
+  commit_drop_dkey(c, 1, kDir, "name");
+  EXPECT_EQ(found(c, size), "<not cached>");
+  EXPECT_EQ(found(c, a), "<not cached>");
   // Another container's object of the same id is another object.
   c.insert(c.ticket(2, kDir), {2, kDir, "name", "e"}, "elsewhere");
   commit_drop_object(c, 1, kDir);
