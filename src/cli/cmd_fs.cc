@@ -241,6 +241,8 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
                   "let the kernel gather buffered writes (others see them after fsync or close)");
   mount->add_option("--attr-timeout", m->attr_timeout_s, "seconds the kernel caches attributes")->capture_default_str();
   mount->add_option("--entry-timeout", m->entry_timeout_s, "seconds the kernel caches names")->capture_default_str();
+  mount->add_option("--negative-timeout", m->negative_timeout_s, "seconds the kernel caches that a name is absent")
+      ->capture_default_str();
   mount->add_option("-o", m->extra_options,
                     "more FUSE mount options; suid and dev only as root on a container root owns (docs/posix.md)");
   mount->add_flag("--sync-writes", m->sync_writes,

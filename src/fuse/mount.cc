@@ -284,6 +284,14 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     at = Fs::now_ns();
     a = fs_of(req)->ns().getattr(a->oid);
   }
+  if (a.status().code() == StatusCode::kNotFound && fs_of(req)->options().negative_timeout_s > 0) {
+    // A negative entry: the kernel keeps the name's absence for the timeout (this mount's own creates and
+    // renames replace it at once; another client's show within the timeout, docs/posix.md).
+    fuse_entry_param e{};
+    e.entry_timeout = fs_of(req)->options().negative_timeout_s;
+    fuse_reply_entry(req, &e);
+    return;
+  }
   if (!a.is_ok()) return reply_status(req, a.status());
   fs_of(req)->reply_entry(req, *a, at);
 }

@@ -21,9 +21,10 @@ struct MountOptions {
   std::string fsname = "rfos";  // shown in /proc/mounts
   double attr_timeout_s = 1.0;
   double entry_timeout_s = 1.0;
-  bool direct_io = false;        // bypass the page cache on every open file
-  bool writeback_cache = false;  // let the kernel gather buffered writes (visible to others after fsync/close)
-  bool sync_writes = false;      // store every write before write() returns (no write-behind, see write_behind.h)
+  double negative_timeout_s = 1.0;  // how long the kernel keeps a name's absence (0: it asks every time)
+  bool direct_io = false;           // bypass the page cache on every open file
+  bool writeback_cache = false;     // let the kernel gather buffered writes (visible to others after fsync/close)
+  bool sync_writes = false;         // store every write before write() returns (no write-behind, see write_behind.h)
   // Every operation and write durable when it returns (--sync, or -o sync): otherwise they are visible at once
   // and durable at fsync (docs/posix.md, "Durability and coherence").
   bool durable = false;

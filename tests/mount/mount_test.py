@@ -515,6 +515,18 @@ class MountTest(unittest.TestCase):
             os.unlink(os.path.join(other_mnt, "shared"))
             time.sleep(1.2)
             self.assertFalse(os.path.exists(self.path("shared")))
+            # A name's absence is kept like a name (the negative timeout, 1 s here): this mount's own create
+            # replaces it at once, another mount's shows within the timeout.
+            self.assertFalse(os.path.exists(self.path("made-here")))
+            with open(self.path("made-here"), "w") as out:
+                out.write("x")
+            self.assertTrue(os.path.exists(self.path("made-here")))
+            self.assertFalse(os.path.exists(self.path("made-elsewhere")))
+            with open(os.path.join(other_mnt, "made-elsewhere"), "w") as out:
+                out.write("y")
+            time.sleep(1.2)
+            with open(self.path("made-elsewhere")) as inp:
+                self.assertEqual(inp.read(), "y")
         finally:
             other.unmount()
 
