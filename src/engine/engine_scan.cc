@@ -117,8 +117,12 @@ Status Engine::Impl::visible_extents(rocksdb::Iterator* it, const std::string& a
   append_extent_start(&seek, align_down(begin, kGrainBytes));
   std::string tag_prefix = akey_prefix + kExtentTag;
   out->clear();
-  size_t stepped = 0;
-  for (it->Seek(seek); it->Valid() && starts_with(it->key(), tag_prefix); it->Next(), ++stepped) {
+  // What the walk stepped over: many records that overlap one another, or holes, are what aggregation can take
+  // away (records side by side, as small writes over a large file leave, it cannot).
+  size_t stepped = 0, overlapping = 0;
+  uint64_t reach = 0;  // the furthest end of the records stepped over so far (they come by start)
+  bool holes = false;
+  for (it->Seek(seek); it->Valid() && starts_with(it->key(), tag_prefix); it->Next()) {
     ObjectKey k;
     if (!parse_object_key(it->key().ToStringView(), &k)) return error(StatusCode::kCorruption, "malformed extent key");
     if (k.start >= end) break;
@@ -126,8 +130,13 @@ Status Engine::Impl::visible_extents(rocksdb::Iterator* it, const std::string& a
     if (k.epoch > epoch || v <= floor) continue;
     // Most records before `begin` end before it (small overwrites in a chunk): skip them undecoded.
     uint32_t length = 0;
-    if (!peek_extent_length(it->value().ToStringView(), &length))
+    uint8_t flags = 0;
+    if (!peek_extent_length(it->value().ToStringView(), &length, &flags))
       return error(StatusCode::kCorruption, "malformed extent record at offset " + std::to_string(k.start));
+    ++stepped;
+    if (k.start < reach) ++overlapping;
+    reach = std::max(reach, k.start + length);
+    holes |= (flags & ExtentRecord::kHole) != 0;
     if (k.start + length <= begin) continue;
     ExtentRef ref;
     ref.start = k.start;
@@ -136,10 +145,9 @@ Status Engine::Impl::visible_extents(rocksdb::Iterator* it, const std::string& a
     out->push_back(std::move(ref));
   }
   RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "index read"));
-  if (stepped > kPiledUpRecords && !piled_up.load(std::memory_order_relaxed))
+  if (stepped > kPiledUpRecords && (holes || overlapping * 4 > stepped) && !piled_up.load(std::memory_order_relaxed))
     piled_up.store(true, std::memory_order_relaxed);
   // Decode only now: rec.inline_data points into value, which must not move any more.
-  std::vector<ExtentRef> kept;
   for (ExtentRef& ref : *out) {
     if (!decode_extent(ref.value, &ref.rec) ||
         ref.start + ref.rec.length > align_down(ref.start, kGrainBytes) + kGrainBytes)
@@ -589,8 +597,8 @@ Result<AggregateStats> Engine::aggregate(uint32_t cont, Epoch upto) {
   if (upto < c.rec.agg_epoch) return AggregateStats{};
   // Nothing written since the last pass looked: no durable commit to raise the boundary (an idle target syncs
   // nothing).
+  im.piled_up.store(false, std::memory_order_relaxed);  // a read after this pass's scan tells again
   if (!c.aggregate_all && c.changed.empty()) return AggregateStats{};
-  im.piled_up.store(false, std::memory_order_relaxed);  // a read after the scan below tells again
 
   // First raise the boundary durably: from here on no update at or below `upto` can commit, so the scan
   // below sees every version it has to judge. What it scans is taken in the same step: the objects written since

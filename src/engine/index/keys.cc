@@ -214,10 +214,12 @@ std::string encode_extent(const ExtentRecord& r) {
   return v;
 }
 
-bool peek_extent_length(std::string_view value, uint32_t* length) {
+bool peek_extent_length(std::string_view value, uint32_t* length, uint8_t* flags) {
   ByteReader in(value);
-  uint8_t version, flags;
-  return in.get_le(&version) && version == kRecordVersion && in.get_le(&flags) && in.get_le(length);
+  uint8_t version, f;
+  if (!(in.get_le(&version) && version == kRecordVersion && in.get_le(&f) && in.get_le(length))) return false;
+  if (flags) *flags = f;
+  return true;
 }
 
 bool decode_extent(std::string_view value, ExtentRecord* out) {

@@ -98,7 +98,7 @@ std::string encode_extent(const ExtentRecord& r);
 // False when malformed: bad version, truncated, counts out of range, zero-length runs.
 bool decode_extent(std::string_view value, ExtentRecord* out);
 // The record's length without decoding the rest (false when the value is not an extent record).
-bool peek_extent_length(std::string_view value, uint32_t* length);
+bool peek_extent_length(std::string_view value, uint32_t* length, uint8_t* flags = nullptr);
 
 // Value of a 'v' record.
 struct SingleRecord {
