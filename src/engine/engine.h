@@ -382,8 +382,9 @@ class Engine {
   // and returns its block space. Afterwards updates at or below `upto` are refused, and so are reads below it
   // at epochs that are not snapshots.
   Result<AggregateStats> aggregate(uint32_t cont, Epoch upto);
-  // Whether a read or size walked more than kPiledUpRecords records of one array since the last aggregation pass
-  // began: the caller may want the next pass sooner than its usual period.
+  // Whether a read or size walked more than kPiledUpRecords records of one array, a quarter of them overlapping an
+  // earlier one or holes (what a pass can take away), since the last aggregation pass began: the caller may want
+  // the next pass sooner than its usual period.
   bool records_piled_up() const;
 
   // ---- introspection ----

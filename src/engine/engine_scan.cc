@@ -117,11 +117,10 @@ Status Engine::Impl::visible_extents(rocksdb::Iterator* it, const std::string& a
   append_extent_start(&seek, align_down(begin, kGrainBytes));
   std::string tag_prefix = akey_prefix + kExtentTag;
   out->clear();
-  // What the walk stepped over: many records that overlap one another, or holes, are what aggregation can take
+  // What the walk stepped over: records that overlap an earlier one, and holes, are what aggregation can take
   // away (records side by side, as small writes over a large file leave, it cannot).
-  size_t stepped = 0, overlapping = 0;
+  size_t stepped = 0, removable = 0;
   uint64_t reach = 0;  // the furthest end of the records stepped over so far (they come by start)
-  bool holes = false;
   for (it->Seek(seek); it->Valid() && starts_with(it->key(), tag_prefix); it->Next()) {
     ObjectKey k;
     if (!parse_object_key(it->key().ToStringView(), &k)) return error(StatusCode::kCorruption, "malformed extent key");
@@ -134,9 +133,8 @@ Status Engine::Impl::visible_extents(rocksdb::Iterator* it, const std::string& a
     if (!peek_extent_length(it->value().ToStringView(), &length, &flags))
       return error(StatusCode::kCorruption, "malformed extent record at offset " + std::to_string(k.start));
     ++stepped;
-    if (k.start < reach) ++overlapping;
+    if (k.start < reach || (flags & ExtentRecord::kHole)) ++removable;
     reach = std::max(reach, k.start + length);
-    holes |= (flags & ExtentRecord::kHole) != 0;
     if (k.start + length <= begin) continue;
     ExtentRef ref;
     ref.start = k.start;
@@ -145,7 +143,7 @@ Status Engine::Impl::visible_extents(rocksdb::Iterator* it, const std::string& a
     out->push_back(std::move(ref));
   }
   RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "index read"));
-  if (stepped > kPiledUpRecords && (holes || overlapping * 4 > stepped) && !piled_up.load(std::memory_order_relaxed))
+  if (stepped > kPiledUpRecords && removable * 4 > stepped && !piled_up.load(std::memory_order_relaxed))
     piled_up.store(true, std::memory_order_relaxed);
   // Decode only now: rec.inline_data points into value, which must not move any more.
   for (ExtentRef& ref : *out) {
@@ -478,7 +476,7 @@ void mark_akey(std::vector<AggRecord>& recs, const std::vector<Epoch>& views, Ep
     if (r.k.kind == kExtentTag && r.keep && r.k.epoch <= upto && !(r.ext.flags & ExtentRecord::kHole))
       data.push_back(&r);
   for (AggRecord& h : recs) {
-    if (views.size() != 1 || data.empty()) break;
+    if (views.size() != 1 || data.empty()) break;  // see above
     if (h.k.kind != kExtentTag || !h.keep || !(h.ext.flags & ExtentRecord::kHole) || h.k.epoch > upto) continue;
     Version hv{h.k.epoch, h.k.seq};
     uint64_t hs = h.k.start, he = h.k.start + h.ext.length;
@@ -595,9 +593,9 @@ Result<AggregateStats> Engine::aggregate(uint32_t cont, Epoch upto) {
   if (upto == 0 || upto == kEpochLatest) return error(StatusCode::kInvalidArgument, "aggregation epoch out of range");
   RFOS_ASSIGN_OR_RETURN(ContState c, im.container(cont));
   if (upto < c.rec.agg_epoch) return AggregateStats{};
+  im.piled_up.store(false, std::memory_order_relaxed);  // a read after this pass's scan tells again
   // Nothing written since the last pass looked: no durable commit to raise the boundary (an idle target syncs
   // nothing).
-  im.piled_up.store(false, std::memory_order_relaxed);  // a read after this pass's scan tells again
   if (!c.aggregate_all && c.changed.empty()) return AggregateStats{};
 
   // First raise the boundary durably: from here on no update at or below `upto` can commit, so the scan
