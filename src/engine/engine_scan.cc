@@ -594,9 +594,16 @@ Result<AggregateStats> Engine::aggregate(uint32_t cont, Epoch upto) {
   RFOS_ASSIGN_OR_RETURN(ContState c, im.container(cont));
   if (upto < c.rec.agg_epoch) return AggregateStats{};
   im.piled_up.store(false, std::memory_order_relaxed);  // a read after this pass's scan tells again
-  // Nothing written since the last pass looked: no durable commit to raise the boundary (an idle target syncs
-  // nothing).
-  if (!c.aggregate_all && c.changed.empty()) return AggregateStats{};
+  // Nothing written since the last pass looked: no durable commit (an idle target syncs nothing). The boundary
+  // still goes up, in memory: nothing at or below it was reclaimed by this pass, so a restart that finds the
+  // stored one lower loses nothing, and the next pass that commits stores it. An update that commits meanwhile
+  // is among the objects that pass scans.
+  if (!c.aggregate_all && c.changed.empty()) {
+    std::lock_guard meta(im.meta_mu);
+    if (auto it = im.conts.find(cont); it != im.conts.end())
+      it->second.rec.agg_epoch = std::max(it->second.rec.agg_epoch, upto);
+    return AggregateStats{};
+  }
 
   // First raise the boundary durably: from here on no update at or below `upto` can commit, so the scan
   // below sees every version it has to judge. What it scans is taken in the same step: the objects written since
