@@ -646,16 +646,22 @@ Status Engine::Impl::recover_lazy() {
     ++markers;
     std::vector<std::string> keys;
     if (!decode_lazy(it->value().ToStringView(), &keys)) return error(StatusCode::kCorruption, "malformed marker");
-    // The update's records as they are now (gone: aggregated or destroyed since, under a durable commit).
-    bool good = true;
-    for (size_t i = 0; i < keys.size() && good; ++i) {
+    // The update's records as they are now (gone: aggregated or destroyed since, under a durable commit), read
+    // once for the check and, when it fails, the drop.
+    std::vector<std::pair<std::string, std::string>> found;  // key, value
+    for (std::string& key : keys) {
       std::string v;
-      rocksdb::Status g = db->Get(rocksdb::ReadOptions(), keys[i], &v);
+      rocksdb::Status g = db->Get(rocksdb::ReadOptions(), key, &v);
       if (g.IsNotFound()) continue;
       RFOS_RETURN_IF_ERROR(from_rocks(g, "read a marked record"));
+      found.emplace_back(std::move(key), std::move(v));
+    }
+    bool good = true;
+    for (size_t i = 0; i < found.size() && good; ++i) {
       ObjectKey k;
       ExtentRecord r;
-      if (!parse_object_key(keys[i], &k) || k.kind != kExtentTag || !decode_extent(v, &r)) continue;
+      if (!parse_object_key(found[i].first, &k) || k.kind != kExtentTag || !decode_extent(found[i].second, &r))
+        continue;
       if (r.runs.empty() || r.csums.empty()) continue;
       uint64_t bytes = 0;
       for (const Run& run : r.runs) bytes += uint64_t{run.nblocks} * kBlockBytes;
@@ -674,14 +680,10 @@ Status Engine::Impl::recover_lazy() {
     // Its data did not all reach the media before the cut: the whole update goes, as if never acknowledged
     // (it was not synced), and what it overwrote shows again.
     ++updates_dropped;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      std::string v;
-      rocksdb::Status g = db->Get(rocksdb::ReadOptions(), keys[i], &v);
-      if (g.IsNotFound()) continue;
-      RFOS_RETURN_IF_ERROR(from_rocks(g, "read a marked record"));
+    for (const auto& [key, v] : found) {
       ExtentRecord r;
       if (decode_extent(v, &r)) dropped.insert(dropped.end(), r.runs.begin(), r.runs.end());
-      batch.Delete(keys[i]);
+      batch.Delete(key);
     }
   }
   RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "scan markers"));
