@@ -1073,10 +1073,14 @@ TEST_P(DataPlane, OneSessionCannotTakeEveryBuffer) {
   Status limited = flood_then_serve(16 << 20);  // ServerConfig::session_buffer_bytes' default
   EXPECT_TRUE(limited.is_ok()) << "with the per-session limit: " << limited.to_string();
 
+  // The payload timeout bounds how long the flood's unanswered replies hold their buffers (ofi+shm gives them up
+  // once they are that old, flooder alive or not): long enough for the other session to find them held on a
+  // loaded machine (at 2 s it once got through under a full suite beside another), short enough to see them
+  // come back below.
   server_->stop();
   server_ = std::make_unique<testing::ServerProcess>(
       dir_.path(), std::vector<std::string>{"--provider", GetParam(), "--session-buffer-bytes", "0",
-                                            "--payload-timeout-ms", "2000"});
+                                            "--payload-timeout-ms", "6000"});
   ASSERT_TRUE(server_->start());
   control_ = ControlClient::create(server_->address());
   Status unlimited = flood_then_serve(0);
