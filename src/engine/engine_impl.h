@@ -154,7 +154,7 @@ class Engine::Impl {
     std::string value;  // owns the bytes rec.inline_data points into
   };
   // Visible extent records of an akey overlapping [begin, end), in ascending version order. A scan that steps
-  // over more than kPiledUpRecords records sets piled_up.
+  // over more than kPiledUpRecords records, a quarter of them overlapping an earlier one or holes, sets piled_up.
   Status visible_extents(rocksdb::Iterator* it, const std::string& akey_prefix, Version floor, Epoch epoch,
                          uint64_t begin, uint64_t end, std::vector<ExtentRef>* out);
   // Small overwrites and truncates piled up in some array since the last aggregation pass: every read and size
