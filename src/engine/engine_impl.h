@@ -205,6 +205,13 @@ class Engine::Impl {
   // Single values at the latest epoch (value_cache.h): lead() drops what each commit wrote and fills in what
   // a batch put; fetch() answers from it.
   ValueCache values;
+  // A read at the latest epoch through `values` (fetch's single values, array_size's sizes): a hit needs only
+  // the container to be there still (only a valid key was ever cached); a miss reads with `read` and inserts
+  // what it found, value or none (kNotFound, answered with `none`), under the ticket taken before it. With a
+  // view, answered as of the view's moment.
+  template <typename Read>
+  Result<std::string> read_through(const ValueCache::Key& key, const ReadView::State* view, const char* none,
+                                   Read read);
   // Drops from `values` the object levels the group's writers write: before the group's index write, and
   // again after it, in refresh_values.
   void drop_values(const std::vector<Writer*>& group, ValueCache::Drop when);
@@ -254,6 +261,25 @@ struct ReadView::State {
   std::map<std::tuple<uint32_t, ObjectId, Epoch>, Version> object_floors;  // an object's own punch floor
 };
 std::unique_ptr<rocksdb::Iterator> stepping_iterator(std::unique_ptr<rocksdb::Iterator> base);
+
+template <typename Read>
+Result<std::string> Engine::Impl::read_through(const ValueCache::Key& key, const ReadView::State* view,
+                                               const char* none, Read read) {
+  std::optional<std::string> cached;
+  if (values.find(key, view ? view->moment.commits : ValueCache::kNow, &cached)) {
+    RFOS_RETURN_IF_ERROR(open_for_read(key.cid, kEpochLatest).status());
+    if (!cached) return error(StatusCode::kNotFound, none);
+    return std::move(*cached);
+  }
+  ValueCache::Ticket ticket = view ? values.ticket(view->moment, key.cid, key.oid) : values.ticket(key.cid, key.oid);
+  Result<std::string> got = read();
+  if (got.is_ok()) {
+    values.insert(ticket, key, *got);
+  } else if (got.status().code() == StatusCode::kNotFound) {
+    values.insert(ticket, key, std::nullopt);
+  }
+  return got;
+}
 
 // Updates and punches: epoch in 1..2^64-2 and above the container's write floor.
 Status check_write_epoch(const ContState& c, Epoch epoch);

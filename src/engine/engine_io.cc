@@ -540,26 +540,13 @@ Result<std::string> Engine::fetch(const FetchOp& op, std::vector<uint32_t>* csum
     if (csums) csums->assign(tx.csums().begin(), tx.csums().end());
     return tx.to_string();
   }
-  Impl& im = *impl_;
-  const ReadView::State* view = op.view ? op.view->state_.get() : nullptr;
-  ValueCache::Key key{op.key.cont, op.key.oid, op.key.dkey, op.key.akey};
-  std::optional<std::string> cached;
-  if (im.values.find(key, view ? view->moment.commits : ValueCache::kNow, &cached)) {
-    // Only a valid key was ever cached (fetch_begin and apply check theirs first); the container may have gone.
-    RFOS_RETURN_IF_ERROR(im.open_for_read(op.key.cont, op.epoch).status());
-    if (!cached) return error(StatusCode::kNotFound, "no single value at this key and epoch");
-    return std::move(*cached);
-  }
-  ValueCache::Ticket ticket =
-      view ? im.values.ticket(view->moment, op.key.cont, op.key.oid) : im.values.ticket(op.key.cont, op.key.oid);
-  Result<FetchTx> tx = fetch_begin(op);
-  if (!tx.is_ok()) {
-    if (tx.status().code() == StatusCode::kNotFound) im.values.insert(ticket, key, std::nullopt);
-    return tx.status();
-  }
-  std::string value = tx->to_string();
-  im.values.insert(ticket, key, value);
-  return value;
+  // Only valid keys are cached: fetch_begin and apply check theirs first.
+  return impl_->read_through({op.key.cont, op.key.oid, op.key.dkey, op.key.akey},
+                             op.view ? op.view->state_.get() : nullptr, "no single value at this key and epoch",
+                             [&]() -> Result<std::string> {
+                               RFOS_ASSIGN_OR_RETURN(FetchTx tx, fetch_begin(op));
+                               return tx.to_string();
+                             });
 }
 
 // A fetch between its index work and its media reads: fetch_begin waits for the reads, fetch_submit lets a

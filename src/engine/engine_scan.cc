@@ -390,25 +390,16 @@ Result<uint64_t> Engine::array_size(const KeyRef& key, Epoch epoch, ReadView* vi
     return data->empty() ? 0 : data->back().offset + data->back().length;
   };
   if (epoch != kEpochLatest) return size_of();
-  // At the latest epoch the size may be cached (value_cache.h), as single values are in fetch().
-  ValueCache::Key ck{key.cont, key.oid, key.dkey, key.akey, true};
-  std::optional<std::string> cached;
-  if (im.values.find(ck, state ? state->moment.commits : ValueCache::kNow, &cached)) {
-    RFOS_RETURN_IF_ERROR(im.open_for_read(key.cont, epoch).status());  // only a valid key was cached
-    if (!cached) return error(StatusCode::kNotFound, "no array at this key and epoch");
-    return get_be64(cached->data());
-  }
-  ValueCache::Ticket ticket =
-      state ? im.values.ticket(state->moment, key.cont, key.oid) : im.values.ticket(key.cont, key.oid);
-  Result<uint64_t> size = size_of();
-  if (size.is_ok()) {
-    std::string v;
-    put_be64(&v, *size);
-    im.values.insert(ticket, ck, std::move(v));
-  } else if (size.status().code() == StatusCode::kNotFound) {
-    im.values.insert(ticket, ck, std::nullopt);
-  }
-  return size;
+  // At the latest epoch the size may be cached (value_cache.h), as its 8 bytes; visible_data checks the key.
+  RFOS_ASSIGN_OR_RETURN(std::string cached,
+                        im.read_through({key.cont, key.oid, key.dkey, key.akey, true}, state,
+                                        "no array at this key and epoch", [&]() -> Result<std::string> {
+                                          RFOS_ASSIGN_OR_RETURN(uint64_t size, size_of());
+                                          std::string v;
+                                          put_be64(&v, size);
+                                          return v;
+                                        }));
+  return get_be64(cached.data());
 }
 
 // ---------------------------------------------------------------------------------------------------------
