@@ -415,6 +415,27 @@ struct AggRecord {
 
 namespace {
 
+// A hole reads as no record does (zeros, and no part of the array's size): one stays only while some data record
+// kept is older than it and overlaps it. Truncates that extend a file, and holes whose data under them went,
+// would otherwise stay as long as they are the newest over some byte. Only where the akey keeps some data at
+// `upto` (it exists at every epoch readable afterwards, whatever holes go), and only without snapshots to serve
+// (the caller's part: each would need a record of its own to show the akey exists there).
+void drop_holes_hiding_nothing(std::vector<AggRecord>& recs, Epoch upto) {
+  std::vector<const AggRecord*> data;
+  for (const AggRecord& r : recs)
+    if (r.k.kind == kExtentTag && r.keep && r.k.epoch <= upto && !(r.ext.flags & ExtentRecord::kHole))
+      data.push_back(&r);
+  if (data.empty()) return;
+  for (AggRecord& h : recs) {
+    if (h.k.kind != kExtentTag || !h.keep || !(h.ext.flags & ExtentRecord::kHole) || h.k.epoch > upto) continue;
+    Version hv{h.k.epoch, h.k.seq};
+    uint64_t hs = h.k.start, he = h.k.start + h.ext.length;
+    h.keep = std::any_of(data.begin(), data.end(), [&](const AggRecord* d) {
+      return Version{d->k.epoch, d->k.seq} < hv && d->k.start < he && hs < d->k.start + d->ext.length;
+    });
+  }
+}
+
 // Decides which versions of one akey (at or below `upto`) any view can see. Views are the snapshots below
 // `upto` and `upto` itself; a view sees a version at or below its epoch and above the punch floor at its epoch.
 void mark_akey(std::vector<AggRecord>& recs, const std::vector<Epoch>& views, Epoch upto,
@@ -457,24 +478,7 @@ void mark_akey(std::vector<AggRecord>& recs, const std::vector<Epoch>& views, Ep
     for (const auto& s : map.segments())
       if (s.owner >= 0) ext[s.owner]->keep = true;
   }
-  // A hole reads as no record does (zeros, and no part of the array's size): one stays only while some data
-  // record kept for a view is older than it and overlaps it. Truncates that extend a file, and holes whose
-  // data under them went, would otherwise stay as long as they are the newest over some byte. Only where the
-  // akey keeps some data at `upto` (it exists at every epoch readable afterwards, whatever holes go) and no
-  // snapshot is to be served (each would need a record of its own to show the akey exists there).
-  std::vector<const AggRecord*> data;
-  for (const AggRecord& r : recs)
-    if (r.k.kind == kExtentTag && r.keep && r.k.epoch <= upto && !(r.ext.flags & ExtentRecord::kHole))
-      data.push_back(&r);
-  for (AggRecord& h : recs) {
-    if (views.size() != 1 || data.empty()) break;  // see above
-    if (h.k.kind != kExtentTag || !h.keep || !(h.ext.flags & ExtentRecord::kHole) || h.k.epoch > upto) continue;
-    Version hv{h.k.epoch, h.k.seq};
-    uint64_t hs = h.k.start, he = h.k.start + h.ext.length;
-    h.keep = std::any_of(data.begin(), data.end(), [&](const AggRecord* d) {
-      return Version{d->k.epoch, d->k.seq} < hv && d->k.start < he && hs < d->k.start + d->ext.length;
-    });
-  }
+  if (views.size() == 1) drop_holes_hiding_nothing(recs, upto);
   // An akey punch stays while some kept version is older than it (it still hides that version).
   for (AggRecord& r : recs) {
     if (r.k.kind != kPunchTag || r.keep) continue;
