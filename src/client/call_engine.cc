@@ -32,6 +32,7 @@ uint64_t CallEngine::new_id() {
 void CallEngine::on_message(transport::Incoming& in) {
   auto r = wire::decode_reply(in.header);
   if (!r.is_ok()) return;
+  if (r->request_id == 0) return notice(in);
   auto it = calls_.find(r->request_id);
   if (it == calls_.end() || it->second.replied) return;  // stale (timed out), duplicate or foreign: dropped
   if (in.reply_to != eps_[it->second.target]) return;    // not from the target it asked
@@ -83,6 +84,24 @@ void CallEngine::on_message(transport::Incoming& in) {
     call.status = s;
     call.replied = true;
   }
+}
+
+void CallEngine::notice(transport::Incoming& in) {
+  if (!on_notice_ || in.payload_bytes == 0 || in.payload_bytes > kMaxNoticeBytes) return;
+  if (std::find(eps_.begin(), eps_.end(), in.reply_to) == eps_.end()) return;  // not from a target of ours
+  auto bytes = std::make_shared<std::string>(in.payload_bytes, '\0');
+  Iov dst{bytes->data(), bytes->size()};
+  Status s = worker_->fetch_payload(in, {&dst, 1}, [this, bytes](Status got) {
+    if (got.is_ok() && on_notice_) on_notice_(*bytes);
+  });
+  (void)s;  // a notice that could not land is lost; the caches it was for expire by their timeouts
+}
+
+void CallEngine::wait(int timeout_ms) {
+  if (worker_->progress() > 0) return;
+  worker_->wait(timeout_ms, nullptr);
+  worker_->progress();
+  reap();
 }
 
 Result<uint64_t> CallEngine::submit(uint32_t t, wire::Request& q, std::span<const Iov> payload, std::span<uint8_t> into,

@@ -54,6 +54,12 @@ class CallEngine {
 
   // Called for the memory of a call that timed out: the target may still hold its descriptor.
   void on_deadline(std::function<void(const Memory&)> f) { on_deadline_ = std::move(f); }
+  // Called with the payload of each notice a target sends (a message with request id 0, wire kWatch), inside
+  // progress; notices from anyone but this engine's targets, or over kMaxNoticeBytes, are dropped.
+  void on_notice(std::function<void(std::string_view)> f) { on_notice_ = std::move(f); }
+  static constexpr size_t kMaxNoticeBytes = 64 * 1024;
+  // Progresses for up to timeout_ms, or until an event came (a watcher waiting for notices).
+  void wait(int timeout_ms);
 
   // Sends `q` (its request_id set here) to target `t`; its completion comes out of wait_for / take. A fetch's
   // payload lands in `into`, or in `sized` resized to what arrives. `payload` and `into` must stay valid until
@@ -106,6 +112,8 @@ class CallEngine {
   std::unique_ptr<transport::Worker> worker_;
   std::vector<transport::EpHandle> eps_;
   std::function<void(const Memory&)> on_deadline_;
+  std::function<void(std::string_view)> on_notice_;
+  void notice(transport::Incoming& in);
   std::mt19937_64 ids_{std::random_device{}()};
   std::map<uint64_t, Call> calls_;
   std::deque<Finished> completed_;  // finished, not yet handed out

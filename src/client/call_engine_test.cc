@@ -191,6 +191,57 @@ TEST_F(CallEngineTest, RepliesFromAnotherPeerAndDuplicatesAreDropped) {
   EXPECT_EQ(e->in_flight(), 0u);
 }
 
+// A notice (request id 0) from a target reaches on_notice whole; one from a peer that is not a target, or an
+// empty or oversized one, does not.
+TEST_F(CallEngineTest, NoticesCountOnlyFromTheTargets) {
+  std::vector<wire::Request> watches;
+  target_->answer = [&](const wire::Request& q) {
+    watches.push_back(q);
+    return std::vector{reply(q)};
+  };
+  auto e = engine();
+  std::vector<std::string> heard;
+  e->on_notice([&](std::string_view bytes) { heard.emplace_back(bytes); });
+  wire::Request q = request(wire::Op::kWatch);
+  ASSERT_TRUE(e->submit(0, q, {}, {}).is_ok());
+  ASSERT_EQ(finish(*e, 1).size(), 1u);
+  ASSERT_EQ(watches.size(), 1u);
+
+  auto send_notice = [&](transport::Worker& from, transport::EpHandle to, std::string bytes) {
+    wire::Reply r;  // request id 0
+    r.length = bytes.size();
+    Iov v{bytes.data(), bytes.size()};
+    ASSERT_TRUE(
+        from.send(to, wire::encode_reply(r), bytes.empty() ? std::span<const Iov>() : std::span(&v, 1), [](Status) {})
+            .is_ok());
+  };
+  auto rogue = std::move(fabric_.create_worker()).value();
+  rogue->on_message([](Incoming&) {});
+  auto rogue_to_client = rogue->connect(e->worker().address());
+  ASSERT_TRUE(rogue_to_client.is_ok());
+  send_notice(*rogue, *rogue_to_client, "from a stranger");
+  // The target answers on the endpoint its watch came from.
+  transport::EpHandle target_to_client = 0;
+  target_->answer = [&](const wire::Request& r) { return std::vector{reply(r)}; };
+  target_->w->on_message([&](Incoming& in) {
+    target_to_client = in.reply_to;
+    ASSERT_TRUE(
+        target_->w->send(in.reply_to, wire::encode_reply(reply(*wire::decode_request(in.header))), {}, [](Status) {})
+            .is_ok());
+  });
+  wire::Request again = request(wire::Op::kWatch);
+  ASSERT_TRUE(e->submit(0, again, {}, {}).is_ok());
+  ASSERT_EQ(finish(*e, 1).size(), 1u);
+  ASSERT_NE(target_to_client, 0u);
+  send_notice(*target_->w, target_to_client, "");
+  send_notice(*target_->w, target_to_client, std::string(CallEngine::kMaxNoticeBytes + 1, 'x'));
+  send_notice(*target_->w, target_to_client, "from the target");
+  for (int i = 0; i < 200 && heard.empty(); ++i) rogue->progress(), target_->w->progress(), e->wait(0);
+  for (int i = 0; i < 50; ++i) rogue->progress(), target_->w->progress(), e->wait(0);
+  EXPECT_EQ(heard, std::vector<std::string>{"from the target"});
+  EXPECT_EQ(e->in_flight(), 0u) << "a notice is nobody's reply";
+}
+
 TEST_F(CallEngineTest, LargePayloadsWaitForTheSendWindow) {
   target_->answer = [](const wire::Request& q) { return std::vector{reply(q)}; };
   std::vector<char> big(transport::kLargePayloadBytes + 1, 'x');

@@ -51,6 +51,7 @@ class Container::Impl {
   std::unique_ptr<ControlClient> control;
   uint64_t renew_at_ms = 0;
   uint64_t next_try_ms = 0;  // after a failed attempt: one a second, not one per request
+  uint64_t client_tag = 0;   // Container::set_client_tag
   void schedule_renewal() {
     uint64_t now = wall_ms();
     renew_at_ms = session.expires_unix_ms > now ? now + (session.expires_unix_ms - now) * 3 / 4 : now;
@@ -506,7 +507,7 @@ Result<std::string> Container::namespace_op(uint32_t target, const ObjectId& oid
   if (request.empty() || request.size() > wire::kMaxNamespaceBytes)
     return error(StatusCode::kInvalidArgument, "a namespace request is 1 B .. 64 KiB");
   wire::Request q = make_request(read ? wire::Op::kNamespaceRead : wire::Op::kNamespace, wire::Kind::kSingle, oid, {},
-                                 {}, 0, request.size());
+                                 {}, impl_->client_tag, request.size());
   Iov v{const_cast<char*>(request.data()), request.size()};
   std::string reply;
   RFOS_RETURN_IF_ERROR(impl_->roundtrip(target, q, {&v, 1}, {}, nullptr, &reply));
@@ -538,7 +539,7 @@ std::vector<Result<std::string>> Container::namespace_ops(std::span<const Namesp
     }
     while (window.size() >= depth) finish_oldest();
     wire::Request q = make_request(call.read ? wire::Op::kNamespaceRead : wire::Op::kNamespace, wire::Kind::kSingle,
-                                   call.oid, {}, {}, 0, call.request.size());
+                                   call.oid, {}, {}, impl_->client_tag, call.request.size());
     Iov v{const_cast<char*>(call.request.data()), call.request.size()};
     auto id = impl_->submit(call.target, q, {&v, 1}, {}, &replies[i]);
     if (id.is_ok())
@@ -549,6 +550,17 @@ std::vector<Result<std::string>> Container::namespace_ops(std::span<const Namesp
   while (!window.empty()) finish_oldest();
   return out;
 }
+
+void Container::set_client_tag(uint64_t tag) { impl_->client_tag = tag; }
+
+Status Container::watch(uint64_t tag, std::function<void(std::string_view)> on_notice) {
+  impl_->calls->on_notice(std::move(on_notice));
+  return impl_->to_every_target(
+      [tag](uint32_t) { return make_request(wire::Op::kWatch, wire::Kind::kSingle, {}, {}, {}, tag); },
+      [](uint32_t, const wire::Reply&) { return Status::ok(); }, ~0u);
+}
+
+void Container::wait(int timeout_ms) { impl_->calls->wait(timeout_ms); }
 
 Status Container::sync() {
   return impl_->to_every_target([](uint32_t) { return make_request(wire::Op::kSync, wire::Kind::kArray, {}, {}, {}); },

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -159,6 +160,16 @@ class Container {
     bool read = false;
   };
   std::vector<Result<std::string>> namespace_ops(std::span<const NamespaceCall> calls, size_t depth);
+  // Namespace requests from this handle carry `tag` (0: none): a client's tag, shared by its handles, so that
+  // watch() brings it notices of the others' changes only.
+  void set_client_tag(uint64_t tag);
+  // Asks every target for notices of the namespace changes committed there to this container (wire kWatch) but
+  // those whose requests carried `tag`, for wire::kWatchLeaseMs; call again within it to keep them coming.
+  // `on_notice` gets each notice's bytes (posix::decode_notice) on the thread using this handle, inside its calls
+  // and wait(). Errors: as any request's (kNotSupported from a server that sends none).
+  Status watch(uint64_t tag, std::function<void(std::string_view)> on_notice);
+  // Progresses this handle for up to timeout_ms: what a handle that only watches runs.
+  void wait(int timeout_ms);
   // Makes every write any target acknowledged so far durable (lazy writes and namespace operations): kSync to
   // every target at once.
   Status sync();

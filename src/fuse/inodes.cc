@@ -70,6 +70,13 @@ void Inodes::unlinked(const ObjectId& oid) {
   purge_(oid);
 }
 
+std::optional<Ino> Inodes::known(const ObjectId& oid) {
+  std::lock_guard lock(mu_);
+  auto it = inos_.find(oid);
+  if (it == inos_.end()) return std::nullopt;
+  return it->second;
+}
+
 Ino Inodes::hint(const ObjectId& oid) {
   std::lock_guard lock(mu_);
   auto it = inos_.find(oid);

@@ -44,6 +44,8 @@ class Inodes {
   void unlinked(const ObjectId& oid);
   // The objects of files open through this mount, up to `max` (false when there are more).
   bool open_files(size_t max, std::vector<ObjectId>* out);
+  // The number the kernel holds `oid` by; none when it holds none.
+  std::optional<Ino> known(const ObjectId& oid);
   // The number `oid` has, or a stable stand-in (high bit set) for one the kernel was not handed (readdir).
   Ino hint(const ObjectId& oid);
   size_t size();

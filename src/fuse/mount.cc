@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -124,6 +125,17 @@ class Fs {
   }
   bool wait_writes(const ObjectId& oid) { return writes_ && writes_->wait(oid); }
   const MountOptions& options() const { return opt_; }
+
+  // Another client's change (Namespace::watch): what the kernel and the inode table hold of it goes now rather
+  // than at the end of its timeout. Pages of a file changed elsewhere go too, as at its next open they would.
+  void invalidate(fuse_session* se, const posix::Notice& n) {
+    for (const ObjectId& o : n.inodes) {
+      inodes_.stale(o);
+      if (auto ino = inodes_.known(o)) fuse_lowlevel_notify_inval_inode(se, *ino, 0, 0);
+    }
+    for (const auto& [dir, name] : n.entries)
+      if (auto ino = inodes_.known(dir)) fuse_lowlevel_notify_inval_entry(se, *ino, name.data(), name.size());
+  }
 
   Result<ObjectId> oid(fuse_ino_t ino) { return inodes_.oid(ino); }
   fuse_ino_t remember(const ObjectId& oid) { return inodes_.remember(oid); }
@@ -983,6 +995,12 @@ Status run_mount(posix::Namespace& ns, const MountOptions& given) {
                      "cannot mount on '" + options.mountpoint + "' (is /dev/fuse there, and may this user mount?)");
     } else {
       set_readahead(options);
+      // Other clients' changes show here at once while the targets send notices of them; without (a server
+      // that sends none), within the timeouts.
+      auto watching = ns.watch([&fs, se](const posix::Notice& n) { fs.invalidate(se, n); });
+      if (!watching.is_ok())
+        spdlog::warn("no notices of other clients' changes ({}): they show within the timeouts",
+                     watching.status().to_string());
       if (options.on_mounted) options.on_mounted(Status::ok());
       if (int err = serve_requests(se, fs.buffers(), options.request_threads); err != 0)
         result = error(StatusCode::kIoError, std::string("the FUSE loop failed: ") + std::strerror(err));

@@ -3,8 +3,9 @@
 // Every local user works on the mount: it is mounted with allow_other and default_permissions, so the kernel
 // checks owner, group, supplementary groups and mode bits for whoever calls, and the namespace library checks
 // again with the caller's credentials (sticky and setgid directories included). Large requests (1 MiB),
-// attribute and entry caching with timeouts, optional direct I/O, kernel readahead; page-cache contents are
-// dropped on open and when the attributes (mtime, size) another client changed come back after their timeout.
+// attribute and entry caching with timeouts, dropped early when the targets send notices of other clients'
+// changes (Namespace::watch); optional direct I/O, kernel readahead; page-cache contents are kept across opens
+// only while a file is unchanged.
 //
 // Thread-safety: run_mount owns its threads; nothing here is shared with callers.
 #pragma once

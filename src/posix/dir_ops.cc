@@ -18,6 +18,8 @@ constexpr uint8_t kReplyVersion = 1;
 constexpr uint32_t kGroupsLater = UINT32_MAX;  // the count of a caller's groups it left out (Cred::later)
 constexpr size_t kMaxHints = 8;
 constexpr size_t kMaxReplyData = 1u << 20;  // a small file's bytes, or a directory page
+constexpr uint8_t kNoticeVersion = 1;
+constexpr uint32_t kMaxNoticeItems = 8;  // a rename names two entries and three inodes
 
 void put_oid(std::string* s, const ObjectId& o) {
   put_le<uint64_t>(s, o.hi);
@@ -232,6 +234,76 @@ Result<DirReply> decode_dir_reply(std::string_view in) {
   out.purged = done & 8;
   out.has_dir = done & 16;
   return out;
+}
+
+Notice notice_of(const DirRequest& q, const DirReply& r) {
+  Notice n;
+  auto entry = [&](const ObjectId& dir, const std::string& name) {
+    n.entries.emplace_back(dir, name);
+    n.inodes.push_back(dir);  // its mtime and ctime moved
+  };
+  switch (q.op) {
+    case DirOp::kCreate:
+      entry(q.dir, q.name);
+      break;
+    case DirOp::kRemove:
+      entry(q.dir, q.name);
+      if (r.other != ObjectId{}) n.inodes.push_back(r.other);  // its link count
+      break;
+    case DirOp::kRename:
+      entry(q.dir, q.name);
+      if (q.dir2 != q.dir || q.name2 != q.name) entry(q.dir2, q.name2);
+      if (r.other != ObjectId{}) n.inodes.push_back(r.other);  // the replaced (or exchanged) inode
+      break;
+    case DirOp::kLink:
+      entry(q.dir, q.name);
+      n.inodes.push_back(q.oid);
+      break;
+    case DirOp::kSetattr:
+    case DirOp::kWrite:
+      n.inodes.push_back(q.oid);
+      break;
+    case DirOp::kPurge:  // an inode without names: nobody can look it up
+    case DirOp::kReadDir:
+    case DirOp::kLookup:
+    case DirOp::kGetattr:
+      break;
+  }
+  std::sort(n.inodes.begin(), n.inodes.end());
+  n.inodes.erase(std::unique(n.inodes.begin(), n.inodes.end()), n.inodes.end());
+  return n;
+}
+
+std::string encode_notice(const Notice& n) {
+  std::string s;
+  put_le<uint8_t>(&s, kNoticeVersion);
+  put_le<uint32_t>(&s, static_cast<uint32_t>(n.entries.size()));
+  for (const auto& [dir, name] : n.entries) {
+    put_oid(&s, dir);
+    put_bytes(&s, name);
+  }
+  put_le<uint32_t>(&s, static_cast<uint32_t>(n.inodes.size()));
+  for (const ObjectId& o : n.inodes) put_oid(&s, o);
+  return s;
+}
+
+Result<Notice> decode_notice(std::string_view in) {
+  ByteReader r(in);
+  Notice n;
+  uint8_t version = 0;
+  uint32_t count = 0;
+  auto malformed = [] { return error(StatusCode::kInvalidArgument, "namespace notice is malformed"); };
+  if (!r.get_le(&version) || version != kNoticeVersion || !r.get_le(&count) || count > kMaxNoticeItems)
+    return malformed();
+  n.entries.resize(count);
+  for (auto& [dir, name] : n.entries)
+    if (!get_oid(r, &dir) || !get_bytes(r, &name, kNameMax)) return malformed();
+  if (!r.get_le(&count) || count > kMaxNoticeItems) return malformed();
+  n.inodes.resize(count);
+  for (ObjectId& o : n.inodes)
+    if (!get_oid(r, &o)) return malformed();
+  if (r.remaining() != 0) return malformed();
+  return n;
 }
 
 namespace {

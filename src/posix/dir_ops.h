@@ -130,6 +130,19 @@ Result<DirRequest> decode_dir_request(std::string_view in);
 std::string encode_dir_reply(const DirReply& r);
 Result<DirReply> decode_dir_reply(std::string_view in);
 
+// What a namespace change leaves stale in other clients' caches: the names it made, removed or replaced, and the
+// inodes whose attributes it moved. A target sends it to the watchers of the container (wire kWatch) once the
+// change committed, so a mount can drop what its kernel holds at once instead of at the end of a timeout.
+struct Notice {
+  std::vector<std::pair<ObjectId, std::string>> entries;  // (directory, name)
+  std::vector<ObjectId> inodes;
+  bool empty() const { return entries.empty() && inodes.empty(); }
+};
+// The notice of a change `q` that committed with reply `r` (empty for reads and purges).
+Notice notice_of(const DirRequest& q, const DirReply& r);
+std::string encode_notice(const Notice& n);
+Result<Notice> decode_notice(std::string_view in);  // kInvalidArgument when malformed (bytes from a server: fuzzed)
+
 // One change of an operation's batch.
 struct Change {
   enum class Kind : uint8_t { kPut, kPutData, kPunch, kPunchObject, kPunchData };

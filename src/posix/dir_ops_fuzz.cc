@@ -1,6 +1,6 @@
 // Fuzz target for the namespace requests a target decodes and carries out (wire kNamespace: bytes from a client),
-// and for the replies a client decodes. Accepted requests also run against an in-memory store where some keys
-// are elsewhere, so the operations' own checks see arbitrary input.
+// and for the replies and notices a client decodes. Accepted requests also run against an in-memory store where some
+// keys are elsewhere, so the operations' own checks see arbitrary input.
 #include <sys/stat.h>
 
 #include <cstddef>
@@ -41,6 +41,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (r.is_ok()) {
     ++rfos_fuzz_accepted;
     if (encode_dir_reply(*r) != in) std::abort();
+  }
+  auto n = decode_notice(in);
+  if (n.is_ok()) {
+    ++rfos_fuzz_accepted;
+    if (encode_notice(*n) != in) std::abort();
   }
   return 0;
 }
@@ -87,6 +92,7 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void*, const char*, const uint8_t*,
   r.has_data = true;
   r.data = "small file";
   put("reply-data", encode_dir_reply(r));
+  put("notice", encode_notice(notice_of(q, r)));
   q = {};
   q.op = DirOp::kWrite;
   q.oid = {0, 6};

@@ -492,5 +492,73 @@ TEST(DirOpsCodec, RequestsAndRepliesRoundTrip) {
   EXPECT_FALSE(rb->inode_done);
 }
 
+// What each change tells other clients to drop: the names it touched and the inodes whose attributes moved.
+TEST(DirOpsNotice, EachChangeNamesWhatItLeftStale) {
+  ObjectId d1{1, 1}, d2{1, 2}, f{2, 1}, g{2, 2};
+  DirReply r;
+  auto entries = [](const Notice& n) { return n.entries; };
+  using Entries = std::vector<std::pair<ObjectId, std::string>>;
+
+  DirRequest q = create_req("a", f, S_IFREG | 0644);
+  q.dir = d1;
+  Notice n = notice_of(q, r);
+  EXPECT_EQ(entries(n), (Entries{{d1, "a"}}));
+  EXPECT_EQ(n.inodes, std::vector<ObjectId>{d1});
+
+  q.op = DirOp::kRemove;
+  r.other = f;
+  n = notice_of(q, r);
+  EXPECT_EQ(entries(n), (Entries{{d1, "a"}}));
+  EXPECT_EQ(n.inodes, (std::vector<ObjectId>{d1, f}));
+
+  q.op = DirOp::kRename;
+  q.dir2 = d2;
+  q.name2 = "b";
+  r.other = g;  // replaced
+  n = notice_of(q, r);
+  EXPECT_EQ(entries(n), (Entries{{d1, "a"}, {d2, "b"}}));
+  EXPECT_EQ(n.inodes, (std::vector<ObjectId>{d1, d2, g}));
+  q.dir2 = d1;  // within one directory: the directory once
+  n = notice_of(q, r);
+  EXPECT_EQ(n.inodes, (std::vector<ObjectId>{d1, g}));
+
+  q.op = DirOp::kLink;
+  q.oid = f;
+  r.other = {};
+  n = notice_of(q, r);
+  EXPECT_EQ(entries(n), (Entries{{d1, "a"}}));
+  EXPECT_EQ(n.inodes, (std::vector<ObjectId>{d1, f}));
+
+  for (DirOp op : {DirOp::kSetattr, DirOp::kWrite}) {
+    q.op = op;
+    n = notice_of(q, r);
+    EXPECT_TRUE(n.entries.empty());
+    EXPECT_EQ(n.inodes, std::vector<ObjectId>{f});
+  }
+  for (DirOp op : {DirOp::kPurge, DirOp::kLookup, DirOp::kGetattr, DirOp::kReadDir}) {
+    q.op = op;
+    EXPECT_TRUE(notice_of(q, r).empty()) << static_cast<int>(op);
+  }
+}
+
+TEST(DirOpsNotice, RoundTripsAndRefusesWhatIsMalformed) {
+  Notice n;
+  n.entries = {{{1, 1}, "a"}, {{1, 2}, std::string(kNameMax, 'n')}};
+  n.inodes = {{1, 1}, {1, 2}, {3, 4}};
+  std::string bytes = encode_notice(n);
+  auto back = decode_notice(bytes);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->entries, n.entries);
+  EXPECT_EQ(back->inodes, n.inodes);
+  for (size_t cut = 0; cut < bytes.size(); ++cut) EXPECT_FALSE(decode_notice(bytes.substr(0, cut)).is_ok()) << cut;
+  EXPECT_FALSE(decode_notice(bytes + "x").is_ok());
+  Notice long_name;
+  long_name.entries = {{{1, 1}, std::string(kNameMax + 1, 'n')}};
+  EXPECT_FALSE(decode_notice(encode_notice(long_name)).is_ok());
+  Notice many;
+  many.inodes.resize(1000);
+  EXPECT_FALSE(decode_notice(encode_notice(many)).is_ok());
+}
+
 }  // namespace
 }  // namespace rfos::posix

@@ -5,16 +5,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "client/file_layout.h"
 #include "client/named_objects.h"
 #include "common/coding.h"
 #include "placement/placement.h"
+#include "wire/data_plane.h"
 
 namespace rfos::posix {
 
@@ -57,6 +60,10 @@ class Namespace::Impl {
   std::atomic<bool> durable{false};                     // Namespace::set_durable
   std::function<void(const Attr&)> dir_observer;        // Namespace::on_directory_changed
 
+  // Every session's namespace requests carry it, so that targets send this namespace's watch notices of the
+  // other clients' changes only.
+  const uint64_t tag = std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1;
+
   // Container sessions are single-threaded: each call borrows one and gives it back.
   std::mutex mu;
   std::vector<std::unique_ptr<Container>> idle;
@@ -94,6 +101,7 @@ class Namespace::Impl {
     }
     RFOS_ASSIGN_OR_RETURN(auto c, factory());
     c->set_lazy_writes(!durable);
+    c->set_client_tag(tag);
     return Lease(this, std::move(c));
   }
 
@@ -399,6 +407,54 @@ class Namespace::Impl {
 
 Namespace::Namespace(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Namespace::~Namespace() = default;
+
+namespace {
+
+// Namespace::watch's thread: its own session, waiting for notices, renewing the watch a third into its lease
+// (or a second after a failed renewal), until the Watch goes.
+class Watcher final : public Namespace::Watch {
+ public:
+  Watcher(std::unique_ptr<Container> c, uint64_t tag, std::function<void(std::string_view)> handler)
+      : c_(std::move(c)), tag_(tag), handler_(std::move(handler)) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Watcher() override {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  void run() {
+    using Clock = std::chrono::steady_clock;
+    auto renew_at = Clock::now() + std::chrono::milliseconds(wire::kWatchLeaseMs / 3);
+    while (!stop_.load(std::memory_order_relaxed)) {
+      c_->wait(100);
+      if (Clock::now() < renew_at) continue;
+      Status s = c_->watch(tag_, handler_);
+      renew_at =
+          Clock::now() + (s.is_ok() ? std::chrono::milliseconds(wire::kWatchLeaseMs / 3) : std::chrono::seconds(1));
+    }
+  }
+
+  std::unique_ptr<Container> c_;
+  uint64_t tag_;
+  std::function<void(std::string_view)> handler_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Namespace::Watch>> Namespace::watch(std::function<void(const Notice&)> on_notice) {
+  RFOS_ASSIGN_OR_RETURN(auto c, impl_->factory());
+  c->set_client_tag(impl_->tag);
+  auto handler = [on_notice = std::move(on_notice)](std::string_view bytes) {
+    auto n = decode_notice(bytes);
+    if (n.is_ok()) on_notice(*n);
+  };
+  RFOS_RETURN_IF_ERROR(c->watch(impl_->tag, handler));
+  return std::unique_ptr<Watch>(new Watcher(std::move(c), impl_->tag, std::move(handler)));
+}
 ObjectId Namespace::root() const { return impl_->root; }
 
 Result<std::unique_ptr<Namespace>> Namespace::open(client::ControlClient& control, const std::string& pool,

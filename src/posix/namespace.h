@@ -107,6 +107,16 @@ class Namespace {
   Status sync();
   void set_durable(bool durable);
 
+  // Notices of the namespace changes other clients make (posix::Notice, wire kWatch), from every target, on a
+  // session and a thread of their own, renewed within their lease, while the returned Watch lives; `on_notice`
+  // runs on that thread. This namespace's own changes bring none. A notice is a hint to drop cached state
+  // sooner: one lost (a target restarted, a send failed) leaves caches to their timeouts.
+  class Watch {
+   public:
+    virtual ~Watch() = default;
+  };
+  Result<std::unique_ptr<Watch>> watch(std::function<void(const Notice&)> on_notice);
+
   // Called with a directory's attributes as an operation left them (a mount's attribute cache keeps them);
   // set before the namespace is used.
   void on_directory_changed(std::function<void(const Attr&)> observer);

@@ -7,12 +7,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -419,6 +422,86 @@ TEST_F(Ns, RacingCreatesHaveOneWinner) {
     done = page->done;
   }
   EXPECT_EQ(names.size(), 40u);
+}
+
+// A watching client hears of every change another client makes (names made, renamed and removed, attributes
+// moved), as the targets commit them, and of none of its own.
+TEST_F(Ns, WatchersHearOfTheOthersChangesOnly) {
+  auto a = client(), b = client();
+  ASSERT_TRUE(a && b);
+  std::mutex mu;
+  std::condition_variable arrived;
+  std::vector<Notice> heard;
+  auto watch = b->watch([&](const Notice& n) {
+    std::lock_guard lock(mu);
+    heard.push_back(n);
+    arrived.notify_all();
+  });
+  ASSERT_TRUE(watch.is_ok()) << watch.status().to_string();
+  // Waits (bounded) for a notice naming (dir, name), or the inode `oid` when name is empty.
+  auto hears = [&](const ObjectId& dir, const std::string& name, const ObjectId& oid = {}) {
+    std::unique_lock lock(mu);
+    return arrived.wait_for(lock, std::chrono::seconds(10), [&] {
+      for (const Notice& n : heard) {
+        if (!name.empty() && std::count(n.entries.begin(), n.entries.end(), std::pair{dir, name})) return true;
+        if (name.empty() && std::count(n.inodes.begin(), n.inodes.end(), oid)) return true;
+      }
+      return false;
+    });
+  };
+  auto d = a->mkdir(a->root(), "d", 0777, root_);
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_TRUE(hears(a->root(), "d"));
+  ASSERT_TRUE(b->mknod(d->oid, "mine", S_IFREG | 0644, 0, root_).is_ok());
+  auto f = a->mknod(d->oid, "theirs", S_IFREG | 0644, 0, root_);
+  ASSERT_TRUE(f.is_ok());
+  EXPECT_TRUE(hears(d->oid, "theirs"));
+  SetAttr mode;
+  mode.set_mode = true;
+  mode.mode = 0600;
+  ASSERT_TRUE(a->setattr(f->oid, mode, root_).is_ok());
+  EXPECT_TRUE(hears({}, "", f->oid));
+  ASSERT_TRUE(a->rename(d->oid, "theirs", a->root(), "moved", 0, root_).is_ok());
+  EXPECT_TRUE(hears(a->root(), "moved"));
+  ASSERT_TRUE(a->unlink(d->oid, "mine", root_).is_ok());
+  EXPECT_TRUE(hears(d->oid, "mine")) << "a's removal of a name b made";
+  std::lock_guard lock(mu);
+  size_t mine = 0;
+  for (const Notice& n : heard)
+    for (const auto& e : n.entries) mine += e.second == "mine";
+  EXPECT_EQ(mine, 1u) << "b heard of its own create";
+}
+
+// A watcher hears of its own container's changes only, however alike the other container's names and ids.
+TEST_F(Ns, WatchersHearOfTheirContainerOnly) {
+  Uuid other = Uuid::random();
+  for (auto& e : engines_) ASSERT_TRUE(e->cont_create(pool_, other, {}).is_ok());
+  auto in_other = [&]() -> std::unique_ptr<Namespace> {
+    std::swap(cont_, other);
+    client::Session s = session();
+    std::swap(cont_, other);
+    auto ns = Namespace::open([s] { return client::Container::open(s); }, [] { return Result<StatFs>(StatFs{}); });
+    EXPECT_TRUE(ns.is_ok()) << ns.status().to_string();
+    return ns.is_ok() ? std::move(ns).value() : nullptr;
+  };
+  auto a = client(), watcher = in_other(), writer = in_other();
+  ASSERT_TRUE(a && watcher && writer);
+  std::mutex mu;
+  std::condition_variable arrived;
+  std::vector<std::string> names;
+  auto watch = watcher->watch([&](const Notice& n) {
+    std::lock_guard lock(mu);
+    for (const auto& e : n.entries) names.push_back(e.second);
+    arrived.notify_all();
+  });
+  ASSERT_TRUE(watch.is_ok()) << watch.status().to_string();
+  // Both in the root, whose id is the same in both containers: one target, its notices in order.
+  ASSERT_TRUE(a->mknod(a->root(), "elsewhere", S_IFREG | 0644, 0, root_).is_ok());
+  ASSERT_TRUE(writer->mknod(writer->root(), "here", S_IFREG | 0644, 0, root_).is_ok());
+  std::unique_lock lock(mu);
+  EXPECT_TRUE(arrived.wait_for(lock, std::chrono::seconds(10),
+                               [&] { return std::count(names.begin(), names.end(), "here") > 0; }));
+  EXPECT_EQ(names, std::vector<std::string>{"here"});
 }
 
 // A writer of small files, renames (files and directories, within and between directories), directories and

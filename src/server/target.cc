@@ -264,8 +264,9 @@ Result<std::unique_ptr<Target>> Target::start(uint32_t index, uint32_t count, en
   impl->ring_wake = {ring->event_fd(), [ring] { return ring->ready(); }, [ring] { return ring->arm(); }};
   impl->address = impl->worker->address();
   impl->worker->on_message([raw](Incoming& in) { raw->handle(in); });
-  impl->worker->on_peer_failure([](transport::EpHandle, const Status&) {
+  impl->worker->on_peer_failure([raw](transport::EpHandle ep, const Status&) {
     // In-flight transfers of that peer complete with errors and release their engine buffers.
+    raw->drop_watchers(ep);
   });
   impl->media = std::make_unique<WorkerPool>(std::max(1u, config.media_threads));
   impl->namespace_ops = std::make_unique<WorkerPool>(1);

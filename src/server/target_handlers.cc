@@ -39,6 +39,8 @@ Impl::Handler Impl::handler_for(wire::Op op) {
       return &Impl::handle_sync;
     case wire::Op::kNamespaceRead:
       return &Impl::handle_namespace_read;
+    case wire::Op::kWatch:
+      return &Impl::handle_watch;
   }
   return nullptr;  // decode_request admits only the operations above
 }

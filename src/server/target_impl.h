@@ -137,6 +137,27 @@ class Target::Impl {
   void handle_namespace_read(Call& c);
   Status namespace_payload(Call& c, std::function<void(Status, std::shared_ptr<const std::string>)> landed);
   void handle_sync(Call& c);
+  void handle_watch(Call& c);
+
+  // --- watchers (target_namespace.cc) ---
+  // Endpoints that asked for notices of the namespace changes committed here (wire kWatch), each until its lease
+  // or its capability ends, its session is revoked, or a notice to it fails; bounded.
+  struct Watcher {
+    transport::EpHandle to = 0;
+    Uuid session;
+    uint32_t cid = 0;
+    uint64_t tag = 0;
+    uint64_t until_ms = 0;  // wall_ms
+    // A change to container `c` whose request carried tag `t` is news to this watcher (tag 0: to every one).
+    bool hears(uint32_t c, uint64_t t) const { return cid == c && (t == 0 || tag != t); }
+  };
+  static constexpr size_t kMaxWatchers = 256;
+  std::vector<Watcher> watchers;
+  // Sends `notice` (an encoded posix::Notice) to the watchers of container `cid` but those tagged `tag`.
+  void notify_watchers(uint32_t cid, uint64_t tag, std::string notice);
+  // Whether a change to container `cid` whose request carried `tag` has a watcher to tell.
+  bool watched_by_others(uint32_t cid, uint64_t tag) const;
+  void drop_watchers(transport::EpHandle to);
   void update(Call& c, std::shared_ptr<SessionBuffers::Charge> charge);
   void fetch(Call& c, std::shared_ptr<SessionBuffers::Charge> charge);
   Result<uint64_t> object_end(uint32_t cid, const ObjectId& oid, const std::string& akey, engine::Epoch epoch);

@@ -1,6 +1,10 @@
 // The target's side of namespace operations (wire kNamespace, posix/dir_ops.h) and of kSync: the request's
 // DirRequest lands, runs on the target's namespace thread against the engine (reads at the latest state, then one
 // atomic batch at the epoch the target stamped), and the DirReply goes back.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
 #include "client/file_layout.h"
 #include "common/clock.h"
 #include "placement/placement.h"
@@ -148,7 +152,7 @@ void Impl::handle_namespace(Call& c) {
   if (epoch == 0) return reply_error(c.to(), c.id(), clock_exhausted());
   executing(c);
   auto held = inflight_epochs.insert(epoch);
-  auto landed = [this, epoch, held, cid = c.cid, to = c.to(), id = c.id(), session = c.cap.session](
+  auto landed = [this, epoch, held, cid = c.cid, to = c.to(), id = c.id(), session = c.cap.session, tag = c.q.offset](
                     Status got, std::shared_ptr<const std::string> bytes) {
     if (!got.is_ok()) {  // the client died mid-transfer: nothing to do
       inflight_epochs.erase(held);
@@ -163,7 +167,7 @@ void Impl::handle_namespace(Call& c) {
           EngineDirStore store(this, cid, epoch);
           return posix::execute(dq, store, wall_ns());
         },
-        [this, held, to, id, session, bytes](Answer& a) {
+        [this, held, to, id, session, bytes, cid, tag](Answer& a) {
           inflight_epochs.erase(held);
           if (!a.is_ok()) {
             if (a.status().code() == StatusCode::kEpochTooOld) forget_execution(session, id);
@@ -172,6 +176,10 @@ void Impl::handle_namespace(Call& c) {
           wire::Reply r;
           r.request_id = id;
           reply_with(to, std::move(r), posix::encode_dir_reply(*a));
+          if (!watched_by_others(cid, tag)) return;
+          auto dq = posix::decode_dir_request(*bytes);  // decoded by the work already: cannot fail here
+          posix::Notice n = dq.is_ok() && a->need == ObjectId{} ? posix::notice_of(*dq, *a) : posix::Notice{};
+          if (!n.empty()) notify_watchers(cid, tag, posix::encode_notice(n));
         },
         namespace_ops.get());
   };
@@ -202,6 +210,54 @@ void Impl::handle_namespace_read(Call& c) {
   };
   Status s = namespace_payload(c, std::move(landed));
   if (!s.is_ok()) reply_error(c.to(), c.id(), s);
+}
+
+// A watcher is the endpoint that asked, for the container of its session: a notice names entries and inodes of
+// that container only, which its session may read whole anyway (docs/posix.md, "Trust model").
+void Impl::handle_watch(Call& c) {
+  uint64_t now = wall_ms();
+  std::erase_if(watchers, [&](const Watcher& w) {
+    return w.until_ms <= now || (w.to == c.to() && w.session == c.cap.session && w.cid == c.cid);
+  });
+  if (watchers.size() >= kMaxWatchers)
+    return reply_error(c.to(), c.id(),
+                       error(StatusCode::kBusy, "this target serves " + std::to_string(kMaxWatchers) + " watchers"));
+  watchers.push_back({c.to(), c.cap.session, c.cid, c.q.offset,
+                      c.cap.expires_unix_ms ? std::min<uint64_t>(now + wire::kWatchLeaseMs, c.cap.expires_unix_ms)
+                                            : now + wire::kWatchLeaseMs});
+  wire::Reply r;
+  r.request_id = c.id();
+  reply(c.to(), std::move(r));
+}
+
+void Impl::notify_watchers(uint32_t cid, uint64_t tag, std::string notice) {
+  uint64_t now = wall_ms();
+  std::erase_if(watchers, [&](const Watcher& w) { return w.until_ms <= now || revocations->revoked(w.session, now); });
+  auto payload = std::make_shared<std::string>(std::move(notice));
+  wire::Reply r;  // request id 0: no request's answer
+  r.length = payload->size();
+  std::string header = wire::encode_reply(r);
+  Iov v{payload->data(), payload->size()};
+  std::vector<transport::EpHandle> tell;  // a send may fail inline, dropping watchers: not while iterating them
+  for (const Watcher& w : watchers)
+    if (w.hears(cid, tag)) tell.push_back(w.to);
+  for (transport::EpHandle to : tell) {
+    Status s = worker->send(to, header, {&v, 1}, [this, payload, to](Status sent) {
+      if (!sent.is_ok()) drop_watchers(to);
+    });
+    if (!s.is_ok()) {
+      spdlog::debug("target {}: notice not sent: {}", index, s.to_string());
+      drop_watchers(to);
+    }
+  }
+}
+
+bool Impl::watched_by_others(uint32_t cid, uint64_t tag) const {
+  return std::any_of(watchers.begin(), watchers.end(), [&](const Watcher& w) { return w.hears(cid, tag); });
+}
+
+void Impl::drop_watchers(transport::EpHandle to) {
+  std::erase_if(watchers, [&](const Watcher& w) { return w.to == to; });
 }
 
 // Every write acknowledged before is in the log it syncs: their replies went after their commits.

@@ -75,6 +75,16 @@ TEST(DataPlane, RequestAndReplyRoundTripAndRefuseDamage) {
   q.op = Op::kUpdate;
   q.rkey = std::string(kMaxRkeyBytes + 1, 'k');
   EXPECT_EQ(decode_request(encode_request(q)).status().code(), StatusCode::kInvalidArgument);
+  // A watch names its client's tag in the offset and carries nothing.
+  Request w;
+  w.op = Op::kWatch;
+  w.kind = Kind::kSingle;
+  w.offset = 0x1234;
+  auto dw = decode_request(encode_request(w));
+  ASSERT_TRUE(dw.is_ok()) << dw.status().to_string();
+  EXPECT_EQ(dw->offset, 0x1234u);
+  w.length = 1;
+  EXPECT_EQ(decode_request(encode_request(w)).status().code(), StatusCode::kInvalidArgument);
 
   Reply p;
   p.request_id = 42;

@@ -71,6 +71,7 @@ Result<Request> decode_request(std::string_view in) {
     return malformed("kIfAbsent or kLazy on a non-update");
   if ((q.op == Op::kNamespace || q.op == Op::kNamespaceRead) && (q.length == 0 || q.length > kMaxNamespaceBytes))
     return malformed("a namespace request is 1 B .. 64 KiB");
+  if (q.op == Op::kWatch && q.length != 0) return malformed("a watch carries no payload");
   if (!csum_count_ok(ncsum, q.length)) return malformed("too many checksums");
   std::string_view cap, dkey, akey, anchor, csums, rkey;
   uint16_t rklen = 0;

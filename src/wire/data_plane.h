@@ -43,8 +43,13 @@ enum class Op : uint8_t {
                         // payload (length bytes, up to kMaxNamespaceBytes): its DirRequest. Reply payload: a DirReply
   kSync = 14,           // makes every write this target acknowledged durable (the lazy ones: kLazy)
   kNamespaceRead = 15,  // a namespace read (posix::is_read: lookup, getattr), as kNamespace but no write; any session
+  kWatch = 16,          // this endpoint gets a notice of every namespace change to the container committed here
+                        // (a Reply with request_id 0, payload: an encoded posix::Notice) for kWatchLeaseMs; sent
+                        // again to renew. offset: the client's tag (0: none); changes whose kNamespace request
+                        // carried the same tag in its offset are the client's own and not sent to it
 };
-inline constexpr uint8_t kMaxOp = 15;
+inline constexpr uint8_t kMaxOp = 16;
+inline constexpr uint32_t kWatchLeaseMs = 60000;
 inline constexpr size_t kMaxNamespaceBytes = 64 * 1024;
 
 // The operations that change what a container holds: they need a writable session, and the target stamps them.

@@ -530,6 +530,44 @@ class MountTest(unittest.TestCase):
         finally:
             other.unmount()
 
+    def test_notices_show_other_mounts_changes_at_once(self):
+        # A mount whose kernel would keep names, absences and attributes for a minute still sees another
+        # mount's changes within seconds: the targets send notices of them (docs/posix.md, coherence).
+        other_mnt = os.path.join(self.work, "mnt-watch")
+        os.makedirs(other_mnt, exist_ok=True)
+        other = Mount(self.server, other_mnt, "--attr-timeout", "60", "--entry-timeout", "60",
+                      "--negative-timeout", "60")
+
+        def shows(what, check, bound=10.0):
+            deadline = time.monotonic() + bound
+            while not check():
+                self.assertLess(time.monotonic(), deadline, what + ": not seen within %.0f s" % bound)
+                time.sleep(0.01)
+
+        try:
+            os.mkdir(self.path("watched"))
+            there = os.path.join(other_mnt, "watched")
+            self.assertEqual(os.listdir(there), [])
+            self.assertFalse(os.path.exists(os.path.join(there, "f")))  # its absence, cached for 60 s
+            with open(self.path("watched/f"), "w") as out:
+                out.write("one")
+            shows("a create", lambda: os.path.exists(os.path.join(there, "f")))
+            os.chmod(self.path("watched/f"), 0o600)
+            shows("a chmod", lambda: os.stat(os.path.join(there, "f")).st_mode & 0o777 == 0o600)
+            with open(self.path("watched/f"), "a") as out:
+                out.write("two")
+            shows("a write's size", lambda: os.stat(os.path.join(there, "f")).st_size == 6)
+            os.rename(self.path("watched/f"), self.path("watched/g"))
+            shows("a rename", lambda: not os.path.exists(os.path.join(there, "f")) and
+                  os.path.exists(os.path.join(there, "g")))
+            os.unlink(self.path("watched/g"))
+            shows("an unlink", lambda: not os.path.exists(os.path.join(there, "g")))
+            shows("the listing", lambda: os.listdir(there) == [])
+            os.rmdir(self.path("watched"))
+            shows("an rmdir", lambda: not os.path.exists(there))
+        finally:
+            other.unmount()
+
     def test_no_local_root_through_the_mount(self):
         """Setuid files and device nodes never take effect, unless root mounts a container root owns."""
         with open("/proc/mounts") as f:
