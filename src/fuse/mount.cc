@@ -1004,6 +1004,8 @@ Status run_mount(posix::Namespace& ns, const MountOptions& given) {
       if (options.on_mounted) options.on_mounted(Status::ok());
       if (int err = serve_requests(se, fs.buffers(), options.request_threads); err != 0)
         result = error(StatusCode::kIoError, std::string("the FUSE loop failed: ") + std::strerror(err));
+      // The watcher's thread writes to the session's device: it ends before the unmount closes it.
+      if (watching.is_ok()) watching->reset();
       fuse_session_unmount(se);
     }
   }
