@@ -471,6 +471,9 @@ void open_file(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, const Attr& a
   fi->direct_io = fs_of(req)->options().direct_io;
   h->sync = (fi->flags & (O_SYNC | O_DSYNC)) != 0;
   fi->keep_cache = keep_cache && !fi->direct_io;  // else what another client wrote since is read afresh
+  // A descriptor that cannot write has nothing for close to wait for: the kernel skips the flush request, and a
+  // close costs the caller no crossing into the mount (the release that follows is not waited for).
+  fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;
   fs_of(req)->opened(ino, 1);
 }
 
