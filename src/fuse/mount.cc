@@ -2,6 +2,7 @@
 #include "fuse/mount.h"
 #include "common/clock.h"
 #include "fuse/inodes.h"
+#include "fuse/whole_dirs.h"
 #include "fuse/write_behind.h"
 
 #include <fcntl.h>
@@ -129,6 +130,7 @@ class Fs {
   // Another client's change (Namespace::watch): what the kernel and the inode table hold of it goes now rather
   // than at the end of its timeout. Pages of a file changed elsewhere go too, as at its next open they would.
   void invalidate(fuse_session* se, const posix::Notice& n) {
+    for (const auto& entry : n.entries) whole_.forget(entry.first);
     for (const ObjectId& o : n.inodes) {
       inodes_.stale(o);
       if (auto ino = inodes_.known(o)) fuse_lowlevel_notify_inval_inode(se, *ino, 0, 0);
@@ -178,10 +180,13 @@ class Fs {
     return a;
   }
   void stale(const ObjectId& oid) { inodes_.stale(oid); }
+  // The directories this mount made and the names it made in them (whole_dirs.h).
+  WholeDirs& whole() { return whole_; }
   void stale_all() { inodes_.stale_all(); }
   // A change of directory `dir` failed: a part of it may have been done, so its cached attributes go.
   void failed(fuse_req_t req, const ObjectId& dir, const Status& s) {
     stale(dir);
+    whole_.forget(dir);
     reply_status(req, s);
   }
   void written(const ObjectId& oid, uint64_t end) { inodes_.written(oid, end); }
@@ -224,6 +229,7 @@ class Fs {
   std::shared_ptr<RequestBuffers> buffers_ = std::make_shared<RequestBuffers>();  // queued writes hold it too
   std::unique_ptr<WriteBehind> writes_;
   Inodes inodes_{ns_.root(), [this](const ObjectId& oid) { (void)ns_.forget(oid); }};
+  WholeDirs whole_{static_cast<uint64_t>(opt_.negative_timeout_s * 1e9)};
 };
 
 Fs* fs_of(fuse_req_t req) { return static_cast<Fs*>(fuse_req_userdata(req)); }
@@ -291,6 +297,13 @@ void op_init(void* userdata, fuse_conn_info* conn) {
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   RFOS_FUSE_OID(dir, req, parent);
   uint64_t at = Fs::now_ns();
+  uint64_t left_ns = 0;
+  if (fs_of(req)->whole().absent(dir, name, at, &left_ns)) {  // a name about to be made in a new directory
+    fuse_entry_param e{};
+    e.entry_timeout = static_cast<double>(left_ns) / 1e9;  // no longer than what is known lasts
+    fuse_reply_entry(req, &e);
+    return;
+  }
   auto a = fs_of(req)->ns().lookup(dir, name, cred_of(req));
   if (a.is_ok() && fs_of(req)->wait_writes(a->oid)) {  // its size, landed
     at = Fs::now_ns();
@@ -399,13 +412,17 @@ void op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   RFOS_FUSE_OID(dir, req, parent);
   auto a = fs_of(req)->ns().mknod(dir, name, mode, rdev, cred_of(req));
   if (!a.is_ok()) return fs_of(req)->failed(req, dir, a.status());
+  fs_of(req)->whole().named(dir, name);
   fs_of(req)->reply_entry(req, *a, Fs::now_ns(), true);
 }
 
 void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   RFOS_FUSE_OID(dir, req, parent);
+  uint64_t at = Fs::now_ns();
   auto a = fs_of(req)->ns().mkdir(dir, name, mode, cred_of(req));
   if (!a.is_ok()) return fs_of(req)->failed(req, dir, a.status());
+  fs_of(req)->whole().named(dir, name);
+  fs_of(req)->whole().made(a->oid, at);  // empty: another client can have made names in it only since
   fs_of(req)->reply_entry(req, *a, Fs::now_ns(), true);
 }
 
@@ -418,6 +435,7 @@ void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
                ? fs_of(req)->ns().unlink(dir, name, cred_of(req), open, &purged)
                : fs_of(req)->ns().unlink(dir, name, cred_of(req));
   if (!a.is_ok()) return fs_of(req)->failed(req, dir, a.status());
+  fs_of(req)->whole().unnamed(dir, name);
   fs_of(req)->stale(a->oid);
   if (a->nlink == 0 && !purged) fs_of(req)->unlinked(a->oid);
   fuse_reply_err(req, 0);
@@ -427,6 +445,7 @@ void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   RFOS_FUSE_OID(dir, req, parent);
   Status s = fs_of(req)->ns().rmdir(dir, name, cred_of(req));
   if (!s.is_ok()) return fs_of(req)->failed(req, dir, s);
+  fs_of(req)->whole().unnamed(dir, name);
   reply_status(req, s);
 }
 
@@ -434,6 +453,7 @@ void op_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char*
   RFOS_FUSE_OID(dir, req, parent);
   auto a = fs_of(req)->ns().symlink(dir, name, link, cred_of(req));
   if (!a.is_ok()) return fs_of(req)->failed(req, dir, a.status());
+  fs_of(req)->whole().named(dir, name);
   fs_of(req)->reply_entry(req, *a, Fs::now_ns(), true);
 }
 
@@ -446,6 +466,14 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t n
   if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) return (void)fuse_reply_err(req, EINVAL);
   Status s = fs_of(req)->ns().rename(from, name, to, newname, f, cred_of(req));
   fs_of(req)->stale_all();  // the directories, the moved inode's ctime, a replaced inode's link count
+  WholeDirs& whole = fs_of(req)->whole();
+  if (!s.is_ok()) {
+    whole.forget(from);
+    whole.forget(to);
+  } else if (!(f & posix::kRenameExchange)) {  // an exchange leaves both names there
+    whole.unnamed(from, name);
+    whole.named(to, newname);
+  }
   reply_status(req, s);
 }
 
@@ -455,6 +483,7 @@ void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* n
   auto a = fs_of(req)->ns().link(oid, dir, newname, cred_of(req));
   fs_of(req)->stale(oid);
   if (!a.is_ok()) return fs_of(req)->failed(req, dir, a.status());
+  fs_of(req)->whole().named(dir, newname);
   fs_of(req)->reply_entry(req, *a);
 }
 
@@ -519,6 +548,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   uint64_t at = Fs::now_ns();
   auto a = fs->ns().mknod(dir, name, S_IFREG | (mode & 07777), 0, cred_of(req));
   if (!a.is_ok()) return fs->failed(req, dir, a.status());
+  fs->whole().named(dir, name);
   fuse_entry_param e{};
   e.ino = fs->remember(a->oid);
   fs->seen(*a, at);

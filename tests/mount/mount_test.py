@@ -565,6 +565,14 @@ class MountTest(unittest.TestCase):
             shows("the listing", lambda: os.listdir(there) == [])
             os.rmdir(self.path("watched"))
             shows("an rmdir", lambda: not os.path.exists(there))
+            # A directory the watching mount made itself, whose names it knows without asking, until a notice
+            # says another mount made one.
+            os.mkdir(os.path.join(other_mnt, "made-there"))
+            self.assertFalse(os.path.exists(os.path.join(other_mnt, "made-there", "f")))
+            with open(self.path("made-there/f"), "w") as out:
+                out.write("x")
+            shows("a create in a directory the other mount made",
+                  lambda: os.path.exists(os.path.join(other_mnt, "made-there", "f")))
         finally:
             other.unmount()
 
