@@ -86,7 +86,7 @@ Engine::Impl::~Impl() {
     std::lock_guard lock(commit_mu);
     committer_stop = true;
   }
-  commit_cv.notify_all();
+  committer_cv.notify_all();
   if (committer.joinable()) committer.join();
   if (db) db->Close().PermitUncheckedError();
   db.reset();
@@ -312,9 +312,11 @@ void Engine::Impl::refresh_values(const std::vector<Writer*>& group, Epoch high,
 
 Status Engine::Impl::commit(Writer* w) {
   std::unique_lock lock(commit_mu);
-  if (w->awaited) --writing_data;
+  if (w->awaited) {
+    --writing_data;
+    commit_cv.notify_all();  // a leader may be waiting for this writer
+  }
   writers.push_back(w);
-  commit_cv.notify_all();  // a leader may be waiting for this writer
   while (!w->done && w != writers.front()) commit_cv.wait(lock);
   if (w->done) return w->status;
   lead(lock);
@@ -323,17 +325,20 @@ Status Engine::Impl::commit(Writer* w) {
 
 void Engine::Impl::commit_async(Writer* w) {
   std::lock_guard lock(commit_mu);
-  if (w->awaited) --writing_data;
+  if (w->awaited) {
+    --writing_data;
+    commit_cv.notify_all();  // a leader may be waiting for this writer
+  }
   writers.push_back(w);
   if (!committer.joinable()) committer = std::thread([this] { committer_loop(); });
-  commit_cv.notify_all();
+  wake_committer();
 }
 
 void Engine::Impl::committer_loop() {
   std::unique_lock lock(commit_mu);
   for (;;) {
     // A group whose first writer waits in commit() is led by that writer's thread.
-    commit_cv.wait(lock, [&] { return (!writers.empty() && writers.front()->on_done) || committer_stop; });
+    committer_cv.wait(lock, [&] { return (!writers.empty() && writers.front()->on_done) || committer_stop; });
     if (writers.empty()) return;  // stopping, nothing left
     if (writers.front()->on_done) lead(lock);
   }
@@ -445,7 +450,8 @@ void Engine::Impl::lead(std::unique_lock<std::mutex>& lock) {
     if (g->on_done) finished.push_back(std::move(g->on_done));
     writers.pop_front();
   }
-  commit_cv.notify_all();
+  commit_cv.notify_all();  // the writers waiting behind this group (none: no system call)
+  wake_committer();
   if (finished.empty()) return;
   lock.unlock();
   for (auto& f : finished) f();
