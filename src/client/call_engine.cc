@@ -98,9 +98,10 @@ void CallEngine::notice(transport::Incoming& in) {
 }
 
 void CallEngine::wait(int timeout_ms) {
-  if (worker_->progress() > 0) return;
-  worker_->wait(timeout_ms, nullptr);
-  worker_->progress();
+  if (worker_->progress() == 0 && timeout_ms > 0) {
+    worker_->wait(timeout_ms, nullptr);
+    worker_->progress();
+  }
   reap();
 }
 

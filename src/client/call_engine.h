@@ -58,7 +58,7 @@ class CallEngine {
   // progress; notices from anyone but this engine's targets, or over kMaxNoticeBytes, are dropped.
   void on_notice(std::function<void(std::string_view)> f) { on_notice_ = std::move(f); }
   static constexpr size_t kMaxNoticeBytes = 64 * 1024;
-  // Progresses for up to timeout_ms, or until an event came (a watcher waiting for notices).
+  // Progresses for up to timeout_ms, or until an event came (a watcher waiting for notices); 0: what is there.
   void wait(int timeout_ms);
 
   // Sends `q` (its request_id set here) to target `t`; its completion comes out of wait_for / take. A fetch's

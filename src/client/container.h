@@ -168,7 +168,7 @@ class Container {
   // `on_notice` gets each notice's bytes (posix::decode_notice) on the thread using this handle, inside its calls
   // and wait(). Errors: as any request's (kNotSupported from a server that sends none).
   Status watch(uint64_t tag, std::function<void(std::string_view)> on_notice);
-  // Progresses this handle for up to timeout_ms: what a handle that only watches runs.
+  // Progresses this handle for up to timeout_ms (0: takes what is there): what a handle that only watches runs.
   void wait(int timeout_ms);
   // Makes every write any target acknowledged so far durable (lazy writes and namespace operations): kSync to
   // every target at once.
