@@ -243,6 +243,8 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
   mount->add_option("--entry-timeout", m->entry_timeout_s, "seconds the kernel caches names")->capture_default_str();
   mount->add_option("--negative-timeout", m->negative_timeout_s, "seconds the kernel caches that a name is absent")
       ->capture_default_str();
+  mount->add_flag("--no-notices", m->no_notices,
+                  "ask the servers for no notices of other clients' changes: they show within the timeouts");
   mount->add_option("-o", m->extra_options,
                     "more FUSE mount options; suid and dev only as root on a container root owns (docs/posix.md)");
   mount->add_flag("--sync-writes", m->sync_writes,

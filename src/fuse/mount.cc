@@ -1030,7 +1030,9 @@ Status run_mount(posix::Namespace& ns, const MountOptions& given) {
       set_readahead(options);
       // Other clients' changes show here at once while the targets send notices of them; without (a server
       // that sends none), within the timeouts.
-      auto watching = ns.watch([&fs, se](const posix::Notice& n) { fs.invalidate(se, n); });
+      auto watching = options.no_notices
+                          ? Result<std::unique_ptr<Namespace::Watch>>(std::unique_ptr<Namespace::Watch>())
+                          : ns.watch([&fs, se](const posix::Notice& n) { fs.invalidate(se, n); });
       if (!watching.is_ok())
         spdlog::warn("no notices of other clients' changes ({}): they show within the timeouts",
                      watching.status().to_string());

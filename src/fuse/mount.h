@@ -23,9 +23,12 @@ struct MountOptions {
   double attr_timeout_s = 1.0;
   double entry_timeout_s = 1.0;
   double negative_timeout_s = 1.0;  // how long the kernel keeps a name's absence (0: it asks every time)
-  bool direct_io = false;           // bypass the page cache on every open file
-  bool writeback_cache = false;     // let the kernel gather buffered writes (visible to others after fsync/close)
-  bool sync_writes = false;         // store every write before write() returns (no write-behind, see write_behind.h)
+  // No notices of other clients' changes (Namespace::watch): they show within the timeouts, and the targets
+  // keep no watcher for this mount (thousands of mounts, or a mount that wants to cost the servers nothing).
+  bool no_notices = false;
+  bool direct_io = false;        // bypass the page cache on every open file
+  bool writeback_cache = false;  // let the kernel gather buffered writes (visible to others after fsync/close)
+  bool sync_writes = false;      // store every write before write() returns (no write-behind, see write_behind.h)
   // Every operation and write durable when it returns (--sync, or -o sync): otherwise they are visible at once
   // and durable at fsync (docs/posix.md, "Durability and coherence").
   bool durable = false;

@@ -483,7 +483,9 @@ class MountTest(unittest.TestCase):
     def test_two_mounts_see_each_other(self):
         other_mnt = os.path.join(self.work, "mnt2")
         os.makedirs(other_mnt, exist_ok=True)
-        other = Mount(self.server, other_mnt, "--attr-timeout", "0.2", "--entry-timeout", "0.2")
+        # This one asks for no notices: what it caches of the other mount's changes lasts until its timeouts.
+        other = Mount(self.server, other_mnt, "--attr-timeout", "0.2", "--entry-timeout", "0.2",
+                      "--negative-timeout", "0.2", "--no-notices")
         try:
             with open(self.path("shared"), "w") as out:
                 out.write("one")
@@ -506,26 +508,30 @@ class MountTest(unittest.TestCase):
             self.assertEqual(out.returncode, 0, out.stderr)
             with open(self.path("shared")) as inp:
                 self.assertEqual(inp.read(), "from the native API")
-            with open(os.path.join(other_mnt, "shared"), "w") as out:
+            # Past the other mount's timeouts (0.2 s), the attributes, names and absences it cached are asked
+            # for again.
+            there = os.path.join(other_mnt, "shared")
+            os.stat(there)  # its attributes, cached there
+            with open(self.path("shared"), "w") as out:
                 out.write("two!")
-            time.sleep(1.2)  # past the first mount's attribute timeout: the attributes are fresh without an open
-            self.assertEqual(os.stat(self.path("shared")).st_size, 4)
-            with open(self.path("shared")) as inp:
+            time.sleep(0.4)  # past the attribute timeout: fresh without an open
+            self.assertEqual(os.stat(there).st_size, 4)
+            with open(there) as inp:
                 self.assertEqual(inp.read(), "two!")
-            os.unlink(os.path.join(other_mnt, "shared"))
-            time.sleep(1.2)
-            self.assertFalse(os.path.exists(self.path("shared")))
-            # A name's absence is kept like a name (the negative timeout, 1 s here): this mount's own create
-            # replaces it at once, another mount's shows within the timeout.
-            self.assertFalse(os.path.exists(self.path("made-here")))
-            with open(self.path("made-here"), "w") as out:
+            os.unlink(self.path("shared"))
+            time.sleep(0.4)
+            self.assertFalse(os.path.exists(there))
+            # A name's absence is kept like a name: this mount's own create replaces it at once, the other
+            # mount's shows within the timeout.
+            self.assertFalse(os.path.exists(os.path.join(other_mnt, "made-here")))
+            with open(os.path.join(other_mnt, "made-here"), "w") as out:
                 out.write("x")
-            self.assertTrue(os.path.exists(self.path("made-here")))
-            self.assertFalse(os.path.exists(self.path("made-elsewhere")))
-            with open(os.path.join(other_mnt, "made-elsewhere"), "w") as out:
+            self.assertTrue(os.path.exists(os.path.join(other_mnt, "made-here")))
+            self.assertFalse(os.path.exists(os.path.join(other_mnt, "made-elsewhere")))
+            with open(self.path("made-elsewhere"), "w") as out:
                 out.write("y")
-            time.sleep(1.2)
-            with open(self.path("made-elsewhere")) as inp:
+            time.sleep(0.4)
+            with open(os.path.join(other_mnt, "made-elsewhere")) as inp:
                 self.assertEqual(inp.read(), "y")
         finally:
             other.unmount()
@@ -575,6 +581,17 @@ class MountTest(unittest.TestCase):
                   lambda: os.path.exists(os.path.join(other_mnt, "made-there", "f")))
         finally:
             other.unmount()
+        # With --no-notices, the same absence stays cached for its timeout.
+        quiet = Mount(self.server, other_mnt, "--negative-timeout", "60", "--no-notices")
+        try:
+            self.assertFalse(os.path.exists(os.path.join(other_mnt, "unheard")))
+            with open(self.path("unheard"), "w") as out:
+                out.write("x")
+            self.assertTrue(os.path.exists(self.path("unheard")))
+            time.sleep(0.3)  # where notices come, one would have by now (they showed within milliseconds above)
+            self.assertFalse(os.path.exists(os.path.join(other_mnt, "unheard")))
+        finally:
+            quiet.unmount()
 
     def test_no_local_root_through_the_mount(self):
         """Setuid files and device nodes never take effect, unless root mounts a container root owns."""
