@@ -77,11 +77,7 @@ std::optional<Ino> Inodes::known(const ObjectId& oid) {
   return it->second;
 }
 
-Ino Inodes::hint(const ObjectId& oid) {
-  std::lock_guard lock(mu_);
-  auto it = inos_.find(oid);
-  return it != inos_.end() ? it->second : (oid.lo ^ oid.hi) | (1ull << 63);
-}
+Ino Inodes::hint(const ObjectId& oid) { return known(oid).value_or((oid.lo ^ oid.hi) | (1ull << 63)); }
 
 void Inodes::seen(const ObjectId& oid, const posix::Attr& a, uint64_t at_ns, std::optional<uint64_t> writes_then) {
   std::lock_guard lock(mu_);

@@ -130,13 +130,14 @@ class Fs {
   // Another client's change (Namespace::watch): what the kernel and the inode table hold of it goes now rather
   // than at the end of its timeout. Pages of a file changed elsewhere go too, as at its next open they would.
   void invalidate(fuse_session* se, const posix::Notice& n) {
-    for (const auto& entry : n.entries) whole_.forget(entry.first);
     for (const ObjectId& o : n.inodes) {
       inodes_.stale(o);
       if (auto ino = inodes_.known(o)) fuse_lowlevel_notify_inval_inode(se, *ino, 0, 0);
     }
-    for (const auto& [dir, name] : n.entries)
+    for (const auto& [dir, name] : n.entries) {
+      whole_.forget(dir);  // before the kernel drops the name: its next lookup asks the target
       if (auto ino = inodes_.known(dir)) fuse_lowlevel_notify_inval_entry(se, *ino, name.data(), name.size());
+    }
   }
 
   Result<ObjectId> oid(fuse_ino_t ino) { return inodes_.oid(ino); }

@@ -1,7 +1,5 @@
 #include "fuse/whole_dirs.h"
 
-#include <iterator>
-
 namespace rfos::fuse {
 
 WholeDirs::WholeDirs(uint64_t lifetime_ns, size_t max_dirs, size_t max_names)

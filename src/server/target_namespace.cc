@@ -160,14 +160,16 @@ void Impl::handle_namespace(Call& c) {
       return;
     }
     using Answer = Result<posix::DirReply>;
+    // The request as the work decoded it, for the continuation's notice (it runs after the work).
+    auto dq = std::make_shared<posix::DirRequest>();
     // The bytes (and their charge) are let go on this thread, by the continuation, which runs after the work.
     offload<Answer>(
-        [this, raw = bytes.get(), cid, epoch]() -> Answer {
-          RFOS_ASSIGN_OR_RETURN(posix::DirRequest dq, posix::decode_dir_request(*raw));
+        [this, raw = bytes.get(), dq, cid, epoch]() -> Answer {
+          RFOS_ASSIGN_OR_RETURN(*dq, posix::decode_dir_request(*raw));
           EngineDirStore store(this, cid, epoch);
-          return posix::execute(dq, store, wall_ns());
+          return posix::execute(*dq, store, wall_ns());
         },
-        [this, held, to, id, session, bytes, cid, tag](Answer& a) {
+        [this, held, to, id, session, bytes, dq, cid, tag](Answer& a) {
           inflight_epochs.erase(held);
           if (!a.is_ok()) {
             if (a.status().code() == StatusCode::kEpochTooOld) forget_execution(session, id);
@@ -176,9 +178,8 @@ void Impl::handle_namespace(Call& c) {
           wire::Reply r;
           r.request_id = id;
           reply_with(to, std::move(r), posix::encode_dir_reply(*a));
-          if (!watched_by_others(cid, tag)) return;
-          auto dq = posix::decode_dir_request(*bytes);  // decoded by the work already: cannot fail here
-          posix::Notice n = dq.is_ok() && a->need == ObjectId{} ? posix::notice_of(*dq, *a) : posix::Notice{};
+          if (a->need != ObjectId{} || !watched_by_others(cid, tag)) return;  // nothing done, or nobody to tell
+          posix::Notice n = posix::notice_of(*dq, *a);
           if (!n.empty()) notify_watchers(cid, tag, posix::encode_notice(n));
         },
         namespace_ops.get());
