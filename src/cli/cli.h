@@ -37,6 +37,7 @@ void add_fsck_command(CLI::App& app, Context& ctx);
 void add_object_commands(CLI::App& app, Context& ctx);
 void add_bench_command(CLI::App& app, Context& ctx);
 void add_fs_commands(CLI::App& app, Context& ctx);  // mount, fs
+void add_agent_command(CLI::App& app, Context& ctx);
 
 std::string human_bytes(uint64_t bytes);
 

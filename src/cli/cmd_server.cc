@@ -25,6 +25,10 @@ void add_server_command(CLI::App& app, Context& ctx) {
   cmd->add_option("--tls-key", flags->tls_key, "the server's key, PEM");
   cmd->add_option("--tls-ca", flags->tls_ca, "the CA whose client certificates are accepted, PEM");
   cmd->add_option("--admin", flags->admins, "a name with every right (beside root and the server's user); repeatable");
+  auto trust = std::make_shared<std::vector<std::string>>();
+  cmd->add_option("--trust-agent", *trust,
+                  "NAME[=USER,group:G,...]: an agent (rfos agent) that may act for local users; without users, for "
+                  "any but an administrator; repeatable");
   cmd->add_option("--data-sync", flags->data_sync,
                   "always (default): block data synced before each commit; auto: left to the index's sync where "
                   "the engine checked that suffices");
@@ -49,7 +53,7 @@ void add_server_command(CLI::App& app, Context& ctx) {
   auto defaults = std::make_shared<bool>(false);
   cmd->add_flag("--create-defaults", *defaults,
                 "create a pool and a container labelled 'default' unless they exist (what `make run` does)");
-  cmd->callback([&ctx, cmd, config, file, flags, defaults] {
+  cmd->callback([&ctx, cmd, config, file, flags, defaults, trust] {
     if (!file->empty() && !ctx.check(server::load_config_file(*file, config.get()), "server")) return;
     // Flags given on the command line override the file.
     if (cmd->count("--data-dir")) config->data_dir = flags->data_dir;
@@ -60,6 +64,17 @@ void add_server_command(CLI::App& app, Context& ctx) {
     if (cmd->count("--tls-key")) config->tls_key = flags->tls_key;
     if (cmd->count("--tls-ca")) config->tls_ca = flags->tls_ca;
     if (cmd->count("--admin")) config->admins = flags->admins;
+    for (const std::string& t : *trust) {
+      size_t eq = t.find('=');
+      std::vector<std::string>& users = config->trusted_agents[t.substr(0, eq)];
+      if (eq == std::string::npos) users.push_back("*");
+      for (size_t start = eq + 1; eq != std::string::npos && start <= t.size();) {
+        size_t comma = t.find(',', start);
+        users.push_back(t.substr(start, comma == std::string::npos ? comma : comma - start));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    }
     if (cmd->count("--data-sync")) config->data_sync = flags->data_sync;
     if (cmd->count("--capability-ttl-s")) config->capability_ttl_s = flags->capability_ttl_s;
     if (cmd->count("--provider")) config->provider = flags->provider;

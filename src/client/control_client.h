@@ -107,6 +107,10 @@ class ControlClient {
   ~ControlClient();
   // Another client over the same channel (for a Container to renew its capability on its own).
   std::unique_ptr<ControlClient> clone() const;
+  // Another client over the same channel whose calls are made for the local user uid/gid/groups: what an agent
+  // (`rfos agent`) uses for its apps. The server honours it only from an agent its config trusts for that user
+  // (docs/control-plane.md, "Agents"); its clones act for the same user.
+  std::unique_ptr<ControlClient> acting_for(uint32_t uid, uint32_t gid, const std::vector<uint32_t>& groups) const;
 
   Result<PoolInfo> pool_create(const std::string& label, const PoolCreateOptions& options = {});
   Result<std::vector<PoolInfo>> pool_list();

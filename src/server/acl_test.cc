@@ -106,3 +106,39 @@ TEST(Acl, UpdateReplacesAndRemoveDeletes) {
 
 }  // namespace
 }  // namespace rfos::server::acl
+
+namespace rfos::server {
+namespace {
+
+// Agents act for local users only where the config trusts them for those users (principal.h, act_for).
+TEST(ActFor, OnlyATrustedAgentActsAndOnlyForWhomItIsTrusted) {
+  Principal agent;
+  agent.via = Principal::Via::kLocal;
+  agent.name = "agentd";
+  std::string nobody = "65534:65534";
+  // Not named in the config: refused, whoever it asks for.
+  EXPECT_EQ(act_for(agent, nobody, {}, {}).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(act_for(Principal{}, nobody, {{"", {"*"}}}, {}).status().code(), StatusCode::kPermissionDenied);
+  // "*": any user but an administrator.
+  auto p = act_for(agent, nobody, {{"agentd", {"*"}}}, {});
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  EXPECT_EQ(p->uid, 65534u);
+  EXPECT_EQ(p->name, "nobody");
+  EXPECT_FALSE(p->admin);
+  EXPECT_EQ(act_for(agent, "0:0", {{"agentd", {"*"}}}, {}).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(act_for(agent, nobody, {{"agentd", {"*"}}}, {"nobody"}).status().code(), StatusCode::kPermissionDenied);
+  // An administrator only by name, and then as one.
+  auto root = act_for(agent, "0:0", {{"agentd", {"root"}}}, {});
+  ASSERT_TRUE(root.is_ok());
+  EXPECT_TRUE(root->admin);
+  // By user name, or by a group the user is in (here the supplementary group 0, root's).
+  EXPECT_TRUE(act_for(agent, nobody, {{"agentd", {"nobody"}}}, {}).is_ok());
+  EXPECT_EQ(act_for(agent, nobody, {{"agentd", {"alice"}}}, {}).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(act_for(agent, "65534:65534:0", {{"agentd", {"group:root"}}}, {}).is_ok());
+  // Malformed headers.
+  for (const char* bad : {"", "x:1", "1", "1:2:3:4", "1:2:", "1:2:a", "-1:2", "1:2:3,,4", "99999999999:1"})
+    EXPECT_EQ(act_for(agent, bad, {{"agentd", {"*"}}}, {}).status().code(), StatusCode::kInvalidArgument) << bad;
+}
+
+}  // namespace
+}  // namespace rfos::server

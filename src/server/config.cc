@@ -29,6 +29,7 @@ Status load_config_file(const std::string& path, ServerConfig* config) {
                                               "control_addr",
                                               "insecure",
                                               "admins",
+                                              "trusted_agents",
                                               "provider",
                                               "targets",
                                               "target_bytes",
@@ -54,6 +55,8 @@ Status load_config_file(const std::string& path, ServerConfig* config) {
     if (root["control_socket"]) config->control_socket = root["control_socket"].as<std::string>();
     if (root["insecure"]) config->insecure = root["insecure"].as<bool>();
     if (root["admins"]) config->admins = root["admins"].as<std::vector<std::string>>();
+    if (root["trusted_agents"])
+      config->trusted_agents = root["trusted_agents"].as<std::map<std::string, std::vector<std::string>>>();
     if (root["tls_ca"]) config->tls_ca = root["tls_ca"].as<std::string>();
     if (root["provider"]) config->provider = root["provider"].as<std::string>();
     if (root["targets"]) config->targets = root["targets"].as<uint32_t>();

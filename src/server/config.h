@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct ServerConfig {
   bool insecure = false;
   // Names (local users, certificate common names) with every right, beside root and the server's own user.
   std::vector<std::string> admins;
+  // Agents that may act for local users (principal.h, act_for): the agent's principal -> the users it may act
+  // for ("alice", "group:ml", "*": any but an administrator).
+  std::map<std::string, std::vector<std::string>> trusted_agents;
   std::string provider = "ucx+tcp";
   uint32_t targets = 0;                // 0: one per core
   uint64_t target_bytes = 1ull << 30;  // block file size of each target

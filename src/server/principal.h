@@ -11,8 +11,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "common/status.h"
 
 namespace rfos::server {
 
@@ -36,5 +40,16 @@ Principal local_principal(uint32_t uid, uint32_t gid, const std::vector<uint32_t
 // The user and group names of a uid and gid (the decimal number when the database has no name).
 std::string user_name(uint32_t uid);
 std::string group_name(uint32_t gid);
+
+// Agents (`rfos agent`, docs/agent.md) act for the local users of their host: a call that carries
+// "rfos-act-for: UID:GID[:G1,G2...]" (the kernel's credentials of the agent's app) is made as that user when
+// `trusted` names the caller's principal with a list that holds the user's name, "group:NAME" of one of its
+// groups, or "*". "*" never covers an administrator (root, the server's user, a name in `admins`): acting for
+// one needs its name. Errors: kPermissionDenied (an untrusted caller, or one not trusted for that user),
+// kInvalidArgument (a malformed header).
+using TrustedAgents = std::map<std::string, std::vector<std::string>>;
+Result<Principal> act_for(const Principal& agent, std::string_view header, const TrustedAgents& trusted,
+                          const std::vector<std::string>& admins);
+inline constexpr const char* kActForKey = "rfos-act-for";
 
 }  // namespace rfos::server

@@ -88,11 +88,14 @@ class Server::Impl final : public wire::Control::Service {
 
   // Who called: the kernel's word on the local socket, the verified certificate on TLS, else anonymous.
   Principal caller(ServerContext* ctx) const;
+  // Whom the call is for: the caller, or the user a trusted agent acts for (act_for in principal.h).
+  Result<Principal> acting(ServerContext* ctx) const;
   // Every call: the caller, the management layer's answer, its error as gRPC's.
   template <typename Req, typename Resp>
   grpc::Status adapt(ServerContext* ctx, Status (Management::*op)(const Principal&, const Req&, Resp*), const Req* req,
                      Resp* resp) {
-    return to_grpc(ctx, (management_.get()->*op)(caller(ctx), *req, resp));
+    Result<Principal> who = acting(ctx);
+    return to_grpc(ctx, who.is_ok() ? (management_.get()->*op)(*who, *req, resp) : who.status());
   }
 
   grpc::Status PoolCreate(ServerContext* ctx, const wire::PoolCreateRequest* req,
@@ -175,6 +178,14 @@ Principal Server::Impl::caller(ServerContext* ctx) const {
   if (!p.anonymous() && std::find(config_.admins.begin(), config_.admins.end(), p.name) != config_.admins.end())
     p.admin = true;
   return p;
+}
+
+Result<Principal> Server::Impl::acting(ServerContext* ctx) const {
+  Principal p = caller(ctx);
+  const auto& meta = ctx->client_metadata();
+  auto it = meta.find(kActForKey);
+  if (it == meta.end()) return p;
+  return act_for(p, std::string_view(it->second.data(), it->second.size()), config_.trusted_agents, config_.admins);
 }
 
 Status Server::Impl::open() {

@@ -1,0 +1,627 @@
+#include "agent/agent.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <sched.h>
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <list>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "agent/protocol.h"
+#include "agent/ring.h"
+#include "client/container.h"
+
+namespace rfos::agent {
+
+namespace {
+
+Status sys_error(const std::string& what) { return error(StatusCode::kIoError, what + ": " + std::strerror(errno)); }
+
+bool parse_u32(std::string_view s, uint32_t* v) {
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return ec == std::errc() && end == s.data() + s.size() && !s.empty();
+}
+
+uint32_t uid_of(const std::string& user) {
+  uint32_t v;
+  if (parse_u32(user, &v)) return v;
+  std::vector<char> buf(16384);
+  passwd pw{}, *found = nullptr;
+  return getpwnam_r(user.c_str(), &pw, buf.data(), buf.size(), &found) == 0 && found ? pw.pw_uid : UINT32_MAX;
+}
+
+uint32_t gid_of(const std::string& group) {
+  uint32_t v;
+  if (parse_u32(group, &v)) return v;
+  std::vector<char> buf(16384);
+  struct group gr {
+  }, *found = nullptr;
+  return getgrnam_r(group.c_str(), &gr, buf.data(), buf.size(), &found) == 0 && found ? gr.gr_gid : UINT32_MAX;
+}
+
+std::string user_name(uint32_t uid) {
+  std::vector<char> buf(16384);
+  passwd pw{}, *found = nullptr;
+  return getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found ? pw.pw_name : std::to_string(uid);
+}
+
+// The app's side of the socket, as the kernel says.
+struct Peer {
+  uint32_t pid = 0, uid = UINT32_MAX, gid = UINT32_MAX;
+  std::vector<uint32_t> groups;
+  std::string describe() const {
+    return user_name(uid) + " (uid " + std::to_string(uid) + ", pid " + std::to_string(pid) + ")";
+  }
+};
+
+Result<Peer> peer_of(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return sys_error("SO_PEERCRED");
+  Peer p{static_cast<uint32_t>(cred.pid), cred.uid, cred.gid, {}};
+  std::vector<gid_t> groups(64);
+  len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) != 0 && errno == ERANGE) {
+    groups.resize(len / sizeof(gid_t));
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) != 0) return sys_error("SO_PEERGROUPS");
+  }
+  groups.resize(len / sizeof(gid_t));
+  p.groups.assign(groups.begin(), groups.end());
+  return p;
+}
+
+Status send_message(int fd, const Message& m, const std::vector<int>& fds = {}) {
+  std::string bytes = encode_message(m);
+  iovec iov{bytes.data(), bytes.size()};
+  msghdr h{};
+  h.msg_iov = &iov;
+  h.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+  if (!fds.empty()) {
+    h.msg_control = control;
+    h.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* c = CMSG_FIRSTHDR(&h);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  if (sendmsg(fd, &h, MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size())) return sys_error("send to the app");
+  return Status::ok();
+}
+
+// One app's connection: its thread runs everything the app asked for, from the socket and from its ring.
+class AppConn {
+ public:
+  AppConn(const AgentConfig& config, const client::ControlClient& control, int fd, Peer peer, std::string tenant)
+      : config_(config),
+        fd_(fd),
+        peer_(std::move(peer)),
+        tenant_(std::move(tenant)),
+        control_(control.acting_for(peer_.uid, peer_.gid, peer_.groups)) {}
+  ~AppConn() {
+    conts_.clear();  // their sessions end before the memory their registrations named goes
+    if (buffer_) munmap(buffer_, buffer_bytes_);
+    if (buffer_fd_ >= 0) close(buffer_fd_);
+  }
+
+  // Until the app goes (or the agent shuts the socket down).
+  void run() {
+    Status end = serve();
+    if (!end.is_ok() && end.code() != StatusCode::kShutdown)
+      spdlog::info("agent: app {} of tenant {}: {}", peer_.describe(), tenant_, end.to_string());
+    shutdown(fd_, SHUT_RDWR);  // the app hears of it now (a broken ring, a bad message), not when this thread is joined
+    drain(std::chrono::milliseconds(config_.timeout_ms));
+  }
+
+ private:
+  struct Open {
+    std::unique_ptr<client::Container> cont;
+  };
+
+  Status serve() {
+    for (;;) {
+      bool busy = false;
+      RFOS_RETURN_IF_ERROR(read_control(&busy));
+      if (ends_) {
+        RFOS_RETURN_IF_ERROR(take_submissions(&busy));
+        reap(0, &busy);
+        RFOS_RETURN_IF_ERROR(post_completions());
+      }
+      if (busy) continue;
+      if (!tickets_.empty()) {
+        reap(1, &busy);  // the first container with I/O in flight waits a little; the others are looked at next
+        continue;
+      }
+      if (!pending_.empty()) {  // the app is not taking its completions: look again soon
+        pollfd p{fd_, POLLIN, 0};
+        poll(&p, 1, 1);
+        continue;
+      }
+      if (ends_) {
+        RFOS_RETURN_IF_ERROR(ends_->sq.wait(-1, fd_));
+      } else {
+        pollfd p{fd_, POLLIN, 0};
+        if (poll(&p, 1, -1) < 0 && errno != EINTR) return sys_error("poll");
+      }
+    }
+  }
+
+  Status read_control(bool* busy) {
+    for (;;) {
+      char buf[kMaxMessageBytes + 1];
+      iovec iov{buf, sizeof(buf)};
+      msghdr h{};
+      h.msg_iov = &iov;
+      h.msg_iovlen = 1;
+      ssize_t n = recvmsg(fd_, &h, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::ok();
+      if (n < 0) return sys_error("receive from the app");
+      if (n == 0) return error(StatusCode::kShutdown, "the app closed its connection");
+      *busy = true;
+      if (h.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+        return error(StatusCode::kInvalidArgument, "a message too long, or with descriptors: connection closed");
+      RFOS_ASSIGN_OR_RETURN(Message m, decode_message(std::string_view(buf, static_cast<size_t>(n))));
+      std::vector<int> fds;
+      Message reply = answer(m, &fds);
+      reply.id = m.id;
+      RFOS_RETURN_IF_ERROR(send_message(fd_, reply, fds));
+    }
+  }
+
+  Message answer(const Message& m, std::vector<int>* fds) {
+    Message r;
+    r.type = MsgType::kDone;
+    if (m.type == MsgType::kHello) {
+      if (m.version != kProtocolVersion)
+        return error_message(m.id, error(StatusCode::kNotSupported,
+                                         "agent protocol version " + std::to_string(m.version) +
+                                             " (this agent speaks " + std::to_string(kProtocolVersion) + ")"));
+      hello_ = true;
+      r.type = MsgType::kWelcome;
+      r.version = kProtocolVersion;
+      r.text = tenant_;
+      return r;
+    }
+    if (!hello_) return error_message(m.id, error(StatusCode::kInvalidArgument, "say hello first"));
+    switch (m.type) {
+      case MsgType::kSetup: {
+        Status s = setup(m, fds);
+        if (!s.is_ok()) return error_message(m.id, s);
+        r.type = MsgType::kReady;
+        r.sq_entries = ring_->sq_entries();
+        r.cq_entries = ring_->cq_entries();
+        r.buffer_bytes = buffer_bytes_;
+        return r;
+      }
+      case MsgType::kOpen: {
+        auto h = open(m);
+        if (!h.is_ok()) return error_message(m.id, h.status());
+        r.type = MsgType::kOpened;
+        r.handle = *h;
+        return r;
+      }
+      case MsgType::kClose: {
+        auto it = conts_.find(m.handle);
+        if (it == conts_.end())
+          return error_message(m.id,
+                               error(StatusCode::kInvalidArgument, "no container handle " + std::to_string(m.handle)));
+        if (it->second.cont->in_flight() > 0)
+          return error_message(m.id, error(StatusCode::kBusy, "the container has I/O in flight"));
+        conts_.erase(it);
+        return r;
+      }
+      case MsgType::kSize: {
+        auto it = conts_.find(m.handle);
+        if (it == conts_.end())
+          return error_message(m.id,
+                               error(StatusCode::kInvalidArgument, "no container handle " + std::to_string(m.handle)));
+        ObjectId oid;
+        std::memcpy(&oid.hi, m.oid, 8);
+        std::memcpy(&oid.lo, m.oid + 8, 8);
+        auto size = it->second.cont->array_size(oid, m.dkey, m.akey);
+        if (!size.is_ok()) return error_message(m.id, size.status());
+        r.value = *size;
+        return r;
+      }
+      default:
+        return error_message(m.id, error(StatusCode::kInvalidArgument, "not a request an app sends"));
+    }
+  }
+
+  Status setup(const Message& m, std::vector<int>* fds) {
+    if (ring_) return error(StatusCode::kAlreadyExists, "the ring is set up already");
+    if (m.buffer_bytes == 0 || m.buffer_bytes > config_.max_buffer_bytes)
+      return error(StatusCode::kTooLarge, "a shared buffer of 1 B .. " + std::to_string(config_.max_buffer_bytes) +
+                                              " bytes (max_buffer_bytes)");
+    RFOS_ASSIGN_OR_RETURN(ring_, RingRegion::create(m.sq_entries, m.cq_entries));
+    size_t bytes = (m.buffer_bytes + 4095) & ~uint64_t{4095};
+    buffer_fd_ = memfd_create("rfos-buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (buffer_fd_ < 0) return sys_error("memfd_create");
+    // Sealed: the app may write its bytes into it but cannot shrink it under the agent or the fabric.
+    if (ftruncate(buffer_fd_, static_cast<off_t>(bytes)) != 0 ||
+        fcntl(buffer_fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+      return sys_error("size the shared buffer");
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, buffer_fd_, 0);
+    if (p == MAP_FAILED) return sys_error("map the shared buffer");
+    buffer_ = static_cast<uint8_t*>(p);
+    buffer_bytes_ = bytes;
+    ends_ = std::make_unique<AgentEnds>(*ring_);
+    for (auto& [h, o] : conts_) RFOS_RETURN_IF_ERROR(o.cont->register_memory({buffer_, buffer_bytes_}));
+    *fds = {ring_->memfd(), buffer_fd_, ring_->sq_event(), ring_->cq_event()};
+    return Status::ok();
+  }
+
+  Result<uint32_t> open(const Message& m) {
+    if (conts_.size() >= 64) return error(StatusCode::kBusy, "64 containers open already");
+    client::ContainerOptions o;
+    o.write = m.write;
+    o.provider = config_.provider;
+    o.timeout_ms = config_.timeout_ms;
+    RFOS_ASSIGN_OR_RETURN(auto c, client::Container::open(*control_, m.pool, m.cont, o));
+    if (buffer_) RFOS_RETURN_IF_ERROR(c->register_memory({buffer_, buffer_bytes_}));
+    uint32_t h = next_handle_++;
+    conts_[h].cont = std::move(c);
+    return h;
+  }
+
+  // Takes what the app submitted while the completion queue has room for all it may answer.
+  Status take_submissions(bool* busy) {
+    RFOS_ASSIGN_OR_RETURN(uint32_t n, ends_->sq.ready());
+    size_t room = ring_->cq_entries();
+    uint32_t took = 0;
+    for (; took < n && tickets_.size() + pending_.size() < room; ++took) {
+      Sqe e = ends_->sq.take();  // a copy: the app cannot change it under the checks
+      Status s = submit(e);
+      if (!s.is_ok()) pending_.push_back({e.user_data, static_cast<uint16_t>(s.code()), 0, 0});
+    }
+    if (took > 0) {
+      ends_->sq.release();
+      *busy = true;
+    }
+    return Status::ok();
+  }
+
+  Status submit(const Sqe& e) {
+    RFOS_RETURN_IF_ERROR(check_sqe(e, buffer_bytes_, client::kMaxIoBytes));
+    if (e.op == static_cast<uint8_t>(RingOp::kNop)) {
+      pending_.push_back({e.user_data, 0, 0, 0});
+      return Status::ok();
+    }
+    auto it = conts_.find(e.cont);
+    if (it == conts_.end()) return error(StatusCode::kInvalidArgument, "no container handle");
+    ObjectId oid;
+    std::memcpy(&oid.hi, e.oid, 8);
+    std::memcpy(&oid.lo, e.oid + 8, 8);
+    std::span<uint8_t> bytes(buffer_ + e.buf, e.length);
+    Result<client::Ticket> t = e.op == static_cast<uint8_t>(RingOp::kWrite)
+                                   ? it->second.cont->submit_write(oid, e.dkey(), e.akey(), e.offset, bytes)
+                                   : it->second.cont->submit_read(oid, e.dkey(), e.akey(), e.offset, bytes);
+    if (!t.is_ok()) return t.status();
+    tickets_[{e.cont, *t}] = {e.user_data, static_cast<uint32_t>(e.length)};
+    return Status::ok();
+  }
+
+  // Completions of the containers' I/O, each into a completion for the app.
+  void reap(int timeout_ms, bool* busy) {
+    for (auto& [h, o] : conts_) {
+      if (o.cont->in_flight() == 0) continue;
+      for (const client::Completion& c : o.cont->poll(64, timeout_ms)) {
+        auto it = tickets_.find({h, c.ticket});
+        if (it == tickets_.end()) continue;
+        pending_.push_back(
+            {it->second.first, static_cast<uint16_t>(c.status.code()), 0, c.status.is_ok() ? it->second.second : 0});
+        tickets_.erase(it);
+        *busy = true;
+      }
+      timeout_ms = 0;
+    }
+  }
+
+  Status post_completions() {
+    bool any = false;
+    while (!pending_.empty()) {
+      RFOS_ASSIGN_OR_RETURN(bool room, ends_->cq.has_room());
+      if (!room) break;
+      ends_->cq.push(pending_.front());
+      pending_.pop_front();
+      any = true;
+    }
+    if (any) ends_->cq.publish();
+    return Status::ok();
+  }
+
+  // The app is gone: what it left in flight ends (the targets may still be moving bytes into its buffer, which
+  // stays mapped here until they are done), then everything goes.
+  void drain(std::chrono::milliseconds limit) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!tickets_.empty() && std::chrono::steady_clock::now() < deadline) {
+      bool busy = false;
+      reap(10, &busy);
+    }
+  }
+
+  const AgentConfig& config_;
+  int fd_;  // the agent's: closed when this thread was joined
+  Peer peer_;
+  std::string tenant_;
+  std::unique_ptr<client::ControlClient> control_;
+  bool hello_ = false;
+  std::unique_ptr<RingRegion> ring_;
+  std::unique_ptr<AgentEnds> ends_;
+  int buffer_fd_ = -1;
+  uint8_t* buffer_ = nullptr;
+  size_t buffer_bytes_ = 0;
+  std::map<uint32_t, Open> conts_;
+  uint32_t next_handle_ = 1;
+  // I/O in flight -> the app's user_data and the bytes it moves
+  std::map<std::pair<uint32_t, client::Ticket>, std::pair<uint64_t, uint32_t>> tickets_;
+  std::deque<Cqe> pending_;  // completions not yet in the ring
+};
+
+}  // namespace
+
+class Agent::Impl {
+ public:
+  AgentConfig config;
+  std::unique_ptr<client::ControlClient> control;
+  int listen_fd = -1;
+  int stop_fd = -1;
+  std::thread acceptor;
+  std::mutex mu;
+  struct App {
+    std::thread thread;
+    int fd = -1;  // closed once the thread is joined, so that stop() never shuts down a reused number
+    std::atomic<bool> done{false};
+  };
+  std::list<App> apps;
+  std::atomic<size_t> live{0};
+  bool stopped = false;
+
+  ~Impl() {
+    stop();
+    if (listen_fd >= 0) {
+      close(listen_fd);
+      unlink(config.listen.c_str());
+    }
+    if (stop_fd >= 0) close(stop_fd);
+  }
+
+  void stop() {
+    {
+      std::lock_guard lock(mu);
+      if (stopped) return;
+      stopped = true;
+    }
+    uint64_t one = 1;
+    (void)!write(stop_fd, &one, sizeof(one));
+    if (acceptor.joinable()) acceptor.join();
+    std::lock_guard lock(mu);
+    for (App& a : apps) shutdown(a.fd, SHUT_RDWR);  // each app's thread sees its socket end
+    for (App& a : apps) {
+      a.thread.join();
+      close(a.fd);
+    }
+    apps.clear();
+  }
+
+  // The tenant of an app's user, or an error when none takes it.
+  Result<std::string> tenant_of(const Peer& p) const {
+    if (config.tenants.empty()) return user_name(p.uid);
+    for (const TenantConfig& t : config.tenants) {
+      for (const std::string& u : t.users)
+        if (uid_of(u) == p.uid) return t.name;
+      for (const std::string& g : t.groups) {
+        uint32_t gid = gid_of(g);
+        if (gid == p.gid || std::find(p.groups.begin(), p.groups.end(), gid) != p.groups.end()) return t.name;
+      }
+    }
+    return error(StatusCode::kPermissionDenied, p.describe() + " is in no tenant of this agent");
+  }
+
+  void accept_loop() {
+    for (;;) {
+      pollfd p[2] = {{listen_fd, POLLIN, 0}, {stop_fd, POLLIN, 0}};
+      if (poll(p, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (p[1].revents) return;
+      int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) {
+        pollfd stop{stop_fd, POLLIN, 0};
+        if (poll(&stop, 1, 100) > 0) return;  // out of descriptors: look again in a while
+        continue;
+      }
+      reap_finished();
+      admit(fd);
+    }
+  }
+
+  void admit(int fd) {
+    auto refuse = [fd](const Status& s) {
+      (void)send_message(fd, error_message(0, s));
+      close(fd);
+    };
+    auto peer = peer_of(fd);
+    if (!peer.is_ok()) return refuse(peer.status());
+    auto tenant = tenant_of(*peer);
+    if (!tenant.is_ok()) return refuse(tenant.status());
+    std::lock_guard lock(mu);
+    if (live.load() >= config.max_apps) return refuse(error(StatusCode::kBusy, "the agent serves its most apps"));
+    ++live;
+    App& a = apps.emplace_back();
+    a.fd = fd;
+    a.thread = std::thread([this, &a, p = *peer, t = *tenant]() mutable {
+      {
+        AppConn conn(config, *control, a.fd, std::move(p), std::move(t));
+        conn.run();
+      }
+      --live;
+      a.done = true;
+    });
+  }
+
+  // Joins the threads of apps that have gone, so a long-lived agent keeps no thread it ever started.
+  void reap_finished() {
+    std::lock_guard lock(mu);
+    for (auto it = apps.begin(); it != apps.end();) {
+      if (!it->done.load()) {
+        ++it;
+        continue;
+      }
+      it->thread.join();
+      close(it->fd);
+      it = apps.erase(it);
+    }
+  }
+};
+
+Status load_agent_config(const std::string& path, AgentConfig* config) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    return error(StatusCode::kNotFound, "config file " + path + " cannot be read");
+  } catch (const YAML::Exception& e) {
+    return error(StatusCode::kInvalidArgument, "config file " + path + ": " + e.what());
+  }
+  if (root.IsNull()) return Status::ok();
+  if (!root.IsMap()) return error(StatusCode::kInvalidArgument, "config file " + path + " must be a mapping");
+  static const std::set<std::string> kKeys = {"control_address",  "provider", "listen",     "cpus",
+                                              "max_buffer_bytes", "max_apps", "timeout_ms", "tls_ca",
+                                              "tls_cert",         "tls_key",  "tenants"};
+  try {
+    for (const auto& kv : root) {
+      std::string key = kv.first.as<std::string>();
+      if (!kKeys.count(key)) return error(StatusCode::kInvalidArgument, path + ": unknown key '" + key + "'");
+    }
+    if (root["control_address"]) config->control_address = root["control_address"].as<std::string>();
+    if (root["provider"]) config->provider = root["provider"].as<std::string>();
+    if (root["listen"]) config->listen = root["listen"].as<std::string>();
+    if (root["cpus"]) config->cpus = root["cpus"].as<std::string>();
+    if (root["max_buffer_bytes"]) config->max_buffer_bytes = root["max_buffer_bytes"].as<uint64_t>();
+    if (root["max_apps"]) config->max_apps = root["max_apps"].as<uint32_t>();
+    if (root["timeout_ms"]) config->timeout_ms = root["timeout_ms"].as<uint32_t>();
+    if (root["tls_ca"]) config->tls.ca = root["tls_ca"].as<std::string>();
+    if (root["tls_cert"]) config->tls.cert = root["tls_cert"].as<std::string>();
+    if (root["tls_key"]) config->tls.key = root["tls_key"].as<std::string>();
+    if (root["tenants"]) {
+      config->tenants.clear();
+      for (const auto& t : root["tenants"]) {
+        TenantConfig tc;
+        for (const auto& kv : t) {
+          std::string key = kv.first.as<std::string>();
+          if (key != "name" && key != "users" && key != "groups")
+            return error(StatusCode::kInvalidArgument, path + ": unknown tenant key '" + key + "'");
+        }
+        tc.name = t["name"].as<std::string>();
+        if (t["users"]) tc.users = t["users"].as<std::vector<std::string>>();
+        if (t["groups"]) tc.groups = t["groups"].as<std::vector<std::string>>();
+        if (tc.name.empty()) return error(StatusCode::kInvalidArgument, path + ": a tenant without a name");
+        config->tenants.push_back(std::move(tc));
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    return error(StatusCode::kInvalidArgument, "config file " + path + ": " + e.what());
+  }
+  return Status::ok();
+}
+
+Status pin_to_cpus(const std::string& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  auto bad = [&] { return error(StatusCode::kInvalidArgument, "'" + cpus + "' is not a CPU list (like 1 or 2-3,6)"); };
+  std::string_view rest = cpus;
+  while (!rest.empty()) {
+    size_t comma = rest.find(',');
+    std::string_view part = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    size_t dash = part.find('-');
+    uint32_t lo, hi;
+    if (!parse_u32(part.substr(0, dash), &lo)) return bad();
+    hi = lo;
+    if (dash != std::string_view::npos && !parse_u32(part.substr(dash + 1), &hi)) return bad();
+    if (hi < lo || hi >= CPU_SETSIZE) return bad();
+    for (uint32_t c = lo; c <= hi; ++c) CPU_SET(c, &set);
+  }
+  if (CPU_COUNT(&set) == 0) return bad();
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) return sys_error("sched_setaffinity " + cpus);
+  return Status::ok();
+}
+
+Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
+  sockaddr_un a{};
+  const std::string& path = config.listen;
+  if (path.empty() || path[0] != '/' || path.size() >= sizeof(a.sun_path))
+    return error(StatusCode::kInvalidArgument, "the agent's socket '" + path +
+                                                   "' must be an absolute path of at most " +
+                                                   std::to_string(sizeof(a.sun_path) - 1) + " characters");
+  if (!config.cpus.empty()) RFOS_RETURN_IF_ERROR(pin_to_cpus(config.cpus));
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->control = client::ControlClient::create(
+      config.control_address.empty() ? client::default_control_address() : config.control_address, 5000, config.tls);
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (mkdir(dir.c_str(), 0755) == 0) chmod(dir.c_str(), 0755);
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return error(StatusCode::kIoError, dir + " is not a directory");
+  if ((st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & (S_IWGRP | S_IWOTH)))
+    return error(StatusCode::kPermissionDenied,
+                 "the agent socket's directory " + dir + " is writable by others: anyone could replace the socket");
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) return error(StatusCode::kInvalidArgument, path + " exists and is not a socket");
+    int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
+    bool live = probe >= 0 && connect(probe, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    if (probe >= 0) close(probe);
+    if (live) return error(StatusCode::kAlreadyExists, "another agent serves " + path);
+    unlink(path.c_str());  // left by an agent that died
+  }
+  impl->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  impl->stop_fd = eventfd(0, EFD_CLOEXEC);
+  if (impl->listen_fd < 0 || impl->stop_fd < 0) return sys_error("socket");
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
+  if (::bind(impl->listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    Status s = sys_error("bind " + path);
+    close(impl->listen_fd);
+    impl->listen_fd = -1;  // nothing of ours to unlink
+    return s;
+  }
+  // Every local user may connect: the tenants and the server's ACLs decide what each may do.
+  if (chmod(path.c_str(), 0666) != 0 || listen(impl->listen_fd, 128) != 0) return sys_error("listen on " + path);
+  Impl* raw = impl.get();
+  impl->acceptor = std::thread([raw] { raw->accept_loop(); });
+  return std::unique_ptr<Agent>(new Agent(std::move(impl)));
+}
+
+Agent::Agent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Agent::~Agent() = default;
+void Agent::stop() { impl_->stop(); }
+std::string Agent::socket_path() const { return impl_->config.listen; }
+size_t Agent::apps() const { return impl_->live.load(); }
+
+}  // namespace rfos::agent

@@ -1,0 +1,244 @@
+#include "agent/agent_client.h"
+
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+namespace rfos::agent {
+
+namespace {
+
+Status sys_error(const std::string& what) { return error(StatusCode::kIoError, what + ": " + std::strerror(errno)); }
+
+Status gone() { return error(StatusCode::kShutdown, "the agent is gone (its connection hung up)"); }
+
+}  // namespace
+
+Result<std::unique_ptr<AgentClient>> AgentClient::connect(const std::string& socket,
+                                                          const AgentClientOptions& options) {
+  std::unique_ptr<AgentClient> c(new AgentClient());
+  c->timeout_ms_ = options.timeout_ms;
+  sockaddr_un a{};
+  if (socket.size() >= sizeof(a.sun_path)) return error(StatusCode::kInvalidArgument, "socket path too long");
+  c->fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (c->fd_ < 0) return sys_error("socket");
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, socket.c_str(), sizeof(a.sun_path) - 1);
+  if (::connect(c->fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    if (errno == ENOENT || errno == ECONNREFUSED)
+      return error(StatusCode::kNotFound,
+                   "no rfos agent at " + socket + " (start one: rfos agent --listen " + socket + ")");
+    return sys_error("connect to the agent at " + socket);
+  }
+  Message hello;
+  hello.type = MsgType::kHello;
+  hello.version = kProtocolVersion;
+  RFOS_ASSIGN_OR_RETURN(Message welcome, c->call(hello));
+  if (welcome.type != MsgType::kWelcome) return error(StatusCode::kInvalidArgument, "the agent did not welcome us");
+  c->tenant_ = welcome.text;
+  Message setup;
+  setup.type = MsgType::kSetup;
+  setup.sq_entries = setup.cq_entries = options.entries;
+  setup.buffer_bytes = options.buffer_bytes;
+  std::vector<int> fds;
+  RFOS_ASSIGN_OR_RETURN(Message ready, c->call(setup, &fds));
+  if (ready.type != MsgType::kReady || fds.size() != 4) {
+    for (int fd : fds) ::close(fd);
+    return error(StatusCode::kInvalidArgument, "the agent's answer to setup is not a ring");
+  }
+  int buffer_fd = fds[1];
+  auto ring = RingRegion::attach(fds[0], fds[2], fds[3]);
+  if (!ring.is_ok()) {
+    ::close(buffer_fd);
+    return ring.status();
+  }
+  c->ring_ = std::move(ring).value();
+  struct stat st {};
+  if (fstat(buffer_fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != ready.buffer_bytes) {
+    ::close(buffer_fd);
+    return error(StatusCode::kInvalidArgument, "the shared buffer's size is not what the agent said");
+  }
+  void* p = mmap(nullptr, ready.buffer_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, buffer_fd, 0);
+  ::close(buffer_fd);
+  if (p == MAP_FAILED) return sys_error("map the shared buffer");
+  c->buffer_ = static_cast<uint8_t*>(p);
+  c->buffer_bytes_ = ready.buffer_bytes;
+  c->ends_ = std::make_unique<AppEnds>(*c->ring_);
+  return c;
+}
+
+AgentClient::~AgentClient() {
+  if (buffer_) munmap(buffer_, buffer_bytes_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<Message> AgentClient::call(const Message& m, std::vector<int>* fds) {
+  Message q = m;
+  q.id = next_id_++;
+  std::string bytes = encode_message(q);
+  if (send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size()))
+    return errno == EPIPE || errno == ECONNRESET ? gone() : sys_error("send to the agent");
+  pollfd pf{fd_, POLLIN, 0};
+  int got = ::poll(&pf, 1, static_cast<int>(timeout_ms_));
+  if (got == 0)
+    return error(StatusCode::kTimeout, "no answer from the agent within " + std::to_string(timeout_ms_) + " ms");
+  if (got < 0) return sys_error("poll");
+  char buf[kMaxMessageBytes + 1];
+  iovec iov{buf, sizeof(buf)};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+  msghdr h{};
+  h.msg_iov = &iov;
+  h.msg_iovlen = 1;
+  h.msg_control = control;
+  h.msg_controllen = sizeof(control);
+  ssize_t n = recvmsg(fd_, &h, MSG_CMSG_CLOEXEC);
+  if (n == 0 || (n < 0 && errno == ECONNRESET)) return gone();
+  if (n < 0) return sys_error("receive from the agent");
+  std::vector<int> got_fds;
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&h); cm; cm = CMSG_NXTHDR(&h, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+    size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < k; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+      got_fds.push_back(fd);
+    }
+  }
+  auto close_fds = [&] {
+    for (int fd : got_fds) ::close(fd);
+  };
+  if (h.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+    close_fds();
+    return error(StatusCode::kInvalidArgument, "the agent sent a message too long");
+  }
+  auto r = decode_message(std::string_view(buf, static_cast<size_t>(n)));
+  if (!r.is_ok() || !status_of(*r).is_ok() || r->id != q.id || !fds) close_fds();
+  if (!r.is_ok()) return r.status();
+  // An error with id 0 is the agent refusing the connection before it read a request.
+  if (Status s = status_of(*r); !s.is_ok() && (r->id == q.id || r->id == 0)) return s;
+  if (r->id != q.id) return error(StatusCode::kInvalidArgument, "the agent answered another request");
+  if (fds) *fds = std::move(got_fds);
+  return r;
+}
+
+Result<uint32_t> AgentClient::open(const std::string& pool, const std::string& cont, bool write) {
+  Message m;
+  m.type = MsgType::kOpen;
+  m.pool = pool;
+  m.cont = cont;
+  m.write = write;
+  RFOS_ASSIGN_OR_RETURN(Message r, call(m));
+  if (r.type != MsgType::kOpened)
+    return error(StatusCode::kInvalidArgument, "the agent's answer to open is not a handle");
+  return r.handle;
+}
+
+Status AgentClient::close(uint32_t handle) {
+  Message m;
+  m.type = MsgType::kClose;
+  m.handle = handle;
+  return call(m).status();
+}
+
+Result<uint64_t> AgentClient::array_size(uint32_t handle, const ObjectId& oid, std::string_view dkey,
+                                         std::string_view akey) {
+  Message m;
+  m.type = MsgType::kSize;
+  m.handle = handle;
+  std::memcpy(m.oid, &oid.hi, 8);
+  std::memcpy(m.oid + 8, &oid.lo, 8);
+  m.dkey = dkey;
+  m.akey = akey;
+  RFOS_ASSIGN_OR_RETURN(Message r, call(m));
+  return r.value;
+}
+
+Status AgentClient::submit(RingOp op, uint32_t handle, const ObjectId& oid, std::string_view dkey,
+                           std::string_view akey, uint64_t offset, std::span<uint8_t> bytes, uint64_t user_data) {
+  if (!bytes.empty() && (bytes.data() < buffer_ || bytes.data() + bytes.size() > buffer_ + buffer_bytes_))
+    return error(StatusCode::kInvalidArgument, "the bytes must lie in the agent's shared buffer");
+  if (dkey.size() + akey.size() > kSqeKeyBytes)
+    return error(StatusCode::kInvalidArgument,
+                 "dkey and akey longer than " + std::to_string(kSqeKeyBytes) + " bytes together");
+  RFOS_ASSIGN_OR_RETURN(bool room, ends_->sq.has_room());
+  if (!room) return error(StatusCode::kBusy, "the submission queue is full");
+  Sqe e;
+  e.user_data = user_data;
+  e.op = static_cast<uint8_t>(op);
+  e.cont = handle;
+  std::memcpy(e.oid, &oid.hi, 8);
+  std::memcpy(e.oid + 8, &oid.lo, 8);
+  e.offset = offset;
+  e.length = bytes.size();
+  e.buf = bytes.empty() ? 0 : static_cast<uint64_t>(bytes.data() - buffer_);
+  e.dkey_len = static_cast<uint8_t>(dkey.size());
+  e.akey_len = static_cast<uint8_t>(akey.size());
+  std::memcpy(e.keys, dkey.data(), dkey.size());
+  std::memcpy(e.keys + dkey.size(), akey.data(), akey.size());
+  ends_->sq.push(e);
+  ends_->sq.publish();
+  ++in_flight_;
+  return Status::ok();
+}
+
+Result<std::vector<AgentCompletion>> AgentClient::poll(size_t max, int timeout_ms) {
+  std::vector<AgentCompletion> out;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    RFOS_ASSIGN_OR_RETURN(uint32_t n, ends_->cq.ready());
+    for (uint32_t i = 0; i < n && out.size() < max; ++i) {
+      Cqe c = ends_->cq.take();
+      Status s = c.code == 0
+                     ? Status::ok()
+                     : error(static_cast<StatusCode>(c.code),
+                             std::string(status_code_name(static_cast<StatusCode>(c.code))) + " from the agent");
+      out.push_back({c.user_data, std::move(s), c.length});
+      if (in_flight_ > 0) --in_flight_;
+    }
+    if (!out.empty()) {
+      ends_->cq.release();
+      return out;
+    }
+    int left = timeout_ms;
+    if (timeout_ms >= 0) {
+      auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return out;
+      left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) + 1;
+    }
+    // The socket beside the eventfd: an agent that dies ends the wait at once.
+    Status w = ends_->cq.wait(left, fd_);
+    if (w.code() == StatusCode::kShutdown) return gone();
+    RFOS_RETURN_IF_ERROR(w);
+  }
+}
+
+Status AgentClient::io(RingOp op, uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey,
+                       uint64_t offset, std::span<uint8_t> bytes) {
+  if (in_flight_ > 0) return error(StatusCode::kBusy, "synchronous I/O with submissions in flight");
+  uint64_t tag = (uint64_t{1} << 63) | next_sync_++;
+  RFOS_RETURN_IF_ERROR(submit(op, handle, oid, dkey, akey, offset, bytes, tag));
+  for (;;) {
+    RFOS_ASSIGN_OR_RETURN(auto done, poll(1, -1));
+    for (auto& c : done)
+      if (c.user_data == tag) return c.status;
+  }
+}
+
+Status AgentClient::write(uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey,
+                          uint64_t offset, std::span<uint8_t> bytes) {
+  return io(RingOp::kWrite, handle, oid, dkey, akey, offset, bytes);
+}
+
+Status AgentClient::read(uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey,
+                         uint64_t offset, std::span<uint8_t> bytes) {
+  return io(RingOp::kRead, handle, oid, dkey, akey, offset, bytes);
+}
+
+}  // namespace rfos::agent

@@ -1,0 +1,84 @@
+// An application's side of `rfos agent` (docs/agent.md): connect to the agent's socket, get the ring and a shared
+// buffer from it, open containers by name, and submit array I/O whose bytes lie in the shared buffer; the agent
+// does the rest. The app holds no capability, remote key or endpoint: only the descriptors the agent passed.
+//
+// An agent that goes away gives every call kShutdown at once (the socket hangs up), never a hang.
+//
+// Thread-safety: one AgentClient per thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/protocol.h"
+#include "agent/ring.h"
+#include "common/ids.h"
+#include "common/status.h"
+
+namespace rfos::agent {
+
+struct AgentClientOptions {
+  uint64_t buffer_bytes = 64ull << 20;  // the shared buffer asked for
+  uint32_t entries = 256;               // submission and completion queue entries
+  uint32_t timeout_ms = 30000;          // per control request
+};
+
+struct AgentCompletion {
+  uint64_t user_data = 0;
+  Status status;
+  uint64_t length = 0;
+};
+
+class AgentClient {
+ public:
+  // Errors: kNotFound (no agent at `socket`), kPermissionDenied (the agent took the app for no tenant),
+  // kNotSupported (another protocol version), kTooLarge (a buffer over the agent's limit).
+  static Result<std::unique_ptr<AgentClient>> connect(const std::string& socket,
+                                                      const AgentClientOptions& options = {});
+  ~AgentClient();
+
+  const std::string& tenant() const { return tenant_; }
+  // The shared buffer: I/O moves bytes from and into it only.
+  std::span<uint8_t> buffer() const { return {buffer_, buffer_bytes_}; }
+
+  Result<uint32_t> open(const std::string& pool, const std::string& cont, bool write);
+  Status close(uint32_t handle);  // kBusy while its I/O is in flight
+  Result<uint64_t> array_size(uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey);
+
+  // Queues an array write or read of `bytes` (inside buffer(): kInvalidArgument otherwise) at `offset`; the agent
+  // sees it at once. kBusy when the submission queue is full (take completions first).
+  Status submit(RingOp op, uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey,
+                uint64_t offset, std::span<uint8_t> bytes, uint64_t user_data);
+  // Up to `max` completions, waiting up to timeout_ms (-1: no limit) for the first. kShutdown when the agent is
+  // gone, kCorruption when it broke the ring.
+  Result<std::vector<AgentCompletion>> poll(size_t max, int timeout_ms);
+  // Submits and waits for one I/O.
+  Status write(uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
+               std::span<uint8_t> bytes);
+  Status read(uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
+              std::span<uint8_t> bytes);
+  size_t in_flight() const { return in_flight_; }
+
+ private:
+  AgentClient() = default;
+  Result<Message> call(const Message& m, std::vector<int>* fds = nullptr);
+  Status io(RingOp op, uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey,
+            uint64_t offset, std::span<uint8_t> bytes);
+
+  int fd_ = -1;
+  uint32_t timeout_ms_ = 30000;
+  uint32_t next_id_ = 1;
+  std::string tenant_;
+  std::unique_ptr<RingRegion> ring_;
+  std::unique_ptr<AppEnds> ends_;
+  uint8_t* buffer_ = nullptr;
+  size_t buffer_bytes_ = 0;
+  size_t in_flight_ = 0;
+  uint64_t next_sync_ = 0;  // user_data of synchronous I/O: the top bit set
+};
+
+}  // namespace rfos::agent

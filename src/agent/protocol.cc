@@ -1,0 +1,142 @@
+#include "agent/protocol.h"
+
+#include <cstring>
+
+#include "common/coding.h"
+
+namespace rfos::agent {
+
+namespace {
+
+void put_string(std::string* out, std::string_view s) {
+  put_le<uint16_t>(out, static_cast<uint16_t>(s.size()));
+  out->append(s.data(), s.size());
+}
+
+bool get_string(ByteReader* in, std::string* s) {
+  uint16_t n;
+  std::string_view v;
+  if (!in->get_le(&n) || !in->get_bytes(n, &v)) return false;
+  s->assign(v);
+  return true;
+}
+
+bool get_oid(ByteReader* in, uint8_t* oid) {
+  std::string_view v;
+  if (!in->get_bytes(16, &v)) return false;
+  std::memcpy(oid, v.data(), 16);
+  return true;
+}
+
+Status malformed(const char* what) {
+  return error(StatusCode::kInvalidArgument, std::string("malformed agent message: ") + what);
+}
+
+}  // namespace
+
+std::string encode_message(const Message& m) {
+  std::string out;
+  out.push_back(static_cast<char>(m.type));
+  put_le<uint32_t>(&out, m.id);
+  switch (m.type) {
+    case MsgType::kHello:
+      put_le<uint32_t>(&out, m.version);
+      break;
+    case MsgType::kSetup:
+    case MsgType::kReady:
+      put_le<uint32_t>(&out, m.sq_entries);
+      put_le<uint32_t>(&out, m.cq_entries);
+      put_le<uint64_t>(&out, m.buffer_bytes);
+      break;
+    case MsgType::kOpen:
+      put_string(&out, m.pool);
+      put_string(&out, m.cont);
+      out.push_back(m.write ? 1 : 0);
+      break;
+    case MsgType::kClose:
+    case MsgType::kOpened:
+      put_le<uint32_t>(&out, m.handle);
+      break;
+    case MsgType::kSize:
+      put_le<uint32_t>(&out, m.handle);
+      out.append(reinterpret_cast<const char*>(m.oid), 16);
+      put_string(&out, m.dkey);
+      put_string(&out, m.akey);
+      break;
+    case MsgType::kWelcome:
+      put_le<uint32_t>(&out, m.version);
+      put_string(&out, m.text);
+      break;
+    case MsgType::kDone:
+      put_le<uint64_t>(&out, m.value);
+      break;
+    case MsgType::kError:
+      put_le<uint16_t>(&out, m.code);
+      put_string(&out, m.text);
+      break;
+  }
+  return out;
+}
+
+Result<Message> decode_message(std::string_view bytes) {
+  if (bytes.size() > kMaxMessageBytes) return malformed("too long");
+  ByteReader in(bytes);
+  Message m;
+  uint8_t type;
+  if (!in.get_le(&type) || !in.get_le(&m.id)) return malformed("short header");
+  m.type = static_cast<MsgType>(type);
+  bool ok = false;
+  switch (m.type) {
+    case MsgType::kHello:
+      ok = in.get_le(&m.version);
+      break;
+    case MsgType::kSetup:
+    case MsgType::kReady:
+      ok = in.get_le(&m.sq_entries) && in.get_le(&m.cq_entries) && in.get_le(&m.buffer_bytes);
+      break;
+    case MsgType::kOpen: {
+      uint8_t w = 0;
+      ok = get_string(&in, &m.pool) && get_string(&in, &m.cont) && in.get_le(&w) && w <= 1;
+      m.write = w == 1;
+      break;
+    }
+    case MsgType::kClose:
+    case MsgType::kOpened:
+      ok = in.get_le(&m.handle);
+      break;
+    case MsgType::kSize:
+      ok = in.get_le(&m.handle) && get_oid(&in, m.oid) && get_string(&in, &m.dkey) && get_string(&in, &m.akey);
+      break;
+    case MsgType::kWelcome:
+      ok = in.get_le(&m.version) && get_string(&in, &m.text);
+      break;
+    case MsgType::kDone:
+      ok = in.get_le(&m.value);
+      break;
+    case MsgType::kError:
+      ok = in.get_le(&m.code) && get_string(&in, &m.text) && m.code != 0;
+      break;
+    default:
+      return malformed("unknown type");
+  }
+  if (!ok) return malformed("short or invalid body");
+  if (in.remaining() != 0) return malformed("bytes after the body");
+  return m;
+}
+
+Status status_of(const Message& m) {
+  if (m.type != MsgType::kError) return Status::ok();
+  return error(static_cast<StatusCode>(m.code), m.text);
+}
+
+Message error_message(uint32_t id, const Status& s) {
+  Message m;
+  m.type = MsgType::kError;
+  m.id = id;
+  m.code = static_cast<uint16_t>(s.code());
+  if (m.code == 0) m.code = static_cast<uint16_t>(StatusCode::kInternal);
+  m.text = s.message().substr(0, 1024);
+  return m;
+}
+
+}  // namespace rfos::agent

@@ -1,0 +1,65 @@
+// The control channel between an application and `rfos agent` (docs/agent.md): one message per datagram of a
+// Unix SOCK_SEQPACKET socket, each a request the app sends and the agent answers in order. Descriptors (the
+// ring region, the shared buffer, the two eventfds) travel beside the answer to kSetup as SCM_RIGHTS.
+//
+//   message := type(1) id(4 LE) body
+//   string  := len(2 LE) bytes
+//
+// Bytes from the other side are untrusted: decode_message checks every length and refuses what is malformed
+// or has bytes left over (fuzzed in protocol_fuzz).
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace rfos::agent {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr size_t kMaxMessageBytes = 4096;
+
+enum class MsgType : uint8_t {
+  // app -> agent
+  kHello = 1,  // version; answered by kWelcome
+  kSetup = 2,  // sq_entries, cq_entries, buffer_bytes; answered by kReady with 4 descriptors
+  kOpen = 3,   // pool, cont, write; answered by kOpened
+  kClose = 4,  // handle; answered by kDone
+  kSize = 5,   // handle, oid, dkey, akey; answered by kDone with `value` = the array's size
+  // agent -> app
+  kWelcome = 64,  // version, tenant
+  kReady = 65,    // sq_entries, cq_entries, buffer_bytes (the region sizes as made)
+  kOpened = 66,   // handle
+  kDone = 67,     // value
+  kError = 68,    // code, text
+};
+
+// One message; which fields mean something depends on its type (above).
+struct Message {
+  MsgType type = MsgType::kHello;
+  uint32_t id = 0;  // the app's; the answer carries it back
+  uint32_t version = 0;
+  uint32_t sq_entries = 0, cq_entries = 0;
+  uint64_t buffer_bytes = 0;
+  std::string pool, cont;
+  bool write = false;
+  uint32_t handle = 0;
+  uint8_t oid[16] = {};
+  std::string dkey, akey;
+  uint64_t value = 0;
+  uint16_t code = 0;  // StatusCode
+  std::string text;   // an error's message, or the tenant's name
+};
+
+std::string encode_message(const Message& m);
+// kInvalidArgument for an unknown type, a short or long body, or a string past the end.
+Result<Message> decode_message(std::string_view bytes);
+
+// The error a kError message carries, as a Status.
+Status status_of(const Message& m);
+Message error_message(uint32_t id, const Status& s);
+
+}  // namespace rfos::agent

@@ -1,0 +1,386 @@
+// `rfos agent` against a real `rfos server` on loopback: apps do I/O through the agent's ring and shared buffer
+// while holding no capability, key or endpoint; the server lets the agent act for an app's user only where its
+// config trusts it; what the app's user may open is still what the ACLs grant; a hostile app's ring and
+// submissions are refused; an app that dies leaves nothing behind; an agent that dies fails its apps at once
+// and a new one serves them again.
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+
+#include "agent/agent.h"
+#include "agent/agent_client.h"
+#include "client/container.h"
+#include "client/control_client.h"
+#include "engine/engine_testing.h"
+#include "server_process.h"
+
+namespace rfos::agent {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uid_t kNobody = 65534;
+
+class AgentTest : public ::testing::Test {
+ protected:
+  // A server whose config trusts this process's user (root) as an agent for `trusted_for`, or no agent at all.
+  void start_server(const std::string& trusted_for) {
+    std::vector<std::string> extra = {"--provider", "ucx+tcp"};
+    if (!trusted_for.empty()) extra.insert(extra.end(), {"--trust-agent", "root=" + trusted_for});
+    server_ = std::make_unique<testing::ServerProcess>(dir_.path() + "/data", extra);
+    ASSERT_TRUE(server_->start());
+    control_ = client::ControlClient::create(server_->address());
+    ASSERT_TRUE(control_->pool_create("p").is_ok());
+    ASSERT_TRUE(control_->cont_create("p", "c", {}).is_ok());
+  }
+
+  AgentConfig agent_config() {
+    AgentConfig c;
+    c.control_address = server_->address();
+    c.listen = dir_.path() + "/agent/agent.sock";
+    c.timeout_ms = 10000;
+    return c;
+  }
+
+  void start_agent() {
+    auto a = Agent::start(agent_config());
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    agent_ = std::move(a).value();
+  }
+
+  std::unique_ptr<AgentClient> connect() {
+    AgentClientOptions o;
+    o.buffer_bytes = 8 << 20;
+    o.entries = 64;
+    auto c = AgentClient::connect(dir_.path() + "/agent/agent.sock", o);
+    EXPECT_TRUE(c.is_ok()) << c.status().to_string();
+    return c.is_ok() ? std::move(c).value() : nullptr;
+  }
+
+  engine::testing::TempDir dir_;
+  std::unique_ptr<testing::ServerProcess> server_;
+  std::unique_ptr<client::ControlClient> control_;
+  std::unique_ptr<Agent> agent_;
+};
+
+void fill(std::span<uint8_t> s, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (auto& b : s) b = static_cast<uint8_t>(rng());
+}
+
+TEST_F(AgentTest, AnAppDoesItsIoThroughTheAgentAndHoldsNoKey) {
+  start_server("root");
+  start_agent();
+  auto app = connect();
+  ASSERT_TRUE(app);
+  EXPECT_EQ(app->tenant(), "root");  // no tenants configured: each user its own
+  auto h = app->open("p", "c", true);
+  ASSERT_TRUE(h.is_ok()) << h.status().to_string();
+  const ObjectId oid{7, 9};
+  auto buf = app->buffer();
+  // 1 MiB written and read back synchronously.
+  fill(buf.subspan(0, 1 << 20), 1);
+  ASSERT_TRUE(app->write(*h, oid, "d", "a", 0, buf.subspan(0, 1 << 20)).is_ok());
+  ASSERT_TRUE(app->read(*h, oid, "d", "a", 0, buf.subspan(2 << 20, 1 << 20)).is_ok());
+  EXPECT_EQ(std::memcmp(buf.data(), buf.data() + (2 << 20), 1 << 20), 0);
+  // 64 writes of 4 KiB in flight at once, then their reads.
+  for (uint64_t i = 0; i < 64; ++i) {
+    fill(buf.subspan(4096 * i, 4096), 100 + i);
+    ASSERT_TRUE(app->submit(RingOp::kWrite, *h, oid, "d2", "a", 4096 * i, buf.subspan(4096 * i, 4096), i).is_ok());
+  }
+  std::set<uint64_t> done;
+  while (done.size() < 64) {
+    auto got = app->poll(64, 10000);
+    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    ASSERT_FALSE(got->empty()) << "no completion within 10 s";
+    for (auto& c : *got) {
+      EXPECT_TRUE(c.status.is_ok()) << c.status.to_string();
+      EXPECT_EQ(c.length, 4096u);
+      done.insert(c.user_data);
+    }
+  }
+  EXPECT_EQ(app->array_size(*h, oid, "d2", "a").value(), 64u * 4096);
+  // What the agent stored is what the native client reads.
+  auto native = client::Container::open(*control_, "p", "c").value();
+  std::vector<uint8_t> back(64 * 4096);
+  ASSERT_TRUE(native->read(oid, "d2", "a", 0, back).is_ok());
+  EXPECT_EQ(std::memcmp(back.data(), buf.data(), back.size()), 0);
+  // Bytes outside the shared buffer are refused before anything is sent.
+  std::vector<uint8_t> mine(4096);
+  EXPECT_EQ(app->write(*h, oid, "d", "a", 0, mine).code(), StatusCode::kInvalidArgument);
+  // A handle the app was never given is refused by the agent.
+  EXPECT_EQ(app->write(*h + 100, oid, "d", "a", 0, buf.subspan(0, 4096)).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(app->close(*h).is_ok());
+  EXPECT_EQ(app->close(*h).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(AgentTest, AnUntrustedAgentMayActOnlyForItself) {
+  start_server("");
+  start_agent();
+  auto app = connect();
+  ASSERT_TRUE(app);
+  auto h = app->open("p", "c", true);
+  EXPECT_EQ(h.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(h.status().message().find("not a trusted agent"), std::string::npos) << h.status().to_string();
+}
+
+TEST_F(AgentTest, TrustForAnyUserCoversNoAdministrator) {
+  start_server("*");
+  start_agent();
+  auto app = connect();  // this process runs as root: an administrator, not covered by "*"
+  ASSERT_TRUE(app);
+  EXPECT_EQ(app->open("p", "c", true).status().code(), StatusCode::kPermissionDenied);
+}
+
+// In a child of another user (nobody): what it may open through the agent is what the ACLs grant that user.
+TEST_F(AgentTest, AnotherUsersAppGetsWhatTheAclsGrantIt) {
+  start_server("*");
+  ASSERT_TRUE(control_->cont_create("p", "shared", {}, {"A::nobody@:rw"}).is_ok());
+  ASSERT_TRUE(control_->acl_update("p", "", {"A::nobody@:r"}).is_ok());  // the pool's read, to connect at all
+  start_agent();
+  chmod(dir_.path().c_str(), 0755);
+  std::string sock = dir_.path() + "/agent/agent.sock";
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgroups(0, nullptr) != 0 || setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(10);
+    AgentClientOptions o;
+    o.buffer_bytes = 1 << 20;
+    auto app = AgentClient::connect(sock, o);
+    if (!app.is_ok()) _exit(11);
+    if ((*app)->tenant() != "nobody") _exit(12);
+    if ((*app)->open("p", "c", true).status().code() != StatusCode::kPermissionDenied) _exit(13);
+    auto h = (*app)->open("p", "shared", true);
+    if (!h.is_ok()) {
+      std::fprintf(stderr, "open shared: %s\n", h.status().to_string().c_str());
+      _exit(14);
+    }
+    auto buf = (*app)->buffer();
+    std::memset(buf.data(), 0x5a, 4096);
+    if (!(*app)->write(*h, {1, 1}, "d", "a", 0, buf.subspan(0, 4096)).is_ok()) _exit(15);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  // The write was made as nobody, into the container nobody may write.
+  auto native = client::Container::open(*control_, "p", "shared").value();
+  std::vector<uint8_t> back(4096);
+  ASSERT_TRUE(native->read({1, 1}, "d", "a", 0, back).is_ok());
+  EXPECT_EQ(back[0], 0x5a);
+}
+
+// An app that speaks the protocol itself (not through AgentClient, which refuses to break the rules).
+struct RawApp {
+  int fd = -1;
+  std::unique_ptr<RingRegion> ring;
+  std::unique_ptr<AppEnds> ends;
+  uint64_t buffer_bytes = 0;
+  ~RawApp() {
+    if (fd >= 0) close(fd);
+  }
+  bool start(const std::string& sock) {
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, sock.c_str(), sizeof(a.sun_path) - 1);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return false;
+    Message m;
+    m.type = MsgType::kHello;
+    m.version = kProtocolVersion;
+    if (ask(m).type != MsgType::kWelcome) return false;
+    m.type = MsgType::kSetup;
+    m.sq_entries = m.cq_entries = 8;
+    m.buffer_bytes = 1 << 20;
+    std::vector<int> fds;
+    Message r = ask(m, &fds);
+    if (r.type != MsgType::kReady || fds.size() != 4) return false;
+    close(fds[1]);
+    buffer_bytes = r.buffer_bytes;
+    ring = RingRegion::attach(fds[0], fds[2], fds[3]).value();
+    ends = std::make_unique<AppEnds>(*ring);
+    return true;
+  }
+  Message ask(const Message& m, std::vector<int>* fds = nullptr) {
+    std::string b = encode_message(m);
+    if (send(fd, b.data(), b.size(), 0) != static_cast<ssize_t>(b.size())) return {};
+    char buf[kMaxMessageBytes];
+    iovec iov{buf, sizeof(buf)};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+    msghdr h{};
+    h.msg_iov = &iov;
+    h.msg_iovlen = 1;
+    h.msg_control = control;
+    h.msg_controllen = sizeof(control);
+    ssize_t n = recvmsg(fd, &h, 0);
+    if (n <= 0) return {};
+    if (cmsghdr* c = CMSG_FIRSTHDR(&h); c && fds) {
+      fds->resize((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+      std::memcpy(fds->data(), CMSG_DATA(c), fds->size() * sizeof(int));
+    }
+    return decode_message(std::string_view(buf, static_cast<size_t>(n))).value();
+  }
+  // Submits one entry and returns its completion's code.
+  uint16_t submit(const Sqe& e) {
+    ends->sq.push(e);
+    ends->sq.publish();
+    while (ends->cq.ready().value() == 0)
+      if (!ends->cq.wait(10000, fd).is_ok()) return 0xffff;
+    Cqe c = ends->cq.take();
+    ends->cq.release();
+    return c.code;
+  }
+};
+
+TEST_F(AgentTest, AHostileAppsSubmissionsAndRingAreRefused) {
+  start_server("root");
+  start_agent();
+  RawApp app;
+  ASSERT_TRUE(app.start(dir_.path() + "/agent/agent.sock"));
+  Message open;
+  open.type = MsgType::kOpen;
+  open.pool = "p";
+  open.cont = "c";
+  open.write = true;
+  Message opened = app.ask(open);
+  ASSERT_EQ(opened.type, MsgType::kOpened);
+  Sqe e;
+  e.op = static_cast<uint8_t>(RingOp::kRead);
+  e.cont = opened.handle;
+  e.dkey_len = e.akey_len = 1;
+  e.keys[0] = 'd';
+  e.keys[1] = 'a';
+  e.length = 4096;
+  // Bytes past the shared buffer: the agent's memory beyond it must not be read or written.
+  e.buf = app.buffer_bytes - 100;
+  EXPECT_EQ(app.submit(e), static_cast<uint16_t>(StatusCode::kInvalidArgument));
+  // A handle the agent never gave this app.
+  e.buf = 0;
+  e.cont = opened.handle + 7;
+  EXPECT_EQ(app.submit(e), static_cast<uint16_t>(StatusCode::kInvalidArgument));
+  // An unknown op, and a well-formed one that works.
+  e.cont = opened.handle;
+  e.op = 77;
+  EXPECT_EQ(app.submit(e), static_cast<uint16_t>(StatusCode::kInvalidArgument));
+  e.op = static_cast<uint8_t>(RingOp::kWrite);
+  EXPECT_EQ(app.submit(e), 0);
+  // A control message the agent does not take from an app, and a malformed one (the latter ends the connection).
+  Message odd;
+  odd.type = MsgType::kReady;
+  EXPECT_EQ(app.ask(odd).type, MsgType::kError);
+  // A tail a thousand entries past the head: the ring is broken and the agent hangs up on the app.
+  app.ring->header()->sq_tail.store(app.ring->header()->sq_head.load() + 1000);
+  uint64_t one = 1;
+  ASSERT_EQ(write(app.ring->sq_event(), &one, sizeof(one)), 8);
+  char b;
+  pollfd p{app.fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10000), 1);
+  EXPECT_EQ(recv(app.fd, &b, 1, 0), 0);  // end of stream
+  EXPECT_TRUE(testing::poll_until([&] { return agent_->apps() == 0; }, 10s, 10ms));
+}
+
+TEST_F(AgentTest, AnAppKilledMidIoLeavesNothingBehind) {
+  start_server("root");
+  start_agent();
+  std::string sock = dir_.path() + "/agent/agent.sock";
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(ready[0]);
+    AgentClientOptions o;
+    o.buffer_bytes = 8 << 20;
+    o.entries = 64;
+    auto app = AgentClient::connect(sock, o);
+    if (!app.is_ok()) _exit(11);
+    auto h = (*app)->open("p", "c", true);
+    if (!h.is_ok()) _exit(12);
+    auto buf = (*app)->buffer();
+    for (uint64_t i = 0; i < 64; ++i)
+      if (!(*app)->submit(RingOp::kWrite, *h, {2, 2}, "d", "a", i << 17, buf.subspan(i << 17, 1 << 17), i).is_ok())
+        _exit(13);
+    char one = 1;
+    (void)!write(ready[1], &one, 1);
+    pause();  // killed here, its writes in flight
+    _exit(0);
+  }
+  close(ready[1]);
+  char one;
+  ASSERT_EQ(read(ready[0], &one, 1), 1);
+  close(ready[0]);
+  EXPECT_EQ(agent_->apps(), 1u);
+  kill(pid, SIGKILL);
+  int status;
+  waitpid(pid, &status, 0);
+  // The agent finishes what was in flight, closes the app's containers and lets its memory go.
+  EXPECT_TRUE(testing::poll_until([&] { return agent_->apps() == 0; }, 20s, 10ms));
+  // And serves the next app as before.
+  auto app = connect();
+  ASSERT_TRUE(app);
+  EXPECT_TRUE(app->open("p", "c", false).is_ok());
+}
+
+TEST_F(AgentTest, AnAgentThatDiesFailsItsAppsAtOnceAndANewOneServesThem) {
+  start_server("root");
+  std::string sock = dir_.path() + "/agent/agent.sock";
+  auto spawn = [&] {
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl(RFOS_BINARY, RFOS_BINARY, "--addr", server_->address().c_str(), "agent", "--listen", sock.c_str(),
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    return pid;
+  };
+  auto connectable = [&] {
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, sock.c_str(), sizeof(a.sun_path) - 1);
+    bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    close(fd);
+    return ok;
+  };
+  pid_t agent = spawn();
+  ASSERT_TRUE(testing::poll_until(connectable, 30s, 20ms));
+  auto app = connect();
+  ASSERT_TRUE(app);
+  auto h = app->open("p", "c", true);
+  ASSERT_TRUE(h.is_ok()) << h.status().to_string();
+  auto buf = app->buffer();
+  fill(buf.subspan(0, 65536), 3);
+  ASSERT_TRUE(app->write(*h, {3, 3}, "d", "a", 0, buf.subspan(0, 65536)).is_ok());
+  kill(agent, SIGKILL);
+  int status;
+  waitpid(agent, &status, 0);
+  // The app learns at once: a wait with no limit returns, every call fails with Shutdown.
+  auto got = app->poll(1, -1);
+  EXPECT_EQ(got.status().code(), StatusCode::kShutdown);
+  EXPECT_EQ(app->open("p", "c", true).status().code(), StatusCode::kShutdown);
+  // A new agent on the same socket; the app reconnects and finds what was acknowledged.
+  agent = spawn();
+  ASSERT_TRUE(testing::poll_until(connectable, 30s, 20ms));
+  app = connect();
+  ASSERT_TRUE(app);
+  h = app->open("p", "c", false);
+  ASSERT_TRUE(h.is_ok());
+  buf = app->buffer();  // a new buffer: the expected bytes made again in it
+  fill(buf.subspan(0, 65536), 3);
+  ASSERT_TRUE(app->read(*h, {3, 3}, "d", "a", 0, buf.subspan(1 << 20, 65536)).is_ok());
+  EXPECT_EQ(std::memcmp(buf.data(), buf.data() + (1 << 20), 65536), 0);
+  app.reset();
+  kill(agent, SIGTERM);
+  waitpid(agent, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+}  // namespace
+}  // namespace rfos::agent
