@@ -37,6 +37,9 @@ Result<std::unique_ptr<AgentClient>> AgentClient::connect(const std::string& soc
                    "no rfos agent at " + socket + " (start one: rfos agent --listen " + socket + ")");
     return sys_error("connect to the agent at " + socket);
   }
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (getsockopt(c->fd_, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) c->agent_pid_ = static_cast<uint32_t>(cred.pid);
   Message hello;
   hello.type = MsgType::kHello;
   hello.version = kProtocolVersion;

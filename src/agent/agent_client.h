@@ -42,6 +42,7 @@ class AgentClient {
   ~AgentClient();
 
   const std::string& tenant() const { return tenant_; }
+  uint32_t agent_pid() const { return agent_pid_; }  // the kernel's word on the agent's process
   // The shared buffer: I/O moves bytes from and into it only.
   std::span<uint8_t> buffer() const { return {buffer_, buffer_bytes_}; }
 
@@ -78,6 +79,7 @@ class AgentClient {
   uint8_t* buffer_ = nullptr;
   size_t buffer_bytes_ = 0;
   size_t in_flight_ = 0;
+  uint32_t agent_pid_ = 0;
   uint64_t next_sync_ = 0;  // user_data of synchronous I/O: the top bit set
 };
 

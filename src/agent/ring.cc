@@ -96,8 +96,13 @@ Result<bool> Producer<T>::has_room() {
 }
 
 template <typename T>
-bool Producer<T>::publish() {
+bool Producer<T>::publish(bool ring_now) {
   tail_->store(local_tail_, std::memory_order_release);
+  return ring_now && ring();
+}
+
+template <typename T>
+bool Producer<T>::ring() {
   // Pairs with the consumer's fence between saying it sleeps and looking once more: one of the two sees the other.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (idle_->load(std::memory_order_relaxed) == 0) return false;

@@ -125,8 +125,11 @@ class Producer {
   Result<bool> has_room();
   // Appends one (has_room() first); unseen by the consumer until publish().
   void push(const T& e) { entries_[local_tail_++ & mask_] = e; }
-  // Makes what was pushed visible; rings the consumer if it sleeps. Returns whether it rang.
-  bool publish();
+  // Makes what was pushed visible; rings the consumer if it sleeps (unless `ring` is false: then ring() later,
+  // or the consumer may sleep with entries waiting). Returns whether it rang.
+  bool publish(bool ring = true);
+  // Rings the consumer if it sleeps. Returns whether it rang.
+  bool ring();
 
  private:
   std::atomic<uint32_t>* head_;

@@ -10,7 +10,9 @@
 // for libfabric) and prints the ratio. The JSON follows fio's layout
 // (jobs[].read / jobs[].write with io_bytes, bw_bytes, iops, runtime, clat_ns.percentile), so tools that parse fio
 // parse it.
+#include <sys/resource.h>
 #include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -23,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/agent_client.h"
 #include "cli/cli.h"
 #include "cli/transport_tools.h"
 #include "client/container.h"
@@ -54,7 +57,83 @@ struct BenchArgs {
   std::string data_path = "auto";
   std::string iomem = "malloc";
   int payload_sends = -1;
+  std::string agent;  // --agent SOCK: through rfos agent
 };
+
+// Where a job's I/O goes: the native client's event queue, or an agent's ring.
+class IoQueue {
+ public:
+  virtual ~IoQueue() = default;
+  virtual Result<uint64_t> submit(bool write, const ObjectId& oid, const std::string& dkey, uint64_t off,
+                                  std::span<uint8_t> buf) = 0;
+  // Completions as (ticket, status); a failure of the queue itself comes with ticket 0.
+  virtual std::vector<std::pair<uint64_t, Status>> poll(size_t max, int timeout_ms) = 0;
+  virtual uint64_t chunk() const = 0;
+};
+
+class ContainerQueue final : public IoQueue {
+ public:
+  explicit ContainerQueue(client::Container& c) : c_(c) {}
+  Result<uint64_t> submit(bool write, const ObjectId& oid, const std::string& dkey, uint64_t off,
+                          std::span<uint8_t> buf) override {
+    return write ? c_.submit_write(oid, dkey, client::layout::kDataAkey, off, buf)
+                 : c_.submit_read(oid, dkey, client::layout::kDataAkey, off, buf);
+  }
+  std::vector<std::pair<uint64_t, Status>> poll(size_t max, int timeout_ms) override {
+    std::vector<std::pair<uint64_t, Status>> out;
+    for (auto& c : c_.poll(max, timeout_ms)) out.emplace_back(c.ticket, c.status);
+    return out;
+  }
+  uint64_t chunk() const override { return client::layout::chunk_bytes(c_.session().cont.props.chunk_bytes); }
+
+ private:
+  client::Container& c_;
+};
+
+class AgentQueue final : public IoQueue {
+ public:
+  AgentQueue(agent::AgentClient& a, uint32_t handle) : a_(a), handle_(handle) {}
+  Result<uint64_t> submit(bool write, const ObjectId& oid, const std::string& dkey, uint64_t off,
+                          std::span<uint8_t> buf) override {
+    uint64_t t = next_++;
+    RFOS_RETURN_IF_ERROR(a_.submit(write ? agent::RingOp::kWrite : agent::RingOp::kRead, handle_, oid, dkey,
+                                   client::layout::kDataAkey, off, buf, t));
+    return t;
+  }
+  std::vector<std::pair<uint64_t, Status>> poll(size_t max, int timeout_ms) override {
+    std::vector<std::pair<uint64_t, Status>> out;
+    auto got = a_.poll(max, timeout_ms);
+    if (!got.is_ok()) return {{0, got.status()}};
+    for (auto& c : *got) out.emplace_back(c.user_data, c.status);
+    return out;
+  }
+  uint64_t chunk() const override { return client::layout::chunk_bytes(0); }
+
+ private:
+  agent::AgentClient& a_;
+  uint32_t handle_;
+  uint64_t next_ = 1;
+};
+
+double cpu_seconds_of_self() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// User and system CPU seconds of another process (its /proc/PID/stat), or -1.
+double cpu_seconds_of(uint32_t pid) {
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return -1;
+  char buf[1024];
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces
+  unsigned long long ut = 0, st = 0;
+  if (!p || std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2) return -1;
+  return double(ut + st) / sysconf(_SC_CLK_TCK);
+}
 
 struct JobResult {
   Status status;
@@ -70,14 +149,14 @@ ObjectId job_object(uint32_t job) {
 
 // Keeps `depth` I/Os in flight until `stop`; `next` gives each I/O's offset.
 template <typename Next>
-Status pump(client::Container& c, const ObjectId& oid, bool write, uint64_t bs, uint32_t depth,
+Status pump(IoQueue& c, const ObjectId& oid, bool write, uint64_t bs, uint32_t depth,
             const std::vector<std::span<uint8_t>>& bufs, Next next, const std::atomic<bool>& stop, JobResult* r,
             uint64_t max_ops) {
-  std::map<client::Ticket, std::pair<size_t, Clock::time_point>> inflight;
+  std::map<uint64_t, std::pair<size_t, Clock::time_point>> inflight;
   std::vector<size_t> free_bufs;
   for (size_t i = 0; i < depth; ++i) free_bufs.push_back(i);
   uint64_t issued = 0;
-  const uint64_t chunk = client::layout::chunk_bytes(c.session().cont.props.chunk_bytes);
+  const uint64_t chunk = c.chunk();
   if (bs > chunk || chunk % bs != 0)
     return error(StatusCode::kInvalidArgument,
                  "the block size must divide the container's chunk size (" + std::to_string(chunk) + " bytes)");
@@ -86,18 +165,20 @@ Status pump(client::Container& c, const ObjectId& oid, bool write, uint64_t bs, 
       uint64_t off = next();
       size_t b = free_bufs.back();
       std::string dkey = client::layout::chunk_key(off / chunk);
-      auto t = write ? c.submit_write(oid, dkey, client::layout::kDataAkey, off, {bufs[b].data(), bs})
-                     : c.submit_read(oid, dkey, client::layout::kDataAkey, off, {bufs[b].data(), bs});
+      auto t = c.submit(write, oid, dkey, off, {bufs[b].data(), bs});
       if (!t.is_ok()) return t.status();
       free_bufs.pop_back();
       inflight[*t] = {b, Clock::now()};
       ++issued;
     }
     if (inflight.empty()) return Status::ok();
-    for (auto& comp : c.poll(depth, 100)) {
-      auto it = inflight.find(comp.ticket);
-      if (it == inflight.end()) continue;
-      RFOS_RETURN_IF_ERROR(comp.status);
+    for (auto& [ticket, status] : c.poll(depth, 100)) {
+      auto it = inflight.find(ticket);
+      if (it == inflight.end()) {
+        RFOS_RETURN_IF_ERROR(status);
+        continue;
+      }
+      RFOS_RETURN_IF_ERROR(status);
       if (r) {
         r->lat_ns.push_back(static_cast<uint32_t>(std::min<int64_t>(
             UINT32_MAX,
@@ -167,6 +248,8 @@ void add_bench_command(CLI::App& app, Context& ctx) {
                   "payloads over 64 KiB moving at once per job (-1: the provider's default, 0: no limit)")
       ->check(CLI::Range(-1, 1 << 20))
       ->capture_default_str();
+  cmd->add_option("--agent", a->agent,
+                  "through the rfos agent on this socket (each job an app of its own) instead of in-process");
   cmd->add_flag("--ceiling", a->ceiling,
                 "also measure the transport ceiling (ucx_perftest or fi_pingpong, loopback) and print the ratio");
   cmd->add_flag("--ceiling-only", a->ceiling_only,
@@ -192,6 +275,7 @@ void add_bench_command(CLI::App& app, Context& ctx) {
     if (provider.empty() && std::getenv("RFOS_PROVIDER")) provider = std::getenv("RFOS_PROVIDER");
 
     std::vector<JobResult> results(a->numjobs);
+    std::atomic<uint32_t> agent_pid{0};
     std::atomic<bool> stop{false};
     std::atomic<uint32_t> ready{0}, finished{0};
     std::atomic<bool> go{false};
@@ -199,32 +283,58 @@ void add_bench_command(CLI::App& app, Context& ctx) {
     for (uint32_t j = 0; j < a->numjobs; ++j) {
       threads.emplace_back([&, j] {
         JobResult& r = results[j];
-        client::ContainerOptions o;
-        o.provider = provider;
-        o.data_path = a->data_path == "explicit"  ? client::DataPath::kExplicit
-                      : a->data_path == "message" ? client::DataPath::kMessage
-                                                  : client::DataPath::kAuto;
-        o.payload_sends_at_once = a->payload_sends;
-        auto control = ctx.control();
-        auto c = client::Container::open(*control, a->pool, a->cont, o);
-        if (!c.is_ok()) {
-          r.status = c.status();
-          ++ready;
-          return;
-        }
         ObjectId oid = job_object(j);
-        // The buffers, registered once as an RDMA application's are: the heap's, or the fabric's.
-        std::vector<std::vector<uint8_t>> heap(a->iomem == "malloc" ? a->iodepth : 0, std::vector<uint8_t>(*bs));
-        std::vector<std::span<uint8_t>> bufs;
-        for (uint32_t i = 0; i < a->iodepth && r.status.is_ok(); ++i) {
-          if (!heap.empty()) {
-            bufs.emplace_back(heap[i]);
-            r.status = (*c)->register_memory(heap[i]);
-          } else if (auto m = (*c)->alloc_memory(*bs); m.is_ok()) {
-            bufs.push_back(*m);
-          } else {
-            r.status = m.status();
+        std::unique_ptr<client::Container> cont;
+        std::unique_ptr<agent::AgentClient> app;
+        std::unique_ptr<IoQueue> q;
+        // The buffers, registered once as an RDMA application's are: the heap's, or the fabric's; through an
+        // agent, slices of the buffer it shares (the layout's 1 MiB writes after them).
+        std::vector<std::vector<uint8_t>> heap(a->iomem == "malloc" && a->agent.empty() ? a->iodepth : 0,
+                                               std::vector<uint8_t>(*bs));
+        std::vector<std::span<uint8_t>> bufs, big;
+        if (!a->agent.empty()) {
+          agent::AgentClientOptions ao;
+          ao.buffer_bytes = a->iodepth * *bs + (8u << 20);
+          ao.entries = 1;
+          while (ao.entries < std::max<uint32_t>(a->iodepth, 8)) ao.entries *= 2;  // the layout keeps 8 in flight
+          auto ac = agent::AgentClient::connect(a->agent, ao);
+          auto h = ac.is_ok() ? (*ac)->open(a->pool, a->cont, true) : Result<uint32_t>(ac.status());
+          if (!h.is_ok()) {
+            r.status = h.status();
+            ++ready;
+            return;
           }
+          app = std::move(ac).value();
+          agent_pid = app->agent_pid();
+          for (uint32_t i = 0; i < a->iodepth; ++i) bufs.push_back(app->buffer().subspan(i * *bs, *bs));
+          for (uint32_t i = 0; i < 8; ++i) big.push_back(app->buffer().subspan(a->iodepth * *bs + (i << 20), 1 << 20));
+          q = std::make_unique<AgentQueue>(*app, *h);
+        } else {
+          client::ContainerOptions o;
+          o.provider = provider;
+          o.data_path = a->data_path == "explicit"  ? client::DataPath::kExplicit
+                        : a->data_path == "message" ? client::DataPath::kMessage
+                                                    : client::DataPath::kAuto;
+          o.payload_sends_at_once = a->payload_sends;
+          auto control = ctx.control();
+          auto c = client::Container::open(*control, a->pool, a->cont, o);
+          if (!c.is_ok()) {
+            r.status = c.status();
+            ++ready;
+            return;
+          }
+          cont = std::move(c).value();
+          for (uint32_t i = 0; i < a->iodepth && r.status.is_ok(); ++i) {
+            if (!heap.empty()) {
+              bufs.emplace_back(heap[i]);
+              r.status = cont->register_memory(heap[i]);
+            } else if (auto m = cont->alloc_memory(*bs); m.is_ok()) {
+              bufs.push_back(*m);
+            } else {
+              r.status = m.status();
+            }
+          }
+          q = std::make_unique<ContainerQueue>(*cont);
         }
         std::mt19937_64 rng(j + 1);
         for (auto& b : bufs)
@@ -233,13 +343,14 @@ void add_bench_command(CLI::App& app, Context& ctx) {
           ++ready;
           return;
         }
+        std::vector<std::vector<uint8_t>> big_heap(big.empty() ? std::min<uint32_t>(a->iodepth, 8) : 0,
+                                                   std::vector<uint8_t>(1 << 20));
+        for (auto& b : big_heap) big.emplace_back(b);
         if (!write) {  // lay the object out with 1 MiB writes, as fio lays out its files
-          std::vector<std::vector<uint8_t>> big_heap(std::min<uint32_t>(a->iodepth, 8), std::vector<uint8_t>(1 << 20));
-          std::vector<std::span<uint8_t>> big(big_heap.begin(), big_heap.end());
           uint64_t chunk = std::min<uint64_t>(*size, 1 << 20), pos = 0;
           std::atomic<bool> never{false};
           r.status = pump(
-              **c, oid, true, chunk, static_cast<uint32_t>(big.size()), big,
+              *q, oid, true, chunk, static_cast<uint32_t>(big.size()), big,
               [&] {
                 uint64_t p = pos;
                 pos += chunk;
@@ -253,13 +364,14 @@ void add_bench_command(CLI::App& app, Context& ctx) {
         uint64_t seq = 0;
         r.lat_ns.reserve(1 << 20);
         r.status = pump(
-            **c, oid, write, *bs, a->iodepth, bufs, [&] { return (rand ? rng() % blocks : seq++ % blocks) * *bs; },
+            *q, oid, write, *bs, a->iodepth, bufs, [&] { return (rand ? rng() % blocks : seq++ % blocks) * *bs; },
             stop, &r, max_ops);
         ++finished;
       });
     }
     while (ready.load() < a->numjobs) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     auto t0 = Clock::now();
+    double app_cpu0 = cpu_seconds_of_self(), agent_cpu0 = agent_pid ? cpu_seconds_of(agent_pid) : -1;
     go = true;
     while (std::chrono::duration<double>(Clock::now() - t0).count() < a->runtime_s && finished.load() < a->numjobs) {
       // A run bounded by --io-size ends within 2 ms of its last I/O; one bounded by time needs no finer look.
@@ -269,6 +381,9 @@ void add_bench_command(CLI::App& app, Context& ctx) {
       if (failed) break;
     }
     stop = true;
+    // CPU over the measured phase: this process (the app) and, through an agent, the agent's.
+    double app_cpu = cpu_seconds_of_self() - app_cpu0;
+    double agent_cpu = agent_cpu0 >= 0 ? cpu_seconds_of(agent_pid) - agent_cpu0 : -1;
     for (auto& t : threads) t.join();
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     for (auto& r : results)
@@ -302,6 +417,7 @@ void add_bench_command(CLI::App& app, Context& ctx) {
     }
 
     const char* dir = write ? "write" : "read";
+    double gib = std::max(ops * double(*bs) / (1 << 30), 1e-9), kio = std::max(ops / 1000.0, 1e-9);
     if (a->format == "json") {
       // fio's layout (--output-format=json), so tools that read fio read this too.
       auto side = [&](bool active) {
@@ -346,6 +462,12 @@ void add_bench_command(CLI::App& app, Context& ctx) {
                                                 {"ratio_iops", iops / ceiling->unhandled_msg_rate}};
         out["ceiling"] = std::move(c);
       }
+      out["rfos_cpu"] = {{"app_s", app_cpu}, {"agent_s", agent_cpu}, {"app_s_per_gib", app_cpu / gib},
+                         {"app_s_per_kio", app_cpu / kio}};
+      if (agent_cpu >= 0) {
+        out["rfos_cpu"]["agent_s_per_gib"] = agent_cpu / gib;
+        out["rfos_cpu"]["agent_s_per_kio"] = agent_cpu / kio;
+      }
       std::printf("%s\n", out.dump().c_str());
       return;
     }
@@ -359,6 +481,12 @@ void add_bench_command(CLI::App& app, Context& ctx) {
         "    clat percentiles (usec): 1.00th=[%.1f], 50.00th=[%.1f], 90.00th=[%.1f], 99.00th=[%.1f], "
         "99.90th=[%.1f]\n",
         pct(1) / 1e3, pct(50) / 1e3, pct(90) / 1e3, pct(99) / 1e3, pct(99.9) / 1e3);
+    std::printf("  cpu: this process %.2f s (%.3f s per GiB, %.4f s per 1k I/Os)", app_cpu, app_cpu / gib,
+                app_cpu / kio);
+    if (agent_cpu >= 0)
+      std::printf(", the agent %.2f s (%.3f s per GiB, %.4f s per 1k I/Os)", agent_cpu, agent_cpu / gib,
+                  agent_cpu / kio);
+    std::printf("\n");
     if (a->ceiling) {
       if (ceiling.is_ok()) {
         std::printf("  ceiling (%s, %s, %llu B, loopback): %.1fk msg/s, %.1f MiB/s -> ratio IOPS %.2f, BW %.2f\n",
