@@ -3,7 +3,7 @@ in one run, the app and the agent pinned to different cores (as on a host and it
 spends per GiB moved and per 1k I/Os.
 
     python3 bench/agent_bench.py [--build build] [--provider ucx+shm] [--runtime 4] [--reps 3]
-        [--app-cpus 0] [--agent-cpus 1] [--patterns read:1m:4,write:1m:4,randread:4k:16,randwrite:4k:16]
+        [--app-cpus 0] [--agent-cpus 1] [--seal] [--patterns read:1m:4,write:1m:4,randread:4k:16,randwrite:4k:16]
 
 Prints one row per pattern: IOPS and MiB/s in each mode, their ratio (agent / host), and the app's CPU seconds
 per GiB and per 1k I/Os in each mode, with the agent's beside them.
@@ -39,6 +39,8 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--app-cpus", default="0")
     p.add_argument("--agent-cpus", default="1")
+    p.add_argument("--seal", action="store_true",
+                   help="also through a second agent whose tenant seals its data (AES-256-GCM)")
     p.add_argument("--patterns", default="read:1m:4,write:1m:4,randread:4k:16,randwrite:4k:16",
                    help="rw:bs:iodepth, comma-separated")
     args = p.parse_args()
@@ -48,25 +50,41 @@ def main():
     rows = {}
     try:
         with rfos_setup.Server(args.build, work, args.provider, extra=["--trust-agent", "root=root"]) as server:
-            agent = subprocess.Popen([server.rfos, "agent", "--listen", sock, "--cpus", args.agent_cpus,
-                                      "--provider", args.provider], env=server.env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            agents = [subprocess.Popen([server.rfos, "agent", "--listen", sock, "--cpus", args.agent_cpus,
+                                        "--provider", args.provider], env=server.env,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+            modes = [("host", None), ("agent", sock)]
+            if args.seal:
+                key = os.path.join(work, "tenant.key")
+                with open(key, "w") as f:
+                    f.write(os.urandom(32).hex() + "\n")
+                os.chmod(key, 0o600)
+                config = os.path.join(work, "sealed.yaml")
+                with open(config, "w") as f:
+                    f.write("state_dir: %s\ntenants:\n  - name: sealed\n    users: [root]\n    key_file: %s\n"
+                            % (os.path.join(work, "agent-state"), key))
+                sealed_sock = os.path.join(work, "agent", "sealed.sock")
+                agents.append(subprocess.Popen([server.rfos, "agent", "--config", config, "--listen", sealed_sock,
+                                                "--cpus", args.agent_cpus, "--provider", args.provider],
+                                               env=server.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                modes.append(("sealed", sealed_sock))
             try:
                 for _ in range(200):
-                    if os.path.exists(sock):
+                    if all(os.path.exists(m[1]) for m in modes if m[1]):
                         break
                     time.sleep(0.05)
                 for _ in range(args.reps):
                     for rw, bs, depth in patterns:
-                        for mode, s in (("host", None), ("agent", sock)):
+                        for mode, s in modes:
                             r = bench(server, args, rw, bs, depth, s)
                             rows.setdefault((rw, bs, depth, mode), []).append(r)
-                            print("%-9s %-3s depth %2d %-5s: %8.0f IOPS %8.1f MiB/s  app cpu %.2f s  agent cpu %.2f s"
+                            print("%-9s %-3s depth %2d %-6s: %8.0f IOPS %8.1f MiB/s  app cpu %.2f s  agent cpu %.2f s"
                                   % (rw, bs, depth, mode, r["iops"], r["bw"] / 2**20, r["cpu"]["app_s"],
                                      r["cpu"]["agent_s"]), flush=True)
             finally:
-                agent.terminate()
-                agent.wait()
+                for a in agents:
+                    a.terminate()
+                    a.wait()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -88,6 +106,16 @@ def main():
             rw, bs, depth, h / 2**20, a / 2**20, a / h, cpu[("host", "app_s_per_gib")],
             cpu[("agent", "app_s_per_gib")], cpu[("agent", "agent_s_per_gib")], cpu[("host", "app_s_per_kio")],
             cpu[("agent", "app_s_per_kio")], cpu[("agent", "agent_s_per_kio")]))
+    if args.seal:
+        print("\n| pattern | agent MiB/s | sealing agent MiB/s | sealed / plain | agent CPU s per GiB: plain | sealed |")
+        print("|---|---|---|---|---|---|")
+        for rw, bs, depth in patterns:
+            a = med(rw, bs, depth, "agent", lambda r: r["bw"])
+            z = med(rw, bs, depth, "sealed", lambda r: r["bw"])
+            print("| %s %s depth %d | %.1f | %.1f | %.2f | %.3f | %.3f |" % (
+                rw, bs, depth, a / 2**20, z / 2**20, z / a,
+                med(rw, bs, depth, "agent", lambda r: r["cpu"]["agent_s_per_gib"]),
+                med(rw, bs, depth, "sealed", lambda r: r["cpu"]["agent_s_per_gib"])))
 
 
 if __name__ == "__main__":

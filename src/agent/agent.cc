@@ -29,6 +29,7 @@
 
 #include "agent/protocol.h"
 #include "agent/ring.h"
+#include "agent/seal.h"
 #include "client/container.h"
 
 namespace rfos::agent {
@@ -113,11 +114,13 @@ Status send_message(int fd, const Message& m, const std::vector<int>& fds = {}) 
 // One app's connection: its thread runs everything the app asked for, from the socket and from its ring.
 class AppConn {
  public:
-  AppConn(const AgentConfig& config, const client::ControlClient& control, int fd, Peer peer, std::string tenant)
+  AppConn(const AgentConfig& config, const client::ControlClient& control, int fd, Peer peer, std::string tenant,
+          std::shared_ptr<Sealer> sealer)
       : config_(config),
         fd_(fd),
         peer_(std::move(peer)),
         tenant_(std::move(tenant)),
+        sealer_(std::move(sealer)),
         control_(control.acting_for(peer_.uid, peer_.gid, peer_.groups)) {}
   ~AppConn() {
     conts_.clear();  // their sessions end before the memory their registrations named goes
@@ -315,6 +318,20 @@ class AppConn {
     return Status::ok();
   }
 
+  // One I/O of the app's: one request to a container, or two (data and records) for a sealing tenant.
+  struct Op {
+    uint64_t user_data = 0;
+    uint32_t length = 0;
+    int remaining = 0;
+    Status status;
+    bool read = false;
+    std::span<uint8_t> app;             // the app's bytes, where a sealed read's plaintext goes
+    std::unique_ptr<uint8_t[]> bounce;  // a sealing tenant's: ciphertext, then records (from bounces_)
+    std::span<uint8_t> cipher, records;
+    std::string place;
+    uint64_t first_block = 0;
+  };
+
   Status submit(const Sqe& e) {
     RFOS_RETURN_IF_ERROR(check_sqe(e, buffer_bytes_, client::kMaxIoBytes));
     if (e.op == static_cast<uint8_t>(RingOp::kNop)) {
@@ -323,36 +340,87 @@ class AppConn {
     }
     auto it = conts_.find(e.cont);
     if (it == conts_.end()) return error(StatusCode::kInvalidArgument, "no container handle");
+    client::Container& c = *it->second.cont;
     ObjectId oid;
     std::memcpy(&oid.hi, e.oid, 8);
     std::memcpy(&oid.lo, e.oid + 8, 8);
-    std::span<uint8_t> bytes(buffer_ + e.buf, e.length);
-    Result<client::Ticket> t = e.op == static_cast<uint8_t>(RingOp::kWrite)
-                                   ? it->second.cont->submit_write(oid, e.dkey(), e.akey(), e.offset, bytes)
-                                   : it->second.cont->submit_read(oid, e.dkey(), e.akey(), e.offset, bytes);
-    if (!t.is_ok()) return t.status();
-    tickets_[{e.cont, *t}] = {e.user_data, static_cast<uint32_t>(e.length)};
+    auto op = std::make_shared<Op>();
+    op->user_data = e.user_data;
+    op->length = static_cast<uint32_t>(e.length);
+    op->read = e.op == static_cast<uint8_t>(RingOp::kRead);
+    op->app = std::span<uint8_t>(buffer_ + e.buf, e.length);
+    if (!sealer_) {
+      Result<client::Ticket> t = op->read ? c.submit_read(oid, e.dkey(), e.akey(), e.offset, op->app)
+                                          : c.submit_write(oid, e.dkey(), e.akey(), e.offset, op->app);
+      if (!t.is_ok()) return t.status();
+      op->remaining = 1;
+      tickets_[{e.cont, *t}] = op;
+      return Status::ok();
+    }
+    // Sealed: the ciphertext where the plaintext would be, each block's nonce and tag in the records array
+    // (the akey with kRecordsSuffix) at 32 bytes a block.
+    if (e.offset % kSealBlock != 0 || e.length % kSealBlock != 0)
+      return error(StatusCode::kInvalidArgument, "a sealing tenant's I/O is whole 4 KiB blocks");
+    op->first_block = e.offset / kSealBlock;
+    op->place =
+        c.session().cont.uuid + "/" + oid.to_string() + "/" + std::string(e.dkey()) + "/" + std::string(e.akey());
+    op->bounce = take_bounce();
+    op->cipher = {op->bounce.get(), e.length};
+    op->records = {op->bounce.get() + client::kMaxIoBytes, e.length / kSealBlock * kSealRecord};
+    std::string records_akey = std::string(e.akey()) + kRecordsSuffix;
+    uint64_t records_offset = op->first_block * kSealRecord;
+    if (!op->read) RFOS_RETURN_IF_ERROR(sealer_->seal(op->app, op->place, op->first_block, op->cipher, op->records));
+    Result<client::Ticket> t1 = op->read ? c.submit_read(oid, e.dkey(), e.akey(), e.offset, op->cipher)
+                                         : c.submit_write(oid, e.dkey(), e.akey(), e.offset, op->cipher);
+    if (!t1.is_ok()) return t1.status();
+    op->remaining = 1;
+    tickets_[{e.cont, *t1}] = op;
+    Result<client::Ticket> t2 = op->read ? c.submit_read(oid, e.dkey(), records_akey, records_offset, op->records)
+                                         : c.submit_write(oid, e.dkey(), records_akey, records_offset, op->records);
+    if (!t2.is_ok()) {
+      op->status = t2.status();  // the first ends the op when it completes
+      return Status::ok();
+    }
+    op->remaining = 2;
+    tickets_[{e.cont, *t2}] = op;
     return Status::ok();
   }
 
-  // Completions of the containers' I/O, each into a completion for the app.
+  // A bounce buffer for one sealed I/O (1 MiB of ciphertext and its records), kept for the next once done: fresh
+  // ones would cost their page faults every time.
+  std::unique_ptr<uint8_t[]> take_bounce() {
+    if (bounces_.empty())
+      return std::unique_ptr<uint8_t[]>(
+          new uint8_t[client::kMaxIoBytes + client::kMaxIoBytes / kSealBlock * kSealRecord]);
+    auto b = std::move(bounces_.back());
+    bounces_.pop_back();
+    return b;
+  }
+
+  // Completions of the containers' I/O, each op's into a completion for the app.
   void reap(int timeout_ms, bool* busy) {
     for (auto& [h, o] : conts_) {
       if (o.cont->in_flight() == 0) continue;
       for (const client::Completion& c : o.cont->poll(64, timeout_ms)) {
         auto it = tickets_.find({h, c.ticket});
         if (it == tickets_.end()) continue;
-        pending_.push_back(
-            {it->second.first, static_cast<uint16_t>(c.status.code()), 0, c.status.is_ok() ? it->second.second : 0});
+        std::shared_ptr<Op> op = std::move(it->second);
         tickets_.erase(it);
         *busy = true;
+        if (op->status.is_ok() && !c.status.is_ok()) op->status = c.status;
+        if (--op->remaining > 0) continue;
+        if (op->status.is_ok() && op->read && sealer_)
+          op->status = sealer_->open(op->cipher, op->records, op->place, op->first_block, op->app);
+        pending_.push_back(
+            {op->user_data, static_cast<uint16_t>(op->status.code()), 0, op->status.is_ok() ? op->length : 0});
+        if (op->bounce) bounces_.push_back(std::move(op->bounce));
       }
       timeout_ms = 0;
     }
   }
 
   // Completions go into the ring as they come; a sleeping app is woken (a system call on each side) once a
-  // quarter of what it has in flight is done, when nothing more is in flight, or 50 us after the first
+  // half of what it has in flight is done, when nothing more is in flight, or 50 us after the first
   // completion it has not been woken for: interrupt moderation, so an app at depth pays one wake-up for several
   // completions, and never waits long for one.
   Status post_completions() {
@@ -391,6 +459,8 @@ class AppConn {
   int fd_;  // the agent's: closed when this thread was joined
   Peer peer_;
   std::string tenant_;
+  std::shared_ptr<Sealer> sealer_;                   // the tenant's, when it seals its data
+  std::vector<std::unique_ptr<uint8_t[]>> bounces_;  // free bounce buffers of sealed I/O
   std::unique_ptr<client::ControlClient> control_;
   bool hello_ = false;
   std::unique_ptr<RingRegion> ring_;
@@ -400,9 +470,8 @@ class AppConn {
   size_t buffer_bytes_ = 0;
   std::map<uint32_t, Open> conts_;
   uint32_t next_handle_ = 1;
-  // I/O in flight -> the app's user_data and the bytes it moves
-  std::map<std::pair<uint32_t, client::Ticket>, std::pair<uint64_t, uint32_t>> tickets_;
-  std::deque<Cqe> pending_;                        // completions not yet in the ring
+  std::map<std::pair<uint32_t, client::Ticket>, std::shared_ptr<Op>> tickets_;  // requests in flight
+  std::deque<Cqe> pending_;                                                     // completions not yet in the ring
   uint32_t unrung_ = 0;                            // completions in the ring the app was not woken for
   std::chrono::steady_clock::time_point busy_at_;  // when the loop last found something to do
   std::chrono::steady_clock::time_point unrung_since_;
@@ -425,6 +494,7 @@ class Agent::Impl {
   };
   std::list<App> apps;
   std::atomic<size_t> live{0};
+  std::map<std::string, std::shared_ptr<Sealer>> sealers;  // by tenant, for the tenants that seal
   bool stopped = false;
 
   ~Impl() {
@@ -503,7 +573,8 @@ class Agent::Impl {
     a.fd = fd;
     a.thread = std::thread([this, &a, p = *peer, t = *tenant]() mutable {
       {
-        AppConn conn(config, *control, a.fd, std::move(p), std::move(t));
+        auto sealer = sealers.count(t) ? sealers.at(t) : nullptr;
+        AppConn conn(config, *control, a.fd, std::move(p), std::move(t), std::move(sealer));
         conn.run();
       }
       --live;
@@ -537,9 +608,9 @@ Status load_agent_config(const std::string& path, AgentConfig* config) {
   }
   if (root.IsNull()) return Status::ok();
   if (!root.IsMap()) return error(StatusCode::kInvalidArgument, "config file " + path + " must be a mapping");
-  static const std::set<std::string> kKeys = {"control_address",  "provider", "listen",     "cpus",
-                                              "max_buffer_bytes", "max_apps", "timeout_ms", "tls_ca",
-                                              "tls_cert",         "tls_key",  "tenants"};
+  static const std::set<std::string> kKeys = {
+      "control_address", "provider", "listen",  "cpus",    "max_buffer_bytes", "max_apps", "timeout_ms",
+      "tls_ca",          "tls_cert", "tls_key", "tenants", "state_dir",        "agent_id"};
   try {
     for (const auto& kv : root) {
       std::string key = kv.first.as<std::string>();
@@ -555,18 +626,21 @@ Status load_agent_config(const std::string& path, AgentConfig* config) {
     if (root["tls_ca"]) config->tls.ca = root["tls_ca"].as<std::string>();
     if (root["tls_cert"]) config->tls.cert = root["tls_cert"].as<std::string>();
     if (root["tls_key"]) config->tls.key = root["tls_key"].as<std::string>();
+    if (root["state_dir"]) config->state_dir = root["state_dir"].as<std::string>();
+    if (root["agent_id"]) config->agent_id = root["agent_id"].as<uint32_t>();
     if (root["tenants"]) {
       config->tenants.clear();
       for (const auto& t : root["tenants"]) {
         TenantConfig tc;
         for (const auto& kv : t) {
           std::string key = kv.first.as<std::string>();
-          if (key != "name" && key != "users" && key != "groups")
+          if (key != "name" && key != "users" && key != "groups" && key != "key_file")
             return error(StatusCode::kInvalidArgument, path + ": unknown tenant key '" + key + "'");
         }
         tc.name = t["name"].as<std::string>();
         if (t["users"]) tc.users = t["users"].as<std::vector<std::string>>();
         if (t["groups"]) tc.groups = t["groups"].as<std::vector<std::string>>();
+        if (t["key_file"]) tc.key_file = t["key_file"].as<std::string>();
         if (tc.name.empty()) return error(StatusCode::kInvalidArgument, path + ": a tenant without a name");
         config->tenants.push_back(std::move(tc));
       }
@@ -609,6 +683,14 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
   if (!config.cpus.empty()) RFOS_RETURN_IF_ERROR(pin_to_cpus(config.cpus));
   auto impl = std::make_unique<Impl>();
   impl->config = config;
+  for (const TenantConfig& t : config.tenants) {
+    if (t.key_file.empty()) continue;
+    RFOS_ASSIGN_OR_RETURN(std::string key, load_key_file(t.key_file));
+    if (mkdir(config.state_dir.c_str(), 0700) != 0 && errno != EEXIST) return sys_error("create " + config.state_dir);
+    auto sealer = Sealer::open(key, config.state_dir + "/" + t.name + ".nonce", config.agent_id);
+    if (!sealer.is_ok()) return sealer.status();
+    impl->sealers[t.name] = std::move(sealer).value();
+  }
   impl->control = client::ControlClient::create(
       config.control_address.empty() ? client::default_control_address() : config.control_address, 5000, config.tls);
   std::string dir = std::filesystem::path(path).parent_path().string();

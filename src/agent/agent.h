@@ -28,7 +28,13 @@ struct TenantConfig {
   std::string name;
   std::vector<std::string> users;
   std::vector<std::string> groups;
+  // AES-256 key (32 bytes, or 64 hex digits; readable by its owner only): the tenant's array data is sealed in
+  // the agent before it leaves (agent/seal.h). "": not sealed.
+  std::string key_file;
 };
+
+// A sealing tenant's nonces and tags: the array's akey with this suffix, 32 bytes per 4 KiB block.
+inline constexpr char kRecordsSuffix[] = "#gcm";
 
 struct AgentConfig {
   std::string control_address;  // the server's control plane ("": client::default_control_address())
@@ -38,14 +44,17 @@ struct AgentConfig {
   std::string cpus;                        // a CPU list ("1", "2-3,6") the agent pins itself to; "": no pinning
   uint64_t max_buffer_bytes = 1ull << 30;  // an app's shared buffer, at most
   uint32_t max_apps = 256;
-  uint32_t timeout_ms = 30000;  // per request to the server
+  uint32_t timeout_ms = 30000;                    // per request to the server
+  std::string state_dir = "/var/lib/rfos-agent";  // the nonce counters of sealing tenants (0700)
+  uint32_t agent_id = 0;  // in every nonce: agents that share a tenant's key need ids of their own
   // Empty: every local user is a tenant of its own (named after the user). Otherwise an app whose user is in
   // no tenant is refused.
   std::vector<TenantConfig> tenants;
 };
 
 // Applies a YAML file over `config`: control_address, provider, listen, cpus, max_buffer_bytes, max_apps,
-// timeout_ms, tls_ca/tls_cert/tls_key, tenants (a list of {name, users, groups}). Unknown keys are an error.
+// timeout_ms, tls_ca/tls_cert/tls_key, state_dir, agent_id, tenants (a list of {name, users, groups, key_file}).
+// Unknown keys are an error.
 Status load_agent_config(const std::string& path, AgentConfig* config);
 
 // Pins the calling thread (and the threads it starts later) to a CPU list. kInvalidArgument for a bad list.

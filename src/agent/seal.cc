@@ -1,0 +1,189 @@
+#include "agent/seal.h"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "common/coding.h"
+
+namespace rfos::agent {
+
+namespace {
+
+constexpr uint64_t kReserveStep = 1u << 20;  // counters reserved per state-file write
+constexpr char kAadTag[] = "rfos-gcm-v1";
+
+Status sys_error(const std::string& what) { return error(StatusCode::kIoError, what + ": " + std::strerror(errno)); }
+
+// The additional data of one block: what it is, where it belongs.
+std::string aad_of(std::string_view place, uint64_t block) {
+  std::string a(kAadTag);
+  put_be32(&a, static_cast<uint32_t>(place.size()));
+  a.append(place);
+  put_be64(&a, block);
+  return a;
+}
+
+struct Ctx {
+  EVP_CIPHER_CTX* c = EVP_CIPHER_CTX_new();
+  ~Ctx() { EVP_CIPHER_CTX_free(c); }
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Sealer>> Sealer::open(std::string_view key, const std::string& state_file, uint32_t agent_id) {
+  if (key.size() != 32) return error(StatusCode::kInvalidArgument, "an AES-256 key is 32 bytes");
+  std::unique_ptr<Sealer> s(new Sealer());
+  s->key_.assign(key);
+  s->state_file_ = state_file;
+  s->agent_id_ = agent_id;
+  // Above everything reserved before: the last run may have handed out any counter below its reservation.
+  uint64_t above = 1;
+  std::ifstream in(state_file);
+  if (in) {
+    std::string text;
+    in >> text;
+    uint64_t v = 0;
+    if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos ||
+        (v = std::strtoull(text.c_str(), nullptr, 10)) == 0)
+      return error(StatusCode::kCorruption, "the nonce state file " + state_file + " does not hold a counter");
+    above = v;
+  } else if (errno != ENOENT) {
+    return sys_error("read " + state_file);
+  }
+  s->next_ = above;
+  RFOS_RETURN_IF_ERROR(s->reserve(above));
+  return s;
+}
+
+Sealer::~Sealer() { OPENSSL_cleanse(key_.data(), key_.size()); }
+
+// Writes the new ceiling to a temporary file, syncs it, renames it over the state file and syncs the directory:
+// no counter at or above the old ceiling is handed out before the new one is durable.
+Status Sealer::reserve(uint64_t above) {
+  uint64_t ceiling = above + kReserveStep;
+  std::string tmp = state_file_ + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return sys_error("create " + tmp);
+  std::string text = std::to_string(ceiling) + "\n";
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || rename(tmp.c_str(), state_file_.c_str()) != 0) return sys_error("write " + state_file_);
+  std::string dir = state_file_.substr(0, state_file_.rfind('/') == std::string::npos ? 0 : state_file_.rfind('/'));
+  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    ::close(dfd);
+  }
+  reserved_ = ceiling;
+  return Status::ok();
+}
+
+Result<uint64_t> Sealer::take_counter() {
+  uint64_t n = next_.fetch_add(1);
+  if (n < reserved_.load()) return n;
+  std::lock_guard lock(mu_);
+  while (n >= reserved_.load()) RFOS_RETURN_IF_ERROR(reserve(reserved_.load()));
+  return n;
+}
+
+Status Sealer::seal(std::span<const uint8_t> plain, std::string_view place, uint64_t first_block,
+                    std::span<uint8_t> cipher, std::span<uint8_t> records) {
+  size_t blocks = plain.size() / kSealBlock;
+  if (plain.size() % kSealBlock != 0 || cipher.size() != plain.size() || records.size() != blocks * kSealRecord)
+    return error(StatusCode::kInvalidArgument, "sealing takes whole 4 KiB blocks");
+  Ctx ctx;
+  // The key's schedule and GHASH key once per call; each block sets only its nonce.
+  if (EVP_EncryptInit_ex(ctx.c, EVP_aes_256_gcm(), nullptr, reinterpret_cast<const uint8_t*>(key_.data()), nullptr) !=
+      1)
+    return error(StatusCode::kInternal, "AES-GCM set-up failed");
+  for (size_t b = 0; b < blocks; ++b) {
+    RFOS_ASSIGN_OR_RETURN(uint64_t counter, take_counter());
+    uint8_t* rec = records.data() + b * kSealRecord;
+    std::memset(rec, 0, kSealRecord);
+    std::memcpy(rec, &agent_id_, 4);
+    std::memcpy(rec + 4, &counter, 8);
+    std::string aad = aad_of(place, first_block + b);
+    int len = 0;
+    bool ok = EVP_EncryptInit_ex(ctx.c, nullptr, nullptr, nullptr, rec) == 1 &&
+              EVP_EncryptUpdate(ctx.c, nullptr, &len, reinterpret_cast<const uint8_t*>(aad.data()),
+                                static_cast<int>(aad.size())) == 1 &&
+              EVP_EncryptUpdate(ctx.c, cipher.data() + b * kSealBlock, &len, plain.data() + b * kSealBlock,
+                                static_cast<int>(kSealBlock)) == 1 &&
+              EVP_EncryptFinal_ex(ctx.c, cipher.data() + b * kSealBlock + len, &len) == 1 &&
+              EVP_CIPHER_CTX_ctrl(ctx.c, EVP_CTRL_GCM_GET_TAG, 16, rec + 12) == 1;
+    if (!ok) return error(StatusCode::kInternal, "AES-GCM encryption failed");
+  }
+  return Status::ok();
+}
+
+Status Sealer::open(std::span<const uint8_t> cipher, std::span<const uint8_t> records, std::string_view place,
+                    uint64_t first_block, std::span<uint8_t> plain) {
+  size_t blocks = cipher.size() / kSealBlock;
+  if (cipher.size() % kSealBlock != 0 || plain.size() != cipher.size() || records.size() != blocks * kSealRecord)
+    return error(StatusCode::kInvalidArgument, "opening takes whole 4 KiB blocks");
+  Ctx ctx;
+  if (EVP_DecryptInit_ex(ctx.c, EVP_aes_256_gcm(), nullptr, reinterpret_cast<const uint8_t*>(key_.data()), nullptr) !=
+      1)
+    return error(StatusCode::kInternal, "AES-GCM set-up failed");
+  static const uint8_t kZero[kSealRecord] = {};
+  for (size_t b = 0; b < blocks; ++b) {
+    const uint8_t* rec = records.data() + b * kSealRecord;
+    if (std::memcmp(rec, kZero, kSealRecord) == 0) {  // never written: a hole, if the bytes are one too
+      if (std::any_of(cipher.begin() + b * kSealBlock, cipher.begin() + (b + 1) * kSealBlock,
+                      [](uint8_t x) { return x != 0; }))
+        return error(StatusCode::kChecksumMismatch,
+                     "block " + std::to_string(first_block + b) + " holds bytes but no nonce and tag");
+      std::memset(plain.data() + b * kSealBlock, 0, kSealBlock);
+      continue;
+    }
+    std::string aad = aad_of(place, first_block + b);
+    uint8_t tag[16];
+    std::memcpy(tag, rec + 12, 16);
+    int len = 0;
+    bool ok = rec[28] == 0 && rec[29] == 0 && rec[30] == 0 && rec[31] == 0 &&
+              EVP_DecryptInit_ex(ctx.c, nullptr, nullptr, nullptr, rec) == 1 &&
+              EVP_DecryptUpdate(ctx.c, nullptr, &len, reinterpret_cast<const uint8_t*>(aad.data()),
+                                static_cast<int>(aad.size())) == 1 &&
+              EVP_DecryptUpdate(ctx.c, plain.data() + b * kSealBlock, &len, cipher.data() + b * kSealBlock,
+                                static_cast<int>(kSealBlock)) == 1 &&
+              EVP_CIPHER_CTX_ctrl(ctx.c, EVP_CTRL_GCM_SET_TAG, 16, tag) == 1 &&
+              EVP_DecryptFinal_ex(ctx.c, plain.data() + b * kSealBlock + len, &len) == 1;
+    if (!ok) {
+      OPENSSL_cleanse(plain.data() + b * kSealBlock, kSealBlock);  // nothing of a block that failed is handed out
+      return error(StatusCode::kChecksumMismatch,
+                   "block " + std::to_string(first_block + b) + " does not authenticate (tampered or misplaced)");
+    }
+  }
+  return Status::ok();
+}
+
+Result<std::string> load_key_file(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return sys_error("key file " + path);
+  if (st.st_mode & (S_IRWXG | S_IRWXO))
+    return error(StatusCode::kPermissionDenied, "key file " + path + " may be read by others than its owner");
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string k = ss.str();
+  if (k.size() == 32) return k;
+  while (!k.empty() && (k.back() == '\n' || k.back() == '\r')) k.pop_back();
+  if (k.size() == 64 && k.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos) {
+    std::string raw(32, '\0');
+    for (size_t i = 0; i < 32; ++i) raw[i] = static_cast<char>(std::stoi(k.substr(2 * i, 2), nullptr, 16));
+    OPENSSL_cleanse(k.data(), k.size());
+    return raw;
+  }
+  return error(StatusCode::kInvalidArgument, "key file " + path + " holds neither 32 bytes nor 64 hex digits");
+}
+
+}  // namespace rfos::agent

@@ -1,0 +1,63 @@
+// Inline encryption of a tenant's array data in the agent (docs/agent.md, "Inline encryption"): AES-256-GCM
+// (OpenSSL EVP, AES-NI where the CPU has it) per 4 KiB block. The ciphertext is stored where the plaintext would
+// be (GCM keeps lengths), and each block's nonce and tag in a companion array at 32 bytes a block.
+//
+// - Nonces: 4 bytes of agent id, then a 64-bit counter that never repeats for a key: it is taken from ranges
+//   reserved in a state file (written and synced before any nonce of a range is used), so a restart, or a crash,
+//   continues above everything handed out before. Counter 0 is never used: an all-zero record is a hole.
+// - The additional data binds a block to its place: container, object, dkey, akey and block index. A block
+//   moved elsewhere, or tampered with, or a tag that does not belong to it, fails to open: an error, never bytes.
+//
+// Thread-safety: seal and open from any thread (the counter is atomic; reservations are serialized).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace rfos::agent {
+
+inline constexpr size_t kSealBlock = 4096;
+inline constexpr size_t kSealRecord = 32;  // per block: nonce(12) tag(16) reserved(4, zero)
+
+class Sealer {
+ public:
+  // `key`: 32 bytes. `state_file`: where the nonce counter's reservations live (made 0600 if missing).
+  static Result<std::unique_ptr<Sealer>> open(std::string_view key, const std::string& state_file, uint32_t agent_id);
+  ~Sealer();
+
+  // Seals whole blocks: plain.size() a multiple of kSealBlock; `cipher` as long, `records` kSealRecord a block.
+  // `place` names the array (container, object, dkey, akey); first_block is the first block's index in it.
+  Status seal(std::span<const uint8_t> plain, std::string_view place, uint64_t first_block, std::span<uint8_t> cipher,
+              std::span<uint8_t> records);
+  // Opens what seal made into `plain`; an all-zero record is a hole and opens as zeros. kChecksumMismatch when
+  // a block does not authenticate (tampered, moved, or its record is not its own).
+  Status open(std::span<const uint8_t> cipher, std::span<const uint8_t> records, std::string_view place,
+              uint64_t first_block, std::span<uint8_t> plain);
+
+  uint64_t next_counter() const { return next_.load(); }  // for tests
+
+ private:
+  Sealer() = default;
+  Result<uint64_t> take_counter();
+  Status reserve(uint64_t above);
+
+  std::string key_;
+  std::string state_file_;
+  uint32_t agent_id_ = 0;
+  std::atomic<uint64_t> next_{1};
+  std::mutex mu_;
+  std::atomic<uint64_t> reserved_{0};  // counters below this may be handed out
+};
+
+// The key a tenant key file holds: 32 raw bytes, or 64 hexadecimal digits (a trailing newline allowed).
+// kInvalidArgument otherwise; kPermissionDenied when others than its owner may read it.
+Result<std::string> load_key_file(const std::string& path);
+
+}  // namespace rfos::agent
