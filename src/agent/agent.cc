@@ -38,6 +38,12 @@ namespace {
 
 Status sys_error(const std::string& what) { return error(StatusCode::kIoError, what + ": " + std::strerror(errno)); }
 
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
 bool parse_u32(std::string_view s, uint32_t* v) {
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
   return ec == std::errc() && end == s.data() + s.size() && !s.empty();
@@ -115,12 +121,13 @@ Status send_message(int fd, const Message& m, const std::vector<int>& fds = {}) 
 class AppConn {
  public:
   AppConn(const AgentConfig& config, const client::ControlClient& control, int fd, Peer peer, std::string tenant,
-          std::shared_ptr<Sealer> sealer)
+          std::shared_ptr<Sealer> sealer, std::shared_ptr<TenantQos> qos)
       : config_(config),
         fd_(fd),
         peer_(std::move(peer)),
         tenant_(std::move(tenant)),
         sealer_(std::move(sealer)),
+        qos_(std::move(qos)),
         control_(control.acting_for(peer_.uid, peer_.gid, peer_.groups)) {}
   ~AppConn() {
     conts_.clear();  // their sessions end before the memory their registrations named goes
@@ -174,7 +181,13 @@ class AppConn {
         poll(&p, 1, 1);
         continue;
       }
-      if (ends_) {
+      if (uint64_t now = now_ns(); ends_ && now < throttled_until_) {
+        // Held by the tenant's limits: submissions wait in the ring; the socket is still heard.
+        uint64_t wait = throttled_until_ - now;
+        timespec ts{static_cast<time_t>(wait / 1000000000), static_cast<long>(wait % 1000000000)};
+        pollfd p{fd_, POLLIN, 0};
+        if (ppoll(&p, 1, &ts, nullptr) < 0 && errno != EINTR) return sys_error("poll");
+      } else if (ends_) {
         RFOS_RETURN_IF_ERROR(ends_->sq.wait(-1, fd_));
       } else {
         pollfd p{fd_, POLLIN, 0};
@@ -307,7 +320,16 @@ class AppConn {
     size_t room = ring_->cq_entries();
     uint32_t took = 0;
     for (; took < n && tickets_.size() + pending_.size() < room; ++took) {
-      Sqe e = ends_->sq.take();  // a copy: the app cannot change it under the checks
+      Sqe e = ends_->sq.peek();  // a copy: the app cannot change it under the checks
+      if (qos_ && e.op != static_cast<uint8_t>(RingOp::kNop)) {
+        uint64_t now = now_ns();
+        if (now < throttled_until_) break;
+        if (uint64_t wait = qos_->admit(e.length, now); wait > 0) {
+          throttled_until_ = now + wait;  // left in the ring until then
+          break;
+        }
+      }
+      ends_->sq.skip();
       Status s = submit(e);
       if (!s.is_ok()) pending_.push_back({e.user_data, static_cast<uint16_t>(s.code()), 0, 0});
     }
@@ -460,6 +482,8 @@ class AppConn {
   Peer peer_;
   std::string tenant_;
   std::shared_ptr<Sealer> sealer_;                   // the tenant's, when it seals its data
+  std::shared_ptr<TenantQos> qos_;                   // the tenant's limits, when it has some
+  uint64_t throttled_until_ = 0;                     // now_ns() before which the limits let nothing more go
   std::vector<std::unique_ptr<uint8_t[]>> bounces_;  // free bounce buffers of sealed I/O
   std::unique_ptr<client::ControlClient> control_;
   bool hello_ = false;
@@ -495,6 +519,7 @@ class Agent::Impl {
   std::list<App> apps;
   std::atomic<size_t> live{0};
   std::map<std::string, std::shared_ptr<Sealer>> sealers;  // by tenant, for the tenants that seal
+  std::map<std::string, std::shared_ptr<TenantQos>> qos;   // by tenant, for the tenants with limits
   bool stopped = false;
 
   ~Impl() {
@@ -574,7 +599,8 @@ class Agent::Impl {
     a.thread = std::thread([this, &a, p = *peer, t = *tenant]() mutable {
       {
         auto sealer = sealers.count(t) ? sealers.at(t) : nullptr;
-        AppConn conn(config, *control, a.fd, std::move(p), std::move(t), std::move(sealer));
+        auto limits = qos.count(t) ? qos.at(t) : nullptr;
+        AppConn conn(config, *control, a.fd, std::move(p), std::move(t), std::move(sealer), std::move(limits));
         conn.run();
       }
       --live;
@@ -634,13 +660,26 @@ Status load_agent_config(const std::string& path, AgentConfig* config) {
         TenantConfig tc;
         for (const auto& kv : t) {
           std::string key = kv.first.as<std::string>();
-          if (key != "name" && key != "users" && key != "groups" && key != "key_file")
+          if (key != "name" && key != "users" && key != "groups" && key != "key_file" && key != "qos")
             return error(StatusCode::kInvalidArgument, path + ": unknown tenant key '" + key + "'");
         }
         tc.name = t["name"].as<std::string>();
         if (t["users"]) tc.users = t["users"].as<std::vector<std::string>>();
         if (t["groups"]) tc.groups = t["groups"].as<std::vector<std::string>>();
         if (t["key_file"]) tc.key_file = t["key_file"].as<std::string>();
+        if (const YAML::Node q = t["qos"]) {
+          for (const auto& kv : q) {
+            std::string key = kv.first.as<std::string>();
+            if (key != "iops" && key != "bytes_per_s" && key != "burst_ios" && key != "burst_bytes")
+              return error(StatusCode::kInvalidArgument, path + ": unknown qos key '" + key + "'");
+          }
+          if (q["iops"]) tc.qos.iops = q["iops"].as<double>();
+          if (q["bytes_per_s"]) tc.qos.bytes_per_s = q["bytes_per_s"].as<double>();
+          if (q["burst_ios"]) tc.qos.burst_ios = q["burst_ios"].as<double>();
+          if (q["burst_bytes"]) tc.qos.burst_bytes = q["burst_bytes"].as<double>();
+          if (tc.qos.iops < 0 || tc.qos.bytes_per_s < 0 || tc.qos.burst_ios < 0 || tc.qos.burst_bytes < 0)
+            return error(StatusCode::kInvalidArgument, path + ": qos values must not be negative");
+        }
         if (tc.name.empty()) return error(StatusCode::kInvalidArgument, path + ": a tenant without a name");
         config->tenants.push_back(std::move(tc));
       }
@@ -684,6 +723,7 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   for (const TenantConfig& t : config.tenants) {
+    if (t.qos.limited()) impl->qos[t.name] = std::make_shared<TenantQos>(t.qos, now_ns());
     if (t.key_file.empty()) continue;
     RFOS_ASSIGN_OR_RETURN(std::string key, load_key_file(t.key_file));
     if (mkdir(config.state_dir.c_str(), 0700) != 0 && errno != EEXIST) return sys_error("create " + config.state_dir);

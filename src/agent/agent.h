@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/qos.h"
 #include "client/control_client.h"
 #include "common/status.h"
 
@@ -31,6 +32,8 @@ struct TenantConfig {
   // AES-256 key (32 bytes, or 64 hex digits; readable by its owner only): the tenant's array data is sealed in
   // the agent before it leaves (agent/seal.h). "": not sealed.
   std::string key_file;
+  // Limits shared by the tenant's apps (agent/qos.h); none by default.
+  QosLimits qos;
 };
 
 // A sealing tenant's nonces and tags: the array's akey with this suffix, 32 bytes per 4 KiB block.
@@ -53,7 +56,8 @@ struct AgentConfig {
 };
 
 // Applies a YAML file over `config`: control_address, provider, listen, cpus, max_buffer_bytes, max_apps,
-// timeout_ms, tls_ca/tls_cert/tls_key, state_dir, agent_id, tenants (a list of {name, users, groups, key_file}).
+// timeout_ms, tls_ca/tls_cert/tls_key, state_dir, agent_id, tenants (a list of {name, users, groups, key_file,
+// qos: {iops, bytes_per_s, burst_ios, burst_bytes}}).
 // Unknown keys are an error.
 Status load_agent_config(const std::string& path, AgentConfig* config);
 

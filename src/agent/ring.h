@@ -159,6 +159,9 @@ class Consumer {
   Result<uint32_t> ready();
   // The next one, copied out (ready() first); its slot is given back at release().
   T take() { return entries_[local_head_++ & mask_]; }
+  // The next one, copied out, left in place; skip() then passes it (use the copy: the slot may change meanwhile).
+  T peek() const { return entries_[local_head_ & mask_]; }
+  void skip() { ++local_head_; }
   void release() { head_->store(local_head_, std::memory_order_release); }
   // Sleeps on the eventfd until the producer rings it, `ready_too` (another descriptor) is readable, or
   // timeout_ms passes (-1: no limit); says first that it sleeps and returns at once when entries came meanwhile.

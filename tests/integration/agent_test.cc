@@ -421,6 +421,46 @@ TEST_F(AgentTest, ASealingTenantsBytesAreNeverOnTheMediaAndTamperingIsCaught) {
   EXPECT_NE(std::memcmp(rec.data(), rec1.data(), 12), 0);
 }
 
+// A tenant held to 200 I/Os a second (burst 10) cannot go faster, however many it submits at once. (Its rate
+// against another tenant running flat out is measured in bench/agent_bench.py --qos; here only the bound that
+// must hold on any machine: never faster than the limit.)
+TEST_F(AgentTest, ALimitedTenantIsHeldToItsRate) {
+  start_server("root");
+  AgentConfig c = agent_config();
+  TenantConfig t{"limited", {"root"}, {}, ""};
+  t.qos.iops = 200;
+  t.qos.burst_ios = 10;
+  c.tenants = {t};
+  auto a = Agent::start(c);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  agent_ = std::move(a).value();
+  auto app = connect();
+  ASSERT_TRUE(app);
+  auto h = app->open("p", "c", true);
+  ASSERT_TRUE(h.is_ok());
+  auto buf = app->buffer();
+  constexpr uint64_t kIos = 110;
+  auto start = std::chrono::steady_clock::now();
+  uint64_t submitted = 0, done = 0;
+  while (done < kIos) {
+    while (submitted < kIos && app->in_flight() < 16) {
+      ASSERT_TRUE(app->submit(RingOp::kWrite, *h, {9, 9}, "d", "a", 4096 * (submitted % 64),
+                              buf.subspan(4096 * (submitted % 64), 4096), submitted)
+                      .is_ok());
+      ++submitted;
+    }
+    auto got = app->poll(16, 10000);
+    ASSERT_TRUE(got.is_ok());
+    ASSERT_FALSE(got->empty()) << "no completion within 10 s";
+    for (auto& x : *got) EXPECT_TRUE(x.status.is_ok()) << x.status.to_string();
+    done += got->size();
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(secs, 0.9 * double(kIos - 10) / 200) << "faster than its limit allows";
+  // The control channel is heard while the ring is held back.
+  EXPECT_TRUE(app->array_size(*h, {9, 9}, "d", "a").is_ok());
+}
+
 TEST_F(AgentTest, AnAgentThatDiesFailsItsAppsAtOnceAndANewOneServesThem) {
   start_server("root");
   std::string sock = dir_.path() + "/agent/agent.sock";
