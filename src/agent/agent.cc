@@ -12,7 +12,6 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <atomic>
@@ -31,6 +30,7 @@
 #include "agent/ring.h"
 #include "agent/seal.h"
 #include "client/container.h"
+#include "common/yaml_file.h"
 
 namespace rfos::agent {
 
@@ -624,24 +624,12 @@ class Agent::Impl {
 };
 
 Status load_agent_config(const std::string& path, AgentConfig* config) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    return error(StatusCode::kNotFound, "config file " + path + " cannot be read");
-  } catch (const YAML::Exception& e) {
-    return error(StatusCode::kInvalidArgument, "config file " + path + ": " + e.what());
-  }
+  RFOS_ASSIGN_OR_RETURN(
+      YAML::Node root,
+      load_yaml_mapping(path, {"control_address", "provider", "listen", "cpus", "max_buffer_bytes", "max_apps",
+                               "timeout_ms", "tls_ca", "tls_cert", "tls_key", "tenants", "state_dir", "agent_id"}));
   if (root.IsNull()) return Status::ok();
-  if (!root.IsMap()) return error(StatusCode::kInvalidArgument, "config file " + path + " must be a mapping");
-  static const std::set<std::string> kKeys = {
-      "control_address", "provider", "listen",  "cpus",    "max_buffer_bytes", "max_apps", "timeout_ms",
-      "tls_ca",          "tls_cert", "tls_key", "tenants", "state_dir",        "agent_id"};
   try {
-    for (const auto& kv : root) {
-      std::string key = kv.first.as<std::string>();
-      if (!kKeys.count(key)) return error(StatusCode::kInvalidArgument, path + ": unknown key '" + key + "'");
-    }
     if (root["control_address"]) config->control_address = root["control_address"].as<std::string>();
     if (root["provider"]) config->provider = root["provider"].as<std::string>();
     if (root["listen"]) config->listen = root["listen"].as<std::string>();
@@ -658,21 +646,13 @@ Status load_agent_config(const std::string& path, AgentConfig* config) {
       config->tenants.clear();
       for (const auto& t : root["tenants"]) {
         TenantConfig tc;
-        for (const auto& kv : t) {
-          std::string key = kv.first.as<std::string>();
-          if (key != "name" && key != "users" && key != "groups" && key != "key_file" && key != "qos")
-            return error(StatusCode::kInvalidArgument, path + ": unknown tenant key '" + key + "'");
-        }
+        RFOS_RETURN_IF_ERROR(check_yaml_keys(t, {"name", "users", "groups", "key_file", "qos"}, path, "tenant"));
         tc.name = t["name"].as<std::string>();
         if (t["users"]) tc.users = t["users"].as<std::vector<std::string>>();
         if (t["groups"]) tc.groups = t["groups"].as<std::vector<std::string>>();
         if (t["key_file"]) tc.key_file = t["key_file"].as<std::string>();
         if (const YAML::Node q = t["qos"]) {
-          for (const auto& kv : q) {
-            std::string key = kv.first.as<std::string>();
-            if (key != "iops" && key != "bytes_per_s" && key != "burst_ios" && key != "burst_bytes")
-              return error(StatusCode::kInvalidArgument, path + ": unknown qos key '" + key + "'");
-          }
+          RFOS_RETURN_IF_ERROR(check_yaml_keys(q, {"iops", "bytes_per_s", "burst_ios", "burst_bytes"}, path, "qos"));
           if (q["iops"]) tc.qos.iops = q["iops"].as<double>();
           if (q["bytes_per_s"]) tc.qos.bytes_per_s = q["bytes_per_s"].as<double>();
           if (q["burst_ios"]) tc.qos.burst_ios = q["burst_ios"].as<double>();

@@ -1,6 +1,6 @@
 #include "server/config.h"
 
-#include <yaml-cpp/yaml.h>
+#include "common/yaml_file.h"
 
 #include <algorithm>
 #include <set>
@@ -14,40 +14,14 @@ const std::vector<std::string>& known_providers() {
 }
 
 Status load_config_file(const std::string& path, ServerConfig* config) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    return error(StatusCode::kNotFound, "config file " + path + " cannot be read");
-  } catch (const YAML::Exception& e) {
-    return error(StatusCode::kInvalidArgument, "config file " + path + ": " + e.what());
-  }
+  RFOS_ASSIGN_OR_RETURN(
+      YAML::Node root,
+      load_yaml_mapping(
+          path, {"data_dir", "control_socket", "control_addr", "insecure", "admins", "trusted_agents", "provider",
+                 "targets", "target_bytes", "tls_ca", "capability_ttl_s", "media_threads", "tls_cert", "tls_key",
+                 "bypass_media", "payload_timeout_ms", "session_buffer_bytes", "data_sync", "log_level"}));
   if (root.IsNull()) return Status::ok();
-  if (!root.IsMap()) return error(StatusCode::kInvalidArgument, "config file " + path + " must be a mapping");
-  static const std::set<std::string> kKeys = {"data_dir",
-                                              "control_socket",
-                                              "control_addr",
-                                              "insecure",
-                                              "admins",
-                                              "trusted_agents",
-                                              "provider",
-                                              "targets",
-                                              "target_bytes",
-                                              "tls_ca",
-                                              "capability_ttl_s",
-                                              "media_threads",
-                                              "tls_cert",
-                                              "tls_key",
-                                              "bypass_media",
-                                              "payload_timeout_ms",
-                                              "session_buffer_bytes",
-                                              "data_sync",
-                                              "log_level"};
   try {
-    for (const auto& kv : root) {
-      std::string key = kv.first.as<std::string>();
-      if (!kKeys.count(key)) return error(StatusCode::kInvalidArgument, path + ": unknown key '" + key + "'");
-    }
     if (root["data_dir"]) config->data_dir = root["data_dir"].as<std::string>();
     if (root["control_addr"]) config->control_addr = root["control_addr"].as<std::string>();
     if (root["data_sync"]) config->data_sync = root["data_sync"].as<std::string>();
