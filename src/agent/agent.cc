@@ -278,25 +278,38 @@ class AppConn {
     }
   }
 
+  // A failure leaves nothing set up: the app may ask again.
   Status setup(const Message& m, std::vector<int>* fds) {
     if (ring_) return error(StatusCode::kAlreadyExists, "the ring is set up already");
     if (m.buffer_bytes == 0 || m.buffer_bytes > config_.max_buffer_bytes)
       return error(StatusCode::kTooLarge, "a shared buffer of 1 B .. " + std::to_string(config_.max_buffer_bytes) +
                                               " bytes (max_buffer_bytes)");
-    RFOS_ASSIGN_OR_RETURN(ring_, RingRegion::create(m.sq_entries, m.cq_entries));
+    RFOS_ASSIGN_OR_RETURN(auto ring, RingRegion::create(m.sq_entries, m.cq_entries));
     size_t bytes = (m.buffer_bytes + 4095) & ~uint64_t{4095};
-    buffer_fd_ = memfd_create("rfos-buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (buffer_fd_ < 0) return sys_error("memfd_create");
+    int fd = memfd_create("rfos-buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) return sys_error("memfd_create");
     // Sealed: the app may write its bytes into it but cannot shrink it under the agent or the fabric.
-    if (ftruncate(buffer_fd_, static_cast<off_t>(bytes)) != 0 ||
-        fcntl(buffer_fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
-      return sys_error("size the shared buffer");
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, buffer_fd_, 0);
-    if (p == MAP_FAILED) return sys_error("map the shared buffer");
+    void* p = MAP_FAILED;
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
+        (p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0)) == MAP_FAILED) {
+      Status s = sys_error("make the shared buffer");
+      close(fd);
+      return s;
+    }
+    for (auto& [h, o] : conts_) {
+      if (Status s = o.cont->register_memory({static_cast<uint8_t*>(p), bytes}); !s.is_ok()) {
+        for (auto& [h2, o2] : conts_) (void)o2.cont->unregister_memory(p);
+        munmap(p, bytes);
+        close(fd);
+        return s;
+      }
+    }
+    ring_ = std::move(ring);
+    buffer_fd_ = fd;
     buffer_ = static_cast<uint8_t*>(p);
     buffer_bytes_ = bytes;
     ends_ = std::make_unique<AgentEnds>(*ring_);
-    for (auto& [h, o] : conts_) RFOS_RETURN_IF_ERROR(o.cont->register_memory({buffer_, buffer_bytes_}));
     *fds = {ring_->memfd(), buffer_fd_, ring_->sq_event(), ring_->cq_event()};
     return Status::ok();
   }
