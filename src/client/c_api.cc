@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include <map>
+
+#include "agent/agent_client.h"
 #include "client/c_api_internal.h"
 #include "client/container.h"
 #include "client/control_client.h"
@@ -14,8 +17,16 @@
 using rfos::ObjectId;
 using rfos::Status;
 
+// In agent mode (rfos_connect("agent:///path")) a container handle is a connection to the agent with its ring and
+// shared buffer: the buffer's first kStagingSlots MiB carry the bytes of I/O from memory outside it (a copy),
+// the rest is what rfos_alloc hands out (no copy).
 struct rfos_cont {
   std::unique_ptr<rfos::client::Container> cont;
+  std::unique_ptr<rfos::agent::AgentClient> agent;
+  uint32_t handle = 0;
+  uint64_t next_ticket = 1;
+  std::map<size_t, size_t> free_ranges;  // of the shared buffer past the staging slots: offset -> length
+  std::map<size_t, size_t> allocated;    // offset -> length
 };
 
 namespace {
@@ -62,6 +73,85 @@ int fill(const std::vector<T>& all, Out* out, size_t cap, size_t* count, F conve
   return -ENOBUFS;
 }
 
+constexpr size_t kStagingSlots = 8;
+constexpr size_t kSlot = rfos::client::kMaxIoBytes;
+
+int not_through_agent(const char* what) {
+  return fail(rfos::error(rfos::StatusCode::kNotSupported,
+                          std::string(what) + " is not available through the agent yet (docs/agent.md)"));
+}
+
+bool in_shared(const rfos_cont* c, const void* p, size_t len) {
+  auto b = c->agent->buffer();
+  auto* q = static_cast<const uint8_t*>(p);
+  return q >= b.data() && len <= b.size() && q - b.data() <= static_cast<ptrdiff_t>(b.size() - len);
+}
+
+// Synchronous array I/O through the agent: pieces inside 1 MiB-aligned ranges, up to kStagingSlots at once;
+// bytes outside the shared buffer go through a staging slot.
+int agent_rw(rfos_cont* c, bool write, const ObjectId& oid, const char* dkey, const char* akey, uint64_t offset,
+             uint8_t* buf, size_t len) {
+  using rfos::agent::RingOp;
+  if (c->agent->in_flight() > 0)
+    return fail(rfos::error(rfos::StatusCode::kBusy, "synchronous I/O while submissions are in flight"));
+  bool direct = len == 0 || in_shared(c, buf, len);
+  uint8_t* staging = c->agent->buffer().data();
+  struct Piece {
+    size_t at;  // in buf
+    size_t len;
+  };
+  std::map<uint64_t, std::pair<Piece, size_t>> inflight;  // tag -> piece, slot
+  std::vector<size_t> free_slots;
+  for (size_t i = 0; i < kStagingSlots; ++i) free_slots.push_back(i);
+  size_t done = 0;
+  Status first = Status::ok();
+  while ((done < len && first.is_ok()) || !inflight.empty()) {
+    while (done < len && first.is_ok() && !free_slots.empty()) {
+      uint64_t at = offset + done;
+      size_t n = static_cast<size_t>(std::min<uint64_t>(len - done, kSlot - at % kSlot));
+      size_t slot = free_slots.back();
+      uint8_t* bytes = direct ? buf + done : staging + slot * kSlot;
+      if (write && !direct) std::memcpy(bytes, buf + done, n);
+      uint64_t tag = (uint64_t{1} << 63) | c->next_ticket++;
+      Status s =
+          c->agent->submit(write ? RingOp::kWrite : RingOp::kRead, c->handle, oid, dkey, akey, at, {bytes, n}, tag);
+      if (!s.is_ok()) {
+        first = s;
+        break;
+      }
+      free_slots.pop_back();
+      inflight[tag] = {{done, n}, slot};
+      done += n;
+    }
+    if (inflight.empty()) break;
+    auto got = c->agent->poll(kStagingSlots, -1);
+    if (!got.is_ok()) return fail(got.status());
+    for (auto& x : *got) {
+      auto it = inflight.find(x.user_data);
+      if (it == inflight.end()) continue;
+      auto [piece, slot] = it->second;
+      if (!x.status.is_ok() && first.is_ok()) first = x.status;
+      if (x.status.is_ok() && !write && !direct) std::memcpy(buf + piece.at, staging + slot * kSlot, piece.len);
+      free_slots.push_back(slot);
+      inflight.erase(it);
+    }
+  }
+  return result(first);
+}
+
+int agent_submit(rfos_cont* c, bool write, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t offset,
+                 void* buf, size_t len, uint64_t* ticket) {
+  if (!in_shared(c, buf, len))
+    return fail(rfos::error(rfos::StatusCode::kInvalidArgument,
+                            "through the agent, submitted I/O uses buffers from rfos_alloc (its shared memory)"));
+  uint64_t t = c->next_ticket++;
+  Status s = c->agent->submit(write ? rfos::agent::RingOp::kWrite : rfos::agent::RingOp::kRead, c->handle, oid_of(oid),
+                              dkey, akey, offset, {static_cast<uint8_t*>(buf), len}, t);
+  if (!s.is_ok()) return fail(s);
+  *ticket = t;
+  return 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -70,9 +160,25 @@ const char* rfos_last_error(void) { return last_error.c_str(); }
 
 int rfos_connect(const char* addr, uint32_t timeout_ms, rfos_client_t** out) {
   if (bad(out, "out")) return -EINVAL;
-  std::string a = addr ? addr : rfos::client::default_control_address();
+  const char* agent = std::getenv("RFOS_AGENT");
+  std::string a = addr              ? addr
+                  : agent && *agent ? std::string("agent://") + agent
+                                    : rfos::client::default_control_address();
+  if (a.rfind("agent://", 0) == 0) {
+    // Agent mode: the agent holds the sessions; this process only names its socket. Checked at once.
+    std::string sock = a.substr(8);
+    rfos::agent::AgentClientOptions o;
+    o.buffer_bytes = 4096;
+    o.entries = 1;
+    o.timeout_ms = timeout_ms ? timeout_ms : 5000;
+    auto probe = rfos::agent::AgentClient::connect(sock, o);
+    if (!probe.is_ok()) return fail(probe.status());
+    *out = new rfos_client{nullptr, sock, o.timeout_ms};
+    return 0;
+  }
   auto* c = new rfos_client{
-      rfos::client::ControlClient::create(a, timeout_ms ? timeout_ms : 5000, rfos::client::TlsFiles::from_env())};
+      rfos::client::ControlClient::create(a, timeout_ms ? timeout_ms : 5000, rfos::client::TlsFiles::from_env()), "",
+      0};
   Status s = c->control->health();
   if (!s.is_ok()) {
     delete c;
@@ -87,6 +193,21 @@ void rfos_disconnect(rfos_client_t* client) { delete client; }
 int rfos_cont_open(rfos_client_t* client, const char* pool, const char* cont, int write, const char* provider,
                    rfos_cont_t** out) {
   if (bad(client, "client") || bad(pool, "pool") || bad(cont, "cont") || bad(out, "out")) return -EINVAL;
+  if (!client->agent_socket.empty()) {
+    rfos::agent::AgentClientOptions ao;
+    const char* mib = std::getenv("RFOS_AGENT_BUFFER_MIB");
+    ao.buffer_bytes = (mib ? std::max<uint64_t>(std::strtoull(mib, nullptr, 10), kStagingSlots + 1) : 64) << 20;
+    ao.entries = 256;
+    ao.timeout_ms = client->timeout_ms;
+    auto a = rfos::agent::AgentClient::connect(client->agent_socket, ao);
+    if (!a.is_ok()) return fail(a.status());
+    auto h = (*a)->open(pool, cont, write != 0);
+    if (!h.is_ok()) return fail(h.status());
+    auto* c = new rfos_cont{nullptr, std::move(a).value(), *h};
+    c->free_ranges[kStagingSlots * kSlot] = c->agent->buffer().size() - kStagingSlots * kSlot;
+    *out = c;
+    return 0;
+  }
   rfos::client::ContainerOptions o;
   o.write = write != 0;
   if (provider) o.provider = provider;
@@ -101,18 +222,22 @@ void rfos_cont_close(rfos_cont_t* cont) { delete cont; }
 int rfos_write(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t offset, const void* buf,
                size_t len) {
   if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || (len && bad(buf, "buf"))) return -EINVAL;
+  if (c->agent)
+    return agent_rw(c, true, oid_of(oid), dkey, akey, offset, static_cast<uint8_t*>(const_cast<void*>(buf)), len);
   return result(c->cont->write(oid_of(oid), dkey, akey, offset, {static_cast<const uint8_t*>(buf), len}));
 }
 
 int rfos_read(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t offset, void* buf,
               size_t len) {
   if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || (len && bad(buf, "buf"))) return -EINVAL;
+  if (c->agent) return agent_rw(c, false, oid_of(oid), dkey, akey, offset, static_cast<uint8_t*>(buf), len);
   return result(c->cont->read(oid_of(oid), dkey, akey, offset, {static_cast<uint8_t*>(buf), len}));
 }
 
 int rfos_array_size(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t* size) {
   if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || bad(size, "size")) return -EINVAL;
-  auto r = c->cont->array_size(oid_of(oid), dkey, akey);
+  auto r = c->agent ? c->agent->array_size(c->handle, oid_of(oid), dkey, akey)
+                    : c->cont->array_size(oid_of(oid), dkey, akey);
   if (!r.is_ok()) return fail(r.status());
   *size = *r;
   return 0;
@@ -120,6 +245,7 @@ int rfos_array_size(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char
 
 int rfos_put_value(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* akey, const void* buf, size_t len) {
   if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || bad(buf, "buf")) return -EINVAL;
+  if (c->agent) return not_through_agent("rfos_put_value");
   return result(c->cont->put_value(oid_of(oid), dkey, akey, {static_cast<const char*>(buf), len}));
 }
 
@@ -127,6 +253,7 @@ int rfos_get_value(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char*
                    size_t* len) {
   if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || bad(len, "len") || (cap && bad(buf, "buf")))
     return -EINVAL;
+  if (c->agent) return not_through_agent("rfos_get_value");
   auto v = c->cont->get_value(oid_of(oid), dkey, akey);
   if (!v.is_ok()) return fail(v.status());
   *len = v->size();
@@ -140,11 +267,13 @@ int rfos_get_value(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char*
 
 int rfos_punch_dkey(rfos_cont_t* c, rfos_oid_t oid, const char* dkey) {
   if (bad(c, "cont") || bad(dkey, "dkey")) return -EINVAL;
+  if (c->agent) return not_through_agent("rfos_punch_dkey");
   return result(c->cont->punch_dkey(oid_of(oid), dkey));
 }
 
 int rfos_punch_object(rfos_cont_t* c, rfos_oid_t oid) {
   if (bad(c, "cont")) return -EINVAL;
+  if (c->agent) return not_through_agent("rfos_punch_object");
   return result(c->cont->punch_object(oid_of(oid)));
 }
 
@@ -152,6 +281,7 @@ int rfos_submit_write(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const ch
                       const void* buf, size_t len, uint64_t* ticket) {
   if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || bad(buf, "buf") || bad(ticket, "ticket"))
     return -EINVAL;
+  if (c->agent) return agent_submit(c, true, oid, dkey, akey, offset, const_cast<void*>(buf), len, ticket);
   auto t = c->cont->submit_write(oid_of(oid), dkey, akey, offset, {static_cast<const uint8_t*>(buf), len});
   if (!t.is_ok()) return fail(t.status());
   *ticket = *t;
@@ -162,6 +292,7 @@ int rfos_submit_read(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const cha
                      size_t len, uint64_t* ticket) {
   if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || bad(buf, "buf") || bad(ticket, "ticket"))
     return -EINVAL;
+  if (c->agent) return agent_submit(c, false, oid, dkey, akey, offset, buf, len, ticket);
   auto t = c->cont->submit_read(oid_of(oid), dkey, akey, offset, {static_cast<uint8_t*>(buf), len});
   if (!t.is_ok()) return fail(t.status());
   *ticket = *t;
@@ -170,6 +301,16 @@ int rfos_submit_read(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const cha
 
 int rfos_poll(rfos_cont_t* c, rfos_completion_t* out, int max, int timeout_ms) {
   if (bad(c, "cont") || bad(out, "out") || max <= 0) return -EINVAL;
+  if (c->agent) {
+    auto got = c->agent->poll(static_cast<size_t>(max), timeout_ms);
+    if (!got.is_ok()) return fail(got.status());
+    for (size_t i = 0; i < got->size(); ++i) {
+      out[i].ticket = (*got)[i].user_data;
+      out[i].status = (*got)[i].status.is_ok() ? 0 : -(*got)[i].status.to_errno();
+      if (!(*got)[i].status.is_ok()) last_error = (*got)[i].status.to_string();
+    }
+    return static_cast<int>(got->size());
+  }
   auto done = c->cont->poll(static_cast<size_t>(max), timeout_ms);
   for (size_t i = 0; i < done.size(); ++i) {
     out[i].ticket = done[i].ticket;
@@ -183,6 +324,7 @@ int rfos_set_data_path(rfos_cont_t* c, rfos_data_path_t path) {
   if (bad(c, "cont")) return -EINVAL;
   if (path != RFOS_DATA_PATH_AUTO && path != RFOS_DATA_PATH_MESSAGE && path != RFOS_DATA_PATH_EXPLICIT)
     return fail(rfos::error(rfos::StatusCode::kInvalidArgument, "unknown data path"));
+  if (c->agent) return 0;  // the agent picks how bytes move
   c->cont->set_data_path(path == RFOS_DATA_PATH_EXPLICIT  ? rfos::client::DataPath::kExplicit
                          : path == RFOS_DATA_PATH_MESSAGE ? rfos::client::DataPath::kMessage
                                                           : rfos::client::DataPath::kAuto);
@@ -191,16 +333,32 @@ int rfos_set_data_path(rfos_cont_t* c, rfos_data_path_t path) {
 
 int rfos_register(rfos_cont_t* c, const void* buf, size_t len) {
   if (bad(c, "cont") || bad(buf, "buf")) return -EINVAL;
+  if (c->agent) return 0;  // a hint: the agent registers its shared buffer; other memory is copied through it
   return result(c->cont->register_memory({static_cast<const uint8_t*>(buf), len}));
 }
 
 int rfos_unregister(rfos_cont_t* c, const void* buf) {
   if (bad(c, "cont") || bad(buf, "buf")) return -EINVAL;
+  if (c->agent) return 0;
   return result(c->cont->unregister_memory(buf));
 }
 
 int rfos_alloc(rfos_cont_t* c, size_t len, void** buf) {
   if (bad(c, "cont") || bad(buf, "buf")) return -EINVAL;
+  if (c->agent) {  // first fit in the shared buffer, 4 KiB granules
+    size_t want = (std::max<size_t>(len, 1) + 4095) & ~size_t{4095};
+    for (auto it = c->free_ranges.begin(); it != c->free_ranges.end(); ++it) {
+      if (it->second < want) continue;
+      auto [at, n] = *it;
+      c->free_ranges.erase(it);
+      if (n > want) c->free_ranges[at + want] = n - want;
+      c->allocated[at] = want;
+      *buf = c->agent->buffer().data() + at;
+      return 0;
+    }
+    return fail(rfos::error(rfos::StatusCode::kNoSpace, "the agent's shared buffer has no " + std::to_string(want) +
+                                                            " bytes free (RFOS_AGENT_BUFFER_MIB)"));
+  }
   auto m = c->cont->alloc_memory(len);
   if (!m.is_ok()) return result(m.status());
   *buf = m->data();
@@ -209,6 +367,29 @@ int rfos_alloc(rfos_cont_t* c, size_t len, void** buf) {
 
 int rfos_free(rfos_cont_t* c, void* buf) {
   if (bad(c, "cont") || bad(buf, "buf")) return -EINVAL;
+  if (c->agent) {
+    size_t at = static_cast<size_t>(static_cast<uint8_t*>(buf) - c->agent->buffer().data());
+    auto it = c->allocated.find(at);
+    if (!in_shared(c, buf, 1) || it == c->allocated.end())
+      return fail(rfos::error(rfos::StatusCode::kInvalidArgument, "not a buffer rfos_alloc gave"));
+    if (c->agent->in_flight() > 0) return fail(rfos::error(rfos::StatusCode::kBusy, "I/O is in flight"));
+    size_t n = it->second;
+    c->allocated.erase(it);
+    auto next = c->free_ranges.lower_bound(at);  // merged with the free neighbours
+    if (next != c->free_ranges.end() && next->first == at + n) {
+      n += next->second;
+      next = c->free_ranges.erase(next);
+    }
+    if (next != c->free_ranges.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == at) {
+        prev->second += n;
+        return 0;
+      }
+    }
+    c->free_ranges[at] = n;
+    return 0;
+  }
   return result(c->cont->free_memory(buf));
 }
 
@@ -217,6 +398,7 @@ int rfos_writev(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* ak
   if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || (nextents && bad(extents, "extents")) ||
       (niov && bad(iov, "iov")))
     return -EINVAL;
+  if (c->agent) return not_through_agent("rfos_writev");
   std::vector<rfos::client::Extent> ext = extents_of(extents, nextents);
   std::vector<std::span<const uint8_t>> sgl;
   for (size_t i = 0; i < niov; ++i) sgl.emplace_back(static_cast<const uint8_t*>(iov[i].iov_base), iov[i].iov_len);
@@ -228,6 +410,7 @@ int rfos_readv(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* ake
   if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || (nextents && bad(extents, "extents")) ||
       (niov && bad(iov, "iov")))
     return -EINVAL;
+  if (c->agent) return not_through_agent("rfos_readv");
   std::vector<rfos::client::Extent> ext = extents_of(extents, nextents);
   std::vector<std::span<uint8_t>> sgl;
   for (size_t i = 0; i < niov; ++i) sgl.emplace_back(static_cast<uint8_t*>(iov[i].iov_base), iov[i].iov_len);
@@ -238,6 +421,7 @@ int rfos_list_extents(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const ch
                       size_t cap, size_t* count) {
   if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || bad(count, "count") || (cap && bad(out, "out")))
     return -EINVAL;
+  if (c->agent) return not_through_agent("rfos_list_extents");
   auto all = c->cont->list_extents(oid_of(oid), dkey, akey);
   if (!all.is_ok()) return fail(all.status());
   return fill(*all, out, cap, count, [](const rfos::client::Extent& e) { return rfos_extent_t{e.offset, e.length}; });
@@ -245,6 +429,7 @@ int rfos_list_extents(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const ch
 
 int rfos_snapshot_create(rfos_client_t* client, const char* pool, const char* cont, uint64_t* epoch) {
   if (bad(client, "client") || bad(pool, "pool") || bad(cont, "cont") || bad(epoch, "epoch")) return -EINVAL;
+  if (!client->control) return not_through_agent("rfos_snapshot_create");
   auto e = client->control->snapshot_create(pool, cont);
   if (!e.is_ok()) return fail(e.status());
   *epoch = *e;
@@ -256,6 +441,7 @@ int rfos_snapshot_list(rfos_client_t* client, const char* pool, const char* cont
   if (bad(client, "client") || bad(pool, "pool") || bad(cont, "cont") || bad(count, "count") ||
       (cap && bad(out, "out")))
     return -EINVAL;
+  if (!client->control) return not_through_agent("rfos_snapshot_list");
   auto all = client->control->snapshot_list(pool, cont);
   if (!all.is_ok()) return fail(all.status());
   return fill(*all, out, cap, count, [](uint64_t e) { return e; });
@@ -263,11 +449,13 @@ int rfos_snapshot_list(rfos_client_t* client, const char* pool, const char* cont
 
 int rfos_snapshot_destroy(rfos_client_t* client, const char* pool, const char* cont, uint64_t epoch) {
   if (bad(client, "client") || bad(pool, "pool") || bad(cont, "cont")) return -EINVAL;
+  if (!client->control) return not_through_agent("rfos_snapshot_destroy");
   return result(client->control->snapshot_destroy(pool, cont, epoch));
 }
 
 int rfos_set_read_epoch(rfos_cont_t* c, uint64_t epoch) {
   if (bad(c, "cont")) return -EINVAL;
+  if (c->agent) return not_through_agent("rfos_set_read_epoch");
   c->cont->set_read_epoch(epoch);
   return 0;
 }

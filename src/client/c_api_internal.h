@@ -8,7 +8,9 @@
 #include "common/status.h"
 
 struct rfos_client {
-  std::unique_ptr<rfos::client::ControlClient> control;
+  std::unique_ptr<rfos::client::ControlClient> control;  // null in agent mode
+  std::string agent_socket;                              // agent mode: the agent's socket (rfos_connect "agent://")
+  uint32_t timeout_ms = 0;
 };
 
 namespace rfos::client::c_api {

@@ -40,6 +40,9 @@ extern "C" {
 
 int rfos_fs_open(rfos_client_t* client, const char* pool, const char* cont, const char* provider, rfos_fs_t** out) {
   if (bad(client, "client") || bad(pool, "pool") || bad(cont, "cont") || bad(out, "out")) return -EINVAL;
+  if (!client->control)
+    return fail(rfos::error(rfos::StatusCode::kNotSupported,
+                            "the namespace is not available through the agent yet (docs/agent.md)"));
   rfos::client::ContainerOptions o;
   if (provider) o.provider = provider;
   auto ns = rfos::posix::Namespace::open(*client->control, pool, cont, o);
