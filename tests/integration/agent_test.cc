@@ -331,14 +331,26 @@ TEST_F(AgentTest, AnAppKilledMidIoLeavesNothingBehind) {
   EXPECT_TRUE(app->open("p", "c", false).is_ok());
 }
 
-// Every file under `dir` whose bytes hold `needle`.
-std::vector<std::string> files_holding(const std::string& dir, const std::string& needle) {
-  std::vector<std::string> found;
+// For each needle, whether some file under `dir` holds it (each file read once, in 8 MiB pieces that overlap by
+// a needle's length).
+std::vector<bool> files_hold(const std::string& dir, const std::vector<std::string>& needles) {
+  std::vector<bool> found(needles.size(), false);
+  size_t longest = 0;
+  for (const auto& n : needles) longest = std::max(longest, n.size());
+  std::vector<char> buf((8 << 20) + longest);
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
     if (!e.is_regular_file()) continue;
     std::ifstream f(e.path(), std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    if (bytes.find(needle) != std::string::npos) found.push_back(e.path().string());
+    size_t kept = 0;
+    while (f) {
+      f.read(buf.data() + kept, static_cast<std::streamsize>(buf.size() - kept));
+      size_t have = kept + static_cast<size_t>(f.gcount());
+      for (size_t i = 0; i < needles.size(); ++i)
+        if (!found[i] && memmem(buf.data(), have, needles[i].data(), needles[i].size())) found[i] = true;
+      kept = std::min(have, longest);
+      std::memmove(buf.data(), buf.data() + have - kept, kept);
+      if (f.gcount() == 0) break;
+    }
   }
   return found;
 }
@@ -385,8 +397,10 @@ TEST_F(AgentTest, ASealingTenantsBytesAreNeverOnTheMediaAndTamperingIsCaught) {
   std::vector<uint8_t> rec1(32);
   ASSERT_TRUE(native->read(oid, "d", std::string("a") + kRecordsSuffix, 0, rec1).is_ok());
   server_->stop();
-  EXPECT_TRUE(files_holding(dir_.path() + "/data", sealed_marker + sealed_marker.substr(0, 8)).empty());
-  EXPECT_FALSE(files_holding(dir_.path() + "/data", open_marker + open_marker.substr(0, 8)).empty());
+  auto held = files_hold(dir_.path() + "/data",
+                         {sealed_marker + sealed_marker.substr(0, 8), open_marker + open_marker.substr(0, 8)});
+  EXPECT_FALSE(held[0]) << "the sealed tenant's plaintext is on the media";
+  EXPECT_TRUE(held[1]) << "the scan does not find what the native client wrote";
   ASSERT_TRUE(server_->start());
   // Tampering: one byte of the stored ciphertext changed by another client: the agent answers an error.
   app.reset();
