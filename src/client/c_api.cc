@@ -203,7 +203,9 @@ int rfos_cont_open(rfos_client_t* client, const char* pool, const char* cont, in
     if (!a.is_ok()) return fail(a.status());
     auto h = (*a)->open(pool, cont, write != 0);
     if (!h.is_ok()) return fail(h.status());
-    auto* c = new rfos_cont{nullptr, std::move(a).value(), *h};
+    auto* c = new rfos_cont;
+    c->agent = std::move(a).value();
+    c->handle = *h;
     c->free_ranges[kStagingSlots * kSlot] = c->agent->buffer().size() - kStagingSlots * kSlot;
     *out = c;
     return 0;
@@ -213,7 +215,8 @@ int rfos_cont_open(rfos_client_t* client, const char* pool, const char* cont, in
   if (provider) o.provider = provider;
   auto c = rfos::client::Container::open(*client->control, pool, cont, o);
   if (!c.is_ok()) return fail(c.status());
-  *out = new rfos_cont{std::move(c).value()};
+  *out = new rfos_cont;
+  (*out)->cont = std::move(c).value();
   return 0;
 }
 
