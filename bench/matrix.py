@@ -14,8 +14,10 @@ Stages (each cell records the exact command that produced it):
                 started with --bypass-media (3FS's bypass_disk_io: what rfos's own data plane reaches, shown
                 beside the ceiling, never used as one), per provider, varying client threads (jobs) and server
                 threads (targets, each one network thread: --server-targets);
-  3. end to end: `rfos bench` per provider, and fio on `rfos mount` (root and /dev/fuse), per jobs.
-The client axis has one value today ("host"); the offloaded agent will be another value of the same column.
+  3. end to end: `rfos bench` per provider, and fio on `rfos mount` (root and /dev/fuse), per jobs; on the
+                client axis (--clients), "host" runs the client in `rfos bench`'s process and "agent" through
+                `rfos agent` (docs/agent.md), which the local servers trust for this user: the paper's host-vs-DPU
+                comparison, with a table of agent / host per cell in the report.
 
 Output in --out: cells.json, cells.csv, heatmap-*.png and .svg, report.md.
 Local by default: the tool starts its servers on 127.0.0.1 (pinned to lo). With --addr it measures an existing
@@ -24,6 +26,7 @@ fabric-tool ceilings then need their peers on that cluster and are left out.
 """
 import argparse
 import csv
+import pwd
 import json
 import os
 import re
@@ -124,10 +127,10 @@ def stage_media(r, jobs_list, runtime, sizes):
         shutil.rmtree(work, ignore_errors=True)
 
 
-def rfos_bench(r, addr, provider, rw, bs, jobs, size, runtime):
+def rfos_bench(r, addr, provider, rw, bs, jobs, size, runtime, agent=None):
     cmd = [r.args.rfos, "--addr", addr, "bench", "--pool", "matrix", "--cont", "matrix", "--provider", provider,
            "--rw", rw, "--bs", bs, "--numjobs", str(jobs), "--iodepth", str(DEPTH[bs]), "--size", size,
-           "--runtime", str(runtime), "--output-format", "json"]
+           "--runtime", str(runtime), "--output-format", "json"] + (["--agent", agent] if agent else [])
     return parse_fio_json(r.run(cmd), rw), " ".join(cmd)
 
 
@@ -191,11 +194,13 @@ def stage_e2e(r, servers, jobs_list, runtime, sizes):
         print("e2e: fio on rfos mount needs root, /dev/fuse and fusermount3: skipped")
     for provider in r.providers:
         addr = servers.normal(provider)
-        for bs in ("4k", "1m"):
-            for rw in PATTERNS:
-                for jobs in jobs_list:
-                    res, cmd = rfos_bench(r, addr, provider, rw, bs, jobs, sizes[bs], runtime)
-                    r.add("e2e", "rfos-bench", provider, rw, bs, jobs, res, cmd)
+        for client in r.clients:
+            agent = servers.agent(provider) if client == "agent" else None
+            for bs in ("4k", "1m"):
+                for rw in PATTERNS:
+                    for jobs in jobs_list:
+                        res, cmd = rfos_bench(r, addr, provider, rw, bs, jobs, sizes[bs], runtime, agent)
+                        r.add("e2e", "rfos-bench", provider, rw, bs, jobs, res, cmd, client=client)
         if can_mount:  # through FUSE 16 jobs on a small machine add time, not information: quick stops at 4
             mount_jobs = [j for j in jobs_list if j <= 4] if r.args.profile == "quick" else jobs_list
             fio_on_mount(r, addr, provider, mount_jobs, runtime, sizes)
@@ -247,8 +252,10 @@ class Servers:
         self.addrs.clear()
         data = os.path.join(self.work, "data-%s-%d-%d" % (provider.replace("+", "_"), bypass, targets))
         sock = os.path.join(self.work, "control-%s-%d-%d.sock" % (provider.replace("+", "_"), bypass, targets))
+        me = pwd.getpwuid(os.geteuid()).pw_name  # the agent runs as this user, for this user's rfos bench
         cmd = [self.r.args.rfos, "server", "--data-dir", data, "--control-socket", sock, "--provider",
-               provider, "--targets", str(targets), "--target-bytes", str(self.r.args.target_bytes)]
+               provider, "--targets", str(targets), "--target-bytes", str(self.r.args.target_bytes),
+               "--trust-agent", "%s=%s" % (me, me)]
         if bypass:
             cmd.append("--bypass-media")
         proc = subprocess.Popen(cmd, env=self.r.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -278,6 +285,23 @@ class Servers:
             self._prepare(self.r.args.addr)
             return self.r.args.addr
         return self._start(provider, False, self.r.args.targets)
+
+    def agent(self, provider):
+        """`rfos agent` in front of the provider's normal server (local servers only), started on demand."""
+        addr = self.normal(provider)
+        key = (provider, "agent")
+        if key in self.addrs:
+            return self.addrs[key]
+        sock = os.path.join(self.work, "agent-%s.sock" % provider.replace("+", "_"))
+        proc = subprocess.Popen([self.r.args.rfos, "--addr", addr, "agent", "--listen", sock, "--provider", provider],
+                                env=self.r.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.procs.append(proc)
+        while "serving apps on" not in (proc.stdout.readline() or "serving apps on"):
+            pass
+        if proc.poll() is not None:
+            raise RuntimeError("rfos agent for %s did not start" % provider)
+        self.addrs[key] = sock
+        return sock
 
     def bypass(self, provider, targets):
         if not self.local:
@@ -423,6 +447,18 @@ def write_outputs(cells, out, meta):
     summary += ["", "Every cell:", ""]
     at = next(i for i, l in enumerate(lines) if l.startswith("| source | provider | client | pattern"))
     lines[at:at] = summary  # after the introduction, before the table of every cell
+    pairs = [(c, h) for c in cells if c["stage"] == "e2e" and c["client"] == "agent"
+             for h in cells if h["stage"] == "e2e" and h["client"] == "host" and
+             (h["source"], h["provider"], h["pattern"], h["bs"], h["jobs"]) ==
+             (c["source"], c["provider"], c["pattern"], c["bs"], c["jobs"])]
+    if pairs:
+        lines += ["", "## Host and agent", "", "The same `rfos bench` cell with the client in its own process (host) "
+                  "and through `rfos agent` (the paper's offloaded client); agent / host above 1 is the agent faster.",
+                  "", "| provider | pattern | bs | jobs | host IOPS | agent IOPS | agent / host |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += ["| %s | %s | %s | %d | %.0f | %.0f | **%.2f** |" % (
+            c["provider"], c["pattern"], c["bs"], c["jobs"], h["iops"], c["iops"], c["iops"] / h["iops"])
+            for c, h in pairs]
     lines += ["", "## Transport", "", "Jobs are client threads; targets the server's (one network thread each; "
               "for the fabric tools, jobs are independent ucx_perftest pairs run at once).", "",
               "| source | provider | targets | direction | bs | jobs | IOPS | MiB/s |", "|---|---|---|---|---|---|---|---|"]
@@ -457,6 +493,7 @@ def main():
     p.add_argument("--targets", type=int, default=2, help="targets of the servers the tool starts")
     p.add_argument("--server-targets", help="targets to try in the transport stage, e.g. 1,2 (default per profile)")
     p.add_argument("--stages", default="media,transport,e2e")
+    p.add_argument("--clients", help="end-to-end client axis: host, agent (default both; host only with --addr)")
     args = p.parse_args()
     jobs_list, runtime, sizes, providers = PROFILES[args.profile]
     args.server_targets = [int(t) for t in args.server_targets.split(",")] if args.server_targets else (
@@ -483,6 +520,9 @@ def main():
             env.setdefault(k, v)
     r = Runner(args, env)
     r.providers = args.providers.split(",") if args.providers else providers
+    r.clients = args.clients.split(",") if args.clients else (["host"] if args.addr else ["host", "agent"])
+    if "agent" in r.clients and args.addr:
+        sys.exit("matrix: --clients agent needs local servers (an agent the remote server trusts is yours to start)")
     work = tempfile.mkdtemp(prefix="rfos-matrix-", dir=os.environ.get("RFOS_TEST_DIR", "/var/tmp"))
     if not args.addr and not args.media_dir:
         args.media_dir = work  # local servers keep their data here

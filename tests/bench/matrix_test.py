@@ -80,6 +80,23 @@ class Report(unittest.TestCase):
             with open(os.path.join(out, "cells.csv")) as f:
                 self.assertEqual(len(f.read().strip().splitlines()), len(cells) + 1)
 
+    def test_host_and_agent_table(self):  # agent cells beside their host cells, the ratio per cell
+        recorded = json.loads(fixture("cells_smoke.json"))
+        cells = recorded["cells"]
+        agent = [dict(c, client="agent", iops=c["iops"] / 2) for c in cells if c["stage"] == "e2e"]
+        with tempfile.TemporaryDirectory() as out:
+            matrix.write_outputs(cells + agent, out, recorded["meta"])
+            report = open(os.path.join(out, "report.md")).read()
+            self.assertIn("## Host and agent", report)
+            table = report.split("## Host and agent")[1].split("##")[0]
+            rows = [l for l in table.splitlines() if l.startswith("| ucx")]
+            self.assertEqual(len(rows), len(agent))
+            for row in rows:
+                self.assertIn("**0.50**", row)
+        with tempfile.TemporaryDirectory() as out:  # host only: no such table
+            matrix.write_outputs(cells, out, recorded["meta"])
+            self.assertNotIn("## Host and agent", open(os.path.join(out, "report.md")).read())
+
     def test_bottleneck_names(self):  # the naming rule, with figures chosen here
         self.assertEqual(matrix.bottleneck(90, 100, 1000), (0.9, "media"))
         self.assertEqual(matrix.bottleneck(90, 1000, 100), (0.9, "transport"))
@@ -110,11 +127,14 @@ class Smoke(unittest.TestCase):
             for bs in ("4k", "1m"):
                 for rw in matrix.PATTERNS:
                     for j in jobs:
-                        for stage, source, prov in (("media", "fio", "-"), ("e2e", "rfos-bench", providers[0])):
-                            self.assertTrue(any((c["stage"], c["source"], c["provider"], c["pattern"], c["bs"],
-                                                 c["jobs"]) == (stage, source, prov, rw, bs, j) for c in cells),
-                                            (stage, rw, bs, j))
+                        for stage, source, prov, client in (("media", "fio", "-", "host"),
+                                                            ("e2e", "rfos-bench", providers[0], "host"),
+                                                            ("e2e", "rfos-bench", providers[0], "agent")):
+                            self.assertTrue(any((c["stage"], c["source"], c["provider"], c["client"], c["pattern"],
+                                                 c["bs"], c["jobs"]) == (stage, source, prov, client, rw, bs, j)
+                                                for c in cells), (stage, client, rw, bs, j))
             files = os.listdir(out)
+            self.assertIn("## Host and agent", open(os.path.join(out, "report.md")).read())
             self.assertIn("report.md", files)
             self.assertIn("cells.csv", files)
             self.assertTrue(any(f.endswith(".png") for f in files))
