@@ -3,6 +3,7 @@
 // config trusts it; what the app's user may open is still what the ACLs grant; a hostile app's ring and
 // submissions are refused; an app that dies leaves nothing behind; an agent that dies fails its apps at once
 // and a new one serves them again.
+#include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -143,7 +144,8 @@ TEST_F(AgentTest, TrustForAnyUserCoversNoAdministrator) {
   EXPECT_EQ(app->open("p", "c", true).status().code(), StatusCode::kPermissionDenied);
 }
 
-// In a child of another user (nobody): what it may open through the agent is what the ACLs grant that user.
+// In a child of another user (nobody): it cannot attach to the root tenant's ring or buffer, and what it may open
+// through the agent is what the ACLs grant that user.
 TEST_F(AgentTest, AnotherUsersAppGetsWhatTheAclsGrantIt) {
   start_server("*");
   ASSERT_TRUE(control_->cont_create("p", "shared", {}, {"A::nobody@:rw"}).is_ok());
@@ -151,9 +153,25 @@ TEST_F(AgentTest, AnotherUsersAppGetsWhatTheAclsGrantIt) {
   start_agent();
   chmod(dir_.path().c_str(), 0755);
   std::string sock = dir_.path() + "/agent/agent.sock";
+  // A root app with its ring and buffer: the memfds this process (agent and app) holds for them.
+  auto root_app = connect();
+  ASSERT_TRUE(root_app);
+  std::vector<std::string> memfds;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    auto target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (target.find("memfd:rfos-") != std::string::npos)
+      memfds.push_back("/proc/" + std::to_string(getpid()) + "/fd/" + e.path().filename().string());
+  }
+  ASSERT_GE(memfds.size(), 2u);
   pid_t pid = fork();
   if (pid == 0) {
     if (setgroups(0, nullptr) != 0 || setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(10);
+    // Another user cannot attach to the root tenant's ring or buffer through /proc.
+    for (const std::string& m : memfds) {
+      int fd = ::open(m.c_str(), O_RDWR | O_CLOEXEC);
+      if (fd >= 0 || errno != EACCES) _exit(20);
+    }
     AgentClientOptions o;
     o.buffer_bytes = 1 << 20;
     auto app = AgentClient::connect(sock, o);
