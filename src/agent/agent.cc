@@ -527,6 +527,7 @@ class Agent::Impl {
   struct App {
     std::thread thread;
     int fd = -1;  // closed once the thread is joined, so that stop() never shuts down a reused number
+    uint32_t uid = 0;
     std::atomic<bool> done{false};
   };
   std::list<App> apps;
@@ -606,9 +607,15 @@ class Agent::Impl {
     if (!tenant.is_ok()) return refuse(tenant.status());
     std::lock_guard lock(mu);
     if (live.load() >= config.max_apps) return refuse(error(StatusCode::kBusy, "the agent serves its most apps"));
+    // One local user cannot take every connection (each holds a thread) from the others.
+    size_t mine = std::count_if(apps.begin(), apps.end(), [&](const App& x) { return !x.done && x.uid == peer->uid; });
+    if (mine >= config.max_apps_per_user)
+      return refuse(error(StatusCode::kBusy, "this user has " + std::to_string(mine) + " apps on the agent already (" +
+                                                 "max_apps_per_user)"));
     ++live;
     App& a = apps.emplace_back();
     a.fd = fd;
+    a.uid = peer->uid;
     a.thread = std::thread([this, &a, p = *peer, t = *tenant]() mutable {
       {
         auto sealer = sealers.count(t) ? sealers.at(t) : nullptr;
@@ -637,10 +644,10 @@ class Agent::Impl {
 };
 
 Status load_agent_config(const std::string& path, AgentConfig* config) {
-  RFOS_ASSIGN_OR_RETURN(
-      YAML::Node root,
-      load_yaml_mapping(path, {"control_address", "provider", "listen", "cpus", "max_buffer_bytes", "max_apps",
-                               "timeout_ms", "tls_ca", "tls_cert", "tls_key", "tenants", "state_dir", "agent_id"}));
+  RFOS_ASSIGN_OR_RETURN(YAML::Node root,
+                        load_yaml_mapping(path, {"control_address", "provider", "listen", "cpus", "max_buffer_bytes",
+                                                 "max_apps", "max_apps_per_user", "timeout_ms", "tls_ca", "tls_cert",
+                                                 "tls_key", "tenants", "state_dir", "agent_id"}));
   if (root.IsNull()) return Status::ok();
   try {
     if (root["control_address"]) config->control_address = root["control_address"].as<std::string>();
@@ -649,6 +656,7 @@ Status load_agent_config(const std::string& path, AgentConfig* config) {
     if (root["cpus"]) config->cpus = root["cpus"].as<std::string>();
     if (root["max_buffer_bytes"]) config->max_buffer_bytes = root["max_buffer_bytes"].as<uint64_t>();
     if (root["max_apps"]) config->max_apps = root["max_apps"].as<uint32_t>();
+    if (root["max_apps_per_user"]) config->max_apps_per_user = root["max_apps_per_user"].as<uint32_t>();
     if (root["timeout_ms"]) config->timeout_ms = root["timeout_ms"].as<uint32_t>();
     if (root["tls_ca"]) config->tls.ca = root["tls_ca"].as<std::string>();
     if (root["tls_cert"]) config->tls.cert = root["tls_cert"].as<std::string>();

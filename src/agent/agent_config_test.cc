@@ -21,19 +21,21 @@ class AgentConfigTest : public ::testing::Test {
 
 TEST_F(AgentConfigTest, ReadsEveryKeyAndTheTenants) {
   AgentConfig c;
-  ASSERT_TRUE(load("control_address: unix:/x.sock\nprovider: ucx+shm\nlisten: /run/a.sock\ncpus: \"1\"\n"
-                   "max_buffer_bytes: 1048576\nmax_apps: 3\ntimeout_ms: 100\nstate_dir: /s\nagent_id: 9\n"
-                   "tenants:\n  - name: a\n    users: [alice, \"1001\"]\n    key_file: /k\n"
-                   "    qos: {iops: 100, bytes_per_s: 2000, burst_ios: 5, burst_bytes: 4096}\n"
-                   "  - name: b\n    groups: [ml]\n",
-                   &c)
-                  .is_ok());
+  ASSERT_TRUE(
+      load("control_address: unix:/x.sock\nprovider: ucx+shm\nlisten: /run/a.sock\ncpus: \"1\"\n"
+           "max_buffer_bytes: 1048576\nmax_apps: 3\nmax_apps_per_user: 2\ntimeout_ms: 100\nstate_dir: /s\nagent_id: 9\n"
+           "tenants:\n  - name: a\n    users: [alice, \"1001\"]\n    key_file: /k\n"
+           "    qos: {iops: 100, bytes_per_s: 2000, burst_ios: 5, burst_bytes: 4096}\n"
+           "  - name: b\n    groups: [ml]\n",
+           &c)
+          .is_ok());
   EXPECT_EQ(c.control_address, "unix:/x.sock");
   EXPECT_EQ(c.provider, "ucx+shm");
   EXPECT_EQ(c.listen, "/run/a.sock");
   EXPECT_EQ(c.cpus, "1");
   EXPECT_EQ(c.max_buffer_bytes, 1048576u);
   EXPECT_EQ(c.max_apps, 3u);
+  EXPECT_EQ(c.max_apps_per_user, 2u);
   EXPECT_EQ(c.timeout_ms, 100u);
   EXPECT_EQ(c.state_dir, "/s");
   EXPECT_EQ(c.agent_id, 9u);

@@ -308,6 +308,24 @@ TEST_F(AgentTest, AHostileAppsSubmissionsAndRingAreRefused) {
   EXPECT_TRUE(testing::poll_until([&] { return agent_->apps() == 0; }, 10s, 10ms));
 }
 
+// A user that opens connection after connection (each holds a thread of the agent) is refused past its share;
+// one that goes frees its place.
+TEST_F(AgentTest, OneUserCannotTakeEveryConnection) {
+  start_server("root");
+  AgentConfig c = agent_config();
+  c.max_apps_per_user = 2;
+  auto a = Agent::start(c);
+  ASSERT_TRUE(a.is_ok());
+  agent_ = std::move(a).value();
+  auto first = connect(), second = connect();
+  ASSERT_TRUE(first && second);
+  auto third = AgentClient::connect(dir_.path() + "/agent/agent.sock");
+  EXPECT_EQ(third.status().code(), StatusCode::kBusy) << third.status().to_string();
+  first.reset();
+  EXPECT_TRUE(testing::poll_until([&] { return agent_->apps() == 1; }, 10s, 10ms));
+  EXPECT_TRUE(connect());
+}
+
 TEST_F(AgentTest, AnAppKilledMidIoLeavesNothingBehind) {
   start_server("root");
   start_agent();
