@@ -82,12 +82,30 @@ AgentClient::~AgentClient() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+// The agent may have refused the connection and closed it before it read a request (no tenant, too many apps):
+// its reason may still be queued behind the reset the close reported.
+Status AgentClient::refusal_or_gone() {
+  char buf[kMaxMessageBytes];
+  for (int i = 0; i < 2; ++i) {
+    ssize_t n = recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n > 0) {
+      auto m = decode_message(std::string_view(buf, static_cast<size_t>(n)));
+      if (m.is_ok() && !status_of(*m).is_ok()) return status_of(*m);
+      break;
+    }
+    if (n == 0 || errno != ECONNRESET) break;  // a reset is reported once; what was queued comes after it
+  }
+  return gone();
+}
+
 Result<Message> AgentClient::call(const Message& m, std::vector<int>* fds) {
   Message q = m;
   q.id = next_id_++;
   std::string bytes = encode_message(q);
-  if (send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size()))
-    return errno == EPIPE || errno == ECONNRESET ? gone() : sys_error("send to the agent");
+  if (send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size())) {
+    if (errno != EPIPE && errno != ECONNRESET) return sys_error("send to the agent");
+    return refusal_or_gone();
+  }
   pollfd pf{fd_, POLLIN, 0};
   int got = ::poll(&pf, 1, static_cast<int>(timeout_ms_));
   if (got == 0)
@@ -102,7 +120,7 @@ Result<Message> AgentClient::call(const Message& m, std::vector<int>* fds) {
   h.msg_control = control;
   h.msg_controllen = sizeof(control);
   ssize_t n = recvmsg(fd_, &h, MSG_CMSG_CLOEXEC);
-  if (n == 0 || (n < 0 && errno == ECONNRESET)) return gone();
+  if (n == 0 || (n < 0 && errno == ECONNRESET)) return refusal_or_gone();
   if (n < 0) return sys_error("receive from the agent");
   std::vector<int> got_fds;
   for (cmsghdr* cm = CMSG_FIRSTHDR(&h); cm; cm = CMSG_NXTHDR(&h, cm)) {

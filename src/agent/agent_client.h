@@ -67,6 +67,7 @@ class AgentClient {
  private:
   AgentClient() = default;
   Result<Message> call(const Message& m, std::vector<int>* fds = nullptr);
+  Status refusal_or_gone();
   Status io(RingOp op, uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey,
             uint64_t offset, std::span<uint8_t> bytes);
 
