@@ -10,7 +10,6 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,17 +18,16 @@
 #include <charconv>
 #include <cstring>
 #include <deque>
-#include <filesystem>
 #include <list>
 #include <map>
 #include <mutex>
-#include <set>
 #include <thread>
 
 #include "agent/protocol.h"
 #include "agent/ring.h"
 #include "agent/seal.h"
 #include "client/container.h"
+#include "common/local_socket.h"
 #include "common/yaml_file.h"
 
 namespace rfos::agent {
@@ -73,29 +71,11 @@ std::string user_name(uint32_t uid) {
 }
 
 // The app's side of the socket, as the kernel says.
-struct Peer {
-  uint32_t pid = 0, uid = UINT32_MAX, gid = UINT32_MAX;
-  std::vector<uint32_t> groups;
+struct Peer : PeerCred {
   std::string describe() const {
     return user_name(uid) + " (uid " + std::to_string(uid) + ", pid " + std::to_string(pid) + ")";
   }
 };
-
-Result<Peer> peer_of(int fd) {
-  ucred cred{};
-  socklen_t len = sizeof(cred);
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return sys_error("SO_PEERCRED");
-  Peer p{static_cast<uint32_t>(cred.pid), cred.uid, cred.gid, {}};
-  std::vector<gid_t> groups(64);
-  len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) != 0 && errno == ERANGE) {
-    groups.resize(len / sizeof(gid_t));
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) != 0) return sys_error("SO_PEERGROUPS");
-  }
-  groups.resize(len / sizeof(gid_t));
-  p.groups.assign(groups.begin(), groups.end());
-  return p;
-}
 
 Status send_message(int fd, const Message& m, const std::vector<int>& fds = {}) {
   std::string bytes = encode_message(m);
@@ -578,22 +558,10 @@ class Agent::Impl {
   }
 
   void accept_loop() {
-    for (;;) {
-      pollfd p[2] = {{listen_fd, POLLIN, 0}, {stop_fd, POLLIN, 0}};
-      if (poll(p, 2, -1) < 0) {
-        if (errno == EINTR) continue;
-        return;
-      }
-      if (p[1].revents) return;
-      int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) {
-        pollfd stop{stop_fd, POLLIN, 0};
-        if (poll(&stop, 1, 100) > 0) return;  // out of descriptors: look again in a while
-        continue;
-      }
+    accept_until_stopped(listen_fd, stop_fd, SOCK_CLOEXEC, [this](int fd) {
       reap_finished();
       admit(fd);
-    }
+    });
   }
 
   void admit(int fd) {
@@ -601,22 +569,23 @@ class Agent::Impl {
       (void)send_message(fd, error_message(0, s));
       close(fd);
     };
-    auto peer = peer_of(fd);
-    if (!peer.is_ok()) return refuse(peer.status());
-    auto tenant = tenant_of(*peer);
+    auto cred = peer_cred(fd);
+    if (!cred.is_ok()) return refuse(cred.status());
+    Peer peer{*cred};
+    auto tenant = tenant_of(peer);
     if (!tenant.is_ok()) return refuse(tenant.status());
     std::lock_guard lock(mu);
     if (live.load() >= config.max_apps) return refuse(error(StatusCode::kBusy, "the agent serves its most apps"));
     // One local user cannot take every connection (each holds a thread) from the others.
-    size_t mine = std::count_if(apps.begin(), apps.end(), [&](const App& x) { return !x.done && x.uid == peer->uid; });
+    size_t mine = std::count_if(apps.begin(), apps.end(), [&](const App& x) { return !x.done && x.uid == peer.uid; });
     if (mine >= config.max_apps_per_user)
       return refuse(error(StatusCode::kBusy, "this user has " + std::to_string(mine) + " apps on the agent already (" +
                                                  "max_apps_per_user)"));
     ++live;
     App& a = apps.emplace_back();
     a.fd = fd;
-    a.uid = peer->uid;
-    a.thread = std::thread([this, &a, p = *peer, t = *tenant]() mutable {
+    a.uid = peer.uid;
+    a.thread = std::thread([this, &a, p = peer, t = *tenant]() mutable {
       {
         auto sealer = sealers.count(t) ? sealers.at(t) : nullptr;
         auto limits = qos.count(t) ? qos.at(t) : nullptr;
@@ -714,12 +683,7 @@ Status pin_to_cpus(const std::string& cpus) {
 }
 
 Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
-  sockaddr_un a{};
   const std::string& path = config.listen;
-  if (path.empty() || path[0] != '/' || path.size() >= sizeof(a.sun_path))
-    return error(StatusCode::kInvalidArgument, "the agent's socket '" + path +
-                                                   "' must be an absolute path of at most " +
-                                                   std::to_string(sizeof(a.sun_path) - 1) + " characters");
   if (!config.cpus.empty()) RFOS_RETURN_IF_ERROR(pin_to_cpus(config.cpus));
   auto impl = std::make_unique<Impl>();
   impl->config = config;
@@ -734,37 +698,13 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
   }
   impl->control = client::ControlClient::create(
       config.control_address.empty() ? client::default_control_address() : config.control_address, 5000, config.tls);
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (mkdir(dir.c_str(), 0755) == 0) chmod(dir.c_str(), 0755);
-  struct stat st {};
-  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    return error(StatusCode::kIoError, dir + " is not a directory");
-  if ((st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & (S_IWGRP | S_IWOTH)))
-    return error(StatusCode::kPermissionDenied,
-                 "the agent socket's directory " + dir + " is writable by others: anyone could replace the socket");
-  if (lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) return error(StatusCode::kInvalidArgument, path + " exists and is not a socket");
-    int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    a.sun_family = AF_UNIX;
-    std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
-    bool live = probe >= 0 && connect(probe, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-    if (probe >= 0) close(probe);
-    if (live) return error(StatusCode::kAlreadyExists, "another agent serves " + path);
-    unlink(path.c_str());  // left by an agent that died
-  }
-  impl->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   impl->stop_fd = eventfd(0, EFD_CLOEXEC);
-  if (impl->listen_fd < 0 || impl->stop_fd < 0) return sys_error("socket");
-  a.sun_family = AF_UNIX;
-  std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
-  if (::bind(impl->listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    Status s = sys_error("bind " + path);
-    close(impl->listen_fd);
-    impl->listen_fd = -1;  // nothing of ours to unlink
-    return s;
-  }
+  if (impl->stop_fd < 0) return sys_error("eventfd");
   // Every local user may connect: the tenants and the server's ACLs decide what each may do.
-  if (chmod(path.c_str(), 0666) != 0 || listen(impl->listen_fd, 128) != 0) return sys_error("listen on " + path);
+  RFOS_ASSIGN_OR_RETURN(impl->listen_fd, listen_local(path, SOCK_SEQPACKET,
+                                                      {"agent socket", "agent",
+                                                       " (--listen a socket in a directory this user may create)",
+                                                       StatusCode::kAlreadyExists}));
   Impl* raw = impl.get();
   impl->acceptor = std::thread([raw] { raw->accept_loop(); });
   return std::unique_ptr<Agent>(new Agent(std::move(impl)));

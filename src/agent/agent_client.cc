@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/local_socket.h"
+
 namespace rfos::agent {
 
 namespace {
@@ -37,9 +39,7 @@ Result<std::unique_ptr<AgentClient>> AgentClient::connect(const std::string& soc
                    "no rfos agent at " + socket + " (start one: rfos agent --listen " + socket + ")");
     return sys_error("connect to the agent at " + socket);
   }
-  ucred cred{};
-  socklen_t len = sizeof(cred);
-  if (getsockopt(c->fd_, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) c->agent_pid_ = static_cast<uint32_t>(cred.pid);
+  if (auto cred = peer_cred(c->fd_); cred.is_ok()) c->agent_pid_ = cred->pid;
   Message hello;
   hello.type = MsgType::kHello;
   hello.version = kProtocolVersion;

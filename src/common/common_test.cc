@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -10,6 +11,7 @@
 #include "common/fault.h"
 #include "common/ids.h"
 #include "common/log.h"
+#include "common/proc_stat.h"
 #include "common/status.h"
 #include "common/worker_pool.h"
 
@@ -140,3 +142,18 @@ TEST(WorkerPool, RunsEveryJobAndDrainsBeforeItGoes) {
 
 }  // namespace
 }  // namespace rfos
+
+TEST(ProcStat, FieldsOfALiveProcessAndNoneOfAGoneOne) {
+  // This process's start time (22) does not change between reads; its CPU ticks (14, 15) only grow.
+  auto first = rfos::proc_stat_fields(getpid(), {22, 14, 15});
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_GT(first[0], 0u);
+  volatile uint64_t spin = 0;
+  for (int i = 0; i < 20000000; ++i) spin = spin + i;
+  auto second = rfos::proc_stat_fields(getpid(), {22, 14, 15});
+  ASSERT_EQ(second.size(), 3u);
+  EXPECT_EQ(second[0], first[0]);
+  EXPECT_GE(second[1] + second[2], first[1] + first[2]);
+  EXPECT_TRUE(rfos::proc_stat_fields(0x7fffffff, {22}).empty());  // above pid_max: no such process
+  EXPECT_TRUE(rfos::proc_stat_fields(getpid(), {999}).empty());   // no such field
+}

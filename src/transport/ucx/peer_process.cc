@@ -2,11 +2,9 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <iterator>
 #include <string>
+
+#include "common/proc_stat.h"
 
 namespace rfos::transport::ucx {
 
@@ -18,17 +16,8 @@ PeerProcess PeerProcess::self() {
 }
 
 uint64_t process_start_time(uint64_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  size_t end = stat.rfind(')');  // the command name in parentheses may hold spaces and parentheses
-  if (end == std::string::npos) return 0;
-  // After ") " come the state (field 3) and fields 4..: the start time is field 22.
-  const char* p = stat.c_str() + end + 1;
-  for (int field = 3; field < 22; ++field) {
-    p = std::strchr(p + 1, ' ');
-    if (p == nullptr) return 0;
-  }
-  return std::strtoull(p + 1, nullptr, 10);
+  auto start = proc_stat_fields(pid, {22});
+  return start.empty() ? 0 : start[0];
 }
 
 bool ProcessWatch::watch(Handle h, const PeerProcess& p) {
