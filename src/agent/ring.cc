@@ -87,17 +87,25 @@ Sqe* RingRegion::sqes() const { return reinterpret_cast<Sqe*>(reinterpret_cast<c
 
 Cqe* RingRegion::cqes() const { return reinterpret_cast<Cqe*>(sqes() + sq_entries_); }
 
+Queue<Sqe> RingRegion::sq() const {
+  return {&header_->sq_head, &header_->sq_tail, &header_->agent_idle, sqes(), sq_entries_, sq_event_};
+}
+
+Queue<Cqe> RingRegion::cq() const {
+  return {&header_->cq_head, &header_->cq_tail, &header_->app_idle, cqes(), cq_entries_, cq_event_};
+}
+
 template <typename T>
 Result<bool> Producer<T>::has_room() {
-  uint32_t head = head_->load(std::memory_order_acquire);
+  uint32_t head = q_.head->load(std::memory_order_acquire);
   uint32_t used = local_tail_ - head;
-  if (used > n_) return error(StatusCode::kCorruption, "the ring's consumer moved past its producer");
-  return used < n_;
+  if (used > q_.n) return error(StatusCode::kCorruption, "the ring's consumer moved past its producer");
+  return used < q_.n;
 }
 
 template <typename T>
 bool Producer<T>::publish(bool ring_now) {
-  tail_->store(local_tail_, std::memory_order_release);
+  q_.tail->store(local_tail_, std::memory_order_release);
   return ring_now && ring();
 }
 
@@ -105,35 +113,35 @@ template <typename T>
 bool Producer<T>::ring() {
   // Pairs with the consumer's fence between saying it sleeps and looking once more: one of the two sees the other.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (idle_->load(std::memory_order_relaxed) == 0) return false;
+  if (q_.idle->load(std::memory_order_relaxed) == 0) return false;
   uint64_t one = 1;
-  return write(event_, &one, sizeof(one)) == sizeof(one);
+  return write(q_.event, &one, sizeof(one)) == sizeof(one);
 }
 
 template <typename T>
 Result<uint32_t> Consumer<T>::ready() {
-  uint32_t tail = tail_->load(std::memory_order_acquire);
+  uint32_t tail = q_.tail->load(std::memory_order_acquire);
   uint32_t n = tail - local_head_;
-  if (n > n_) return error(StatusCode::kCorruption, "the ring's producer is more than the ring ahead");
+  if (n > q_.n) return error(StatusCode::kCorruption, "the ring's producer is more than the ring ahead");
   return n;
 }
 
 template <typename T>
 Status Consumer<T>::wait(int timeout_ms, int ready_too) {
-  idle_->store(1, std::memory_order_relaxed);
+  q_.idle->store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   Result<uint32_t> n = ready();
   if (!n.is_ok() || *n > 0) {
-    idle_->store(0, std::memory_order_relaxed);
+    q_.idle->store(0, std::memory_order_relaxed);
     return n.status();
   }
-  pollfd fds[2] = {{event_, POLLIN, 0}, {ready_too, POLLIN, 0}};
+  pollfd fds[2] = {{q_.event, POLLIN, 0}, {ready_too, POLLIN, 0}};
   int got = poll(fds, ready_too >= 0 ? 2 : 1, timeout_ms);
-  idle_->store(0, std::memory_order_relaxed);
+  q_.idle->store(0, std::memory_order_relaxed);
   if (got < 0 && errno != EINTR) return sys_error("poll");
   if (fds[0].revents & POLLIN) {
     uint64_t v;
-    (void)!read(event_, &v, sizeof(v));  // nonblocking: a count a racing ring already took is fine
+    (void)!read(q_.event, &v, sizeof(v));  // nonblocking: a count a racing ring already took is fine
   }
   if (ready_too >= 0 && (fds[1].revents & (POLLHUP | POLLERR)))
     return error(StatusCode::kShutdown, "the other end hung up");
@@ -157,12 +165,8 @@ template class Producer<Cqe>;
 template class Consumer<Sqe>;
 template class Consumer<Cqe>;
 
-AgentEnds::AgentEnds(RingRegion& r)
-    : sq(&r.header()->sq_head, &r.header()->sq_tail, &r.header()->agent_idle, r.sqes(), r.sq_entries(), r.sq_event()),
-      cq(&r.header()->cq_head, &r.header()->cq_tail, &r.header()->app_idle, r.cqes(), r.cq_entries(), r.cq_event()) {}
+AgentEnds::AgentEnds(RingRegion& r) : sq(r.sq()), cq(r.cq()) {}
 
-AppEnds::AppEnds(RingRegion& r)
-    : sq(&r.header()->sq_head, &r.header()->sq_tail, &r.header()->agent_idle, r.sqes(), r.sq_entries(), r.sq_event()),
-      cq(&r.header()->cq_head, &r.header()->cq_tail, &r.header()->app_idle, r.cqes(), r.cq_entries(), r.cq_event()) {}
+AppEnds::AppEnds(RingRegion& r) : sq(r.sq()), cq(r.cq()) {}
 
 }  // namespace rfos::agent

@@ -74,6 +74,18 @@ struct RingHeader {
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
+// One queue of a region, as both its ends see it: the indices and sleep flag in the header, the entries, the
+// eventfd its consumer sleeps on.
+template <typename T>
+struct Queue {
+  std::atomic<uint32_t>* head;
+  std::atomic<uint32_t>* tail;
+  std::atomic<uint32_t>* idle;  // the consumer says it sleeps
+  T* entries;
+  uint32_t n;  // a power of two
+  int event;
+};
+
 size_t ring_region_bytes(uint32_t sq_entries, uint32_t cq_entries);
 
 // A mapped region and the two eventfds. The agent creates it; the app attaches to the descriptors it was
@@ -95,6 +107,8 @@ class RingRegion {
   RingHeader* header() const { return header_; }
   Sqe* sqes() const;
   Cqe* cqes() const;
+  Queue<Sqe> sq() const;  // the submission queue, as both ends use it
+  Queue<Cqe> cq() const;
   uint32_t sq_entries() const { return sq_entries_; }  // as made or checked at attach, not as the header says now
   uint32_t cq_entries() const { return cq_entries_; }
 
@@ -111,20 +125,11 @@ class RingRegion {
 template <typename T>
 class Producer {
  public:
-  Producer(std::atomic<uint32_t>* head, std::atomic<uint32_t>* tail, std::atomic<uint32_t>* idle, T* entries,
-           uint32_t n, int event)
-      : head_(head),
-        tail_(tail),
-        idle_(idle),
-        entries_(entries),
-        mask_(n - 1),
-        n_(n),
-        event_(event),
-        local_tail_(tail->load(std::memory_order_relaxed)) {}
+  explicit Producer(const Queue<T>& q) : q_(q), local_tail_(q.tail->load(std::memory_order_relaxed)) {}
   // Room for one more. kCorruption when the consumer moved its head past what was published (a broken peer).
   Result<bool> has_room();
   // Appends one (has_room() first); unseen by the consumer until publish().
-  void push(const T& e) { entries_[local_tail_++ & mask_] = e; }
+  void push(const T& e) { q_.entries[local_tail_++ & (q_.n - 1)] = e; }
   // Makes what was pushed visible; rings the consumer if it sleeps (unless `ring` is false: then ring() later,
   // or the consumer may sleep with entries waiting). Returns whether it rang.
   bool publish(bool ring = true);
@@ -132,12 +137,7 @@ class Producer {
   bool ring();
 
  private:
-  std::atomic<uint32_t>* head_;
-  std::atomic<uint32_t>* tail_;
-  std::atomic<uint32_t>* idle_;
-  T* entries_;
-  uint32_t mask_, n_;
-  int event_;
+  Queue<T> q_;
   uint32_t local_tail_;
 };
 
@@ -145,36 +145,22 @@ class Producer {
 template <typename T>
 class Consumer {
  public:
-  Consumer(std::atomic<uint32_t>* head, std::atomic<uint32_t>* tail, std::atomic<uint32_t>* idle, const T* entries,
-           uint32_t n, int event)
-      : head_(head),
-        tail_(tail),
-        idle_(idle),
-        entries_(entries),
-        mask_(n - 1),
-        n_(n),
-        event_(event),
-        local_head_(head->load(std::memory_order_relaxed)) {}
+  explicit Consumer(const Queue<T>& q) : q_(q), local_head_(q.head->load(std::memory_order_relaxed)) {}
   // How many are ready. kCorruption when the producer's tail is more than the ring's size ahead (a broken peer).
   Result<uint32_t> ready();
   // The next one, copied out (ready() first); its slot is given back at release().
-  T take() { return entries_[local_head_++ & mask_]; }
+  T take() { return q_.entries[local_head_++ & (q_.n - 1)]; }
   // The next one, copied out, left in place; skip() then passes it (use the copy: the slot may change meanwhile).
-  T peek() const { return entries_[local_head_ & mask_]; }
+  T peek() const { return q_.entries[local_head_ & (q_.n - 1)]; }
   void skip() { ++local_head_; }
-  void release() { head_->store(local_head_, std::memory_order_release); }
+  void release() { q_.head->store(local_head_, std::memory_order_release); }
   // Sleeps on the eventfd until the producer rings it, `ready_too` (another descriptor) is readable, or
   // timeout_ms passes (-1: no limit); says first that it sleeps and returns at once when entries came meanwhile.
   // kCorruption as ready(); kShutdown when `ready_too` hung up.
   Status wait(int timeout_ms, int ready_too = -1);
 
  private:
-  std::atomic<uint32_t>* head_;
-  std::atomic<uint32_t>* tail_;
-  std::atomic<uint32_t>* idle_;
-  const T* entries_;
-  uint32_t mask_, n_;
-  int event_;
+  Queue<T> q_;
   uint32_t local_head_;
 };
 
