@@ -41,8 +41,8 @@ const char* rfos_last_error(void);
  * unix:/run/rfos/control.sock); or "agent:///path/to/agent.sock" (NULL with $RFOS_AGENT set: that socket) for
  * agent mode, where `rfos agent` holds the sessions and every container handle is a ring to it: rfos_alloc
  * memory moves without a copy, rfos_submit_* takes only that memory, and the calls docs/agent.md lists as not
- * through the agent yet return -EOPNOTSUPP. Toward a TCP listener with mutual TLS, RFOS_TLS_CA, RFOS_TLS_CERT and RFOS_TLS_KEY
- * name the PEM files. A session's capability is renewed before it expires. */
+ * through the agent yet return -EOPNOTSUPP. Toward a TCP listener with mutual TLS, RFOS_TLS_CA, RFOS_TLS_CERT and
+ * RFOS_TLS_KEY name the PEM files. A session's capability is renewed before it expires. */
 int rfos_connect(const char* addr, uint32_t timeout_ms, rfos_client_t** out);
 void rfos_disconnect(rfos_client_t* client);
 

@@ -30,6 +30,7 @@
 #include "cli/transport_tools.h"
 #include "client/container.h"
 #include "client/file_layout.h"
+#include "common/proc_stat.h"
 #include "placement/placement.h"
 #include "transport/transport.h"
 
@@ -121,18 +122,10 @@ double cpu_seconds_of_self() {
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
-// User and system CPU seconds of another process (its /proc/PID/stat), or -1.
+// User and system CPU seconds of another process, or -1.
 double cpu_seconds_of(uint32_t pid) {
-  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (!f) return -1;
-  char buf[1024];
-  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-  std::fclose(f);
-  buf[n] = 0;
-  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces
-  unsigned long long ut = 0, st = 0;
-  if (!p || std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2) return -1;
-  return double(ut + st) / sysconf(_SC_CLK_TCK);
+  auto ticks = proc_stat_fields(pid, {14, 15});
+  return ticks.empty() ? -1 : double(ticks[0] + ticks[1]) / sysconf(_SC_CLK_TCK);
 }
 
 struct JobResult {
@@ -173,12 +166,9 @@ Status pump(IoQueue& c, const ObjectId& oid, bool write, uint64_t bs, uint32_t d
     }
     if (inflight.empty()) return Status::ok();
     for (auto& [ticket, status] : c.poll(depth, 100)) {
+      RFOS_RETURN_IF_ERROR(status);  // the I/O's, or the queue's own (ticket 0)
       auto it = inflight.find(ticket);
-      if (it == inflight.end()) {
-        RFOS_RETURN_IF_ERROR(status);
-        continue;
-      }
-      RFOS_RETURN_IF_ERROR(status);
+      if (it == inflight.end()) continue;
       if (r) {
         r->lat_ns.push_back(static_cast<uint32_t>(std::min<int64_t>(
             UINT32_MAX,
@@ -364,8 +354,8 @@ void add_bench_command(CLI::App& app, Context& ctx) {
         uint64_t seq = 0;
         r.lat_ns.reserve(1 << 20);
         r.status = pump(
-            *q, oid, write, *bs, a->iodepth, bufs, [&] { return (rand ? rng() % blocks : seq++ % blocks) * *bs; },
-            stop, &r, max_ops);
+            *q, oid, write, *bs, a->iodepth, bufs, [&] { return (rand ? rng() % blocks : seq++ % blocks) * *bs; }, stop,
+            &r, max_ops);
         ++finished;
       });
     }
@@ -462,7 +452,9 @@ void add_bench_command(CLI::App& app, Context& ctx) {
                                                 {"ratio_iops", iops / ceiling->unhandled_msg_rate}};
         out["ceiling"] = std::move(c);
       }
-      out["rfos_cpu"] = {{"app_s", app_cpu}, {"agent_s", agent_cpu}, {"app_s_per_gib", app_cpu / gib},
+      out["rfos_cpu"] = {{"app_s", app_cpu},
+                         {"agent_s", agent_cpu},
+                         {"app_s_per_gib", app_cpu / gib},
                          {"app_s_per_kio", app_cpu / kio}};
       if (agent_cpu >= 0) {
         out["rfos_cpu"]["agent_s_per_gib"] = agent_cpu / gib;
