@@ -1,9 +1,16 @@
-"""An agent's per-tenant limits under contention: a tenant held to --limit I/Os a second (root's apps) and one
-without limits (nobody's apps) run `rfos bench --agent` at once through one agent; then the limited tenant
-alone. Prints each one's IOPS and the limited tenant's ratio to its limit.
+"""An agent's per-tenant QoS under contention, 4 KiB random reads through one agent (`rfos bench --agent`):
 
-    python3 bench/agent_qos_bench.py [--build build] [--provider ucx+shm] [--limit 5000] [--runtime 5] [--reps 3]
+  --mode limit (default): a tenant held to --limit I/Os a second (root's apps, one job at depth 16) beside one
+      without limits (nobody's apps) running flat out, then the limited tenant alone; prints each one's IOPS and
+      the limited tenant's ratio to its limit.
+  --mode weights: tenant "many" (root: four jobs at depth 64) beside tenant "one" (nobody: one job at depth 128),
+      with weights --weights A:B, against the same with sharing off (share_depth 1e9: what each gets from the
+      targets serving requests in turn); prints each one's IOPS and share, and the share its weight gives it.
+
+    python3 bench/agent_qos_bench.py [--build build] [--provider ucx+shm] [--mode limit|weights] [--limit 5000]
+                                     [--weights 1:1] [--runtime 5] [--reps 3]
 """
+import contextlib
 import json
 import os
 import shutil
@@ -17,9 +24,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rfos_setup  # noqa: E402
 
 
-def start_bench(server, sock, runtime, as_nobody):
-    cmd = [server.rfos, "bench", "--pool", "p", "--cont", "c", "--rw", "randread", "--bs", "4k", "--iodepth", "16",
-           "--size", "64m", "--runtime", str(runtime), "--output-format", "json", "--agent", sock]
+def start_bench(server, sock, runtime, as_nobody, numjobs=1, iodepth=16):
+    cmd = [server.rfos, "bench", "--pool", "p", "--cont", "c", "--rw", "randread", "--bs", "4k", "--iodepth",
+           str(iodepth), "--numjobs", str(numjobs), "--size", "64m", "--runtime", str(runtime), "--output-format",
+           "json", "--agent", sock]
     if as_nobody:
         cmd = ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups"] + cmd
     return subprocess.Popen(cmd, env=server.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -29,51 +37,45 @@ def iops_of(proc):
     out, err = proc.communicate()
     if proc.returncode != 0:
         sys.exit("rfos bench failed: " + err)
-    return json.loads(out)["jobs"][0]["read"]["iops"]
+    return sum(j["read"]["iops"] for j in json.loads(out)["jobs"])
 
 
-def main():
-    p = rfos_setup.parser(__doc__)
-    p.add_argument("--limit", type=float, default=5000)
-    p.add_argument("--runtime", type=float, default=5)
-    p.add_argument("--reps", type=int, default=3)
-    args = p.parse_args()
-    work = tempfile.mkdtemp(prefix="rfos-qos-bench-", dir=args.dir)
-    os.chmod(work, 0o755)
+@contextlib.contextmanager
+def agent(server, work, provider, config_text):
     sock = os.path.join(work, "agent", "agent.sock")
-    together, alone, free = [], [], []
+    config = os.path.join(work, "agent.yaml")
+    with open(config, "w") as f:
+        f.write(config_text)
+    proc = subprocess.Popen([server.rfos, "agent", "--config", config, "--listen", sock, "--provider", provider],
+                            env=server.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        with rfos_setup.Server(args.build, work, args.provider,
-                               extra=["--trust-agent", "root=root,nobody"]) as server:
-            server.cli("pool", "acl", "update", "p", "-e", "A::nobody@:r", check=True)
-            server.cli("cont", "acl", "update", "--pool", "p", "c", "-e", "A::nobody@:rw", check=True)
-            config = os.path.join(work, "agent.yaml")
-            with open(config, "w") as f:
-                f.write("tenants:\n  - name: limited\n    users: [root]\n    qos: {iops: %g}\n"
-                        "  - name: free\n    users: [nobody]\n" % args.limit)
-            agent = subprocess.Popen([server.rfos, "agent", "--config", config, "--listen", sock, "--provider",
-                                      args.provider], env=server.env, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-            try:
-                for _ in range(200):
-                    if os.path.exists(sock):
-                        break
-                    time.sleep(0.05)
-                for _ in range(args.reps):
-                    a = start_bench(server, sock, args.runtime, False)
-                    b = start_bench(server, sock, args.runtime, True)
-                    la, fb = iops_of(a), iops_of(b)
-                    together.append(la)
-                    free.append(fb)
-                    solo = iops_of(start_bench(server, sock, args.runtime, False))
-                    alone.append(solo)
-                    print("limited %.0f IOPS beside free %.0f IOPS; limited alone %.0f IOPS (limit %.0f)"
-                          % (la, fb, solo, args.limit), flush=True)
-            finally:
-                agent.terminate()
-                agent.wait()
+        for _ in range(200):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.05)
+        yield sock
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        proc.terminate()
+        proc.wait()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(sock)
+
+
+def limit_mode(args, server, work):
+    together, alone, free = [], [], []
+    config = ("tenants:\n  - name: limited\n    users: [root]\n    qos: {iops: %g}\n"
+              "  - name: free\n    users: [nobody]\n" % args.limit)
+    with agent(server, work, args.provider, config) as sock:
+        for _ in range(args.reps):
+            a = start_bench(server, sock, args.runtime, False)
+            b = start_bench(server, sock, args.runtime, True)
+            la, fb = iops_of(a), iops_of(b)
+            together.append(la)
+            free.append(fb)
+            solo = iops_of(start_bench(server, sock, args.runtime, False))
+            alone.append(solo)
+            print("limited %.0f IOPS beside free %.0f IOPS; limited alone %.0f IOPS (limit %.0f)"
+                  % (la, fb, solo, args.limit), flush=True)
     print("\nprovider %s, 4 KiB random reads at depth 16, %d rep(s) of %.0f s, medians\n"
           % (args.provider, args.reps, args.runtime))
     print("| limit | limited tenant beside a free one | its ratio to the limit | the free tenant | limited alone | ratio |")
@@ -81,6 +83,53 @@ def main():
     t, s = statistics.median(together), statistics.median(alone)
     print("| %.0f IOPS | %.0f | %.3f | %.0f | %.0f | %.3f |" % (args.limit, t, t / args.limit, statistics.median(free),
                                                             s, s / args.limit))
+
+
+def weights_mode(args, server, work):
+    wa, wb = (float(x) for x in args.weights.split(":"))
+    want = wa / (wa + wb)
+    rows = {}
+    for name, depth in (("shared by weight", ""), ("sharing off", "share_depth: 1e9\n")):
+        config = (depth + "tenants:\n  - name: many\n    users: [root]\n    weight: %g\n"
+                  "  - name: one\n    users: [nobody]\n    weight: %g\n" % (wa, wb))
+        many, one = [], []
+        with agent(server, work, args.provider, config) as sock:
+            for _ in range(args.reps):
+                a = start_bench(server, sock, args.runtime, False, numjobs=4, iodepth=64)
+                b = start_bench(server, sock, args.runtime, True, numjobs=1, iodepth=128)
+                ia, ib = iops_of(a), iops_of(b)
+                many.append(ia)
+                one.append(ib)
+                print("%s: many %.0f IOPS, one %.0f IOPS: many's share %.3f (its weight's %.3f)"
+                      % (name, ia, ib, ia / (ia + ib), want), flush=True)
+        rows[name] = (statistics.median(many), statistics.median(one),
+                      statistics.median([a / (a + b) for a, b in zip(many, one)]))
+    print("\nprovider %s, 4 KiB random reads; tenant many: 4 jobs at depth 64, weight %g; tenant one: 1 job at "
+          "depth 128, weight %g; %d rep(s) of %.0f s, medians\n" % (args.provider, wa, wb, args.reps, args.runtime))
+    print("| agent | many (IOPS) | one (IOPS) | many's share | its weight's share | ratio |")
+    print("|---|---|---|---|---|---|")
+    for name, (a, b, share) in rows.items():
+        print("| %s | %.0f | %.0f | %.3f | %.3f | %.3f |" % (name, a, b, share, want, share / want))
+
+
+def main():
+    p = rfos_setup.parser(__doc__)
+    p.add_argument("--mode", choices=["limit", "weights"], default="limit")
+    p.add_argument("--limit", type=float, default=5000)
+    p.add_argument("--weights", default="1:1")
+    p.add_argument("--runtime", type=float, default=5)
+    p.add_argument("--reps", type=int, default=3)
+    args = p.parse_args()
+    work = tempfile.mkdtemp(prefix="rfos-qos-bench-", dir=args.dir)
+    os.chmod(work, 0o755)
+    try:
+        with rfos_setup.Server(args.build, work, args.provider,
+                               extra=["--trust-agent", "root=root,nobody"]) as server:
+            server.cli("pool", "acl", "update", "p", "-e", "A::nobody@:r", check=True)
+            server.cli("cont", "acl", "update", "--pool", "p", "c", "-e", "A::nobody@:rw", check=True)
+            (limit_mode if args.mode == "limit" else weights_mode)(args, server, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -97,19 +97,30 @@ Status send_message(int fd, const Message& m, const std::vector<int>& fds = {}) 
   return Status::ok();
 }
 
+// What the apps of one tenant share in the agent.
+struct Tenant {
+  std::string name;
+  std::shared_ptr<Sealer> sealer;  // when it seals its data
+  std::shared_ptr<TenantQos> qos;  // when it has limits
+  FairShare::Member share = nullptr;
+};
+
 // One app's connection: its thread runs everything the app asked for, from the socket and from its ring.
 class AppConn {
  public:
-  AppConn(const AgentConfig& config, const client::ControlClient& control, int fd, Peer peer, std::string tenant,
-          std::shared_ptr<Sealer> sealer, std::shared_ptr<TenantQos> qos)
+  AppConn(const AgentConfig& config, const client::ControlClient& control, int fd, Peer peer, const Tenant& tenant,
+          FairShare& share)
       : config_(config),
         fd_(fd),
         peer_(std::move(peer)),
-        tenant_(std::move(tenant)),
-        sealer_(std::move(sealer)),
-        qos_(std::move(qos)),
+        tenant_(tenant.name),
+        sealer_(tenant.sealer),
+        qos_(tenant.qos),
+        share_(share),
+        member_(tenant.share),
         control_(control.acting_for(peer_.uid, peer_.gid, peer_.groups)) {}
   ~AppConn() {
+    if (shared_ > 0) share_.done(member_, shared_);  // what timed out in drain()
     conts_.clear();  // their sessions end before the memory their registrations named goes
     if (buffer_) munmap(buffer_, buffer_bytes_);
     if (buffer_fd_ >= 0) close(buffer_fd_);
@@ -144,6 +155,15 @@ class AppConn {
         busy_at_ = std::chrono::steady_clock::now();
         continue;
       }
+      if (held_ && !tickets_.empty() && unrung_ == 0) {
+        // Held back for another tenant's share: nothing can go before one of its own completes, so it waits for
+        // that in the container rather than spin (a tenant's share of the agent's CPU follows its share of the
+        // I/O, not its number of apps).
+        held_ = false;
+        reap(1, &busy);
+        continue;
+      }
+      held_ = false;
       if (!tickets_.empty()) {
         // Spin over the ring and the containers for 100 us after the last thing that happened (a wait inside a
         // container would leave new submissions unseen until its next completion); then the first container
@@ -314,17 +334,31 @@ class AppConn {
     uint32_t took = 0;
     for (; took < n && tickets_.size() + pending_.size() < room; ++took) {
       Sqe e = ends_->sq.peek();  // a copy: the app cannot change it under the checks
-      if (qos_ && e.op != static_cast<uint8_t>(RingOp::kNop)) {
-        uint64_t now = now_ns();
-        if (now < throttled_until_) break;
-        if (uint64_t wait = qos_->admit(e.length, now); wait > 0) {
-          throttled_until_ = now + wait;  // left in the ring until then
+      // Left in the ring when the tenant's share of what is in flight is full (until completions free it) or
+      // its limits hold it (until they allow it).
+      double cost = 0;
+      if (e.op != static_cast<uint8_t>(RingOp::kNop)) {
+        cost = FairShare::cost_of(std::min<uint64_t>(e.length, client::kMaxIoBytes));
+        if (!share_.take(member_, cost)) {
+          held_ = true;
+          break;
+        }
+        uint64_t now = qos_ ? now_ns() : 0;
+        uint64_t wait = !qos_ ? 0 : now < throttled_until_ ? throttled_until_ - now : qos_->admit(e.length, now);
+        if (wait > 0) {
+          share_.done(member_, cost);
+          throttled_until_ = now + wait;
           break;
         }
       }
       ends_->sq.skip();
-      Status s = submit(e);
-      if (!s.is_ok()) pending_.push_back({e.user_data, static_cast<uint16_t>(s.code()), 0, 0});
+      Status s = submit(e, cost);
+      if (s.is_ok()) {
+        shared_ += cost;
+      } else {
+        if (cost > 0) share_.done(member_, cost);
+        pending_.push_back({e.user_data, static_cast<uint16_t>(s.code()), 0, 0});
+      }
     }
     if (took > 0) {
       ends_->sq.release();
@@ -337,6 +371,7 @@ class AppConn {
   struct Op {
     uint64_t user_data = 0;
     uint32_t length = 0;
+    double cost = 0;  // its part of the tenant's share (FairShare)
     int remaining = 0;
     Status status;
     bool read = false;
@@ -347,7 +382,7 @@ class AppConn {
     uint64_t first_block = 0;
   };
 
-  Status submit(const Sqe& e) {
+  Status submit(const Sqe& e, double cost) {
     RFOS_RETURN_IF_ERROR(check_sqe(e, buffer_bytes_, client::kMaxIoBytes));
     if (e.op == static_cast<uint8_t>(RingOp::kNop)) {
       pending_.push_back({e.user_data, 0, 0, 0});
@@ -362,6 +397,7 @@ class AppConn {
     auto op = std::make_shared<Op>();
     op->user_data = e.user_data;
     op->length = static_cast<uint32_t>(e.length);
+    op->cost = cost;
     op->read = e.op == static_cast<uint8_t>(RingOp::kRead);
     op->app = std::span<uint8_t>(buffer_ + e.buf, e.length);
     if (!sealer_) {
@@ -428,6 +464,8 @@ class AppConn {
           op->status = sealer_->open(op->cipher, op->records, op->place, op->first_block, op->app);
         pending_.push_back(
             {op->user_data, static_cast<uint16_t>(op->status.code()), 0, op->status.is_ok() ? op->length : 0});
+        share_.done(member_, op->cost);
+        shared_ -= op->cost;
         if (op->bounce) bounces_.push_back(std::move(op->bounce));
       }
       timeout_ms = 0;
@@ -476,6 +514,10 @@ class AppConn {
   std::string tenant_;
   std::shared_ptr<Sealer> sealer_;                   // the tenant's, when it seals its data
   std::shared_ptr<TenantQos> qos_;                   // the tenant's limits, when it has some
+  FairShare& share_;                                 // the agent's, between tenants
+  FairShare::Member member_;                         // this app's tenant in it
+  double shared_ = 0;                                // this app's ops' part of member_'s in-flight share
+  bool held_ = false;                                // the share held a submission back on this turn
   uint64_t throttled_until_ = 0;                     // now_ns() before which the limits let nothing more go
   std::vector<std::unique_ptr<uint8_t[]>> bounces_;  // free bounce buffers of sealed I/O
   std::unique_ptr<client::ControlClient> control_;
@@ -512,8 +554,8 @@ class Agent::Impl {
   };
   std::list<App> apps;
   std::atomic<size_t> live{0};
-  std::map<std::string, std::shared_ptr<Sealer>> sealers;  // by tenant, for the tenants that seal
-  std::map<std::string, std::shared_ptr<TenantQos>> qos;   // by tenant, for the tenants with limits
+  std::unique_ptr<FairShare> share;
+  std::map<std::string, Tenant> tenants;  // the config's, and each user's own as its first app comes (under mu)
   bool stopped = false;
 
   ~Impl() {
@@ -582,14 +624,17 @@ class Agent::Impl {
       return refuse(error(StatusCode::kBusy, "this user has " + std::to_string(mine) + " apps on the agent already (" +
                                                  "max_apps_per_user)"));
     ++live;
+    Tenant& t = tenants[*tenant];
+    if (!t.share) {  // a user's own tenant: weight 1, no limits, not sealed
+      t.name = *tenant;
+      t.share = share->join(1);
+    }
     App& a = apps.emplace_back();
     a.fd = fd;
     a.uid = peer.uid;
-    a.thread = std::thread([this, &a, p = peer, t = *tenant]() mutable {
+    a.thread = std::thread([this, &a, p = peer, &t]() mutable {
       {
-        auto sealer = sealers.count(t) ? sealers.at(t) : nullptr;
-        auto limits = qos.count(t) ? qos.at(t) : nullptr;
-        AppConn conn(config, *control, a.fd, std::move(p), std::move(t), std::move(sealer), std::move(limits));
+        AppConn conn(config, *control, a.fd, std::move(p), t, *share);
         conn.run();
       }
       --live;
@@ -616,7 +661,7 @@ Status load_agent_config(const std::string& path, AgentConfig* config) {
   RFOS_ASSIGN_OR_RETURN(YAML::Node root,
                         load_yaml_mapping(path, {"control_address", "provider", "listen", "cpus", "max_buffer_bytes",
                                                  "max_apps", "max_apps_per_user", "timeout_ms", "tls_ca", "tls_cert",
-                                                 "tls_key", "tenants", "state_dir", "agent_id"}));
+                                                 "tls_key", "tenants", "state_dir", "agent_id", "share_depth"}));
   if (root.IsNull()) return Status::ok();
   try {
     if (root["control_address"]) config->control_address = root["control_address"].as<std::string>();
@@ -632,15 +677,21 @@ Status load_agent_config(const std::string& path, AgentConfig* config) {
     if (root["tls_key"]) config->tls.key = root["tls_key"].as<std::string>();
     if (root["state_dir"]) config->state_dir = root["state_dir"].as<std::string>();
     if (root["agent_id"]) config->agent_id = root["agent_id"].as<uint32_t>();
+    if (root["share_depth"]) config->share_depth = root["share_depth"].as<double>();
+    if (!(config->share_depth >= 1))
+      return error(StatusCode::kInvalidArgument, path + ": share_depth must be at least 1");
     if (root["tenants"]) {
       config->tenants.clear();
       for (const auto& t : root["tenants"]) {
         TenantConfig tc;
-        RFOS_RETURN_IF_ERROR(check_yaml_keys(t, {"name", "users", "groups", "key_file", "qos"}, path, "tenant"));
+        RFOS_RETURN_IF_ERROR(
+            check_yaml_keys(t, {"name", "users", "groups", "key_file", "weight", "qos"}, path, "tenant"));
         tc.name = t["name"].as<std::string>();
         if (t["users"]) tc.users = t["users"].as<std::vector<std::string>>();
         if (t["groups"]) tc.groups = t["groups"].as<std::vector<std::string>>();
         if (t["key_file"]) tc.key_file = t["key_file"].as<std::string>();
+        if (t["weight"]) tc.weight = t["weight"].as<double>();
+        if (!(tc.weight > 0)) return error(StatusCode::kInvalidArgument, path + ": a tenant's weight must be above 0");
         if (const YAML::Node q = t["qos"]) {
           RFOS_RETURN_IF_ERROR(check_yaml_keys(q, {"iops", "bytes_per_s", "burst_ios", "burst_bytes"}, path, "qos"));
           if (q["iops"]) tc.qos.iops = q["iops"].as<double>();
@@ -651,6 +702,8 @@ Status load_agent_config(const std::string& path, AgentConfig* config) {
             return error(StatusCode::kInvalidArgument, path + ": qos values must not be negative");
         }
         if (tc.name.empty()) return error(StatusCode::kInvalidArgument, path + ": a tenant without a name");
+        for (const TenantConfig& other : config->tenants)
+          if (other.name == tc.name) return error(StatusCode::kInvalidArgument, path + ": two tenants " + tc.name);
         config->tenants.push_back(std::move(tc));
       }
     }
@@ -687,14 +740,18 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
   if (!config.cpus.empty()) RFOS_RETURN_IF_ERROR(pin_to_cpus(config.cpus));
   auto impl = std::make_unique<Impl>();
   impl->config = config;
+  impl->share = std::make_unique<FairShare>(config.share_depth);
   for (const TenantConfig& t : config.tenants) {
-    if (t.qos.limited()) impl->qos[t.name] = std::make_shared<TenantQos>(t.qos, now_ns());
+    Tenant& x = impl->tenants[t.name];
+    x.name = t.name;
+    x.share = impl->share->join(t.weight);
+    if (t.qos.limited()) x.qos = std::make_shared<TenantQos>(t.qos, now_ns());
     if (t.key_file.empty()) continue;
     RFOS_ASSIGN_OR_RETURN(std::string key, load_key_file(t.key_file));
     if (mkdir(config.state_dir.c_str(), 0700) != 0 && errno != EEXIST) return sys_error("create " + config.state_dir);
     auto sealer = Sealer::open(key, config.state_dir + "/" + t.name + ".nonce", config.agent_id);
     if (!sealer.is_ok()) return sealer.status();
-    impl->sealers[t.name] = std::move(sealer).value();
+    x.sealer = std::move(sealer).value();
   }
   impl->control = client::ControlClient::create(
       config.control_address.empty() ? client::default_control_address() : config.control_address, 5000, config.tls);

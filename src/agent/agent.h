@@ -32,6 +32,8 @@ struct TenantConfig {
   // AES-256 key (32 bytes, or 64 hex digits; readable by its owner only): the tenant's array data is sealed in
   // the agent before it leaves (agent/seal.h). "": not sealed.
   std::string key_file;
+  // Its share of what the agent keeps in flight against the other busy tenants' (agent/qos.h, FairShare).
+  double weight = 1;
   // Limits shared by the tenant's apps (agent/qos.h); none by default.
   QosLimits qos;
 };
@@ -51,6 +53,9 @@ struct AgentConfig {
   uint32_t timeout_ms = 30000;                    // per request to the server
   std::string state_dir = "/var/lib/rfos-agent";  // the nonce counters of sealing tenants (0700)
   uint32_t agent_id = 0;  // in every nonce: agents that share a tenant's key need ids of their own
+  // What the agent keeps in flight, in FairShare::cost_of units, while tenants share it by weight (while one
+  // tenant alone has I/O in flight, nothing bounds it).
+  double share_depth = 128;
   // Empty: every local user is a tenant of its own (named after the user). Otherwise an app whose user is in
   // no tenant is refused.
   std::vector<TenantConfig> tenants;
@@ -58,8 +63,8 @@ struct AgentConfig {
 
 // Applies a YAML file over `config`: control_address, provider, listen, cpus, max_buffer_bytes, max_apps,
 // max_apps_per_user,
-// timeout_ms, tls_ca/tls_cert/tls_key, state_dir, agent_id, tenants (a list of {name, users, groups, key_file,
-// qos: {iops, bytes_per_s, burst_ios, burst_bytes}}).
+// timeout_ms, tls_ca/tls_cert/tls_key, state_dir, agent_id, share_depth, tenants (a list of {name, users,
+// groups, key_file, weight, qos: {iops, bytes_per_s, burst_ios, burst_bytes}}).
 // Unknown keys are an error.
 Status load_agent_config(const std::string& path, AgentConfig* config);
 

@@ -398,7 +398,7 @@ TEST_F(AgentTest, ASealingTenantsBytesAreNeverOnTheMediaAndTamperingIsCaught) {
   chmod(key.c_str(), 0600);
   AgentConfig c = agent_config();
   c.state_dir = dir_.path() + "/agent-state";
-  c.tenants = {{"sealed", {"root"}, {}, key, {}}};
+  c.tenants = {{"sealed", {"root"}, {}, key, 1, {}}};
   auto a = Agent::start(c);
   ASSERT_TRUE(a.is_ok()) << a.status().to_string();
   agent_ = std::move(a).value();
@@ -478,7 +478,7 @@ TEST_F(AgentTest, ASealingTenantsBytesAreNeverOnTheMediaAndTamperingIsCaught) {
 TEST_F(AgentTest, ALimitedTenantIsHeldToItsRate) {
   start_server("root");
   AgentConfig c = agent_config();
-  TenantConfig t{"limited", {"root"}, {}, "", {}};
+  TenantConfig t{"limited", {"root"}, {}, "", 1, {}};
   t.qos.iops = 200;
   t.qos.burst_ios = 10;
   c.tenants = {t};
