@@ -3,11 +3,13 @@
   --mode limit (default): a tenant held to --limit I/Os a second (root's apps, one job at depth 16) beside one
       without limits (nobody's apps) running flat out, then the limited tenant alone; prints each one's IOPS and
       the limited tenant's ratio to its limit.
+  --mode agents: the limited tenant (root) served by two agents at once, one job through each: the targets hold
+      the two together to the one limit signed into their capabilities.
   --mode weights: tenant "many" (root: four jobs at depth 64) beside tenant "one" (nobody: one job at depth 128),
       with weights --weights A:B, against the same with sharing off (share_depth 1e9: what each gets from the
       targets serving requests in turn); prints each one's IOPS and share, and the share its weight gives it.
 
-    python3 bench/agent_qos_bench.py [--build build] [--provider ucx+shm] [--mode limit|weights] [--limit 5000]
+    python3 bench/agent_qos_bench.py [--build build] [--provider ucx+shm] [--mode limit|agents|weights] [--limit 5000]
                                      [--weights 1:1] [--runtime 5] [--reps 3]
 """
 import contextlib
@@ -41,9 +43,9 @@ def iops_of(proc):
 
 
 @contextlib.contextmanager
-def agent(server, work, provider, config_text):
-    sock = os.path.join(work, "agent", "agent.sock")
-    config = os.path.join(work, "agent.yaml")
+def agent(server, work, provider, config_text, name="agent"):
+    sock = os.path.join(work, name, "agent.sock")
+    config = os.path.join(work, name + ".yaml")
     with open(config, "w") as f:
         f.write(config_text)
     proc = subprocess.Popen([server.rfos, "agent", "--config", config, "--listen", sock, "--provider", provider],
@@ -85,6 +87,26 @@ def limit_mode(args, server, work):
                                                             s, s / args.limit))
 
 
+def agents_mode(args, server, work):
+    config = "tenants:\n  - name: limited\n    users: [root]\n    qos: {iops: %g}\n" % args.limit
+    sums = []
+    with agent(server, work, args.provider, config, "agent1") as s1, \
+            agent(server, work, args.provider, config, "agent2") as s2:
+        for _ in range(args.reps):
+            a = start_bench(server, s1, args.runtime, False)
+            b = start_bench(server, s2, args.runtime, False)
+            ia, ib = iops_of(a), iops_of(b)
+            sums.append(ia + ib)
+            print("through agent 1 %.0f IOPS, through agent 2 %.0f IOPS: %.0f together (limit %.0f)"
+                  % (ia, ib, ia + ib, args.limit), flush=True)
+    t = statistics.median(sums)
+    print("\nprovider %s, 4 KiB random reads at depth 16, one job through each of two agents, %d rep(s) of %.0f s, "
+          "medians\n" % (args.provider, args.reps, args.runtime))
+    print("| limit | the tenant through two agents | ratio to the limit |")
+    print("|---|---|---|")
+    print("| %.0f IOPS | %.0f | %.3f |" % (args.limit, t, t / args.limit))
+
+
 def weights_mode(args, server, work):
     wa, wb = (float(x) for x in args.weights.split(":"))
     want = wa / (wa + wb)
@@ -114,7 +136,7 @@ def weights_mode(args, server, work):
 
 def main():
     p = rfos_setup.parser(__doc__)
-    p.add_argument("--mode", choices=["limit", "weights"], default="limit")
+    p.add_argument("--mode", choices=["limit", "agents", "weights"], default="limit")
     p.add_argument("--limit", type=float, default=5000)
     p.add_argument("--weights", default="1:1")
     p.add_argument("--runtime", type=float, default=5)
@@ -127,7 +149,7 @@ def main():
                                extra=["--trust-agent", "root=root,nobody"]) as server:
             server.cli("pool", "acl", "update", "p", "-e", "A::nobody@:r", check=True)
             server.cli("cont", "acl", "update", "--pool", "p", "c", "-e", "A::nobody@:rw", check=True)
-            (limit_mode if args.mode == "limit" else weights_mode)(args, server, work)
+            {"limit": limit_mode, "agents": agents_mode, "weights": weights_mode}[args.mode](args, server, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <list>
@@ -102,6 +103,7 @@ struct Tenant {
   std::string name;
   std::shared_ptr<Sealer> sealer;  // when it seals its data
   std::shared_ptr<TenantQos> qos;  // when it has limits
+  std::string server_limits;       // the same limits, for the server to sign into its capabilities
   FairShare::Member share = nullptr;
 };
 
@@ -118,7 +120,7 @@ class AppConn {
         qos_(tenant.qos),
         share_(share),
         member_(tenant.share),
-        control_(control.acting_for(peer_.uid, peer_.gid, peer_.groups)) {}
+        control_(control.acting_for(peer_.uid, peer_.gid, peer_.groups, tenant.server_limits)) {}
   ~AppConn() {
     if (shared_ > 0) share_.done(member_, shared_);  // what timed out in drain()
     conts_.clear();  // their sessions end before the memory their registrations named goes
@@ -745,7 +747,13 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     Tenant& x = impl->tenants[t.name];
     x.name = t.name;
     x.share = impl->share->join(t.weight);
-    if (t.qos.limited()) x.qos = std::make_shared<TenantQos>(t.qos, now_ns());
+    if (t.qos.limited()) {
+      x.qos = std::make_shared<TenantQos>(t.qos, now_ns());
+      // The targets hold the tenant to the same limits across every agent that serves it.
+      auto whole = [](double v) { return std::to_string(static_cast<uint64_t>(std::ceil(v))); };
+      x.server_limits = whole(t.qos.iops) + ":" + whole(t.qos.burst_ios) + ":" + whole(t.qos.bytes_per_s) + ":" +
+                        whole(t.qos.burst_bytes) + ":" + t.name;
+    }
     if (t.key_file.empty()) continue;
     RFOS_ASSIGN_OR_RETURN(std::string key, load_key_file(t.key_file));
     if (mkdir(config.state_dir.c_str(), 0700) != 0 && errno != EEXIST) return sys_error("create " + config.state_dir);

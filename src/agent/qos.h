@@ -1,7 +1,6 @@
-// Per-tenant QoS in the agent (docs/agent.md, "QoS"): limits (I/Os per second and bytes per second, each a
-// token bucket with a burst, shared by every app of the tenant) and weights (FairShare: what the limits leave is
-// shared between the busy tenants in proportion to their weights). Each app's thread asks both before it takes
-// a submission from its ring.
+// Per-tenant QoS in the agent (docs/agent.md, "QoS"): limits (common/rate_limit.h, shared by every app of the
+// tenant) and weights (FairShare: what the limits leave is shared between the busy tenants in proportion to
+// their weights). Each app's thread asks both before it takes a submission from its ring.
 //
 // Thread-safety: TenantQos and FairShare from any thread.
 #pragma once
@@ -9,46 +8,13 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
-#include <string>
+
+#include "common/rate_limit.h"
 
 namespace rfos::agent {
 
-struct QosLimits {
-  double iops = 0;         // I/Os per second; 0: no limit
-  double bytes_per_s = 0;  // 0: no limit
-  double burst_ios = 0;    // what may go at once above the rate (0: a tenth of a second's worth, at least 1)
-  double burst_bytes = 0;  // (0: a tenth of a second's worth, at least 1 MiB)
-  bool limited() const { return iops > 0 || bytes_per_s > 0; }
-};
-
-// Tokens that come at `rate` a second up to `burst`. The clock is the caller's (nanoseconds), so tests drive it.
-class TokenBucket {
- public:
-  TokenBucket() = default;
-  TokenBucket(double rate, double burst, uint64_t now_ns) : rate_(rate), burst_(burst), level_(burst), at_(now_ns) {}
-  // Nanoseconds until `n` tokens are there (0: they are). A request larger than the burst waits for a full bucket
-  // and may then take it, leaving the level below zero: it is paid for by the time that follows.
-  uint64_t wait_for(double n, uint64_t now_ns);
-  void take(double n) { level_ -= n; }
-  bool unlimited() const { return rate_ <= 0; }
-
- private:
-  void refill(uint64_t now_ns);
-  double rate_ = 0, burst_ = 0, level_ = 0;
-  uint64_t at_ = 0;
-};
-
-class TenantQos {
- public:
-  TenantQos(const QosLimits& limits, uint64_t now_ns);
-  // Takes one I/O of `bytes` when both buckets allow it now (returns 0); otherwise takes nothing and returns
-  // the nanoseconds to wait before asking again.
-  uint64_t admit(uint64_t bytes, uint64_t now_ns);
-
- private:
-  std::mutex mu_;
-  TokenBucket ios_, bytes_;
-};
+using ::rfos::QosLimits;
+using ::rfos::TenantQos;
 
 // Weighted sharing of what the targets can do, by what each tenant keeps in flight (the agent cannot see the
 // targets' capacity, but a target serves what it is sent in turn, so each tenant's throughput follows its share

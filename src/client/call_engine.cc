@@ -39,6 +39,11 @@ void CallEngine::on_message(transport::Incoming& in) {
   Call& call = it->second;
   uint64_t id = it->first;
   call.reply = std::move(r).value();
+  if (call.reply.status == StatusCode::kBusy && call.reply.length > 0) {
+    // Held to its tenant's limits: the target said when to ask again; the call's deadline bounds the waits.
+    call.retry_at = steady_now() + std::chrono::microseconds(std::min<uint64_t>(call.reply.length, 1000000));
+    return;
+  }
   if (call.reply.status == StatusCode::kBusy && call.attempts < kMaxBusyRetries) {
     auto backoff = std::chrono::microseconds(200 * std::min(++call.attempts, 25));
     call.retry_at = steady_now() + backoff;
@@ -182,8 +187,8 @@ void CallEngine::reap() {
     }
     if (!c.done() && now > c.deadline) {
       std::string ms = std::to_string(options_.timeout_ms);
-      c.status = c.retry_at ? error(StatusCode::kBusy, "target " + std::to_string(c.target) +
-                                                           " stayed busy (out of engine buffers) for " + ms + " ms")
+      c.status = c.retry_at ? error(StatusCode::kBusy, "target " + std::to_string(c.target) + " stayed busy for " + ms +
+                                                           " ms: " + c.reply.message)
                             : error(StatusCode::kTimeout,
                                     "target " + std::to_string(c.target) + " did not answer within " + ms + " ms");
       c.replied = c.sent = true;  // a late reply or send completion finds nothing and is dropped

@@ -19,6 +19,7 @@ class ControlClient::Impl {
   uint32_t timeout_ms;
   Status setup;         // a TLS file that could not be read: every call fails with it
   std::string act_for;  // "uid:gid[:groups]" when acting for a user (server/principal.h, act_for)
+  std::string qos;      // the user's tenant and its limits (server/principal.h, tenant_limits)
 
   // Runs one RPC with a deadline and maps its failure to an rfos Status.
   template <typename Req, typename Resp, typename Fn>
@@ -27,6 +28,7 @@ class ControlClient::Impl {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
     if (!act_for.empty()) ctx.AddMetadata("rfos-act-for", act_for);
+    if (!qos.empty()) ctx.AddMetadata("rfos-qos", qos);
     grpc::Status s = (stub.get()->*fn)(&ctx, req, resp);
     if (s.ok()) return Status::ok();
     auto md = ctx.GetServerTrailingMetadata();
@@ -120,12 +122,15 @@ std::unique_ptr<ControlClient> ControlClient::clone() const {
   impl->timeout_ms = impl_->timeout_ms;
   impl->setup = impl_->setup;
   impl->act_for = impl_->act_for;
+  impl->qos = impl_->qos;
   return std::unique_ptr<ControlClient>(new ControlClient(std::move(impl)));
 }
 
 std::unique_ptr<ControlClient> ControlClient::acting_for(uint32_t uid, uint32_t gid,
-                                                         const std::vector<uint32_t>& groups) const {
+                                                         const std::vector<uint32_t>& groups,
+                                                         const std::string& tenant_limits) const {
   auto c = clone();
+  c->impl_->qos = tenant_limits;
   c->impl_->act_for = std::to_string(uid) + ":" + std::to_string(gid);
   for (size_t i = 0; i < groups.size(); ++i) c->impl_->act_for += (i == 0 ? ":" : ",") + std::to_string(groups[i]);
   return c;

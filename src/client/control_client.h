@@ -110,7 +110,11 @@ class ControlClient {
   // Another client over the same channel whose calls are made for the local user uid/gid/groups: what an agent
   // (`rfos agent`) uses for its apps. The server honours it only from an agent its config trusts for that user
   // (docs/control-plane.md, "Agents"); its clones act for the same user.
-  std::unique_ptr<ControlClient> acting_for(uint32_t uid, uint32_t gid, const std::vector<uint32_t>& groups) const;
+  // `tenant_limits`, when not empty, names the user's tenant and its limits ("IOPS:BURST_IOS:BYTES_PER_S:
+  // BURST_BYTES:TENANT", server/principal.h tenant_limits): the server signs them into every capability this
+  // client gets, and the targets hold all the tenant's sessions to them together.
+  std::unique_ptr<ControlClient> acting_for(uint32_t uid, uint32_t gid, const std::vector<uint32_t>& groups,
+                                            const std::string& tenant_limits = "") const;
 
   Result<PoolInfo> pool_create(const std::string& label, const PoolCreateOptions& options = {});
   Result<std::vector<PoolInfo>> pool_list();

@@ -44,7 +44,9 @@ TEST(Acl, MalformedEntriesAreRefused) {
                         "A::alice@:r:extra", "A::$x@:r"}) {
     auto e = parse_entry(t);
     EXPECT_FALSE(e.is_ok()) << t;
-    if (!e.is_ok()) EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+    if (!e.is_ok()) {
+      EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+    }
   }
   EXPECT_FALSE(parse_entry(std::string(70, 'a') + "@").is_ok());
 }
@@ -138,6 +140,22 @@ TEST(ActFor, OnlyATrustedAgentActsAndOnlyForWhomItIsTrusted) {
   // Malformed headers.
   for (const char* bad : {"", "x:1", "1", "1:2:3:4", "1:2:", "1:2:a", "-1:2", "1:2:3,,4", "99999999999:1"})
     EXPECT_EQ(act_for(agent, bad, {{"agentd", {"*"}}}, {}).status().code(), StatusCode::kInvalidArgument) << bad;
+}
+
+// A trusted agent's tenant limits (rfos-qos): what the server signs into the capability.
+TEST(ActFor, TenantLimitsAreParsedAndKeyedByTenant) {
+  auto q = tenant_limits("5000:50:0:0:team:a");
+  ASSERT_TRUE(q.is_ok()) << q.status().to_string();
+  EXPECT_EQ(q->iops, 5000u);
+  EXPECT_EQ(q->burst_ios, 50u);
+  EXPECT_EQ(q->bytes_per_s, 0u);
+  EXPECT_EQ(q->key, wire::qos_key_of("team:a"));  // the tenant's name is what follows the fourth colon
+  auto b = tenant_limits("0:0:1073741824:0:b");
+  ASSERT_TRUE(b.is_ok());
+  EXPECT_EQ(b->bytes_per_s, 1u << 30);
+  for (const char* bad :
+       {"", "1:1:1:1", "1:1:1:1:", "0:0:0:0:t", "x:0:0:0:t", "-1:0:0:0:t", "4294967296:0:0:0:t", "1:0:0:t"})
+    EXPECT_EQ(tenant_limits(bad).status().code(), StatusCode::kInvalidArgument) << bad;
 }
 
 }  // namespace

@@ -241,8 +241,8 @@ Status Management::open_store() {
   prune_sessions();
 
   for (uint32_t i = 0; i < targets_.size(); ++i) {
-    auto t =
-        Target::start(i, static_cast<uint32_t>(targets_.size()), targets_[i].get(), config_, secret_, revocations_);
+    auto t = Target::start(i, static_cast<uint32_t>(targets_.size()), targets_[i].get(), config_, secret_, revocations_,
+                           qos_);
     if (!t.is_ok()) return error(t.status().code(), "data plane (" + config_.provider + "): " + t.status().to_string());
     data_.push_back(std::move(t).value());
   }
@@ -614,6 +614,14 @@ Status Management::connect(const Principal& who, const wire::ConnectRequest& req
   for (const std::string& g : who.groups) rec.add_groups(g);
   rec.set_uid(who.uid);
   rec.set_admin(who.admin);
+  if (who.qos.limited()) {
+    cap.qos = who.qos;
+    rec.set_qos_key(std::string(reinterpret_cast<const char*>(cap.qos.key.bytes.data()), 16));
+    rec.set_qos_iops(cap.qos.iops);
+    rec.set_qos_burst_ios(cap.qos.burst_ios);
+    rec.set_qos_bytes_per_s(cap.qos.bytes_per_s);
+    rec.set_qos_burst_bytes(cap.qos.burst_bytes);
+  }
   Status s = save_session(rec);
   if (!s.is_ok()) return s;
   sessions_[rec.session_id()] = rec;
@@ -670,6 +678,13 @@ Status Management::renew(const Principal& who, const wire::RenewRequest& req, wi
   cap.cont = *Uuid::parse(r.cont_uuid());
   cap.rights = static_cast<uint8_t>(rights);
   cap.expires_unix_ms = std::max(r.expires_unix_ms(), wall_ms() + uint64_t{ttl} * 1000);
+  if (r.qos_key().size() == 16) {  // the limits the session was opened under
+    std::memcpy(cap.qos.key.bytes.data(), r.qos_key().data(), 16);
+    cap.qos.iops = r.qos_iops();
+    cap.qos.burst_ios = r.qos_burst_ios();
+    cap.qos.bytes_per_s = r.qos_bytes_per_s();
+    cap.qos.burst_bytes = r.qos_burst_bytes();
+  }
   wire::SessionRecord updated = r;
   updated.set_rights(rights);
   updated.set_expires_unix_ms(cap.expires_unix_ms);

@@ -90,6 +90,7 @@ class Management {
   // by session id bytes; each is in the management store too.
   std::map<std::string, wire::SessionRecord> sessions_;
   std::shared_ptr<Revocations> revocations_ = std::make_shared<Revocations>();  // shared with the targets
+  std::shared_ptr<QosLedger> qos_ = std::make_shared<QosLedger>();              // shared with the targets
   static constexpr size_t kMaxSessionsPerPrincipal = 1024;
 };
 

@@ -54,10 +54,12 @@ Principal local_principal(uint32_t uid, uint32_t gid, const std::vector<uint32_t
 
 namespace {
 
-bool parse_u32(std::string_view s, uint32_t* v) {
+template <typename T>
+bool parse_number(std::string_view s, T* v) {
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
   return ec == std::errc() && end == s.data() + s.size() && !s.empty();
 }
+bool parse_u32(std::string_view s, uint32_t* v) { return parse_number(s, v); }
 
 }  // namespace
 
@@ -102,6 +104,25 @@ Result<Principal> act_for(const Principal& agent, std::string_view header, const
     return error(StatusCode::kPermissionDenied,
                  "agent " + agent.describe() + " is not trusted to act for " + p.describe());
   return p;
+}
+
+Result<wire::CapabilityQos> tenant_limits(std::string_view header) {
+  auto bad = [] { return error(StatusCode::kInvalidArgument, "malformed rfos-qos header"); };
+  if (header.size() > 1024) return bad();
+  std::string_view fields[4];
+  for (auto& f : fields) {
+    size_t colon = header.find(':');
+    if (colon == std::string_view::npos) return bad();
+    f = header.substr(0, colon);
+    header.remove_prefix(colon + 1);
+  }
+  wire::CapabilityQos q;
+  if (!parse_number(fields[0], &q.iops) || !parse_number(fields[1], &q.burst_ios) ||
+      !parse_number(fields[2], &q.bytes_per_s) || !parse_number(fields[3], &q.burst_bytes) || header.empty() ||
+      !q.limited())
+    return bad();
+  q.key = wire::qos_key_of(header);
+  return q;
 }
 
 }  // namespace rfos::server

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "wire/capability.h"
 
 namespace rfos::server {
 
@@ -28,6 +29,8 @@ struct Principal {
   uint32_t uid = UINT32_MAX;        // local callers only
   uint32_t gid = UINT32_MAX;
   bool admin = false;  // root, the server's own user, or a name in ServerConfig::admins
+  // The limits of the tenant a trusted agent acts for (tenant_limits); signed into the capabilities it gets.
+  wire::CapabilityQos qos;
 
   bool anonymous() const { return via == Via::kAnonymous; }
   bool in_group(const std::string& group) const;
@@ -51,5 +54,12 @@ using TrustedAgents = std::map<std::string, std::vector<std::string>>;
 Result<Principal> act_for(const Principal& agent, std::string_view header, const TrustedAgents& trusted,
                           const std::vector<std::string>& admins);
 inline constexpr const char* kActForKey = "rfos-act-for";
+
+// A trusted agent's tenant limits for the user it acts for: "rfos-qos: IOPS:BURST_IOS:BYTES_PER_S:BURST_BYTES:
+// TENANT" (decimal; 0: no limit, or the default burst). Heard only beside rfos-act-for, which act_for has
+// accepted; the targets then hold every session of that tenant to the limits together (wire::CapabilityQos).
+// Errors: kInvalidArgument (malformed, no limit, no tenant name).
+Result<wire::CapabilityQos> tenant_limits(std::string_view header);
+inline constexpr const char* kQosKey = "rfos-qos";
 
 }  // namespace rfos::server

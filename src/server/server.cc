@@ -184,8 +184,19 @@ Result<Principal> Server::Impl::acting(ServerContext* ctx) const {
   Principal p = caller(ctx);
   const auto& meta = ctx->client_metadata();
   auto it = meta.find(kActForKey);
-  if (it == meta.end()) return p;
-  return act_for(p, std::string_view(it->second.data(), it->second.size()), config_.trusted_agents, config_.admins);
+  auto qos = meta.find(kQosKey);
+  if (it == meta.end()) {
+    if (qos != meta.end())
+      return error(StatusCode::kPermissionDenied,
+                   "only a trusted agent, acting for a user, may name its tenant's limits");
+    return p;
+  }
+  RFOS_ASSIGN_OR_RETURN(Principal user, act_for(p, std::string_view(it->second.data(), it->second.size()),
+                                                config_.trusted_agents, config_.admins));
+  if (qos != meta.end()) {
+    RFOS_ASSIGN_OR_RETURN(user.qos, tenant_limits(std::string_view(qos->second.data(), qos->second.size())));
+  }
+  return user;
 }
 
 Status Server::Impl::open() {

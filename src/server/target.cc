@@ -22,6 +22,25 @@ bool Revocations::revoked(const Uuid& session, uint64_t now_unix_ms) {
   return ended_.count(session) != 0;
 }
 
+uint64_t QosLedger::admit(const wire::CapabilityQos& qos, uint64_t bytes, uint64_t now_ns) {
+  std::lock_guard lock(mu_);
+  Tenant& t = tenants_[qos.key];
+  if (!t.buckets || !(t.limits == qos)) {  // new, or its agent changed the limits: they start over
+    if (tenants_.size() > 65536) {         // keys are signed by this server, so only agents make them: bounded anyway
+      tenants_.clear();
+      return admit(qos, bytes, now_ns);
+    }
+    t.limits = qos;
+    QosLimits l;
+    l.iops = qos.iops;
+    l.burst_ios = qos.burst_ios;
+    l.bytes_per_s = double(qos.bytes_per_s);
+    l.burst_bytes = double(qos.burst_bytes);
+    t.buckets = std::make_unique<TenantQos>(l, now_ns);
+  }
+  return t.buckets->admit(bytes, now_ns);
+}
+
 // Aggregation runs in the background, as in DAOS: versions that no snapshot pins and no update still in flight
 // could be ordered before are reclaimed every second (in the objects written since the last pass), so overwrites
 // do not fill the block file. After a pass that merged a grain (small overwrites piling up in a file, whose every
@@ -209,6 +228,18 @@ void Target::Impl::handle(Incoming& in) {
     return reply_error(in.reply_to, q.request_id, error(StatusCode::kPermissionDenied, "the session has ended"));
   if (wire::is_write(q.op) && !(cap->rights & wire::Capability::kWrite))
     return reply_error(in.reply_to, q.request_id, error(StatusCode::kPermissionDenied, "the session is read-only"));
+  if (cap->qos.limited()) {
+    uint64_t bytes = q.op == wire::Op::kUpdate || q.op == wire::Op::kFetch ? q.length : 0;
+    uint64_t now_ns = static_cast<uint64_t>(steady_now().time_since_epoch().count());
+    if (uint64_t wait = qos->admit(cap->qos, bytes, now_ns); wait > 0) {
+      wire::Reply r;  // Busy, with when to send it again (in microseconds, as a Busy reply's length)
+      r.request_id = q.request_id;
+      r.status = StatusCode::kBusy;
+      r.message = "held to its tenant's QoS limits";
+      r.length = wait / 1000 + 1;
+      return reply(in.reply_to, std::move(r));
+    }
+  }
   auto cid = container(cap->pool, cap->cont);
   if (!cid.is_ok()) {
     conts.erase({cap->pool, cap->cont});
@@ -237,7 +268,8 @@ void Target::Impl::handle(Incoming& in) {
 
 Result<std::unique_ptr<Target>> Target::start(uint32_t index, uint32_t count, engine::Engine* engine,
                                               const ServerConfig& config, const std::string& secret,
-                                              std::shared_ptr<Revocations> revocations) {
+                                              std::shared_ptr<Revocations> revocations,
+                                              std::shared_ptr<QosLedger> qos) {
   auto impl = std::make_unique<Impl>();
   impl->bypass_media = config.bypass_media;
   impl->session_buffers.set_share(config.session_buffer_bytes);
@@ -247,6 +279,7 @@ Result<std::unique_ptr<Target>> Target::start(uint32_t index, uint32_t count, en
   impl->last_epoch = engine->high_epoch();
   impl->secret = secret;
   impl->revocations = std::move(revocations);
+  impl->qos = std::move(qos);
   transport::WorkerOptions wo;
   wo.payload_timeout_ms = config.payload_timeout_ms;
   wo.sleep_when_waits_long = true;

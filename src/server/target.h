@@ -19,8 +19,10 @@
 #include <string>
 
 #include "common/ids.h"
+#include "common/rate_limit.h"
 #include "common/status.h"
 #include "server/config.h"
+#include "wire/capability.h"
 
 namespace rfos::engine {
 class Engine;
@@ -42,13 +44,34 @@ class Revocations {
   std::map<Uuid, uint64_t> ended_;  // session -> expiry of its capability
 };
 
+// The limits of the tenants whose capabilities carry them (wire::CapabilityQos), shared by every target of the
+// server: all the sessions of one tenant, whichever agents opened them, draw on one pair of buckets. A request
+// the buckets do not admit is answered Busy with the time to wait (the client sends it again then), so nothing
+// waits inside a target.
+//
+// Thread-safety: all methods are safe from any thread.
+class QosLedger {
+ public:
+  // 0: admitted (charged one I/O and `bytes`); otherwise the nanoseconds until it may be, nothing charged.
+  uint64_t admit(const wire::CapabilityQos& qos, uint64_t bytes, uint64_t now_ns);
+
+ private:
+  struct Tenant {
+    wire::CapabilityQos limits;
+    std::unique_ptr<TenantQos> buckets;
+  };
+  std::mutex mu_;
+  std::map<Uuid, Tenant> tenants_;
+};
+
 class Target {
  public:
   // The data plane of target `index` of `count` over `engine`, as `config` says (provider, media_threads,
   // bypass_media, payload_timeout_ms). Errors from the transport (kNotSupported: provider unavailable here).
   static Result<std::unique_ptr<Target>> start(uint32_t index, uint32_t count, engine::Engine* engine,
                                                const ServerConfig& config, const std::string& secret,
-                                               std::shared_ptr<Revocations> revocations);
+                                               std::shared_ptr<Revocations> revocations,
+                                               std::shared_ptr<QosLedger> qos);
   ~Target();
   // The worker address clients connect to (binary; published in the pool map).
   const std::string& address() const;

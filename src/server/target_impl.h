@@ -53,6 +53,7 @@ class Target::Impl {
   engine::Engine* engine = nullptr;
   std::string secret;
   std::shared_ptr<Revocations> revocations;
+  std::shared_ptr<QosLedger> qos;
   std::unique_ptr<transport::Worker> worker;
   std::string address;
   std::thread thread;

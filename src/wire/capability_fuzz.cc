@@ -30,15 +30,17 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void*, const char*, const uint8_t*,
   int n = 0;
   for (uint8_t rights :
        {rfos::wire::Capability::kRead, uint8_t(rfos::wire::Capability::kRead | rfos::wire::Capability::kWrite)})
-    for (uint64_t expires : {uint64_t{1}, uint64_t{1} << 40, UINT64_MAX}) {
-      rfos::wire::Capability c;
-      c.session = rfos::Uuid::random();
-      c.pool = rfos::Uuid::random();
-      c.cont = rfos::Uuid::random();
-      c.rights = rights;
-      c.expires_unix_ms = expires;
-      std::string t = rfos::wire::encode_capability(c, kKey);
-      std::string name = "token-" + std::to_string(n++);
-      emit(ctx, name.c_str(), reinterpret_cast<const uint8_t*>(t.data()), t.size());
-    }
+    for (uint64_t expires : {uint64_t{1}, uint64_t{1} << 40, UINT64_MAX})
+      for (bool qos : {false, true}) {  // version 1, and version 2 with a tenant's limits
+        rfos::wire::Capability c;
+        c.session = rfos::Uuid::random();
+        c.pool = rfos::Uuid::random();
+        c.cont = rfos::Uuid::random();
+        c.rights = rights;
+        c.expires_unix_ms = expires;
+        if (qos) c.qos = {rfos::wire::qos_key_of("t"), 5000, 0, uint64_t{1} << 30, 0};
+        std::string t = rfos::wire::encode_capability(c, kKey);
+        std::string name = "token-" + std::to_string(n++);
+        emit(ctx, name.c_str(), reinterpret_cast<const uint8_t*>(t.data()), t.size());
+      }
 }

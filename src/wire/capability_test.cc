@@ -8,7 +8,7 @@ namespace {
 TEST(Capability, SignVerifyAndRefuse) {
   std::string secret(32, 's');
   std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(secret.data()), secret.size());
-  Capability cap{Uuid::random(), Uuid::random(), Uuid::random(), Capability::kRead | Capability::kWrite, 5000};
+  Capability cap{Uuid::random(), Uuid::random(), Uuid::random(), Capability::kRead | Capability::kWrite, 5000, {}};
   std::string token = encode_capability(cap, key);
   ASSERT_EQ(token.size(), Capability::kEncodedBytes);
   auto ok = verify_capability(token, key, 4999);
@@ -26,6 +26,36 @@ TEST(Capability, SignVerifyAndRefuse) {
     EXPECT_FALSE(verify_capability(bad, key, 1).is_ok()) << "byte " << i;
   }
   EXPECT_EQ(verify_capability(token.substr(1), key, 1).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A tenant's limits travel signed: they cannot be changed or stripped (a version 1 token made of a version 2
+// one, by cutting its limits off and relabelling it, does not verify).
+TEST(Capability, QosLimitsAreSignedIn) {
+  std::string secret(32, 's');
+  std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(secret.data()), secret.size());
+  Capability cap{Uuid::random(), Uuid::random(), Uuid::random(), Capability::kRead, 5000, {}};
+  cap.qos = {qos_key_of("tenant-a"), 5000, 50, 100 << 20, 0};
+  std::string token = encode_capability(cap, key);
+  ASSERT_EQ(token.size(), Capability::kEncodedBytesWithQos);
+  auto ok = verify_capability(token, key, 1);
+  ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
+  EXPECT_EQ(ok->qos, cap.qos);
+  EXPECT_EQ(qos_key_of("tenant-a"), cap.qos.key);
+  EXPECT_NE(qos_key_of("tenant-b"), cap.qos.key);
+  for (size_t i = 0; i < token.size(); ++i) {
+    std::string bad = token;
+    bad[i] ^= 1;
+    EXPECT_FALSE(verify_capability(bad, key, 1).is_ok()) << "byte " << i;
+  }
+  std::string stripped = token.substr(0, 58) + token.substr(98);
+  stripped[0] = Capability::kVersion;
+  EXPECT_EQ(verify_capability(stripped, key, 1).status().code(), StatusCode::kPermissionDenied);
+  std::string relabelled = token;
+  relabelled[0] = Capability::kVersion;
+  EXPECT_EQ(decode_capability(relabelled).status().code(), StatusCode::kInvalidArgument);
+  // Without limits a capability stays version 1.
+  cap.qos = {};
+  EXPECT_EQ(encode_capability(cap, key).size(), Capability::kEncodedBytes);
 }
 
 }  // namespace

@@ -91,7 +91,7 @@ struct Reply {
   StatusCode status = StatusCode::kOk;
   std::string message;          // error text
   uint64_t epoch = 0;           // update: the epoch it was stamped with
-  uint64_t length = 0;          // fetch: payload bytes; size: the array size
+  uint64_t length = 0;          // fetch: payload bytes; size: the array size; Busy: microseconds to wait
   std::vector<uint32_t> csums;  // fetch: checksums of the payload
 };
 

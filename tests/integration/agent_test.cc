@@ -512,6 +512,63 @@ TEST_F(AgentTest, ALimitedTenantIsHeldToItsRate) {
   EXPECT_TRUE(app->array_size(*h, {9, 9}, "d", "a").is_ok());
 }
 
+// A tenant's limits travel in its capabilities (the server signs what the trusted agent names), and the targets
+// hold all the tenant's sessions to them together: two agents serving one tenant of 200 I/Os a second (each agent
+// alone would let 200 a second through) move 220 writes no faster than the one limit allows. (Each agent's own
+// bucket would let the two apps through in about half the time.)
+TEST_F(AgentTest, TheTargetsHoldATenantToItsLimitsAcrossAgents) {
+  start_server("root");
+  std::vector<std::unique_ptr<Agent>> agents;
+  std::vector<std::unique_ptr<AgentClient>> apps;
+  for (int i = 0; i < 2; ++i) {
+    AgentConfig c = agent_config();
+    c.listen = dir_.path() + "/agent" + std::to_string(i) + "/agent.sock";
+    TenantConfig t{"limited", {"root"}, {}, "", 1, {}};
+    t.qos.iops = 200;
+    t.qos.burst_ios = 10;
+    c.tenants = {t};
+    auto a = Agent::start(c);
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    agents.push_back(std::move(a).value());
+    AgentClientOptions o;
+    o.buffer_bytes = 1 << 20;
+    o.entries = 64;
+    auto app = AgentClient::connect(c.listen, o);
+    ASSERT_TRUE(app.is_ok()) << app.status().to_string();
+    apps.push_back(std::move(app).value());
+  }
+  std::vector<uint32_t> handles;
+  for (auto& app : apps) {
+    auto h = app->open("p", "c", true);
+    ASSERT_TRUE(h.is_ok()) << h.status().to_string();
+    handles.push_back(*h);
+  }
+  constexpr uint64_t kIosEach = 110;
+  auto start = std::chrono::steady_clock::now();
+  std::vector<uint64_t> submitted(2, 0), done(2, 0);
+  while (done[0] + done[1] < 2 * kIosEach) {
+    for (size_t i = 0; i < 2; ++i) {
+      auto buf = apps[i]->buffer();
+      while (submitted[i] < kIosEach && apps[i]->in_flight() < 16) {
+        uint64_t slot = submitted[i] % 64;
+        ASSERT_TRUE(apps[i]
+                        ->submit(RingOp::kWrite, handles[i], {9, 9 + i}, "d", "a", 4096 * slot,
+                                 buf.subspan(4096 * slot, 4096), submitted[i])
+                        .is_ok());
+        ++submitted[i];
+      }
+      if (apps[i]->in_flight() == 0) continue;
+      auto got = apps[i]->poll(16, 1);
+      ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+      for (auto& x : *got) EXPECT_TRUE(x.status.is_ok()) << x.status.to_string();
+      done[i] += got->size();
+    }
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // At most the targets' burst (10) and 200 a second: 210 of the 220 take at least 1.05 s.
+  EXPECT_GE(secs, 0.9 * double(2 * kIosEach - 10) / 200) << "faster than the tenant's one limit allows";
+}
+
 // The C API unchanged, in agent mode: rfos_connect("agent://SOCK") (or RFOS_AGENT), the same calls.
 TEST_F(AgentTest, TheCApiWorksThroughTheAgent) {
   start_server("root");
