@@ -60,6 +60,17 @@ class AgentTest : public ::testing::Test {
     agent_ = std::move(a).value();
   }
 
+  // An agent on `listen` whose one tenant (root's apps) is held to 200 I/Os a second, burst 10.
+  AgentConfig limited_agent(const std::string& listen) {
+    AgentConfig c = agent_config();
+    c.listen = listen;
+    TenantConfig t{"limited", {"root"}, {}, "", 1, {}};
+    t.qos.iops = 200;
+    t.qos.burst_ios = 10;
+    c.tenants = {t};
+    return c;
+  }
+
   std::unique_ptr<AgentClient> connect() {
     AgentClientOptions o;
     o.buffer_bytes = 8 << 20;
@@ -473,16 +484,11 @@ TEST_F(AgentTest, ASealingTenantsBytesAreNeverOnTheMediaAndTamperingIsCaught) {
 }
 
 // A tenant held to 200 I/Os a second (burst 10) cannot go faster, however many it submits at once. (Its rate
-// against another tenant running flat out is measured in bench/agent_bench.py --qos; here only the bound that
+// against another tenant running flat out is measured in bench/agent_qos_bench.py; here only the bound that
 // must hold on any machine: never faster than the limit.)
 TEST_F(AgentTest, ALimitedTenantIsHeldToItsRate) {
   start_server("root");
-  AgentConfig c = agent_config();
-  TenantConfig t{"limited", {"root"}, {}, "", 1, {}};
-  t.qos.iops = 200;
-  t.qos.burst_ios = 10;
-  c.tenants = {t};
-  auto a = Agent::start(c);
+  auto a = Agent::start(limited_agent(agent_config().listen));
   ASSERT_TRUE(a.is_ok()) << a.status().to_string();
   agent_ = std::move(a).value();
   auto app = connect();
@@ -521,12 +527,7 @@ TEST_F(AgentTest, TheTargetsHoldATenantToItsLimitsAcrossAgents) {
   std::vector<std::unique_ptr<Agent>> agents;
   std::vector<std::unique_ptr<AgentClient>> apps;
   for (int i = 0; i < 2; ++i) {
-    AgentConfig c = agent_config();
-    c.listen = dir_.path() + "/agent" + std::to_string(i) + "/agent.sock";
-    TenantConfig t{"limited", {"root"}, {}, "", 1, {}};
-    t.qos.iops = 200;
-    t.qos.burst_ios = 10;
-    c.tenants = {t};
+    AgentConfig c = limited_agent(dir_.path() + "/agent" + std::to_string(i) + "/agent.sock");
     auto a = Agent::start(c);
     ASSERT_TRUE(a.is_ok()) << a.status().to_string();
     agents.push_back(std::move(a).value());
