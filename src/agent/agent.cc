@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +29,8 @@
 #include "agent/ring.h"
 #include "agent/seal.h"
 #include "client/container.h"
+#include "fuse/mount.h"
+#include "posix/namespace.h"
 #include "common/local_socket.h"
 #include "common/yaml_file.h"
 
@@ -122,6 +125,11 @@ class AppConn {
         member_(tenant.share),
         control_(control.acting_for(peer_.uid, peer_.gid, peer_.groups, tenant.server_limits)) {}
   ~AppConn() {
+    if (served_) {  // the app is gone: so is its mount's service (the kernel fails what waits on it)
+      served_->stop->store(true);
+      served_->thread.join();
+      served_.reset();
+    }
     if (shared_ > 0) share_.done(member_, shared_);  // what timed out in drain()
     conts_.clear();  // their sessions end before the memory their registrations named goes
     if (buffer_) munmap(buffer_, buffer_bytes_);
@@ -202,27 +210,51 @@ class AppConn {
     for (;;) {
       char buf[kMaxMessageBytes + 1];
       iovec iov{buf, sizeof(buf)};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];  // room for the one descriptor of kMount
       msghdr h{};
       h.msg_iov = &iov;
       h.msg_iovlen = 1;
+      h.msg_control = control;
+      h.msg_controllen = sizeof(control);
       ssize_t n = recvmsg(fd_, &h, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::ok();
       if (n < 0) return sys_error("receive from the app");
       if (n == 0) return error(StatusCode::kShutdown, "the app closed its connection");
       *busy = true;
-      if (h.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
-        return error(StatusCode::kInvalidArgument, "a message too long, or with descriptors: connection closed");
-      RFOS_ASSIGN_OR_RETURN(Message m, decode_message(std::string_view(buf, static_cast<size_t>(n))));
+      int passed = -1;  // owned here until handed on
+      for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
+          int fd;
+          std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+          if (passed >= 0) close(passed);
+          passed = fd;
+        }
+      }
+      auto m = decode_message(std::string_view(buf, static_cast<size_t>(n)));
+      bool takes_one = m.is_ok() && m->type == MsgType::kMount;
+      if ((h.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || !m.is_ok() || (passed >= 0 && !takes_one)) {
+        if (passed >= 0) close(passed);
+        if (!m.is_ok()) return m.status();
+        return error(StatusCode::kInvalidArgument,
+                     "a message too long, or with descriptors it does not take: connection closed");
+      }
       std::vector<int> fds;
-      Message reply = answer(m, &fds);
-      reply.id = m.id;
+      Message reply = answer(*m, &fds, passed);
+      reply.id = m->id;
       RFOS_RETURN_IF_ERROR(send_message(fd_, reply, fds));
     }
   }
 
-  Message answer(const Message& m, std::vector<int>* fds) {
+  // `passed`: a descriptor that came with the message (kMount's), which this takes.
+  Message answer(const Message& m, std::vector<int>* fds, int passed) {
     Message r;
     r.type = MsgType::kDone;
+    if (m.type == MsgType::kMount) {
+      Status s = hello_ ? serve_mount(m, passed) : error(StatusCode::kInvalidArgument, "say hello first");
+      if (!hello_ && passed >= 0) close(passed);
+      return s.is_ok() ? r : error_message(m.id, s);
+    }
     if (m.type == MsgType::kHello) {
       if (m.version != kProtocolVersion)
         return error_message(m.id, error(StatusCode::kNotSupported,
@@ -278,6 +310,47 @@ class AppConn {
       default:
         return error_message(m.id, error(StatusCode::kInvalidArgument, "not a request an app sends"));
     }
+  }
+
+  // The app mounted a FUSE device and hands it over: the namespace of the container, opened for the app's
+  // user, serves it on threads of its own (fuse::run_mount) until the mount goes away or the app does. A
+  // failure leaves nothing behind (the device is closed).
+  Status serve_mount(const Message& m, int fuse_fd) {
+    auto refuse = [&](Status s) {
+      if (fuse_fd >= 0) close(fuse_fd);
+      return s;
+    };
+    if (fuse_fd < 0) return refuse(error(StatusCode::kInvalidArgument, "a mount comes with its FUSE device"));
+    if (served_) return refuse(error(StatusCode::kAlreadyExists, "this connection serves a mount already"));
+    if (sealer_)
+      return refuse(error(StatusCode::kNotSupported,
+                          "tenant " + tenant_ + " seals its data, which the mount does not do yet: not mounted"));
+    struct stat st {};
+    if (fstat(fuse_fd, &st) != 0 || !S_ISCHR(st.st_mode) || major(st.st_rdev) != 10 || minor(st.st_rdev) != 229)
+      return refuse(error(StatusCode::kInvalidArgument, "the descriptor is not a FUSE device (/dev/fuse)"));
+    fuse::MountOptions o;
+    o.fsname = "rfos:" + m.pool + "/" + m.cont;
+    if (Status s = fuse::decode_served_settings(m.text, &o); !s.is_ok()) return refuse(s);
+    client::ContainerOptions co;
+    co.provider = config_.provider;
+    co.timeout_ms = config_.timeout_ms;
+    auto ns = posix::Namespace::open(*control_, m.pool, m.cont, co);
+    if (!ns.is_ok()) return refuse(ns.status());
+    o.fuse_fd = fuse_fd;
+    o.stop = std::make_shared<std::atomic<bool>>(false);
+    served_ = std::make_unique<Served>();
+    served_->ns = std::move(ns).value();
+    served_->stop = o.stop;
+    served_->thread = std::thread([this, o, ns = served_->ns.get()] {
+      Status s = fuse::run_mount(*ns, o);
+      if (!s.is_ok()) spdlog::info("agent: mount of app {}: {}", peer_.describe(), s.to_string());
+      // The app's shim hears the mount ended: how (a last word, id 0), then the hang-up.
+      Message last;
+      last.type = MsgType::kDone;
+      (void)send_message(fd_, s.is_ok() ? last : error_message(0, s));
+      shutdown(fd_, SHUT_RDWR);
+    });
+    return Status::ok();
   }
 
   // A failure leaves nothing set up: the app may ask again.
@@ -520,6 +593,12 @@ class AppConn {
   FairShare::Member member_;                         // this app's tenant in it
   double shared_ = 0;                                // this app's ops' part of member_'s in-flight share
   bool held_ = false;                                // the share held a submission back on this turn
+  struct Served {  // the app's mount, served here (serve_mount)
+    std::unique_ptr<posix::Namespace> ns;
+    std::shared_ptr<std::atomic<bool>> stop;
+    std::thread thread;
+  };
+  std::unique_ptr<Served> served_;
   uint64_t throttled_until_ = 0;                     // now_ns() before which the limits let nothing more go
   std::vector<std::unique_ptr<uint8_t[]>> bounces_;  // free bounce buffers of sealed I/O
   std::unique_ptr<client::ControlClient> control_;

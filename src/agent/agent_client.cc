@@ -46,6 +46,7 @@ Result<std::unique_ptr<AgentClient>> AgentClient::connect(const std::string& soc
   RFOS_ASSIGN_OR_RETURN(Message welcome, c->call(hello));
   if (welcome.type != MsgType::kWelcome) return error(StatusCode::kInvalidArgument, "the agent did not welcome us");
   c->tenant_ = welcome.text;
+  if (!options.ring) return c;
   Message setup;
   setup.type = MsgType::kSetup;
   setup.sq_entries = setup.cq_entries = options.entries;
@@ -98,11 +99,25 @@ Status AgentClient::refusal_or_gone() {
   return gone();
 }
 
-Result<Message> AgentClient::call(const Message& m, std::vector<int>* fds) {
+Result<Message> AgentClient::call(const Message& m, std::vector<int>* fds, int send_fd) {
   Message q = m;
   q.id = next_id_++;
   std::string bytes = encode_message(q);
-  if (send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size())) {
+  iovec out{bytes.data(), bytes.size()};
+  msghdr sh{};
+  sh.msg_iov = &out;
+  sh.msg_iovlen = 1;
+  alignas(cmsghdr) char passed[CMSG_SPACE(sizeof(int))];
+  if (send_fd >= 0) {
+    sh.msg_control = passed;
+    sh.msg_controllen = sizeof(passed);
+    cmsghdr* c = CMSG_FIRSTHDR(&sh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &send_fd, sizeof(int));
+  }
+  if (sendmsg(fd_, &sh, MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size())) {
     if (errno != EPIPE && errno != ECONNRESET) return sys_error("send to the agent");
     return refusal_or_gone();
   }
@@ -260,6 +275,35 @@ Status AgentClient::write(uint32_t handle, const ObjectId& oid, std::string_view
 Status AgentClient::read(uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey,
                          uint64_t offset, std::span<uint8_t> bytes) {
   return io(RingOp::kRead, handle, oid, dkey, akey, offset, bytes);
+}
+
+Status AgentClient::serve_mount(const std::string& pool, const std::string& cont, const std::string& settings,
+                                int fuse_fd) {
+  Message m;
+  m.type = MsgType::kMount;
+  m.pool = pool;
+  m.cont = cont;
+  m.text = settings;
+  RFOS_ASSIGN_OR_RETURN(Message done, call(m, nullptr, fuse_fd));
+  if (done.type != MsgType::kDone) return error(StatusCode::kInvalidArgument, "the agent's answer to mount");
+  return Status::ok();
+}
+
+Status AgentClient::wait_until_closed(const std::function<bool()>& stop) {
+  while (!stop()) {
+    pollfd p{fd_, POLLIN, 0};
+    int n = ::poll(&p, 1, 200);
+    if (n < 0 && errno != EINTR) return sys_error("poll");
+    if (n > 0) {
+      char buf[kMaxMessageBytes];
+      ssize_t got = recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
+      if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) return gone();
+      // Nothing is asked now: a message is the agent's last word on the mount before it hangs up.
+      auto m = got > 0 ? decode_message(std::string_view(buf, static_cast<size_t>(got))) : Result<Message>(gone());
+      if (m.is_ok() && m->id == 0) return status_of(*m);
+    }
+  }
+  return Status::ok();
 }
 
 }  // namespace rfos::agent

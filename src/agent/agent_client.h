@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -25,6 +26,7 @@ struct AgentClientOptions {
   uint64_t buffer_bytes = 64ull << 20;  // the shared buffer asked for
   uint32_t entries = 256;               // submission and completion queue entries
   uint32_t timeout_ms = 30000;          // per control request
+  bool ring = true;                     // false: the control channel only (a mount's shim: no ring, no buffer)
 };
 
 struct AgentCompletion {
@@ -64,9 +66,17 @@ class AgentClient {
               std::span<uint8_t> bytes);
   size_t in_flight() const { return in_flight_; }
 
+  // Hands a FUSE device this process mounted to the agent, which serves it with the namespace of `cont` for
+  // this app's user (`rfos mount --agent`); `settings` from fuse::encode_served_settings. The agent closes the
+  // connection when the mount ends.
+  Status serve_mount(const std::string& pool, const std::string& cont, const std::string& settings, int fuse_fd);
+  // Waits until the agent says the mount ended (OK, or how it failed), the agent goes away (kShutdown), or
+  // `stop()` holds (OK; looked at every 200 ms and after a signal).
+  Status wait_until_closed(const std::function<bool()>& stop);
+
  private:
   AgentClient() = default;
-  Result<Message> call(const Message& m, std::vector<int>* fds = nullptr);
+  Result<Message> call(const Message& m, std::vector<int>* fds = nullptr, int send_fd = -1);
   Status refusal_or_gone();
   Status io(RingOp op, uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey,
             uint64_t offset, std::span<uint8_t> bytes);

@@ -67,6 +67,9 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void*, const char*, const uint8_t*,
   m.cont = "cont";
   m.write = true;
   out("open", encode_message(m));
+  m.type = MsgType::kMount;
+  m.text = "fsname=rfos:p/c\nattr_timeout_s=1\n";
+  out("mount", encode_message(m));
   m.type = MsgType::kSize;
   m.handle = 1;
   m.dkey = "d";

@@ -53,6 +53,11 @@ std::string encode_message(const Message& m) {
       put_string(&out, m.cont);
       out.push_back(m.write ? 1 : 0);
       break;
+    case MsgType::kMount:
+      put_string(&out, m.pool);
+      put_string(&out, m.cont);
+      put_string(&out, m.text);
+      break;
     case MsgType::kClose:
     case MsgType::kOpened:
       put_le<uint32_t>(&out, m.handle);
@@ -100,6 +105,9 @@ Result<Message> decode_message(std::string_view bytes) {
       m.write = w == 1;
       break;
     }
+    case MsgType::kMount:
+      ok = get_string(&in, &m.pool) && get_string(&in, &m.cont) && get_string(&in, &m.text);
+      break;
     case MsgType::kClose:
     case MsgType::kOpened:
       ok = in.get_le(&m.handle);

@@ -1,6 +1,7 @@
 // The control channel between an application and `rfos agent` (docs/agent.md): one message per datagram of a
 // Unix SOCK_SEQPACKET socket, each a request the app sends and the agent answers in order. Descriptors (the
-// ring region, the shared buffer, the two eventfds) travel beside the answer to kSetup as SCM_RIGHTS.
+// ring region, the shared buffer, the two eventfds) travel beside the answer to kSetup as SCM_RIGHTS, and a
+// FUSE device beside kMount; no other message may carry one.
 //
 //   message := type(1) id(4 LE) body
 //   string  := len(2 LE) bytes
@@ -29,6 +30,10 @@ enum class MsgType : uint8_t {
   kOpen = 3,   // pool, cont, write; answered by kOpened
   kClose = 4,  // handle; answered by kDone
   kSize = 5,   // handle, oid, dkey, akey; answered by kDone with `value` = the array's size
+  // pool, cont, text (fuse::encode_served_settings), one descriptor: a FUSE device the app mounted, which the
+  // agent serves (the namespace runs in the agent); answered by kDone once it does. The agent closes the
+  // connection when the mount ends.
+  kMount = 6,
   // agent -> app
   kWelcome = 64,  // version, tenant
   kReady = 65,    // sq_entries, cq_entries, buffer_bytes (the region sizes as made)

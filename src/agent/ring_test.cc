@@ -206,6 +206,16 @@ TEST(Protocol, MessagesRoundTripAndMalformedOnesAreRefused) {
   err.code = 0;  // an error that says it is none
   EXPECT_FALSE(decode_message(encode_message(err)).is_ok());
   EXPECT_FALSE(decode_message(std::string(kMaxMessageBytes + 1, '\1')).is_ok());
+  Message mount;
+  mount.type = MsgType::kMount;
+  mount.pool = "p";
+  mount.cont = "c";
+  mount.text = "fsname=rfos:p/c\n";
+  auto m = decode_message(encode_message(mount));
+  ASSERT_TRUE(m.is_ok());
+  EXPECT_EQ(m->type, MsgType::kMount);
+  EXPECT_EQ(m->text, mount.text);
+  EXPECT_EQ(m->cont, "c");
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cli/cli.h"
+#include "agent/agent_client.h"
 #include "fuse/mount.h"
 #include "posix/namespace.h"
 
@@ -253,7 +254,10 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
                   "every operation and write durable when it returns, as -o sync (default: durable at fsync)");
   add_size_option(mount, "--readahead", m->readahead_bytes, "bytes the kernel reads ahead on sequential reads")
       ->capture_default_str();
-  mount->callback([&ctx, a, m, foreground] {
+  auto agent_socket = std::make_shared<std::string>();
+  mount->add_option("--agent", *agent_socket,
+                    "the namespace runs in the rfos agent on this socket; this process only mounts (docs/agent.md)");
+  mount->callback([&ctx, a, m, foreground, agent_socket] {
     // Daemonize before any client thread exists: the parent waits for the child's word that it mounted.
     int pipefd[2] = {-1, -1};
     if (!*foreground) {
@@ -278,20 +282,6 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
       ::close(fd);
     };
     m->fsname = "rfos:" + a->pool + "/" + a->cont;
-    Status where = fuse::check_mountpoint(m->mountpoint);
-    auto opened = where.is_ok() ? open_namespace(ctx, a->pool, a->cont, a->provider) : Result<Mounted>(where);
-    if (opened.is_ok()) {
-      auto allowed = fuse::check_mount_options(m->extra_options, geteuid(), opened->owner);
-      if (allowed.is_ok())
-        m->allow_suid_and_devices = *allowed;
-      else
-        opened = allowed.status();
-    }
-    if (!opened.is_ok()) {
-      tell("rfos mount: " + opened.status().to_string() + "\n");
-      ctx.check(opened.status(), "mount");
-      return;
-    }
     bool told = false;
     m->on_mounted = [&](const Status& s) {
       if (told) return;
@@ -310,6 +300,38 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
         }
       }
     };
+    if (!agent_socket->empty()) {
+      // A thin shim: it mounts and hands the FUSE device to the agent, which serves it for this user.
+      Status s = Status::ok();
+      if (auto asked = fuse::check_mount_options(m->extra_options, 0, "root"); asked.is_ok() && *asked)
+        s = error(StatusCode::kPermissionDenied, "-o suid and -o dev are not available through the agent");
+      if (s.is_ok())
+        s = fuse::mount_for_agent(*m, [&](int fuse_fd, const std::function<bool()>& ended) -> Status {
+          agent::AgentClientOptions ao;
+          ao.ring = false;
+          RFOS_ASSIGN_OR_RETURN(auto app, agent::AgentClient::connect(*agent_socket, ao));
+          RFOS_RETURN_IF_ERROR(app->serve_mount(a->pool, a->cont, fuse::encode_served_settings(*m), fuse_fd));
+          m->on_mounted(Status::ok());
+          return app->wait_until_closed(ended);
+        });
+      if (!told) tell("rfos mount: " + s.to_string() + "\n");
+      ctx.check(s, "mount");
+      return;
+    }
+    Status where = fuse::check_mountpoint(m->mountpoint);
+    auto opened = where.is_ok() ? open_namespace(ctx, a->pool, a->cont, a->provider) : Result<Mounted>(where);
+    if (opened.is_ok()) {
+      auto allowed = fuse::check_mount_options(m->extra_options, geteuid(), opened->owner);
+      if (allowed.is_ok())
+        m->allow_suid_and_devices = *allowed;
+      else
+        opened = allowed.status();
+    }
+    if (!opened.is_ok()) {
+      tell("rfos mount: " + opened.status().to_string() + "\n");
+      ctx.check(opened.status(), "mount");
+      return;
+    }
     Status s = fuse::run_mount(*opened->ns, *m);
     if (!told) tell("rfos mount: " + s.to_string() + "\n");
     ctx.check(s, "mount");

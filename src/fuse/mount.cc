@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -23,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <unordered_map>
@@ -889,7 +891,7 @@ class SignalsEndTheLoop {
 // it; a write handed to write-behind takes that buffer along. The device is non-blocking, so a worker that
 // lost the race for a request goes back to waiting, and every worker looks at the exit flag (unmount, signal)
 // at least every kExitCheckMs. Returns 0, or the errno that stopped the loop.
-int serve_requests(fuse_session* se, RequestBuffers& buffers, unsigned threads) {
+int serve_requests(fuse_session* se, RequestBuffers& buffers, unsigned threads, const std::atomic<bool>* stop) {
   constexpr int kExitCheckMs = 200;
   int fd = fuse_session_fd(se);
   int flags = fcntl(fd, F_GETFL);
@@ -905,6 +907,10 @@ int serve_requests(fuse_session* se, RequestBuffers& buffers, unsigned threads) 
     }
     fuse_buf buf{};
     while (!fuse_session_exited(se)) {
+      if (stop && stop->load()) {
+        fuse_session_exit(se);
+        break;
+      }
       epoll_event ready;
       if (epoll_wait(ep, &ready, 1, kExitCheckMs) <= 0) continue;  // timeout, or a signal: the exit flag
       if (!buf.mem) buf.mem = buffers.take();
@@ -967,8 +973,113 @@ Result<bool> check_mount_options(const std::string& extra_options, uint32_t moun
   return true;
 }
 
+namespace {
+// The -o list of a mount: what the kernel enforces (default_permissions, allow_other, nosuid and nodev unless
+// allowed) and the caller's extra options.
+std::string fuse_options(const MountOptions& options) {
+  std::string o = "fsname=" + options.fsname + ",subtype=rfos,default_permissions";
+  if (options.allow_other) o += ",allow_other";
+  if (!options.extra_options.empty()) o += "," + options.extra_options;
+  if (!options.allow_suid_and_devices) o += ",nosuid,nodev";  // last, so no earlier option undoes them
+  return o;
+}
+
+struct FuseArgs {
+  explicit FuseArgs(const std::string& o) : argv_s{"rfos", "-o", o} {
+    for (auto& a : argv_s) argv.push_back(a.data());
+    args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  }
+  ~FuseArgs() { fuse_opt_free_args(&args); }  // libfuse may have copied and grown them
+  std::vector<std::string> argv_s;
+  std::vector<char*> argv;
+  fuse_args args;
+};
+}  // namespace
+
+Status mount_for_agent(const MountOptions& options,
+                       const std::function<Status(int fuse_fd, const std::function<bool()>& ended)>& serve) {
+  RFOS_RETURN_IF_ERROR(check_mountpoint(options.mountpoint));
+  std::string o = fuse_options(options);
+  FuseArgs args(o);
+  fuse_lowlevel_ops ops{};  // this process serves no request: the agent does
+  fuse_session* se = fuse_session_new(&args.args, &ops, sizeof(ops), nullptr);
+  if (!se) return error(StatusCode::kInvalidArgument, "FUSE refused the options '" + o + "'");
+  Status result = Status::ok();
+  {
+    SignalsEndTheLoop signals(se);
+    if (fuse_session_mount(se, options.mountpoint.c_str()) != 0) {
+      result = error(StatusCode::kIoError,
+                     "cannot mount on '" + options.mountpoint + "' (is /dev/fuse there, and may this user mount?)");
+    } else {
+      set_readahead(options);
+      result = serve(fuse_session_fd(se), [se] { return fuse_session_exited(se) != 0; });
+      fuse_session_unmount(se);
+    }
+  }
+  fuse_session_destroy(se);
+  return result;
+}
+
+std::string encode_served_settings(const MountOptions& o) {
+  std::ostringstream s;
+  s.precision(17);
+  s << "fsname=" << o.fsname << "\nattr_timeout_s=" << o.attr_timeout_s << "\nentry_timeout_s=" << o.entry_timeout_s
+    << "\nnegative_timeout_s=" << o.negative_timeout_s << "\nno_notices=" << o.no_notices
+    << "\ndirect_io=" << o.direct_io << "\nwriteback_cache=" << o.writeback_cache << "\nsync_writes=" << o.sync_writes
+    << "\ndurable=" << o.durable << "\nwriter_threads=" << o.writer_threads
+    << "\nrequest_threads=" << o.request_threads << "\n";
+  return s.str();
+}
+
+Status decode_served_settings(std::string_view text, MountOptions* o) {
+  auto bad = [](std::string_view line) {
+    return error(StatusCode::kInvalidArgument, "mount setting '" + std::string(line.substr(0, 64)) + "'");
+  };
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    size_t eq = line.find('=');
+    if (eq == std::string_view::npos) return bad(line);
+    std::string key(line.substr(0, eq)), value(line.substr(eq + 1));
+    auto number = [&](double lo, double hi, double* out) {
+      char* end = nullptr;
+      double v = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != 0 || !(v >= lo && v <= hi)) return false;
+      *out = v;
+      return true;
+    };
+    auto flag = [&](bool* out) {
+      if (value != "0" && value != "1") return false;
+      *out = value == "1";
+      return true;
+    };
+    double v = 0;
+    auto name_ok = [&] {  // it becomes an -o option: no separator or escape of libfuse's
+      return !value.empty() && value.size() < 256 && std::all_of(value.begin(), value.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || std::strchr(":/._-@+", c) != nullptr;
+      });
+    };
+    bool ok = key == "fsname"               ? (o->fsname = value, name_ok())
+              : key == "attr_timeout_s"     ? number(0, 86400, &o->attr_timeout_s)
+              : key == "entry_timeout_s"    ? number(0, 86400, &o->entry_timeout_s)
+              : key == "negative_timeout_s" ? number(0, 86400, &o->negative_timeout_s)
+              : key == "no_notices"         ? flag(&o->no_notices)
+              : key == "direct_io"          ? flag(&o->direct_io)
+              : key == "writeback_cache"    ? flag(&o->writeback_cache)
+              : key == "sync_writes"        ? flag(&o->sync_writes)
+              : key == "durable"            ? flag(&o->durable)
+              : key == "writer_threads"     ? (number(1, 64, &v) && (o->writer_threads = unsigned(v), true))
+              : key == "request_threads"    ? (number(1, 64, &v) && (o->request_threads = unsigned(v), true))
+                                            : false;
+    if (!ok) return bad(line);
+  }
+  return Status::ok();
+}
+
 Status run_mount(posix::Namespace& ns, const MountOptions& given) {
-  RFOS_RETURN_IF_ERROR(check_mountpoint(given.mountpoint));
+  bool served = given.fuse_fd >= 0;  // a mount `rfos mount --agent` made, served here in the agent
+  if (!served) RFOS_RETURN_IF_ERROR(check_mountpoint(given.mountpoint));
   MountOptions options = given;
   if (has_option(options.extra_options, "sync")) options.durable = true;
   if (options.durable) options.sync_writes = true;  // a write is durable when it returns, so it is stored then
@@ -1006,29 +1117,29 @@ Status run_mount(posix::Namespace& ns, const MountOptions& given) {
   ops.listxattr = op_listxattr;
   ops.removexattr = op_removexattr;
 
-  std::string o = "fsname=" + options.fsname + ",subtype=rfos,default_permissions";
-  if (options.allow_other) o += ",allow_other";
-  if (!options.extra_options.empty()) o += "," + options.extra_options;
-  if (!options.allow_suid_and_devices) o += ",nosuid,nodev";  // last, so no earlier option undoes them
-  std::vector<std::string> argv_s = {"rfos", "-o", o};
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  // Served: the mount options were the mounting process's; only the session's matter here.
+  std::string o = served ? "fsname=" + options.fsname + ",subtype=rfos" : fuse_options(options);
+  FuseArgs args(o);
 
   Fs fs(ns, options);
-  fuse_session* se = fuse_session_new(&args, &ops, sizeof(ops), &fs);
+  fuse_session* se = fuse_session_new(&args.args, &ops, sizeof(ops), &fs);
   if (!se) {
-    fuse_opt_free_args(&args);
+    if (served) close(options.fuse_fd);
     return error(StatusCode::kInvalidArgument, "FUSE refused the options '" + o + "'");
   }
   Status result = Status::ok();
   {
-    SignalsEndTheLoop signals(se);
-    if (fuse_session_mount(se, options.mountpoint.c_str()) != 0) {
+    // An agent serves many mounts, and its signals are its own.
+    std::optional<SignalsEndTheLoop> signals;
+    if (!served) signals.emplace(se);
+    // libfuse takes "/dev/fd/N" as a device another process mounted (it then neither mounts nor unmounts).
+    std::string point = served ? "/dev/fd/" + std::to_string(options.fuse_fd) : options.mountpoint;
+    if (fuse_session_mount(se, point.c_str()) != 0) {
+      if (served) close(options.fuse_fd);
       result = error(StatusCode::kIoError,
                      "cannot mount on '" + options.mountpoint + "' (is /dev/fuse there, and may this user mount?)");
     } else {
-      set_readahead(options);
+      if (!served) set_readahead(options);
       // Other clients' changes show here at once while the targets send notices of them; without (a server
       // that sends none), within the timeouts.
       auto watching = options.no_notices
@@ -1038,15 +1149,14 @@ Status run_mount(posix::Namespace& ns, const MountOptions& given) {
         spdlog::warn("no notices of other clients' changes ({}): they show within the timeouts",
                      watching.status().to_string());
       if (options.on_mounted) options.on_mounted(Status::ok());
-      if (int err = serve_requests(se, fs.buffers(), options.request_threads); err != 0)
+      if (int err = serve_requests(se, fs.buffers(), options.request_threads, options.stop.get()); err != 0)
         result = error(StatusCode::kIoError, std::string("the FUSE loop failed: ") + std::strerror(err));
       // The watcher's thread writes to the session's device: it ends before the unmount closes it.
       if (watching.is_ok()) watching->reset();
       fuse_session_unmount(se);
     }
   }
-  fuse_session_destroy(se);
-  fuse_opt_free_args(&args);  // libfuse may have copied and grown them
+  fuse_session_destroy(se);  // closes the device, a served one too
   if (!result.is_ok() && options.on_mounted) options.on_mounted(result);
   return result;
 }

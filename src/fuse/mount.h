@@ -10,7 +10,11 @@
 // Thread-safety: run_mount owns its threads; nothing here is shared with callers.
 #pragma once
 
+#include <atomic>
+#include <functional>
+#include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "posix/namespace.h"
@@ -41,7 +45,25 @@ struct MountOptions {
   unsigned readahead_bytes = 4u << 20;  // sequential reads: the kernel reads ahead this much
   // Called once the file system is mounted (for daemonizing parents and tests).
   std::function<void(const Status&)> on_mounted;
+
+  // Serving a mount another process made (`rfos mount --agent`, the namespace in `rfos agent`): the FUSE device
+  // it opened and mounted, which run_mount then owns and closes; no mount point, signals or unmount here. The
+  // loop ends when the mount goes away or `stop` is set.
+  int fuse_fd = -1;
+  std::shared_ptr<std::atomic<bool>> stop;
 };
+
+// The settings that travel from `rfos mount --agent` to the agent that serves its mount (timeouts, notices,
+// caching, durability, threads, fsname): "key=value" lines. decode: kInvalidArgument for an unknown key or a
+// bad value.
+std::string encode_served_settings(const MountOptions& o);
+Status decode_served_settings(std::string_view text, MountOptions* o);
+
+// `rfos mount --agent`'s side: mounts (nosuid, nodev), sets the readahead, hands the FUSE device to `serve`
+// (which passes it to the agent and returns when the agent ends or `ended()` says a signal came), then
+// unmounts. Errors: check_mountpoint's, kIoError (FUSE refused), or serve's.
+Status mount_for_agent(const MountOptions& options,
+                       const std::function<Status(int fuse_fd, const std::function<bool()>& ended)>& serve);
 
 // Mounts, serves until unmounted (fusermount3 -u, umount) or SIGINT/SIGTERM/SIGHUP, unmounts. Errors:
 // kInvalidArgument (bad mount point), kIoError (FUSE refused: no /dev/fuse, not permitted).

@@ -14,6 +14,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -30,12 +31,12 @@ ENV = dict(os.environ, UCX_NET_DEVICES="lo", FI_TCP_IFACE="lo", FI_NET_IFACE="lo
 
 
 class Server:
-    def __init__(self, data_dir, socket_path):
+    def __init__(self, data_dir, socket_path, extra=()):
         self.data_dir = data_dir
         self.socket_path = socket_path
         self.proc = subprocess.Popen(
             [RFOS, "server", "--data-dir", data_dir, "--control-socket", socket_path, "--targets", "2",
-             "--target-bytes", str(256 << 20), "--provider", "ucx+tcp"],
+             "--target-bytes", str(256 << 20), "--provider", "ucx+tcp"] + list(extra),
             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.addr = None
         deadline = time.time() + 120
@@ -660,6 +661,150 @@ class MountTest(unittest.TestCase):
         for name, data in synced.items():
             with open(os.path.join(d, name), "rb") as inp:
                 self.assertEqual(inp.read(), data, name)
+
+
+class Agent:
+    """`rfos agent` serving apps on `sock` for `server` (which must trust root as an agent)."""
+
+    def __init__(self, server, sock):
+        self.sock = sock
+        self.proc = subprocess.Popen([RFOS, "--addr", server.addr, "agent", "--listen", sock, "--provider",
+                                      "ucx+tcp"], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 30
+        while not self.answers():  # a killed agent's socket file stays until the new one replaces it
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("rfos agent did not start")
+            time.sleep(0.05)
+
+    def answers(self):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+            try:
+                s.connect(self.sock)
+                return True
+            except OSError:
+                return False
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait()
+
+
+def socket_inodes(pid):
+    """The inodes of the sockets process pid holds."""
+    found = []
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except FileNotFoundError:
+            continue
+        if target.startswith("socket:["):
+            found.append(target[len("socket:["):-1])
+    return found
+
+
+class AgentMountTest(unittest.TestCase):
+    """`rfos mount --agent`: the shim only mounts; the namespace (sessions, capabilities, endpoints) runs in the
+    agent, for the user who mounted, with every caller's rights checked there."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.work = tempfile.mkdtemp(prefix="rfos-agent-mount-", dir=os.environ.get("RFOS_TEST_DIR", "/var/tmp"))
+        os.chmod(cls.work, 0o755)
+        cls.server = Server(os.path.join(cls.work, "data"), os.path.join(cls.work, "control.sock"),
+                            ["--trust-agent", "root=root"])
+        cls.server.cli("pool", "create", "p")
+        cls.server.cli("cont", "create", "--pool", "p", "c")
+        cls.sock = os.path.join(cls.work, "agent", "agent.sock")
+        cls.agent = Agent(cls.server, cls.sock)
+        cls.mnt = os.path.join(cls.work, "mnt")
+        os.mkdir(cls.mnt)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.agent.stop()
+        cls.server.stop()
+        shutil.rmtree(cls.work, ignore_errors=True)
+
+    def mount(self):
+        return Mount(self.server, self.mnt, "--agent", self.sock)
+
+    def test_files_go_through_the_agent_and_the_shim_holds_no_fabric(self):
+        m = self.mount()
+        try:
+            d = os.path.join(self.mnt, "through-agent")
+            os.mkdir(d)
+            data = os.urandom(3 << 20)
+            with open(os.path.join(d, "big"), "wb") as f:
+                f.write(data)
+            with open(os.path.join(d, "small"), "w") as f:
+                f.write("hello")
+            os.rename(os.path.join(d, "small"), os.path.join(d, "renamed"))
+            self.assertEqual(sorted(os.listdir(d)), ["big", "renamed"])
+            with open(os.path.join(d, "big"), "rb") as f:
+                self.assertEqual(f.read(), data)
+            # The native client sees what went through the agent.
+            out = self.server.cli("fs", "ls", "--pool", "p", "--cont", "c", "rfos:/through-agent").stdout
+            self.assertIn("renamed", out)
+            self.assertIn(str(3 << 20), out)
+            # The shim's sockets are all Unix sockets (its one to the agent): no endpoint, no control channel.
+            with open("/proc/net/unix") as f:
+                unix = {line.split()[6] for line in f.readlines()[1:] if len(line.split()) > 6}
+            held = socket_inodes(m.proc.pid)
+            self.assertTrue(held)
+            self.assertEqual([i for i in held if i not in unix], [])
+        finally:
+            m.unmount()
+        self.assertEqual(m.proc.returncode, 0)  # unmounted: the agent said the mount ended, the shim left
+
+    def test_another_users_rights_hold_through_the_agents_mount(self):
+        m = self.mount()
+        try:
+            private = os.path.join(self.mnt, "private")
+            with open(private, "w") as f:
+                f.write("root's")
+            os.chmod(private, 0o600)
+            self.assertEqual(as_user(65534, 65534, [], lambda: open(private).read()), errno.EACCES)
+            self.assertEqual(as_user(65534, 65534, [], lambda: open(os.path.join(self.mnt, "x"), "w")),
+                             errno.EACCES)
+            self.assertEqual(as_user(65534, 65534, [], lambda: os.listdir(self.mnt)), 0)
+        finally:
+            m.unmount()
+
+    def test_suid_is_refused(self):
+        out = subprocess.run([RFOS, "--addr", self.server.addr, "mount", "-f", "--pool", "p", "--cont", "c",
+                              "--agent", self.sock, "-o", "suid", self.mnt], env=ENV, capture_output=True, text=True)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("not available through the agent", out.stderr)
+        self.assertFalse(in_mount_table(self.mnt))
+
+    def test_an_agent_killed_ends_the_mount_at_once_and_a_new_one_serves_it(self):
+        m = self.mount()
+        path = os.path.join(self.mnt, "kept")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.write(fd, b"acknowledged")
+        os.fsync(fd)
+        os.close(fd)
+        self.agent.kill()
+        try:
+            m.proc.wait(timeout=20)  # the shim hears the agent hang up, unmounts and fails
+        finally:
+            type(self).agent = Agent(self.server, self.sock)
+        self.assertNotEqual(m.proc.returncode, 0)
+        m.log.seek(0)
+        self.assertIn("agent is gone", m.log.read())
+        self.assertFalse(in_mount_table(self.mnt))
+        m.log.close()
+        again = self.mount()
+        try:
+            with open(path, "rb") as f:
+                self.assertEqual(f.read(), b"acknowledged")
+        finally:
+            again.unmount()
 
 
 def main():
