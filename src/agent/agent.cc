@@ -29,10 +29,10 @@
 #include "agent/ring.h"
 #include "agent/seal.h"
 #include "client/container.h"
-#include "fuse/mount.h"
-#include "posix/namespace.h"
 #include "common/local_socket.h"
 #include "common/yaml_file.h"
+#include "fuse/mount.h"
+#include "posix/namespace.h"
 
 namespace rfos::agent {
 
@@ -587,13 +587,13 @@ class AppConn {
   int fd_;  // the agent's: closed when this thread was joined
   Peer peer_;
   std::string tenant_;
-  std::shared_ptr<Sealer> sealer_;                   // the tenant's, when it seals its data
-  std::shared_ptr<TenantQos> qos_;                   // the tenant's limits, when it has some
-  FairShare& share_;                                 // the agent's, between tenants
-  FairShare::Member member_;                         // this app's tenant in it
-  double shared_ = 0;                                // this app's ops' part of member_'s in-flight share
-  bool held_ = false;                                // the share held a submission back on this turn
-  struct Served {  // the app's mount, served here (serve_mount)
+  std::shared_ptr<Sealer> sealer_;  // the tenant's, when it seals its data
+  std::shared_ptr<TenantQos> qos_;  // the tenant's limits, when it has some
+  FairShare& share_;                // the agent's, between tenants
+  FairShare::Member member_;        // this app's tenant in it
+  double shared_ = 0;               // this app's ops' part of member_'s in-flight share
+  bool held_ = false;               // the share held a submission back on this turn
+  struct Served {                   // the app's mount, served here (serve_mount)
     std::unique_ptr<posix::Namespace> ns;
     std::shared_ptr<std::atomic<bool>> stop;
     std::thread thread;

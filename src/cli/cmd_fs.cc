@@ -17,8 +17,8 @@
 #include <optional>
 #include <vector>
 
-#include "cli/cli.h"
 #include "agent/agent_client.h"
+#include "cli/cli.h"
 #include "fuse/mount.h"
 #include "posix/namespace.h"
 

@@ -1026,8 +1026,8 @@ std::string encode_served_settings(const MountOptions& o) {
   s << "fsname=" << o.fsname << "\nattr_timeout_s=" << o.attr_timeout_s << "\nentry_timeout_s=" << o.entry_timeout_s
     << "\nnegative_timeout_s=" << o.negative_timeout_s << "\nno_notices=" << o.no_notices
     << "\ndirect_io=" << o.direct_io << "\nwriteback_cache=" << o.writeback_cache << "\nsync_writes=" << o.sync_writes
-    << "\ndurable=" << o.durable << "\nwriter_threads=" << o.writer_threads
-    << "\nrequest_threads=" << o.request_threads << "\n";
+    << "\ndurable=" << o.durable << "\nwriter_threads=" << o.writer_threads << "\nrequest_threads=" << o.request_threads
+    << "\n";
   return s.str();
 }
 
