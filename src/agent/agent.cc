@@ -294,6 +294,17 @@ class AppConn {
         conts_.erase(it);
         return r;
       }
+      case MsgType::kControl: {
+        // A control call made for the app's user (its ACLs), as any client of that user could make it.
+        auto answer = control_->forward(m.text, m.blob);
+        if (!answer.is_ok()) return error_message(m.id, answer.status());
+        if (answer->size() > kMaxMessageBytes - 16)
+          return error_message(m.id, error(StatusCode::kTooLarge, "the answer is too long to relay (" +
+                                                                      std::to_string(answer->size()) + " bytes)"));
+        r.type = MsgType::kControlled;
+        r.blob = std::move(answer).value();
+        return r;
+      }
       case MsgType::kSize: {
         auto it = conts_.find(m.handle);
         if (it == conts_.end())

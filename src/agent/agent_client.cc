@@ -277,6 +277,19 @@ Status AgentClient::read(uint32_t handle, const ObjectId& oid, std::string_view 
   return io(RingOp::kRead, handle, oid, dkey, akey, offset, bytes);
 }
 
+Result<std::string> AgentClient::relay_control(const std::string& type, const std::string& request) {
+  if (request.size() > kMaxMessageBytes - 256)
+    return error(StatusCode::kTooLarge, "a control request too long to relay");
+  Message m;
+  m.type = MsgType::kControl;
+  m.text = type;
+  m.blob = request;
+  RFOS_ASSIGN_OR_RETURN(Message answer, call(m));
+  if (answer.type != MsgType::kControlled)
+    return error(StatusCode::kInvalidArgument, "the agent's answer to a control call");
+  return std::move(answer.blob);
+}
+
 Status AgentClient::serve_mount(const std::string& pool, const std::string& cont, const std::string& settings,
                                 int fuse_fd) {
   Message m;

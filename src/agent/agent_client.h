@@ -66,6 +66,9 @@ class AgentClient {
               std::span<uint8_t> bytes);
   size_t in_flight() const { return in_flight_; }
 
+  // A control call relayed by the agent, made for this app's user: client::ControlClient::relayed's relay.
+  Result<std::string> relay_control(const std::string& type, const std::string& request);
+
   // Hands a FUSE device this process mounted to the agent, which serves it with the namespace of `cont` for
   // this app's user (`rfos mount --agent`); `settings` from fuse::encode_served_settings. The agent closes the
   // connection when the mount ends.

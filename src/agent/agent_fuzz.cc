@@ -70,6 +70,12 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void*, const char*, const uint8_t*,
   m.type = MsgType::kMount;
   m.text = "fsname=rfos:p/c\nattr_timeout_s=1\n";
   out("mount", encode_message(m));
+  m.type = MsgType::kControl;
+  m.text = "rfos.wire.PoolQueryRequest";
+  m.blob = std::string("\x0a\x01p", 3);
+  out("control", encode_message(m));
+  m.type = MsgType::kControlled;
+  out("controlled", encode_message(m));
   m.type = MsgType::kSize;
   m.handle = 1;
   m.dkey = "d";

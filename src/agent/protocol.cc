@@ -21,6 +21,14 @@ bool get_string(ByteReader* in, std::string* s) {
   return true;
 }
 
+bool get_blob(ByteReader* in, std::string* s) {
+  uint32_t n;
+  std::string_view v;
+  if (!in->get_le(&n) || !in->get_bytes(n, &v)) return false;
+  s->assign(v);
+  return true;
+}
+
 bool get_oid(ByteReader* in, uint8_t* oid) {
   std::string_view v;
   if (!in->get_bytes(16, &v)) return false;
@@ -57,6 +65,15 @@ std::string encode_message(const Message& m) {
       put_string(&out, m.pool);
       put_string(&out, m.cont);
       put_string(&out, m.text);
+      break;
+    case MsgType::kControl:
+      put_string(&out, m.text);
+      put_le<uint32_t>(&out, static_cast<uint32_t>(m.blob.size()));
+      out += m.blob;
+      break;
+    case MsgType::kControlled:
+      put_le<uint32_t>(&out, static_cast<uint32_t>(m.blob.size()));
+      out += m.blob;
       break;
     case MsgType::kClose:
     case MsgType::kOpened:
@@ -107,6 +124,12 @@ Result<Message> decode_message(std::string_view bytes) {
     }
     case MsgType::kMount:
       ok = get_string(&in, &m.pool) && get_string(&in, &m.cont) && get_string(&in, &m.text);
+      break;
+    case MsgType::kControl:
+      ok = get_string(&in, &m.text) && get_blob(&in, &m.blob);
+      break;
+    case MsgType::kControlled:
+      ok = get_blob(&in, &m.blob);
       break;
     case MsgType::kClose:
     case MsgType::kOpened:

@@ -5,6 +5,7 @@
 //
 //   message := type(1) id(4 LE) body
 //   string  := len(2 LE) bytes
+//   blob    := len(4 LE) bytes
 //
 // Bytes from the other side are untrusted: decode_message checks every length and refuses what is malformed
 // or has bytes left over (fuzzed in protocol_fuzz).
@@ -21,7 +22,7 @@
 namespace rfos::agent {
 
 inline constexpr uint32_t kProtocolVersion = 1;
-inline constexpr size_t kMaxMessageBytes = 4096;
+inline constexpr size_t kMaxMessageBytes = 65536;  // a relayed control answer (a list of pools) may be long
 
 enum class MsgType : uint8_t {
   // app -> agent
@@ -34,12 +35,16 @@ enum class MsgType : uint8_t {
   // agent serves (the namespace runs in the agent); answered by kDone once it does. The agent closes the
   // connection when the mount ends.
   kMount = 6,
+  // text: a control call's request type (client::ControlClient::forward), blob: its bytes; answered by
+  // kControlled with the response's bytes in blob. Made for the app's user; never the session calls.
+  kControl = 7,
   // agent -> app
-  kWelcome = 64,  // version, tenant
-  kReady = 65,    // sq_entries, cq_entries, buffer_bytes (the region sizes as made)
-  kOpened = 66,   // handle
-  kDone = 67,     // value
-  kError = 68,    // code, text
+  kWelcome = 64,     // version, tenant
+  kReady = 65,       // sq_entries, cq_entries, buffer_bytes (the region sizes as made)
+  kOpened = 66,      // handle
+  kDone = 67,        // value
+  kError = 68,       // code, text
+  kControlled = 69,  // blob
 };
 
 // One message; which fields mean something depends on its type (above).
@@ -57,6 +62,7 @@ struct Message {
   uint64_t value = 0;
   uint16_t code = 0;  // StatusCode
   std::string text;   // an error's message, or the tenant's name
+  std::string blob;   // a relayed control call's bytes (u32 length)
 };
 
 std::string encode_message(const Message& m);

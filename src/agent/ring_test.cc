@@ -216,6 +216,15 @@ TEST(Protocol, MessagesRoundTripAndMalformedOnesAreRefused) {
   EXPECT_EQ(m->type, MsgType::kMount);
   EXPECT_EQ(m->text, mount.text);
   EXPECT_EQ(m->cont, "c");
+  Message control;
+  control.type = MsgType::kControl;
+  control.text = "rfos.wire.PoolListRequest";
+  control.blob = std::string(40000, '\x01');
+  auto c = decode_message(encode_message(control));
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->blob, control.blob);
+  std::string cut = encode_message(control);
+  EXPECT_FALSE(decode_message(cut.substr(0, cut.size() - 1)).is_ok());  // a blob past the end
 }
 
 }  // namespace

@@ -17,8 +17,13 @@ struct Context {
   client::TlsFiles tls;  // --tls-ca/--tls-cert/--tls-key, else RFOS_TLS_CA/CERT/KEY
   uint32_t timeout_ms = 5000;
   int exit_code = 0;
+  // --agent, else $RFOS_AGENT: control calls go through that agent, made for this user (rfos only; the
+  // function that makes such a client is rfos's, agent_control).
+  std::string agent;
+  std::unique_ptr<client::ControlClient> (*through_agent)(const Context&) = nullptr;
 
   std::unique_ptr<client::ControlClient> control() const {
+    if (!agent.empty() && through_agent) return through_agent(*this);
     return client::ControlClient::create(addr, timeout_ms, tls);
   }
   // Prints "rfos <what>: <status>" to stderr and sets a non-zero exit code. Returns false when !s.
@@ -29,6 +34,9 @@ struct Context {
 Context make_context();
 // --addr, --tls-*, --timeout-ms, --version.
 void add_global_options(CLI::App& app, Context& ctx);
+
+// A control client relayed by the agent at ctx.agent (cmd_agent.cc): Context::through_agent in rfos.
+std::unique_ptr<client::ControlClient> agent_control(const Context& ctx);
 
 void add_server_command(CLI::App& app, Context& ctx);
 void add_pool_commands(CLI::App& app, Context& ctx);

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -50,6 +51,7 @@ Context make_context() {
   Context ctx;
   ctx.addr = client::default_control_address();
   ctx.tls = client::TlsFiles::from_env();
+  if (const char* a = std::getenv("RFOS_AGENT")) ctx.agent = a;
   return ctx;
 }
 

@@ -4,9 +4,26 @@
 #include <cstdio>
 
 #include "agent/agent.h"
+#include "agent/agent_client.h"
 #include "cli/cli.h"
 
 namespace rfos::cli {
+
+std::unique_ptr<client::ControlClient> agent_control(const Context& ctx) {
+  agent::AgentClientOptions o;
+  o.ring = false;  // control calls only
+  o.timeout_ms = ctx.timeout_ms;
+  auto app = agent::AgentClient::connect(ctx.agent, o);
+  std::shared_ptr<agent::AgentClient> shared;
+  Status failed = app.is_ok() ? Status::ok() : app.status();
+  if (app.is_ok()) shared = std::move(app).value();
+  return client::ControlClient::relayed(
+      [shared, failed](const std::string& type, const std::string& request) -> Result<std::string> {
+        if (!shared) return failed;
+        return shared->relay_control(type, request);
+      },
+      ctx.timeout_ms);
+}
 
 void add_agent_command(CLI::App& app, Context& ctx) {
   auto* cmd = app.add_subcommand("agent", "run the offloaded client that serves local apps (until SIGINT/SIGTERM)");

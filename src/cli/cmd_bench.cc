@@ -248,6 +248,7 @@ void add_bench_command(CLI::App& app, Context& ctx) {
                   "the port the ceiling's tool pair meets on (default: from the pid)")
       ->check(CLI::Range(1024, 65535));
   cmd->callback([&ctx, a] {
+    if (a->agent.empty()) a->agent = ctx.agent;  // rfos --agent SOCK bench, or $RFOS_AGENT
     if (a->ceiling_only) return ceiling_only(ctx, *a);
     const uint64_t* bs = &a->bs;
     const uint64_t* size = &a->size;

@@ -300,6 +300,7 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
         }
       }
     };
+    if (agent_socket->empty()) *agent_socket = ctx.agent;  // rfos --agent SOCK mount, or $RFOS_AGENT
     if (!agent_socket->empty()) {
       // A thin shim: it mounts and hands the FUSE device to the agent, which serves it for this user.
       Status s = Status::ok();

@@ -20,7 +20,8 @@ std::string_view subcommand_of(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a.empty() || a[0] != '-') return a;
-    bool takes_value = a == "--addr" || a == "--tls-ca" || a == "--tls-cert" || a == "--tls-key" || a == "--timeout-ms";
+    bool takes_value = a == "--addr" || a == "--tls-ca" || a == "--tls-cert" || a == "--tls-key" ||
+                       a == "--timeout-ms" || a == "--agent";
     if (takes_value) ++i;  // "--addr=X" carries its value itself
   }
   return {};
@@ -50,6 +51,10 @@ int main(int argc, char** argv) {
   rfos::cli::Context ctx = rfos::cli::make_context();
   CLI::App app{"rfos: an RDMA-first object store for AI data paths"};
   rfos::cli::add_global_options(app, ctx);
+  app.add_option("--agent", ctx.agent,
+                 "through the rfos agent on this socket (or $RFOS_AGENT): control commands, mount and bench "
+                 "(docs/agent.md)");
+  ctx.through_agent = &rfos::cli::agent_control;
   auto* version = app.add_subcommand("version", "print the version");
   version->callback([] { std::printf("rfos 0.1.0\n"); });
   app.add_subcommand("whoami", "who the server takes this client for")->callback([&ctx] {

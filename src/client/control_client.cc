@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "wire/control.grpc.pb.h"
@@ -17,13 +18,20 @@ class ControlClient::Impl {
   std::unique_ptr<wire::Control::Stub> stub;
   std::string address;
   uint32_t timeout_ms;
-  Status setup;         // a TLS file that could not be read: every call fails with it
-  std::string act_for;  // "uid:gid[:groups]" when acting for a user (server/principal.h, act_for)
-  std::string qos;      // the user's tenant and its limits (server/principal.h, tenant_limits)
+  Status setup;                // a TLS file that could not be read: every call fails with it
+  std::string act_for;         // "uid:gid[:groups]" when acting for a user (server/principal.h, act_for)
+  std::string qos;             // the user's tenant and its limits (server/principal.h, tenant_limits)
+  ControlClient::Relay relay;  // set: every call goes through it (an agent) instead of the channel
 
   // Runs one RPC with a deadline and maps its failure to an rfos Status.
   template <typename Req, typename Resp, typename Fn>
   Status call(Fn fn, const Req& req, Resp* resp) {
+    if (relay) {
+      RFOS_ASSIGN_OR_RETURN(std::string bytes, relay(Req::descriptor()->full_name(), req.SerializeAsString()));
+      if (!resp->ParseFromString(bytes))
+        return error(StatusCode::kInvalidArgument, "a relayed answer that does not parse");
+      return Status::ok();
+    }
     if (!setup.is_ok()) return setup;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
@@ -123,6 +131,7 @@ std::unique_ptr<ControlClient> ControlClient::clone() const {
   impl->setup = impl_->setup;
   impl->act_for = impl_->act_for;
   impl->qos = impl_->qos;
+  impl->relay = impl_->relay;
   return std::unique_ptr<ControlClient>(new ControlClient(std::move(impl)));
 }
 
@@ -137,6 +146,63 @@ std::unique_ptr<ControlClient> ControlClient::acting_for(uint32_t uid, uint32_t 
 }
 
 using Stub = wire::Control::Stub;
+
+std::unique_ptr<ControlClient> ControlClient::relayed(Relay relay, uint32_t timeout_ms) {
+  auto impl = std::make_unique<Impl>();
+  impl->relay = std::move(relay);
+  impl->address = "the agent";
+  impl->timeout_ms = timeout_ms;
+  return std::unique_ptr<ControlClient>(new ControlClient(std::move(impl)));
+}
+
+namespace {
+// One RPC of the relay table: parses the request, calls, serializes the answer.
+template <typename Req, typename Resp, typename Fn>
+Result<std::string> relay_one(ControlClient::Impl& impl, Fn fn, const std::string& request) {
+  Req req;
+  if (!req.ParseFromString(request))
+    return error(StatusCode::kInvalidArgument, "a relayed request that does not parse");
+  Resp resp;
+  RFOS_RETURN_IF_ERROR(impl.call(fn, req, &resp));
+  return resp.SerializeAsString();
+}
+}  // namespace
+
+Result<std::string> ControlClient::forward(const std::string& type, const std::string& request) const {
+  using Fn = Result<std::string> (*)(Impl&, const std::string&);
+#define RFOS_RELAY(Rpc, Req, Resp)                                                                       \
+  {                                                                                                      \
+    wire::Req::descriptor()->full_name(),                                                                \
+        [](Impl& i, const std::string& r) { return relay_one<wire::Req, wire::Resp>(i, &Stub::Rpc, r); } \
+  }
+  // Sessions are not here: a relayed client never holds a capability (Connect and Renew would hand it one).
+  static const std::map<std::string, Fn> table = {
+      RFOS_RELAY(PoolCreate, PoolCreateRequest, PoolCreateResponse),
+      RFOS_RELAY(PoolList, PoolListRequest, PoolListResponse),
+      RFOS_RELAY(PoolQuery, PoolQueryRequest, PoolQueryResponse),
+      RFOS_RELAY(PoolDestroy, PoolDestroyRequest, PoolDestroyResponse),
+      RFOS_RELAY(ContCreate, ContCreateRequest, ContCreateResponse),
+      RFOS_RELAY(ContList, ContListRequest, ContListResponse),
+      RFOS_RELAY(ContQuery, ContQueryRequest, ContQueryResponse),
+      RFOS_RELAY(ContDestroy, ContDestroyRequest, ContDestroyResponse),
+      RFOS_RELAY(SnapshotCreate, SnapshotCreateRequest, SnapshotCreateResponse),
+      RFOS_RELAY(SnapshotDestroy, SnapshotDestroyRequest, SnapshotDestroyResponse),
+      RFOS_RELAY(AclGet, AclGetRequest, AclResponse),
+      RFOS_RELAY(AclModify, AclModifyRequest, AclResponse),
+      RFOS_RELAY(ServerInfo, ServerInfoRequest, ServerInfoResponse),
+      RFOS_RELAY(Health, HealthRequest, HealthResponse),
+  };
+#undef RFOS_RELAY
+  auto it = table.find(type);
+  if (it != table.end()) return it->second(*impl_, request);
+  if (type == wire::ConnectRequest::descriptor()->full_name() ||
+      type == wire::RenewRequest::descriptor()->full_name() ||
+      type == wire::DisconnectRequest::descriptor()->full_name())
+    return error(StatusCode::kNotSupported,
+                 "sessions through the agent are the agent's own: this command does not run through the agent yet "
+                 "(rfos mount --agent, rfos bench --agent and the control commands do)");
+  return error(StatusCode::kInvalidArgument, "no control call '" + type.substr(0, 128) + "'");
+}
 
 Result<PoolInfo> ControlClient::pool_create(const std::string& label, const PoolCreateOptions& options) {
   wire::PoolCreateRequest req;

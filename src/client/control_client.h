@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -115,6 +116,15 @@ class ControlClient {
   // client gets, and the targets hold all the tenant's sessions to them together.
   std::unique_ptr<ControlClient> acting_for(uint32_t uid, uint32_t gid, const std::vector<uint32_t>& groups,
                                             const std::string& tenant_limits = "") const;
+
+  // A client whose calls go through `relay` (an agent, `rfos --agent`) instead of a channel: each as its request
+  // type's full name and serialized bytes, answered with the serialized response. The relay's side is forward().
+  using Relay = std::function<Result<std::string>(const std::string& type, const std::string& request)>;
+  static std::unique_ptr<ControlClient> relayed(Relay relay, uint32_t timeout_ms = 5000);
+  // Makes a relayed call on this client (an agent's, acting for its app's user). Every control call but the
+  // session ones (Connect, Renew, Disconnect: kNotSupported, since the relayed side must never hold a
+  // capability); kInvalidArgument for an unknown type or bytes that do not parse.
+  Result<std::string> forward(const std::string& type, const std::string& request) const;
 
   Result<PoolInfo> pool_create(const std::string& label, const PoolCreateOptions& options = {});
   Result<std::vector<PoolInfo>> pool_list();

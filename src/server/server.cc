@@ -239,7 +239,10 @@ Status Server::Impl::open() {
 
 grpc::Status Server::Impl::ServerInfo(ServerContext* ctx, const wire::ServerInfoRequest*,
                                       wire::ServerInfoResponse* resp) {
-  Principal who = caller(ctx);
+  // Through an agent, the user it acts for (not the agent: its rights would show, and the data directory).
+  Result<Principal> acting_as = acting(ctx);
+  if (!acting_as.is_ok()) return to_grpc(ctx, acting_as.status());
+  const Principal& who = *acting_as;
   resp->set_version("0.1.0");
   resp->set_control_address(bound_.empty() || tcp_bound_.empty() || bound_ == tcp_bound_ ? bound_
                                                                                          : bound_ + " " + tcp_bound_);

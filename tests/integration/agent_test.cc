@@ -197,6 +197,13 @@ TEST_F(AgentTest, AnotherUsersAppGetsWhatTheAclsGrantIt) {
     auto buf = (*app)->buffer();
     std::memset(buf.data(), 0x5a, 4096);
     if (!(*app)->write(*h, {1, 1}, "d", "a", 0, buf.subspan(0, 4096)).is_ok()) _exit(15);
+    // Control calls relayed by the (root) agent are made as nobody: nobody's name, nobody's rights.
+    auto relayed = client::ControlClient::relayed(
+        [&](const std::string& type, const std::string& req) { return (*app)->relay_control(type, req); });
+    auto info = relayed->server_info();
+    if (!info.is_ok() || info->caller != "nobody (uid 65534)" || !info->data_dir.empty()) _exit(16);
+    if (relayed->cont_create("p", "mine", {}).status().code() != StatusCode::kPermissionDenied) _exit(17);
+    if (!relayed->cont_query("p", "shared").is_ok()) _exit(18);
     _exit(0);
   }
   int status = 0;
@@ -208,6 +215,38 @@ TEST_F(AgentTest, AnotherUsersAppGetsWhatTheAclsGrantIt) {
   std::vector<uint8_t> back(4096);
   ASSERT_TRUE(native->read({1, 1}, "d", "a", 0, back).is_ok());
   EXPECT_EQ(back[0], 0x5a);
+}
+
+// The control plane through the agent (`rfos --agent`): every control call but the session ones, made for the
+// app's user, with no channel to the server in the app; what does not parse, or is unknown, is refused.
+TEST_F(AgentTest, ControlCallsAreRelayedForTheAppsUserButNeverASession) {
+  start_server("root");
+  start_agent();
+  AgentClientOptions o;
+  o.ring = false;
+  auto app = AgentClient::connect(dir_.path() + "/agent/agent.sock", o);
+  ASSERT_TRUE(app.is_ok()) << app.status().to_string();
+  auto relayed = client::ControlClient::relayed(
+      [&](const std::string& type, const std::string& req) { return (*app)->relay_control(type, req); });
+  auto pools = relayed->pool_list();
+  ASSERT_TRUE(pools.is_ok()) << pools.status().to_string();
+  ASSERT_EQ(pools->size(), 1u);
+  EXPECT_EQ(pools->front().label, "p");
+  ASSERT_TRUE(relayed->cont_create("p", "through-agent", {}).is_ok());
+  EXPECT_TRUE(control_->cont_query("p", "through-agent").is_ok());
+  EXPECT_EQ(relayed->cont_query("p", "nope").status().code(), StatusCode::kUnknownContainer);
+  auto info = relayed->server_info();
+  ASSERT_TRUE(info.is_ok());
+  EXPECT_EQ(info->caller, "root (uid 0)");
+  // A session would hand the app a capability: never relayed.
+  EXPECT_EQ(relayed->connect("p", "c", true).status().code(), StatusCode::kNotSupported);
+  EXPECT_EQ(client::Container::open(*relayed, "p", "c").status().code(), StatusCode::kNotSupported);
+  EXPECT_EQ((*app)->relay_control("rfos.wire.RenewRequest", "").status().code(), StatusCode::kNotSupported);
+  EXPECT_EQ((*app)->relay_control("rfos.wire.NoSuchRequest", "").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*app)->relay_control("rfos.wire.PoolQueryRequest", std::string("\xff\xff\xff", 3)).status().code(),
+            StatusCode::kInvalidArgument);
+  // The connection is still good after the refusals.
+  EXPECT_TRUE(relayed->pool_query("p").is_ok());
 }
 
 // An app that speaks the protocol itself (not through AgentClient, which refuses to break the rules).
