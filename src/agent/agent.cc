@@ -114,7 +114,7 @@ struct Tenant {
 class AppConn {
  public:
   AppConn(const AgentConfig& config, const client::ControlClient& control, int fd, Peer peer, const Tenant& tenant,
-          FairShare& share)
+          FairShare& share, std::atomic<uint32_t>& mounts)
       : config_(config),
         fd_(fd),
         peer_(std::move(peer)),
@@ -123,13 +123,15 @@ class AppConn {
         qos_(tenant.qos),
         share_(share),
         member_(tenant.share),
-        control_(control.acting_for(peer_.uid, peer_.gid, peer_.groups, tenant.server_limits)) {}
+        control_(control.acting_for(peer_.uid, peer_.gid, peer_.groups, tenant.server_limits)),
+        mounts_(mounts) {}
   ~AppConn() {
     if (served_) {  // the app is gone: so is its mount's service (the kernel fails what waits on it)
       served_->stop->store(true);
       served_->thread.join();
       served_.reset();
     }
+    if (counted_) --mounts_;
     if (shared_ > 0) share_.done(member_, shared_);  // what timed out in drain()
     conts_.clear();  // their sessions end before the memory their registrations named goes
     if (buffer_) munmap(buffer_, buffer_bytes_);
@@ -342,6 +344,14 @@ class AppConn {
     fuse::MountOptions o;
     o.fsname = "rfos:" + m.pool + "/" + m.cont;
     if (Status s = fuse::decode_served_settings(m.text, &o); !s.is_ok()) return refuse(s);
+    // Threads and request buffers are the agent's: an app gets the defaults at most.
+    o.request_threads = std::min(o.request_threads, fuse::MountOptions{}.request_threads);
+    o.writer_threads = std::min(o.writer_threads, fuse::MountOptions{}.writer_threads);
+    uint32_t now_served = mounts_.fetch_add(1) + 1;
+    counted_ = true;
+    if (now_served > config_.max_mounts)
+      return refuse(error(StatusCode::kBusy,
+                          "the agent serves its most mounts (max_mounts " + std::to_string(config_.max_mounts) + ")"));
     client::ContainerOptions co;
     co.provider = config_.provider;
     co.timeout_ms = config_.timeout_ms;
@@ -598,21 +608,23 @@ class AppConn {
   int fd_;  // the agent's: closed when this thread was joined
   Peer peer_;
   std::string tenant_;
-  std::shared_ptr<Sealer> sealer_;  // the tenant's, when it seals its data
-  std::shared_ptr<TenantQos> qos_;  // the tenant's limits, when it has some
-  FairShare& share_;                // the agent's, between tenants
-  FairShare::Member member_;        // this app's tenant in it
-  double shared_ = 0;               // this app's ops' part of member_'s in-flight share
-  bool held_ = false;               // the share held a submission back on this turn
-  struct Served {                   // the app's mount, served here (serve_mount)
+  std::shared_ptr<Sealer> sealer_;                   // the tenant's, when it seals its data
+  std::shared_ptr<TenantQos> qos_;                   // the tenant's limits, when it has some
+  FairShare& share_;                                 // the agent's, between tenants
+  FairShare::Member member_;                         // this app's tenant in it
+  double shared_ = 0;                                // this app's ops' part of member_'s in-flight share
+  bool held_ = false;                                // the share held a submission back on this turn
+  uint64_t throttled_until_ = 0;                     // now_ns() before which the limits let nothing more go
+  std::vector<std::unique_ptr<uint8_t[]>> bounces_;  // free bounce buffers of sealed I/O
+  std::unique_ptr<client::ControlClient> control_;
+  struct Served {  // the app's mount, served here (serve_mount)
     std::unique_ptr<posix::Namespace> ns;
     std::shared_ptr<std::atomic<bool>> stop;
     std::thread thread;
   };
   std::unique_ptr<Served> served_;
-  uint64_t throttled_until_ = 0;                     // now_ns() before which the limits let nothing more go
-  std::vector<std::unique_ptr<uint8_t[]>> bounces_;  // free bounce buffers of sealed I/O
-  std::unique_ptr<client::ControlClient> control_;
+  std::atomic<uint32_t>& mounts_;  // the agent's, served now
+  bool counted_ = false;           // this app's mount is in mounts_
   bool hello_ = false;
   std::unique_ptr<RingRegion> ring_;
   std::unique_ptr<AgentEnds> ends_;
@@ -647,6 +659,7 @@ class Agent::Impl {
   std::list<App> apps;
   std::atomic<size_t> live{0};
   std::unique_ptr<FairShare> share;
+  std::atomic<uint32_t> mounts{0};        // served for apps now (AppConn::serve_mount)
   std::map<std::string, Tenant> tenants;  // the config's, and each user's own as its first app comes (under mu)
   bool stopped = false;
 
@@ -726,7 +739,7 @@ class Agent::Impl {
     a.uid = peer.uid;
     a.thread = std::thread([this, &a, p = peer, &t]() mutable {
       {
-        AppConn conn(config, *control, a.fd, std::move(p), t, *share);
+        AppConn conn(config, *control, a.fd, std::move(p), t, *share, mounts);
         conn.run();
       }
       --live;
@@ -750,10 +763,11 @@ class Agent::Impl {
 };
 
 Status load_agent_config(const std::string& path, AgentConfig* config) {
-  RFOS_ASSIGN_OR_RETURN(YAML::Node root,
-                        load_yaml_mapping(path, {"control_address", "provider", "listen", "cpus", "max_buffer_bytes",
-                                                 "max_apps", "max_apps_per_user", "timeout_ms", "tls_ca", "tls_cert",
-                                                 "tls_key", "tenants", "state_dir", "agent_id", "share_depth"}));
+  RFOS_ASSIGN_OR_RETURN(
+      YAML::Node root,
+      load_yaml_mapping(path, {"control_address", "provider", "listen", "cpus", "max_buffer_bytes", "max_apps",
+                               "max_apps_per_user", "timeout_ms", "tls_ca", "tls_cert", "tls_key", "tenants",
+                               "state_dir", "agent_id", "share_depth", "max_mounts"}));
   if (root.IsNull()) return Status::ok();
   try {
     if (root["control_address"]) config->control_address = root["control_address"].as<std::string>();
@@ -770,6 +784,7 @@ Status load_agent_config(const std::string& path, AgentConfig* config) {
     if (root["state_dir"]) config->state_dir = root["state_dir"].as<std::string>();
     if (root["agent_id"]) config->agent_id = root["agent_id"].as<uint32_t>();
     if (root["share_depth"]) config->share_depth = root["share_depth"].as<double>();
+    if (root["max_mounts"]) config->max_mounts = root["max_mounts"].as<uint32_t>();
     if (!(config->share_depth >= 1))
       return error(StatusCode::kInvalidArgument, path + ": share_depth must be at least 1");
     if (root["tenants"]) {

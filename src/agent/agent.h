@@ -49,8 +49,9 @@ struct AgentConfig {
   std::string cpus;                        // a CPU list ("1", "2-3,6") the agent pins itself to; "": no pinning
   uint64_t max_buffer_bytes = 1ull << 30;  // an app's shared buffer, at most
   uint32_t max_apps = 256;
-  uint32_t max_apps_per_user = 64;                // connections of one local user at once (each holds a thread)
-  uint32_t timeout_ms = 30000;                    // per request to the server
+  uint32_t max_apps_per_user = 64;  // connections of one local user at once (each holds a thread)
+  uint32_t max_mounts = 64;         // `rfos mount --agent` mounts served at once (each holds threads and buffers)
+  uint32_t timeout_ms = 30000;      // per request to the server
   std::string state_dir = "/var/lib/rfos-agent";  // the nonce counters of sealing tenants (0700)
   uint32_t agent_id = 0;  // in every nonce: agents that share a tenant's key need ids of their own
   // What the agent keeps in flight, in FairShare::cost_of units, while tenants share it by weight (while one
@@ -63,7 +64,7 @@ struct AgentConfig {
 
 // Applies a YAML file over `config`: control_address, provider, listen, cpus, max_buffer_bytes, max_apps,
 // max_apps_per_user,
-// timeout_ms, tls_ca/tls_cert/tls_key, state_dir, agent_id, share_depth, tenants (a list of {name, users,
+// max_mounts, timeout_ms, tls_ca/tls_cert/tls_key, state_dir, agent_id, share_depth, tenants (a list of {name, users,
 // groups, key_file, weight, qos: {iops, bytes_per_s, burst_ios, burst_bytes}}).
 // Unknown keys are an error.
 Status load_agent_config(const std::string& path, AgentConfig* config);
