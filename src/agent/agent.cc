@@ -29,6 +29,7 @@
 #include "agent/ring.h"
 #include "agent/seal.h"
 #include "client/container.h"
+#include "client/named_objects.h"
 #include "common/local_socket.h"
 #include "common/yaml_file.h"
 #include "fuse/mount.h"
@@ -296,6 +297,8 @@ class AppConn {
         conts_.erase(it);
         return r;
       }
+      case MsgType::kObject:
+        return object(m);
       case MsgType::kControl: {
         // A control call made for the app's user (its ACLs), as any client of that user could make it.
         auto answer = control_->forward(m.text, m.blob);
@@ -322,6 +325,173 @@ class AppConn {
       }
       default:
         return error_message(m.id, error(StatusCode::kInvalidArgument, "not a request an app sends"));
+    }
+  }
+
+  // The next message of an exchange inside a request (a put's chunks, a get's acknowledgements): `want` with the
+  // request's id, within the request timeout; anything else fails the request.
+  Result<Message> await(MsgType want, uint32_t id) {
+    pollfd p{fd_, POLLIN, 0};
+    int n = poll(&p, 1, static_cast<int>(config_.timeout_ms));
+    if (n == 0) return error(StatusCode::kTimeout, "the app did not go on with its request");
+    if (n < 0) return sys_error("poll");
+    std::vector<char> buf(kMaxMessageBytes + 1);
+    ssize_t got = recv(fd_, buf.data(), buf.size(), 0);
+    if (got == 0) return error(StatusCode::kShutdown, "the app closed its connection");
+    if (got < 0) return sys_error("receive from the app");
+    RFOS_ASSIGN_OR_RETURN(Message m, decode_message(std::string_view(buf.data(), static_cast<size_t>(got))));
+    if (m.type == MsgType::kError && m.id == id) return status_of(m);  // the app gave the request up
+    if (m.type != want || m.id != id) return error(StatusCode::kInvalidArgument, "not the message the request needs");
+    return m;
+  }
+
+  // A named object, or a file of the namespace, for the app's user: stat, remove, list, or a put or get whose
+  // bytes go through the shared buffer a chunk at a time (protocol.h, kObject).
+  Message object(const Message& m) {
+    auto fail = [&](const Status& s) { return error_message(m.id, s); };
+    if (sealer_)
+      return fail(error(StatusCode::kNotSupported,
+                        "tenant " + tenant_ + " seals its data, which objects through the agent are not yet"));
+    auto op = static_cast<ObjectOp>(m.value);
+    if ((op == ObjectOp::kPut || op == ObjectOp::kGet) && !buffer_)
+      return fail(error(StatusCode::kInvalidArgument, "a put or get needs the shared buffer (set up the ring)"));
+    client::ContainerOptions co;
+    co.provider = config_.provider;
+    co.timeout_ms = config_.timeout_ms;
+    co.write = op == ObjectOp::kPut || op == ObjectOp::kRemove;
+    uint64_t have = 0, at = 0;
+    bool ended = false;
+    // A put's bytes: each chunk the app leaves at the start of the buffer, asked for once the last is taken.
+    client::StreamSource source = [&](std::span<uint8_t> out) -> Result<size_t> {
+      if (have == 0) {
+        if (ended) return 0;
+        Message next;
+        next.type = MsgType::kNext;
+        next.id = m.id;
+        RFOS_RETURN_IF_ERROR(send_message(fd_, next));
+        RFOS_ASSIGN_OR_RETURN(Message c, await(MsgType::kChunk, m.id));
+        if (c.value > buffer_bytes_) return error(StatusCode::kInvalidArgument, "a chunk past the shared buffer");
+        if (c.value == 0) {
+          ended = true;
+          return 0;
+        }
+        have = c.value;
+        at = 0;
+      }
+      size_t n = std::min<uint64_t>(out.size(), have);
+      std::memcpy(out.data(), buffer_ + at, n);
+      at += n;
+      have -= n;
+      return n;
+    };
+    // A get's bytes: a chunk at a time, each taken by the app before the next overwrites it.
+    client::StreamSink sink = [&](std::span<const uint8_t> bytes) -> Status {
+      while (!bytes.empty()) {
+        size_t n = std::min(bytes.size(), buffer_bytes_);
+        std::memcpy(buffer_, bytes.data(), n);
+        Message c;
+        c.type = MsgType::kChunk;
+        c.id = m.id;
+        c.value = n;
+        RFOS_RETURN_IF_ERROR(send_message(fd_, c));
+        RFOS_RETURN_IF_ERROR(await(MsgType::kNext, m.id).status());
+        bytes = bytes.subspan(n);
+      }
+      return Status::ok();
+    };
+    Message done;
+    done.type = MsgType::kDone;
+    Status s =
+        m.text.starts_with("/") ? file_op(m, op, co, source, sink, &done) : named_op(m, op, co, source, sink, &done);
+    return s.is_ok() ? done : fail(s);
+  }
+
+  Status named_op(const Message& m, ObjectOp op, const client::ContainerOptions& co, const client::StreamSource& source,
+                  const client::StreamSink& sink, Message* done) {
+    RFOS_ASSIGN_OR_RETURN(auto c, client::Container::open(*control_, m.pool, m.cont, co));
+    client::NamedObjects objects(*c);
+    switch (op) {
+      case ObjectOp::kPut:
+        RFOS_RETURN_IF_ERROR(objects.put(m.text, source, [&](uint64_t b) { done->value = b; }));
+        return Status::ok();
+      case ObjectOp::kGet: {
+        RFOS_ASSIGN_OR_RETURN(client::ObjectStat st, objects.stat(m.text));
+        done->value = st.size;
+        return objects.read(st, sink);
+      }
+      case ObjectOp::kStat: {
+        RFOS_ASSIGN_OR_RETURN(client::ObjectStat st, objects.stat(m.text));
+        done->value = st.size;
+        done->text = st.data.to_string() + (st.legacy ? " legacy" : "");
+        return Status::ok();
+      }
+      case ObjectOp::kRemove:
+        return objects.remove(m.text);
+      case ObjectOp::kList: {
+        // "N size name" per named object, "O id" per object with no name, "I count" for the namespace's inodes.
+        RFOS_ASSIGN_OR_RETURN(client::NamedObjects::Listing listing, objects.list());
+        std::string out;
+        for (const auto& o : listing.named) out += "N " + std::to_string(o.size) + " " + o.name + "\n";
+        size_t inodes = 0;
+        for (const ObjectId& oid : listing.other) {
+          RFOS_ASSIGN_OR_RETURN(bool inode, posix::Namespace::holds_inode(*c, oid));
+          if (inode)
+            ++inodes;
+          else
+            out += "O " + oid.to_string() + "\n";
+        }
+        if (inodes) out += "I " + std::to_string(inodes) + "\n";
+        if (out.size() > kMaxMessageBytes - 64)
+          return error(StatusCode::kTooLarge, "the listing is too long to relay (" + std::to_string(out.size()) +
+                                                  " bytes): list it with the native client");
+        done->type = MsgType::kControlled;
+        done->blob = std::move(out);
+        return Status::ok();
+      }
+    }
+    return error(StatusCode::kInvalidArgument, "no such object operation");
+  }
+
+  Status file_op(const Message& m, ObjectOp op, const client::ContainerOptions& co, const client::StreamSource& source,
+                 const client::StreamSink& sink, Message* done) {
+    if (op == ObjectOp::kList)
+      return error(StatusCode::kInvalidArgument, "list takes no path (rfos fs ls lists a tree)");
+    RFOS_ASSIGN_OR_RETURN(auto ns, posix::Namespace::open(*control_, m.pool, m.cont, co));
+    posix::Cred cred(peer_.uid, peer_.gid, peer_.groups);
+    std::string_view path = m.text;
+    while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+    size_t slash = path.rfind('/');
+    std::string dir(path.substr(0, slash)), name(path.substr(slash + 1));
+    switch (op) {
+      case ObjectOp::kPut: {
+        RFOS_ASSIGN_OR_RETURN(posix::Attr d, ns->resolve(dir, cred));
+        RFOS_ASSIGN_OR_RETURN(posix::Attr f, ns->put_file(d.oid, name, m.handle & 07777, source, cred));
+        done->value = f.size;
+        return ns->sync();  // durable when the app is told it is done
+      }
+      case ObjectOp::kGet: {
+        RFOS_ASSIGN_OR_RETURN(posix::Attr f, ns->resolve(path, cred));
+        if (!posix::Namespace::permits(f, cred, R_OK))
+          return error(StatusCode::kPermissionDenied, std::string(path) + ": no read permission");
+        done->value = f.size;
+        return ns->get_file(f, sink);
+      }
+      case ObjectOp::kStat: {
+        RFOS_ASSIGN_OR_RETURN(posix::Attr f, ns->resolve(path, cred));
+        char mode[16];
+        std::snprintf(mode, sizeof(mode), "%06o", f.mode);
+        done->value = f.size;
+        done->text = f.oid.to_string() + " " + mode + " " + std::to_string(f.uid) + " " + std::to_string(f.gid);
+        return Status::ok();
+      }
+      case ObjectOp::kRemove: {
+        RFOS_ASSIGN_OR_RETURN(posix::Attr d, ns->resolve(dir, cred));
+        RFOS_ASSIGN_OR_RETURN(posix::Attr gone, ns->unlink(d.oid, name, cred));
+        if (gone.nlink == 0) (void)ns->forget(gone.oid);
+        return ns->sync();
+      }
+      default:
+        return error(StatusCode::kInvalidArgument, "no such object operation");
     }
   }
 

@@ -99,10 +99,8 @@ Status AgentClient::refusal_or_gone() {
   return gone();
 }
 
-Result<Message> AgentClient::call(const Message& m, std::vector<int>* fds, int send_fd) {
-  Message q = m;
-  q.id = next_id_++;
-  std::string bytes = encode_message(q);
+Status AgentClient::send_request(const Message& m, int send_fd) {
+  std::string bytes = encode_message(m);
   iovec out{bytes.data(), bytes.size()};
   msghdr sh{};
   sh.msg_iov = &out;
@@ -121,13 +119,17 @@ Result<Message> AgentClient::call(const Message& m, std::vector<int>* fds, int s
     if (errno != EPIPE && errno != ECONNRESET) return sys_error("send to the agent");
     return refusal_or_gone();
   }
+  return Status::ok();
+}
+
+Result<Message> AgentClient::receive_answer(uint32_t id, std::vector<int>* fds) {
   pollfd pf{fd_, POLLIN, 0};
   int got = ::poll(&pf, 1, static_cast<int>(timeout_ms_));
   if (got == 0)
     return error(StatusCode::kTimeout, "no answer from the agent within " + std::to_string(timeout_ms_) + " ms");
   if (got < 0) return sys_error("poll");
-  char buf[kMaxMessageBytes + 1];
-  iovec iov{buf, sizeof(buf)};
+  std::vector<char> buf(kMaxMessageBytes + 1);
+  iovec iov{buf.data(), buf.size()};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
   msghdr h{};
   h.msg_iov = &iov;
@@ -154,14 +156,21 @@ Result<Message> AgentClient::call(const Message& m, std::vector<int>* fds, int s
     close_fds();
     return error(StatusCode::kInvalidArgument, "the agent sent a message too long");
   }
-  auto r = decode_message(std::string_view(buf, static_cast<size_t>(n)));
-  if (!r.is_ok() || !status_of(*r).is_ok() || r->id != q.id || !fds) close_fds();
+  auto r = decode_message(std::string_view(buf.data(), static_cast<size_t>(n)));
+  if (!r.is_ok() || !status_of(*r).is_ok() || r->id != id || !fds) close_fds();
   if (!r.is_ok()) return r.status();
   // An error with id 0 is the agent refusing the connection before it read a request.
-  if (Status s = status_of(*r); !s.is_ok() && (r->id == q.id || r->id == 0)) return s;
-  if (r->id != q.id) return error(StatusCode::kInvalidArgument, "the agent answered another request");
+  if (Status s = status_of(*r); !s.is_ok() && (r->id == id || r->id == 0)) return s;
+  if (r->id != id) return error(StatusCode::kInvalidArgument, "the agent answered another request");
   if (fds) *fds = std::move(got_fds);
   return r;
+}
+
+Result<Message> AgentClient::call(const Message& m, std::vector<int>* fds, int send_fd) {
+  Message q = m;
+  q.id = next_id_++;
+  RFOS_RETURN_IF_ERROR(send_request(q, send_fd));
+  return receive_answer(q.id, fds);
 }
 
 Result<uint32_t> AgentClient::open(const std::string& pool, const std::string& cont, bool write) {
@@ -288,6 +297,90 @@ Result<std::string> AgentClient::relay_control(const std::string& type, const st
   if (answer.type != MsgType::kControlled)
     return error(StatusCode::kInvalidArgument, "the agent's answer to a control call");
   return std::move(answer.blob);
+}
+
+Result<Message> AgentClient::object_call(ObjectOp op, const std::string& pool, const std::string& cont,
+                                         const std::string& key, uint32_t mode) {
+  Message m;
+  m.type = MsgType::kObject;
+  m.pool = pool;
+  m.cont = cont;
+  m.text = key;
+  m.value = static_cast<uint64_t>(op);
+  m.handle = mode;
+  return call(m);
+}
+
+Result<uint64_t> AgentClient::put_object(const std::string& pool, const std::string& cont, const std::string& key,
+                                         uint32_t mode, const std::function<Result<size_t>(std::span<uint8_t>)>& source,
+                                         const std::function<void(uint64_t)>& progress) {
+  if (!buffer_) return error(StatusCode::kInvalidArgument, "no shared buffer (connect with a ring)");
+  Message m;
+  m.type = MsgType::kObject;
+  m.id = next_id_++;
+  m.pool = pool;
+  m.cont = cont;
+  m.text = key;
+  m.value = static_cast<uint64_t>(ObjectOp::kPut);
+  m.handle = mode;
+  RFOS_RETURN_IF_ERROR(send_request(m));
+  uint64_t sent = 0;
+  for (;;) {
+    RFOS_ASSIGN_OR_RETURN(Message r, receive_answer(m.id));
+    if (r.type == MsgType::kDone) return r.value;
+    if (r.type != MsgType::kNext) return error(StatusCode::kInvalidArgument, "the agent's answer to a put");
+    // The agent took the last chunk: the next one, as much as the buffer holds.
+    size_t n = 0;
+    while (n < buffer_bytes_) {
+      Result<size_t> got = source(std::span<uint8_t>(buffer_ + n, buffer_bytes_ - n));
+      if (!got.is_ok()) {  // the put is given up: the agent stores nothing under the name, and answers
+        RFOS_RETURN_IF_ERROR(send_request(error_message(m.id, got.status())));
+        (void)receive_answer(m.id);
+        return got.status();
+      }
+      if (*got == 0) break;
+      n += *got;
+    }
+    sent += n;
+    if (progress && n > 0) progress(sent);
+    Message c;
+    c.type = MsgType::kChunk;
+    c.id = m.id;
+    c.value = n;
+    RFOS_RETURN_IF_ERROR(send_request(c));
+  }
+}
+
+Result<uint64_t> AgentClient::get_object(const std::string& pool, const std::string& cont, const std::string& key,
+                                         const std::function<Status(std::span<const uint8_t>)>& sink,
+                                         const std::function<void(uint64_t)>& progress) {
+  if (!buffer_) return error(StatusCode::kInvalidArgument, "no shared buffer (connect with a ring)");
+  Message m;
+  m.type = MsgType::kObject;
+  m.id = next_id_++;
+  m.pool = pool;
+  m.cont = cont;
+  m.text = key;
+  m.value = static_cast<uint64_t>(ObjectOp::kGet);
+  RFOS_RETURN_IF_ERROR(send_request(m));
+  uint64_t got = 0;
+  for (;;) {
+    RFOS_ASSIGN_OR_RETURN(Message r, receive_answer(m.id));
+    if (r.type == MsgType::kDone) return r.value;
+    if (r.type != MsgType::kChunk || r.value > buffer_bytes_)
+      return error(StatusCode::kInvalidArgument, "the agent's answer to a get");
+    if (Status s = sink(std::span<const uint8_t>(buffer_, r.value)); !s.is_ok()) {  // given up: the agent stops
+      RFOS_RETURN_IF_ERROR(send_request(error_message(m.id, s)));
+      (void)receive_answer(m.id);
+      return s;
+    }
+    got += r.value;
+    if (progress) progress(got);
+    Message next;
+    next.type = MsgType::kNext;
+    next.id = m.id;
+    RFOS_RETURN_IF_ERROR(send_request(next));
+  }
 }
 
 Status AgentClient::serve_mount(const std::string& pool, const std::string& cont, const std::string& settings,

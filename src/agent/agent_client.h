@@ -69,6 +69,20 @@ class AgentClient {
   // A control call relayed by the agent, made for this app's user: client::ControlClient::relayed's relay.
   Result<std::string> relay_control(const std::string& type, const std::string& request);
 
+  // Named objects and files of a container through the agent (what `rfos put/get/stat/rm/ls --agent` do), for
+  // this app's user, the bytes through the shared buffer a chunk at a time. `key`: a name, or /PATH for a file
+  // of the container's namespace (`mode`: a new file's). put_object returns the bytes stored (durable), and
+  // get_object the bytes the sink took; object_call runs kStat, kRemove and kList (its answer: kDone, value and
+  // text, or kControlled, blob). Errors: the agent's and the server's, as the native calls give them.
+  Result<uint64_t> put_object(const std::string& pool, const std::string& cont, const std::string& key, uint32_t mode,
+                              const std::function<Result<size_t>(std::span<uint8_t>)>& source,
+                              const std::function<void(uint64_t)>& progress = {});
+  Result<uint64_t> get_object(const std::string& pool, const std::string& cont, const std::string& key,
+                              const std::function<Status(std::span<const uint8_t>)>& sink,
+                              const std::function<void(uint64_t)>& progress = {});
+  Result<Message> object_call(ObjectOp op, const std::string& pool, const std::string& cont, const std::string& key,
+                              uint32_t mode = 0);
+
   // Hands a FUSE device this process mounted to the agent, which serves it with the namespace of `cont` for
   // this app's user (`rfos mount --agent`); `settings` from fuse::encode_served_settings. The agent closes the
   // connection when the mount ends.
@@ -80,6 +94,8 @@ class AgentClient {
  private:
   AgentClient() = default;
   Result<Message> call(const Message& m, std::vector<int>* fds = nullptr, int send_fd = -1);
+  Status send_request(const Message& m, int send_fd = -1);
+  Result<Message> receive_answer(uint32_t id, std::vector<int>* fds = nullptr);
   Status refusal_or_gone();
   Status io(RingOp op, uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey,
             uint64_t offset, std::span<uint8_t> bytes);

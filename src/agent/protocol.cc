@@ -66,6 +66,17 @@ std::string encode_message(const Message& m) {
       put_string(&out, m.cont);
       put_string(&out, m.text);
       break;
+    case MsgType::kObject:
+      put_string(&out, m.pool);
+      put_string(&out, m.cont);
+      put_string(&out, m.text);
+      put_le<uint64_t>(&out, m.value);
+      put_le<uint32_t>(&out, m.handle);
+      break;
+    case MsgType::kChunk:
+    case MsgType::kNext:
+      put_le<uint64_t>(&out, m.value);
+      break;
     case MsgType::kControl:
       put_string(&out, m.text);
       put_le<uint32_t>(&out, static_cast<uint32_t>(m.blob.size()));
@@ -91,6 +102,7 @@ std::string encode_message(const Message& m) {
       break;
     case MsgType::kDone:
       put_le<uint64_t>(&out, m.value);
+      put_string(&out, m.text);
       break;
     case MsgType::kError:
       put_le<uint16_t>(&out, m.code);
@@ -125,6 +137,14 @@ Result<Message> decode_message(std::string_view bytes) {
     case MsgType::kMount:
       ok = get_string(&in, &m.pool) && get_string(&in, &m.cont) && get_string(&in, &m.text);
       break;
+    case MsgType::kObject:
+      ok = get_string(&in, &m.pool) && get_string(&in, &m.cont) && get_string(&in, &m.text) && in.get_le(&m.value) &&
+           in.get_le(&m.handle) && m.value >= 1 && m.value <= 5;
+      break;
+    case MsgType::kChunk:
+    case MsgType::kNext:
+      ok = in.get_le(&m.value);
+      break;
     case MsgType::kControl:
       ok = get_string(&in, &m.text) && get_blob(&in, &m.blob);
       break;
@@ -142,7 +162,7 @@ Result<Message> decode_message(std::string_view bytes) {
       ok = in.get_le(&m.version) && get_string(&in, &m.text);
       break;
     case MsgType::kDone:
-      ok = in.get_le(&m.value);
+      ok = in.get_le(&m.value) && get_string(&in, &m.text);
       break;
     case MsgType::kError:
       ok = in.get_le(&m.code) && get_string(&in, &m.text) && m.code != 0;

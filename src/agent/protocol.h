@@ -21,7 +21,7 @@
 
 namespace rfos::agent {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
 inline constexpr size_t kMaxMessageBytes = 65536;  // a relayed control answer (a list of pools) may be long
 
 enum class MsgType : uint8_t {
@@ -38,6 +38,13 @@ enum class MsgType : uint8_t {
   // text: a control call's request type (client::ControlClient::forward), blob: its bytes; answered by
   // kControlled with the response's bytes in blob. Made for the app's user; never the session calls.
   kControl = 7,
+  // pool, cont, text: a name (or /PATH: a file of the namespace), value: ObjectOp, handle: a new file's mode.
+  // put: the agent asks for the bytes with kNext, the app answers each with kChunk (value bytes at the start
+  // of the shared buffer; 0: the end); get: the agent sends kChunk, the app answers kNext once it took them.
+  // Answered by kDone (value: the bytes; stat: the size, text: what else) or kControlled (list: blob).
+  kObject = 8,
+  kChunk = 9,  // value: bytes at the start of the shared buffer
+  kNext = 10,  // the last chunk is taken: the next
   // agent -> app
   kWelcome = 64,     // version, tenant
   kReady = 65,       // sq_entries, cq_entries, buffer_bytes (the region sizes as made)
@@ -46,6 +53,8 @@ enum class MsgType : uint8_t {
   kError = 68,       // code, text
   kControlled = 69,  // blob
 };
+
+enum class ObjectOp : uint8_t { kPut = 1, kGet = 2, kStat = 3, kRemove = 4, kList = 5 };
 
 // One message; which fields mean something depends on its type (above).
 struct Message {

@@ -10,8 +10,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 #include <vector>
 
+#include "agent/agent_client.h"
 #include "cli/cli.h"
 #include "client/container.h"
 #include "client/named_objects.h"
@@ -123,6 +125,22 @@ Result<uint64_t> put_path(Context& ctx, const ObjectArgs& a, FILE* in, ProgressL
   return f.size;
 }
 
+// The commands through the agent (rfos --agent SOCK, or $RFOS_AGENT): the agent opens the container for this
+// user and moves the bytes through the buffer it shares with this process; this process holds no session.
+Result<std::unique_ptr<agent::AgentClient>> agent_app(const Context& ctx) {
+  agent::AgentClientOptions o;
+  o.buffer_bytes = 4 << 20;  // a put's or get's chunk
+  o.entries = 8;
+  o.timeout_ms = std::max<uint32_t>(ctx.timeout_ms, 300000);  // a chunk may wait on the media
+  return agent::AgentClient::connect(ctx.agent, o);
+}
+
+uint32_t new_file_mode() {
+  mode_t mask = umask(0);
+  umask(mask);
+  return 0666 & ~mask;
+}
+
 }  // namespace
 
 void add_object_commands(CLI::App& app, Context& ctx) {
@@ -131,6 +149,27 @@ void add_object_commands(CLI::App& app, Context& ctx) {
   add_target_options(ls, *ls_args, false);
   ls->add_option("--snapshot", ls_args->snapshot, "list the container as of this snapshot (its epoch)");
   ls->callback([&ctx, ls_args] {
+    if (!ctx.agent.empty()) {
+      if (ls_args->snapshot)
+        return (void)ctx.check(error(StatusCode::kNotSupported, "--snapshot through the agent"), "ls");
+      auto app = agent_app(ctx);
+      auto r = app.is_ok() ? (*app)->object_call(agent::ObjectOp::kList, ls_args->pool, ls_args->cont, "")
+                           : Result<agent::Message>(app.status());
+      if (!ctx.check(r.status(), "ls")) return;
+      std::istringstream lines(r->blob);
+      for (std::string kind, first; lines >> kind >> first;) {
+        std::string rest;
+        std::getline(lines, rest);
+        if (kind == "N")
+          std::printf("%12s  %s\n", first.c_str(), rest.empty() ? "" : rest.c_str() + 1);
+        else if (kind == "O")
+          std::printf("%12s  %s\n", "-", first.c_str());
+        else if (kind == "I")
+          std::printf("%12s  (%s files and directories of the POSIX namespace: rfos fs ls rfos:/)\n", "-",
+                      first.c_str());
+      }
+      return;
+    }
     auto cont = open_cont(ctx, *ls_args, false);
     if (!ctx.check(cont.status(), "ls")) return;
     auto listing = client::NamedObjects(**cont).list();
@@ -167,6 +206,20 @@ void add_object_commands(CLI::App& app, Context& ctx) {
     }
     struct stat sb {};
     uint64_t total = fstat(fileno(in), &sb) == 0 && S_ISREG(sb.st_mode) ? static_cast<uint64_t>(sb.st_size) : 0;
+    if (!ctx.agent.empty()) {
+      Result<uint64_t> stored = error(StatusCode::kNotFound, "not stored");
+      {
+        ProgressLine line("put " + a.key, total, a.quiet);
+        auto app = agent_app(ctx);
+        stored = app.is_ok() ? (*app)->put_object(a.pool, a.cont, a.key, new_file_mode(), reader_of(in, a.path),
+                                                  [&](uint64_t b) { line(b); })
+                             : Result<uint64_t>(app.status());
+      }
+      if (in != stdin) std::fclose(in);
+      if (ctx.check(stored.status(), "put"))
+        std::fprintf(stderr, "rfos put: %s: %llu bytes stored\n", a.key.c_str(), (unsigned long long)*stored);
+      return;
+    }
     Result<std::unique_ptr<client::Container>> cont = error(StatusCode::kNotFound, "not opened");
     if (!is_path(a.key)) {
       cont = open_cont(ctx, a, true);
@@ -205,6 +258,29 @@ void add_object_commands(CLI::App& app, Context& ctx) {
     const ObjectArgs& a = *get_args;
     if (is_path(a.key) && a.snapshot)
       return (void)ctx.check(error(StatusCode::kNotSupported, "--snapshot reads named objects, not paths yet"), "get");
+    if (!ctx.agent.empty()) {
+      if (a.snapshot) return (void)ctx.check(error(StatusCode::kNotSupported, "--snapshot through the agent"), "get");
+      auto app = agent_app(ctx);
+      if (!ctx.check(app.status(), "get")) return;
+      FILE* out = a.path == "-" ? stdout : std::fopen(a.path.c_str(), "wb");
+      if (!out) {
+        std::fprintf(stderr, "rfos get: cannot create %s: %s\n", a.path.c_str(), std::strerror(errno));
+        ctx.exit_code = 1;
+        return;
+      }
+      Status s;
+      {
+        ProgressLine line("get " + a.key, 0, a.quiet || out == stdout);
+        s = (*app)->get_object(a.pool, a.cont, a.key, writer_to(out), [&](uint64_t b) { line(b); }).status();
+      }
+      if (out != stdout) {
+        if (std::fclose(out) != 0 && s.is_ok()) s = error(StatusCode::kIoError, "closing output failed");
+      } else {
+        std::fflush(stdout);
+      }
+      ctx.check(s, "get");
+      return;
+    }
     Result<Mounted> m = error(StatusCode::kNotFound, "not opened");
     Result<posix::Attr> file = error(StatusCode::kNotFound, "not found");
     Result<std::unique_ptr<client::Container>> cont = error(StatusCode::kNotFound, "not opened");
@@ -248,6 +324,14 @@ void add_object_commands(CLI::App& app, Context& ctx) {
   auto* rm = app.add_subcommand("rm", "remove an object and its name (also what a put that died left behind)");
   add_target_options(rm, *rm_args);
   rm->callback([&ctx, rm_args] {
+    if (!ctx.agent.empty()) {
+      auto app = agent_app(ctx);
+      ctx.check(app.is_ok()
+                    ? (*app)->object_call(agent::ObjectOp::kRemove, rm_args->pool, rm_args->cont, rm_args->key).status()
+                    : app.status(),
+                "rm");
+      return;
+    }
     if (is_path(rm_args->key)) {
       auto m = open_ns(ctx, *rm_args);
       if (!ctx.check(m.status(), "rm")) return;
@@ -269,6 +353,25 @@ void add_object_commands(CLI::App& app, Context& ctx) {
   add_target_options(stat_cmd, *stat_args);
   stat_cmd->add_option("--snapshot", stat_args->snapshot, "as of this snapshot (its epoch)");
   stat_cmd->callback([&ctx, stat_args] {
+    if (!ctx.agent.empty()) {
+      if (stat_args->snapshot)
+        return (void)ctx.check(error(StatusCode::kNotSupported, "--snapshot through the agent"), "stat");
+      auto app = agent_app(ctx);
+      auto r = app.is_ok()
+                   ? (*app)->object_call(agent::ObjectOp::kStat, stat_args->pool, stat_args->cont, stat_args->key)
+                   : Result<agent::Message>(app.status());
+      if (!ctx.check(r.status(), "stat")) return;
+      std::istringstream fields(r->text);
+      std::string object, mode_or_legacy, uid, gid;
+      fields >> object >> mode_or_legacy >> uid >> gid;
+      if (is_path(stat_args->key))
+        std::printf("name: %s\nsize: %llu\nobject: %s\nmode: %s\nuid: %s\ngid: %s\n", stat_args->key.c_str(),
+                    (unsigned long long)r->value, object.c_str(), mode_or_legacy.c_str(), uid.c_str(), gid.c_str());
+      else
+        std::printf("name: %s\nsize: %llu\nobject: %s%s\n", stat_args->key.c_str(), (unsigned long long)r->value,
+                    object.c_str(), mode_or_legacy == "legacy" ? " (older layout)" : "");
+      return;
+    }
     if (is_path(stat_args->key)) {
       if (stat_args->snapshot)
         return (void)ctx.check(error(StatusCode::kNotSupported, "--snapshot reads named objects, not paths yet"),

@@ -22,6 +22,7 @@
 #include "agent/agent_client.h"
 #include "client/container.h"
 #include "client/control_client.h"
+#include "client/named_objects.h"
 #include "engine/engine_testing.h"
 #include "rfos/rfos.h"
 #include "server_process.h"
@@ -249,6 +250,79 @@ TEST_F(AgentTest, ControlCallsAreRelayedForTheAppsUserButNeverASession) {
   EXPECT_TRUE(relayed->pool_query("p").is_ok());
 }
 
+// Named objects and files through the agent (`rfos put/get/stat/rm/ls` with --agent): the bytes go a chunk at a
+// time through the shared buffer, the container is opened by the agent for the app's user, and what is stored
+// is what the native client reads.
+TEST_F(AgentTest, NamedObjectsAndFilesGoThroughTheAgent) {
+  start_server("root");
+  start_agent();
+  AgentClientOptions o;
+  o.buffer_bytes = 1 << 20;  // a 3.5 MiB object in four chunks
+  auto app = AgentClient::connect(dir_.path() + "/agent/agent.sock", o);
+  ASSERT_TRUE(app.is_ok()) << app.status().to_string();
+  std::vector<uint8_t> data((7 << 20) / 2);
+  fill(data, 5);
+  auto source_of = [](const std::vector<uint8_t>& bytes) {
+    auto at = std::make_shared<size_t>(0);
+    return [&bytes, at](std::span<uint8_t> out) -> Result<size_t> {
+      size_t n = std::min(out.size(), bytes.size() - *at);
+      std::memcpy(out.data(), bytes.data() + *at, n);
+      *at += n;
+      return n;
+    };
+  };
+  for (const std::string key : {"dataset/shard-0", "/shard-0.bin"}) {
+    auto stored = (*app)->put_object("p", "c", key, 0640, source_of(data));
+    ASSERT_TRUE(stored.is_ok()) << key << ": " << stored.status().to_string();
+    EXPECT_EQ(*stored, data.size());
+    std::vector<uint8_t> back;
+    auto got = (*app)->get_object("p", "c", key, [&](std::span<const uint8_t> b) {
+      back.insert(back.end(), b.begin(), b.end());
+      return Status::ok();
+    });
+    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    EXPECT_TRUE(back == data) << key;
+    auto st = (*app)->object_call(ObjectOp::kStat, "p", "c", key);
+    ASSERT_TRUE(st.is_ok());
+    EXPECT_EQ(st->value, data.size());
+  }
+  // What the native client reads is what went through the agent.
+  auto native = client::Container::open(*control_, "p", "c").value();
+  std::vector<uint8_t> back;
+  ASSERT_TRUE(client::NamedObjects(*native)
+                  .get("dataset/shard-0",
+                       [&](std::span<const uint8_t> b) {
+                         back.insert(back.end(), b.begin(), b.end());
+                         return Status::ok();
+                       })
+                  .is_ok());
+  EXPECT_TRUE(back == data);
+  auto list = (*app)->object_call(ObjectOp::kList, "p", "c", "");
+  ASSERT_TRUE(list.is_ok());
+  EXPECT_NE(list->blob.find("N " + std::to_string(data.size()) + " dataset/shard-0\n"), std::string::npos);
+  EXPECT_TRUE((*app)->object_call(ObjectOp::kRemove, "p", "c", "dataset/shard-0").is_ok());
+  EXPECT_TRUE((*app)->object_call(ObjectOp::kRemove, "p", "c", "/shard-0.bin").is_ok());
+  EXPECT_EQ((*app)->object_call(ObjectOp::kStat, "p", "c", "dataset/shard-0").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ((*app)
+                ->get_object("p", "c", "/shard-0.bin", [](std::span<const uint8_t>) { return Status::ok(); })
+                .status()
+                .code(),
+            StatusCode::kNotFound);
+  // A source that fails mid-way leaves no object of that name.
+  auto failing = [n = 0](std::span<uint8_t> out) mutable -> Result<size_t> {
+    if (n++ == 2) return error(StatusCode::kIoError, "the disk went away");
+    std::memset(out.data(), 1, out.size());
+    return out.size();
+  };
+  EXPECT_EQ((*app)->put_object("p", "c", "half", 0640, failing).status().code(), StatusCode::kIoError);
+  EXPECT_EQ((*app)->object_call(ObjectOp::kStat, "p", "c", "half").status().code(), StatusCode::kNotFound);
+  // And a sink that fails mid-way ends the get, the connection still good.
+  ASSERT_TRUE((*app)->put_object("p", "c", "whole", 0640, source_of(data)).is_ok());
+  auto full = [](std::span<const uint8_t>) { return error(StatusCode::kNoSpace, "the local disk is full"); };
+  EXPECT_EQ((*app)->get_object("p", "c", "whole", full).status().code(), StatusCode::kNoSpace);
+  EXPECT_TRUE((*app)->object_call(ObjectOp::kStat, "p", "c", "whole").is_ok());
+}
+
 // An app that speaks the protocol itself (not through AgentClient, which refuses to break the rules).
 struct RawApp {
   int fd = -1;
@@ -455,6 +529,8 @@ TEST_F(AgentTest, ASealingTenantsBytesAreNeverOnTheMediaAndTamperingIsCaught) {
   auto app = connect();
   ASSERT_TRUE(app);
   EXPECT_EQ(app->tenant(), "sealed");
+  // What would be stored in the clear through the agent is refused for a sealing tenant, not written.
+  EXPECT_EQ(app->object_call(ObjectOp::kStat, "p", "c", "any").status().code(), StatusCode::kNotSupported);
   auto h = app->open("p", "c", true);
   ASSERT_TRUE(h.is_ok());
   // A pattern no other bytes hold, 64 KiB of it, through the agent; another, the same way, through the native
