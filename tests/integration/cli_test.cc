@@ -1,6 +1,9 @@
 // The rfos CLI as a user runs it, against a real server started with --create-defaults: put/get of files and
 // stdin, exit codes a script can act on.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -134,6 +137,52 @@ TEST(Cli, PutGetRoundTripsAndExitCodes) {
   EXPECT_NE(sh(rfos + " put 2>/dev/null").code, 0);
   server.kill();
   EXPECT_EQ(sh(rfos + " --timeout-ms 2000 get greeting - 2>/dev/null").code, 3);
+}
+
+// The same commands through `rfos agent` (--agent, or RFOS_AGENT): the agent makes them for this user; the
+// data commands it does not run yet fail saying so.
+TEST(Cli, CommandsThroughTheAgent) {
+  engine::testing::TempDir dir;
+  testing::ServerProcess server(dir.path(), {"--create-defaults", "--trust-agent", "root=root"});
+  ASSERT_TRUE(server.start());
+  std::string sock = dir.path() + "/agent/agent.sock";
+  pid_t agent = fork();
+  if (agent == 0) {
+    std::string addr = server.address();
+    execl(RFOS_BINARY, RFOS_BINARY, "--addr", addr.c_str(), "agent", "--listen", sock.c_str(), "--provider",
+          "ucx+tcp", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(agent, 0);
+  std::string rfos = std::string(RFOS_BINARY) + " --addr " + server.address() + " --agent " + sock;
+  Shell who{1, ""};
+  for (int i = 0; i < 200 && who.code != 0; ++i) {  // until the agent serves its socket
+    who = sh(rfos + " whoami 2>/dev/null");
+    if (who.code != 0) usleep(50000);
+  }
+  EXPECT_EQ(who.out, "root (uid 0)\n");
+  EXPECT_NE(sh(rfos + " pool list").out.find("default"), std::string::npos);
+  std::string in = dir.path() + "/in.bin", out = dir.path() + "/out.bin";
+  std::string data = engine::testing::pattern(3, 5 * 1024 * 1024 + 17);  // two chunks of the CLI's 4 MiB buffer
+  std::ofstream(in, std::ios::binary) << data;
+  for (std::string key : {"through-agent.bin", "/through-agent.bin"}) {
+    EXPECT_EQ(sh(rfos + " put -q " + key + " " + in).code, 0) << key;
+    EXPECT_EQ(sh(rfos + " get -q " + key + " " + out).code, 0) << key;
+    EXPECT_TRUE(slurp(out) == data) << key;
+    EXPECT_NE(sh(rfos + " stat " + key).out.find("size: " + std::to_string(data.size())), std::string::npos);
+  }
+  // The native client reads what went through the agent.
+  EXPECT_EQ(sh(std::string(RFOS_BINARY) + " --addr " + server.address() + " get -q through-agent.bin " + out).code, 0);
+  EXPECT_TRUE(slurp(out) == data);
+  EXPECT_NE(sh(rfos + " ls").out.find(std::to_string(data.size()) + "  through-agent.bin"), std::string::npos);
+  EXPECT_EQ(sh(rfos + " rm through-agent.bin").code, 0);
+  EXPECT_EQ(sh(rfos + " get through-agent.bin - 2>/dev/null").code, 1);
+  Shell fs = sh(rfos + " fs ls rfos:/ 2>&1");
+  EXPECT_EQ(fs.code, 1);
+  EXPECT_NE(fs.out.find("NotSupported"), std::string::npos) << fs.out;
+  kill(agent, SIGTERM);
+  int status = 0;
+  waitpid(agent, &status, 0);
 }
 
 }  // namespace
