@@ -517,16 +517,17 @@ class AppConn {
     // Threads and request buffers are the agent's: an app gets the defaults at most.
     o.request_threads = std::min(o.request_threads, fuse::MountOptions{}.request_threads);
     o.writer_threads = std::min(o.writer_threads, fuse::MountOptions{}.writer_threads);
-    uint32_t now_served = mounts_.fetch_add(1) + 1;
-    counted_ = true;
-    if (now_served > config_.max_mounts)
-      return refuse(error(StatusCode::kBusy,
-                          "the agent serves its most mounts (max_mounts " + std::to_string(config_.max_mounts) + ")"));
     client::ContainerOptions co;
     co.provider = config_.provider;
     co.timeout_ms = config_.timeout_ms;
     auto ns = posix::Namespace::open(*control_, m.pool, m.cont, co);
     if (!ns.is_ok()) return refuse(ns.status());
+    if (mounts_.fetch_add(1) + 1 > config_.max_mounts) {
+      --mounts_;
+      return refuse(error(StatusCode::kBusy,
+                          "the agent serves its most mounts (max_mounts " + std::to_string(config_.max_mounts) + ")"));
+    }
+    counted_ = true;  // until this connection ends (one mount per connection)
     o.fuse_fd = fuse_fd;
     o.stop = std::make_shared<std::atomic<bool>>(false);
     served_ = std::make_unique<Served>();
