@@ -299,30 +299,31 @@ Result<std::string> AgentClient::relay_control(const std::string& type, const st
   return std::move(answer.blob);
 }
 
-Result<Message> AgentClient::object_call(ObjectOp op, const std::string& pool, const std::string& cont,
-                                         const std::string& key, uint32_t mode) {
-  Message m;
-  m.type = MsgType::kObject;
-  m.pool = pool;
-  m.cont = cont;
-  m.text = key;
-  m.value = static_cast<uint64_t>(op);
-  m.handle = mode;
-  return call(m);
-}
-
-Result<uint64_t> AgentClient::put_object(const std::string& pool, const std::string& cont, const std::string& key,
-                                         uint32_t mode, const std::function<Result<size_t>(std::span<uint8_t>)>& source,
-                                         const std::function<void(uint64_t)>& progress) {
-  if (!buffer_) return error(StatusCode::kInvalidArgument, "no shared buffer (connect with a ring)");
+Message AgentClient::object_request(ObjectOp op, const std::string& pool, const std::string& cont,
+                                    const std::string& key, uint32_t mode) {
   Message m;
   m.type = MsgType::kObject;
   m.id = next_id_++;
   m.pool = pool;
   m.cont = cont;
   m.text = key;
-  m.value = static_cast<uint64_t>(ObjectOp::kPut);
+  m.value = static_cast<uint64_t>(op);
   m.handle = mode;
+  return m;
+}
+
+Result<Message> AgentClient::object_call(ObjectOp op, const std::string& pool, const std::string& cont,
+                                         const std::string& key, uint32_t mode) {
+  Message m = object_request(op, pool, cont, key, mode);
+  RFOS_RETURN_IF_ERROR(send_request(m));
+  return receive_answer(m.id);
+}
+
+Result<uint64_t> AgentClient::put_object(const std::string& pool, const std::string& cont, const std::string& key,
+                                         uint32_t mode, const std::function<Result<size_t>(std::span<uint8_t>)>& source,
+                                         const std::function<void(uint64_t)>& progress) {
+  if (!buffer_) return error(StatusCode::kInvalidArgument, "no shared buffer (connect with a ring)");
+  Message m = object_request(ObjectOp::kPut, pool, cont, key, mode);
   RFOS_RETURN_IF_ERROR(send_request(m));
   uint64_t sent = 0;
   for (;;) {
@@ -355,13 +356,7 @@ Result<uint64_t> AgentClient::get_object(const std::string& pool, const std::str
                                          const std::function<Status(std::span<const uint8_t>)>& sink,
                                          const std::function<void(uint64_t)>& progress) {
   if (!buffer_) return error(StatusCode::kInvalidArgument, "no shared buffer (connect with a ring)");
-  Message m;
-  m.type = MsgType::kObject;
-  m.id = next_id_++;
-  m.pool = pool;
-  m.cont = cont;
-  m.text = key;
-  m.value = static_cast<uint64_t>(ObjectOp::kGet);
+  Message m = object_request(ObjectOp::kGet, pool, cont, key, 0);
   RFOS_RETURN_IF_ERROR(send_request(m));
   uint64_t got = 0;
   for (;;) {

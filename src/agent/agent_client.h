@@ -95,6 +95,8 @@ class AgentClient {
   AgentClient() = default;
   Result<Message> call(const Message& m, std::vector<int>* fds = nullptr, int send_fd = -1);
   Status send_request(const Message& m, int send_fd = -1);
+  Message object_request(ObjectOp op, const std::string& pool, const std::string& cont, const std::string& key,
+                         uint32_t mode);
   Result<Message> receive_answer(uint32_t id, std::vector<int>* fds = nullptr);
   Status refusal_or_gone();
   Status io(RingOp op, uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey,

@@ -13,21 +13,17 @@ void put_string(std::string* out, std::string_view s) {
   out->append(s.data(), s.size());
 }
 
-bool get_string(ByteReader* in, std::string* s) {
-  uint16_t n;
+// Bytes after their length, a Len (u16: a string, u32: a blob).
+template <typename Len>
+bool get_sized(ByteReader* in, std::string* s) {
+  Len n;
   std::string_view v;
   if (!in->get_le(&n) || !in->get_bytes(n, &v)) return false;
   s->assign(v);
   return true;
 }
-
-bool get_blob(ByteReader* in, std::string* s) {
-  uint32_t n;
-  std::string_view v;
-  if (!in->get_le(&n) || !in->get_bytes(n, &v)) return false;
-  s->assign(v);
-  return true;
-}
+bool get_string(ByteReader* in, std::string* s) { return get_sized<uint16_t>(in, s); }
+bool get_blob(ByteReader* in, std::string* s) { return get_sized<uint32_t>(in, s); }
 
 bool get_oid(ByteReader* in, uint8_t* oid) {
   std::string_view v;

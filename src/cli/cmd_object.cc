@@ -258,34 +258,19 @@ void add_object_commands(CLI::App& app, Context& ctx) {
     const ObjectArgs& a = *get_args;
     if (is_path(a.key) && a.snapshot)
       return (void)ctx.check(error(StatusCode::kNotSupported, "--snapshot reads named objects, not paths yet"), "get");
-    if (!ctx.agent.empty()) {
-      if (a.snapshot) return (void)ctx.check(error(StatusCode::kNotSupported, "--snapshot through the agent"), "get");
-      auto app = agent_app(ctx);
-      if (!ctx.check(app.status(), "get")) return;
-      FILE* out = a.path == "-" ? stdout : std::fopen(a.path.c_str(), "wb");
-      if (!out) {
-        std::fprintf(stderr, "rfos get: cannot create %s: %s\n", a.path.c_str(), std::strerror(errno));
-        ctx.exit_code = 1;
-        return;
-      }
-      Status s;
-      {
-        ProgressLine line("get " + a.key, 0, a.quiet || out == stdout);
-        s = (*app)->get_object(a.pool, a.cont, a.key, writer_to(out), [&](uint64_t b) { line(b); }).status();
-      }
-      if (out != stdout) {
-        if (std::fclose(out) != 0 && s.is_ok()) s = error(StatusCode::kIoError, "closing output failed");
-      } else {
-        std::fflush(stdout);
-      }
-      ctx.check(s, "get");
-      return;
-    }
     Result<Mounted> m = error(StatusCode::kNotFound, "not opened");
     Result<posix::Attr> file = error(StatusCode::kNotFound, "not found");
     Result<std::unique_ptr<client::Container>> cont = error(StatusCode::kNotFound, "not opened");
     Result<client::ObjectStat> st = error(StatusCode::kNotFound, "not found");
-    if (is_path(a.key)) {
+    Result<std::unique_ptr<agent::AgentClient>> app = error(StatusCode::kNotFound, "not connected");
+    if (!ctx.agent.empty()) {
+      if (a.snapshot) return (void)ctx.check(error(StatusCode::kNotSupported, "--snapshot through the agent"), "get");
+      app = agent_app(ctx);
+      auto found = app.is_ok() ? (*app)->object_call(agent::ObjectOp::kStat, a.pool, a.cont, a.key)
+                               : Result<agent::Message>(app.status());
+      if (!ctx.check(found.status(), "get")) return;
+      st = client::ObjectStat{a.key, found->value, {}, false};
+    } else if (is_path(a.key)) {
       m = open_ns(ctx, a);
       if (!ctx.check(m.status(), "get")) return;
       file = m->ns->resolve(a.key, posix::Cred::of_process());
@@ -309,8 +294,11 @@ void add_object_commands(CLI::App& app, Context& ctx) {
     {
       ProgressLine line("get " + a.key, st->size, a.quiet || out == stdout);
       auto progress = [&](uint64_t bytes) { line(bytes); };
-      s = is_path(a.key) ? m->ns->get_file(*file, writer_to(out), 16, progress)
-                         : client::NamedObjects(**cont).read(*st, writer_to(out), progress);
+      if (app.is_ok())  // through the agent, which opens the container for this user
+        s = (*app)->get_object(a.pool, a.cont, a.key, writer_to(out), progress).status();
+      else
+        s = is_path(a.key) ? m->ns->get_file(*file, writer_to(out), 16, progress)
+                           : client::NamedObjects(**cont).read(*st, writer_to(out), progress);
     }
     if (out != stdout) {
       if (std::fclose(out) != 0 && s.is_ok()) s = error(StatusCode::kIoError, "closing output failed");
