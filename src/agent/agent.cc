@@ -30,6 +30,7 @@
 #include "agent/seal.h"
 #include "client/container.h"
 #include "client/named_objects.h"
+#include "common/coding.h"
 #include "common/local_socket.h"
 #include "common/yaml_file.h"
 #include "fuse/mount.h"
@@ -401,9 +402,97 @@ class AppConn {
     };
     Message done;
     done.type = MsgType::kDone;
-    Status s =
-        m.text.starts_with("/") ? file_op(m, op, co, source, sink, &done) : named_op(m, op, co, source, sink, &done);
+    Status s = op >= ObjectOp::kMkdir    ? namespace_op(m, op, &done)
+               : m.text.starts_with("/") ? file_op(m, op, co, source, sink, &done)
+                                         : named_op(m, op, co, source, sink, &done);
     return s.is_ok() ? done : fail(s);
+  }
+
+  // The namespace of a container, opened for this app's user once and kept for its later requests (a few).
+  Result<posix::Namespace*> namespace_of(const std::string& pool, const std::string& cont) {
+    std::string key = pool + '\n' + cont;
+    auto it = namespaces_.find(key);
+    if (it != namespaces_.end()) return it->second.get();
+    if (namespaces_.size() >= 8) namespaces_.erase(namespaces_.begin());
+    client::ContainerOptions co;
+    co.provider = config_.provider;
+    co.timeout_ms = config_.timeout_ms;
+    RFOS_ASSIGN_OR_RETURN(auto ns, posix::Namespace::open(*control_, pool, cont, co));
+    return (namespaces_[key] = std::move(ns)).get();
+  }
+
+  // The C API's namespace calls (rfos_fs_*): a directory, or a batch of whole files laid out in the shared
+  // buffer, whose results come back one per file (and a get's bytes in the buffer).
+  Status namespace_op(const Message& m, ObjectOp op, Message* done) {
+    RFOS_ASSIGN_OR_RETURN(posix::Namespace * ns, namespace_of(m.pool, m.cont));
+    posix::Cred cred(peer_.uid, peer_.gid, peer_.groups);
+    if (op == ObjectOp::kSync) return ns->sync();
+    if (op == ObjectOp::kMkdir) {
+      std::string_view p = m.text;
+      while (p.size() > 1 && p.back() == '/') p.remove_suffix(1);
+      size_t slash = p.rfind('/');
+      if (slash == std::string_view::npos || p.size() <= 1)
+        return error(StatusCode::kInvalidArgument, "an absolute path below the root");
+      RFOS_ASSIGN_OR_RETURN(posix::Attr parent, ns->resolve(std::string(p.substr(0, slash)), cred));
+      return ns->mkdir(parent.oid, p.substr(slash + 1), m.handle & 07777, cred).status();
+    }
+    if (!buffer_ || m.buffer_bytes > buffer_bytes_)
+      return error(StatusCode::kInvalidArgument, "a batch past the shared buffer");
+    RFOS_ASSIGN_OR_RETURN(posix::Attr dir, ns->resolve(m.text, cred));
+    if (!S_ISDIR(dir.mode)) return error(StatusCode::kNotDirectory, m.text + " is not a directory");
+    // Copied out first: the app may write its buffer while this reads it.
+    std::string batch(reinterpret_cast<const char*>(buffer_), m.buffer_bytes);
+    ByteReader in(batch);
+    uint32_t n = 0;
+    if (!in.get_le(&n) || n > kMaxBatchFiles)
+      return error(StatusCode::kInvalidArgument, "a malformed batch, or one of more than 4096 files");
+    auto read_name = [&](std::string* name) {
+      uint16_t len;
+      std::string_view v;
+      if (!in.get_le(&len) || !in.get_bytes(len, &v)) return false;
+      name->assign(v);
+      return true;
+    };
+    std::string results;  // per file: code u16 (and for a get, its size u64)
+    if (op == ObjectOp::kPutFiles) {
+      std::vector<posix::Namespace::NewFile> files(n);
+      for (auto& f : files) {
+        uint64_t len;
+        std::string_view data;
+        if (!read_name(&f.name) || !in.get_le(&f.mode) || !in.get_le(&len) || !in.get_bytes(len, &data))
+          return error(StatusCode::kInvalidArgument, "a malformed batch");
+        f.mode &= 07777;
+        f.data.assign(data);
+      }
+      for (const auto& r : ns->put_files(dir.oid, files, cred, 32))
+        put_le<uint16_t>(&results, static_cast<uint16_t>(r.status().code()));
+    } else {
+      std::vector<std::string> names(n);
+      std::vector<uint64_t> caps(n);
+      uint64_t room = 0;
+      for (uint32_t i = 0; i < n; ++i) {
+        if (!read_name(&names[i]) || !in.get_le(&caps[i]) || caps[i] > buffer_bytes_ - room)
+          return error(StatusCode::kInvalidArgument, "a malformed batch, or one whose buffers pass the shared one");
+        room += caps[i];
+      }
+      // Each file's bytes at the sum of the capacities before it.
+      uint64_t at = 0;
+      auto got = ns->get_files(dir.oid, names, cred, 32);
+      for (uint32_t i = 0; i < n; ++i) {
+        StatusCode code = got[i].status().code();
+        uint64_t size = got[i].is_ok() ? got[i]->size() : 0;
+        if (got[i].is_ok() && size > caps[i]) code = StatusCode::kTooLarge;
+        if (code == StatusCode::kOk && size > 0) std::memcpy(buffer_ + at, got[i]->data(), size);
+        put_le<uint16_t>(&results, static_cast<uint16_t>(code));
+        put_le<uint64_t>(&results, size);
+        at += caps[i];
+      }
+    }
+    if (results.size() > kMaxMessageBytes - 16)
+      return error(StatusCode::kTooLarge, "a batch whose results do not fit a message");
+    done->type = MsgType::kControlled;
+    done->blob = std::move(results);
+    return Status::ok();
   }
 
   Status named_op(const Message& m, ObjectOp op, const client::ContainerOptions& co, const client::StreamSource& source,
@@ -803,6 +892,7 @@ class AppConn {
   uint8_t* buffer_ = nullptr;
   size_t buffer_bytes_ = 0;
   std::map<uint32_t, Open> conts_;
+  std::map<std::string, std::unique_ptr<posix::Namespace>> namespaces_;  // namespace_of's
   uint32_t next_handle_ = 1;
   std::map<std::pair<uint32_t, client::Ticket>, std::shared_ptr<Op>> tickets_;  // requests in flight
   std::deque<Cqe> pending_;                                                     // completions not yet in the ring

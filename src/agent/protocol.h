@@ -54,7 +54,23 @@ enum class MsgType : uint8_t {
   kControlled = 69,  // blob
 };
 
-enum class ObjectOp : uint8_t { kPut = 1, kGet = 2, kStat = 3, kRemove = 4, kList = 5 };
+// kObject's operations. The namespace's (the C API's rfos_fs_*): kMkdir (text: the path, handle: the mode);
+// kPutFiles and kGetFiles, a batch in the shared buffer's first buffer_bytes (docs/agent.md, "The control
+// channel"), answered by kControlled with one result per file; kSync.
+enum class ObjectOp : uint8_t {
+  kPut = 1,
+  kGet = 2,
+  kStat = 3,
+  kRemove = 4,
+  kList = 5,
+  kMkdir = 6,
+  kPutFiles = 7,
+  kGetFiles = 8,
+  kSync = 9,
+};
+
+// Files in one kPutFiles or kGetFiles batch, at most (their results fit one message).
+inline constexpr uint32_t kMaxBatchFiles = 4096;
 
 // One message; which fields mean something depends on its type (above).
 struct Message {

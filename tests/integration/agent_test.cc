@@ -24,7 +24,9 @@
 #include "client/control_client.h"
 #include "client/named_objects.h"
 #include "engine/engine_testing.h"
+#include "posix/namespace.h"
 #include "rfos/rfos.h"
+#include "rfos/rfos_fs.h"
 #include "server_process.h"
 
 namespace rfos::agent {
@@ -732,6 +734,64 @@ TEST_F(AgentTest, TheCApiWorksThroughTheAgent) {
   // No agent at the address: a clear error at connect.
   std::string none = "agent://" + dir_.path() + "/nowhere.sock";
   EXPECT_EQ(rfos_connect(none.c_str(), 1000, &client), -ENOENT);
+}
+
+// The C API's namespace (rfos_fs_*) in agent mode: the namespace runs in the agent for this user, batches of
+// files go through the shared buffer (split when they do not fit it), and the native namespace reads the same.
+TEST_F(AgentTest, TheCApisNamespaceWorksThroughTheAgent) {
+  start_server("root");
+  start_agent();
+  setenv("RFOS_AGENT_BUFFER_MIB", "1", 1);  // small, so that a batch splits and a large file goes alone
+  std::string addr = "agent://" + dir_.path() + "/agent/agent.sock";
+  rfos_client_t* client = nullptr;
+  ASSERT_EQ(rfos_connect(addr.c_str(), 5000, &client), 0) << rfos_last_error();
+  rfos_fs_t* fs = nullptr;
+  EXPECT_LT(rfos_fs_open(client, "p", "nope", nullptr, &fs), 0);
+  ASSERT_EQ(rfos_fs_open(client, "p", "c", nullptr, &fs), 0) << rfos_last_error();
+  ASSERT_EQ(rfos_fs_mkdir(fs, "/train", 0755), 0) << rfos_last_error();
+  EXPECT_EQ(rfos_fs_mkdir(fs, "/train", 0755), -EEXIST);
+  // 300 samples of 3 KiB (more than one 1 MiB batch) and one of 800 KiB.
+  constexpr size_t kFiles = 301;
+  std::vector<std::string> names(kFiles);
+  std::vector<std::vector<uint8_t>> data(kFiles);
+  std::vector<rfos_fs_put_t> put(kFiles);
+  for (size_t i = 0; i < kFiles; ++i) {
+    names[i] = "sample-" + std::to_string(i);
+    data[i].resize(i == kFiles - 1 ? 800 << 10 : 3072);
+    fill(data[i], static_cast<uint32_t>(i));
+    put[i] = {names[i].c_str(), 0644, data[i].data(), data[i].size(), 1};
+  }
+  EXPECT_EQ(rfos_fs_put_files(fs, "/train", put.data(), kFiles, 0), static_cast<int>(kFiles)) << rfos_last_error();
+  for (size_t i = 0; i < kFiles; ++i) EXPECT_EQ(put[i].status, 0) << i;
+  EXPECT_EQ(rfos_fs_sync(fs), 0);
+  std::vector<std::vector<uint8_t>> back(kFiles);
+  std::vector<rfos_fs_get_t> get(kFiles);
+  for (size_t i = 0; i < kFiles; ++i) {
+    back[i].resize(900 << 10);  // the large one's capacity is past what a batch holds: it is read alone
+    get[i] = {names[i].c_str(), back[i].data(), back[i].size(), 0, 1};
+  }
+  EXPECT_EQ(rfos_fs_get_files(fs, "/train", get.data(), kFiles, 0), static_cast<int>(kFiles)) << rfos_last_error();
+  for (size_t i = 0; i < kFiles; ++i) {
+    ASSERT_EQ(get[i].status, 0) << i;
+    ASSERT_EQ(get[i].len, data[i].size()) << i;
+    EXPECT_EQ(std::memcmp(back[i].data(), data[i].data(), data[i].size()), 0) << i;
+  }
+  // Too small a buffer, and a name that is not there: each entry says so.
+  uint8_t tiny[16];
+  rfos_fs_get_t two[2] = {{names[0].c_str(), tiny, sizeof(tiny), 0, 1}, {"absent", tiny, sizeof(tiny), 0, 1}};
+  EXPECT_EQ(rfos_fs_get_files(fs, "/train", two, 2, 0), 0);
+  EXPECT_EQ(two[0].status, -ENOBUFS);
+  EXPECT_EQ(two[0].len, 3072u);
+  EXPECT_EQ(two[1].status, -ENOENT);
+  EXPECT_LT(rfos_fs_put_files(fs, "/no-such-dir", put.data(), 1, 0), 0);
+  rfos_fs_close(fs);
+  rfos_disconnect(client);
+  unsetenv("RFOS_AGENT_BUFFER_MIB");
+  // The native namespace reads what went through the agent.
+  auto ns = posix::Namespace::open(*control_, "p", "c", {}).value();
+  auto f = ns->resolve("/train/sample-7", posix::Cred(0, 0));
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  EXPECT_EQ(f->size, 3072u);
 }
 
 TEST_F(AgentTest, AnAgentThatDiesFailsItsAppsAtOnceAndANewOneServesThem) {
