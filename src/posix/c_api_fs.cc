@@ -158,8 +158,13 @@ int agent_get_files(rfos_fs_t* fs, const char* dir, rfos_fs_get_t* files, size_t
                                                                      : status_of(got.status());
     count += got.is_ok();
   };
+  // Files read alone go through the same buffer: each after the batch whose bytes it would overwrite.
+  std::vector<size_t> alone;
+  auto later = [&](size_t i) { alone.push_back(i); };
   for (size_t next = 0; next < n;) {
-    uint64_t bytes = lay_out(buf, files, n, &next, &taken, entry, cap_of, read_alone);
+    for (size_t i : alone) read_alone(i);
+    alone.clear();
+    uint64_t bytes = lay_out(buf, files, n, &next, &taken, entry, cap_of, later);
     if (taken.empty()) continue;
     auto r = fs->agent->object_call(ObjectOp::kGetFiles, fs->pool, fs->cont, dir, 0, bytes);
     if (!r.is_ok()) {
@@ -179,7 +184,7 @@ int agent_get_files(rfos_fs_t* fs, const char* dir, rfos_fs_get_t* files, size_t
       uint64_t cap = cap_of(f);
       f.len = size;
       if (code == static_cast<uint16_t>(StatusCode::kTooLarge) && size <= f.cap) {
-        read_alone(taken[k]);  // its capacity was clamped to the shared buffer's
+        later(taken[k]);  // its capacity was clamped to the shared buffer's
       } else if (code == static_cast<uint16_t>(StatusCode::kTooLarge)) {
         f.status = -ENOBUFS;
       } else {
@@ -192,6 +197,7 @@ int agent_get_files(rfos_fs_t* fs, const char* dir, rfos_fs_get_t* files, size_t
       at += cap;
     }
   }
+  for (size_t i : alone) read_alone(i);
   return count;
 }
 

@@ -750,14 +750,15 @@ TEST_F(AgentTest, TheCApisNamespaceWorksThroughTheAgent) {
   ASSERT_EQ(rfos_fs_open(client, "p", "c", nullptr, &fs), 0) << rfos_last_error();
   ASSERT_EQ(rfos_fs_mkdir(fs, "/train", 0755), 0) << rfos_last_error();
   EXPECT_EQ(rfos_fs_mkdir(fs, "/train", 0755), -EEXIST);
-  // 300 samples of 3 KiB (more than one 1 MiB batch) and one of 800 KiB.
+  // 300 samples of 3 KiB (more than one 1 MiB batch) and, among them, one of 800 KiB.
   constexpr size_t kFiles = 301;
+  constexpr size_t kLarge = 10;
   std::vector<std::string> names(kFiles);
   std::vector<std::vector<uint8_t>> data(kFiles);
   std::vector<rfos_fs_put_t> put(kFiles);
   for (size_t i = 0; i < kFiles; ++i) {
     names[i] = "sample-" + std::to_string(i);
-    data[i].resize(i == kFiles - 1 ? 800 << 10 : 3072);
+    data[i].resize(i == kLarge ? 800 << 10 : 3072);
     fill(data[i], static_cast<uint32_t>(i));
     put[i] = {names[i].c_str(), 0644, data[i].data(), data[i].size(), 1};
   }
@@ -767,7 +768,8 @@ TEST_F(AgentTest, TheCApisNamespaceWorksThroughTheAgent) {
   std::vector<std::vector<uint8_t>> back(kFiles);
   std::vector<rfos_fs_get_t> get(kFiles);
   for (size_t i = 0; i < kFiles; ++i) {
-    back[i].resize(900 << 10);  // the large one's capacity is past what a batch holds: it is read alone
+    // The large one's capacity is past what a batch holds: it is read alone, after the files around it.
+    back[i].resize(i == kLarge ? 900 << 10 : 3072);
     get[i] = {names[i].c_str(), back[i].data(), back[i].size(), 0, 1};
   }
   EXPECT_EQ(rfos_fs_get_files(fs, "/train", get.data(), kFiles, 0), static_cast<int>(kFiles)) << rfos_last_error();
