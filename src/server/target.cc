@@ -24,12 +24,10 @@ bool Revocations::revoked(const Uuid& session, uint64_t now_unix_ms) {
 
 uint64_t QosLedger::admit(const wire::CapabilityQos& qos, uint64_t bytes, uint64_t now_ns) {
   std::lock_guard lock(mu_);
+  // Keys are signed by this server, so only trusted agents make them; bounded anyway.
+  if (tenants_.size() >= 65536 && !tenants_.count(qos.key)) tenants_.clear();
   Tenant& t = tenants_[qos.key];
   if (!t.buckets || !(t.limits == qos)) {  // new, or its agent changed the limits: they start over
-    if (tenants_.size() > 65536) {         // keys are signed by this server, so only agents make them: bounded anyway
-      tenants_.clear();
-      return admit(qos, bytes, now_ns);
-    }
     t.limits = qos;
     QosLimits l;
     l.iops = qos.iops;
