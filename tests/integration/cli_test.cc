@@ -149,8 +149,8 @@ TEST(Cli, CommandsThroughTheAgent) {
   pid_t agent = fork();
   if (agent == 0) {
     std::string addr = server.address();
-    execl(RFOS_BINARY, RFOS_BINARY, "--addr", addr.c_str(), "agent", "--listen", sock.c_str(), "--provider",
-          "ucx+tcp", static_cast<char*>(nullptr));
+    execl(RFOS_BINARY, RFOS_BINARY, "--addr", addr.c_str(), "agent", "--listen", sock.c_str(), "--provider", "ucx+tcp",
+          static_cast<char*>(nullptr));
     _exit(127);
   }
   ASSERT_GT(agent, 0);
