@@ -427,6 +427,36 @@ class AppConn {
     RFOS_ASSIGN_OR_RETURN(posix::Namespace * ns, namespace_of(m.pool, m.cont));
     posix::Cred cred(peer_.uid, peer_.gid, peer_.groups);
     if (op == ObjectOp::kSync) return ns->sync();
+    if (op == ObjectOp::kListDir) {
+      // A page: done u8, anchor (string), count u32, then per entry mode u32, uid u32, gid u32, size u64, name
+      // (string); 128 entries at most, so that a page fits a message.
+      RFOS_ASSIGN_OR_RETURN(posix::Attr dir, ns->resolve(m.text, cred));
+      if (!S_ISDIR(dir.mode)) return error(StatusCode::kNotDirectory, m.text + " is not a directory");
+      if (!posix::Namespace::permits(dir, cred, R_OK))
+        return error(StatusCode::kPermissionDenied, m.text + ": no read permission");
+      RFOS_ASSIGN_OR_RETURN(auto page, ns->readdir(dir.oid, m.dkey, 128));
+      std::string out;
+      put_le<uint8_t>(&out, page.done ? 1 : 0);
+      put_le<uint16_t>(&out, static_cast<uint16_t>(page.anchor.size()));
+      out += page.anchor;
+      std::string entries;
+      uint32_t count = 0;
+      for (const auto& e : page.entries) {
+        auto a = ns->getattr(e.oid);
+        if (!a.is_ok()) continue;  // removed since: as the native listing does
+        put_le<uint32_t>(&entries, a->mode);
+        put_le<uint32_t>(&entries, a->uid);
+        put_le<uint32_t>(&entries, a->gid);
+        put_le<uint64_t>(&entries, a->size);
+        put_le<uint16_t>(&entries, static_cast<uint16_t>(e.name.size()));
+        entries += e.name;
+        ++count;
+      }
+      put_le<uint32_t>(&out, count);
+      done->type = MsgType::kControlled;
+      done->blob = out + entries;
+      return Status::ok();
+    }
     if (op == ObjectOp::kMkdir) {
       std::string_view p = m.text;
       while (p.size() > 1 && p.back() == '/') p.remove_suffix(1);

@@ -300,7 +300,7 @@ Result<std::string> AgentClient::relay_control(const std::string& type, const st
 }
 
 Message AgentClient::object_request(ObjectOp op, const std::string& pool, const std::string& cont,
-                                    const std::string& key, uint32_t mode, uint64_t batch) {
+                                    const std::string& key, uint32_t mode, uint64_t batch, const std::string& anchor) {
   Message m;
   m.type = MsgType::kObject;
   m.id = next_id_++;
@@ -310,12 +310,14 @@ Message AgentClient::object_request(ObjectOp op, const std::string& pool, const 
   m.value = static_cast<uint64_t>(op);
   m.handle = mode;
   m.buffer_bytes = batch;
+  m.dkey = anchor;
   return m;
 }
 
 Result<Message> AgentClient::object_call(ObjectOp op, const std::string& pool, const std::string& cont,
-                                         const std::string& key, uint32_t mode, uint64_t batch) {
-  Message m = object_request(op, pool, cont, key, mode, batch);
+                                         const std::string& key, uint32_t mode, uint64_t batch,
+                                         const std::string& anchor) {
+  Message m = object_request(op, pool, cont, key, mode, batch, anchor);
   RFOS_RETURN_IF_ERROR(send_request(m));
   return receive_answer(m.id);
 }

@@ -82,7 +82,7 @@ class AgentClient {
                               const std::function<void(uint64_t)>& progress = {});
   // `batch`: bytes at the start of the shared buffer that the request carries (kPutFiles, kGetFiles).
   Result<Message> object_call(ObjectOp op, const std::string& pool, const std::string& cont, const std::string& key,
-                              uint32_t mode = 0, uint64_t batch = 0);
+                              uint32_t mode = 0, uint64_t batch = 0, const std::string& anchor = "");
 
   // Hands a FUSE device this process mounted to the agent, which serves it with the namespace of `cont` for
   // this app's user (`rfos mount --agent`); `settings` from fuse::encode_served_settings. The agent closes the
@@ -97,7 +97,7 @@ class AgentClient {
   Result<Message> call(const Message& m, std::vector<int>* fds = nullptr, int send_fd = -1);
   Status send_request(const Message& m, int send_fd = -1);
   Message object_request(ObjectOp op, const std::string& pool, const std::string& cont, const std::string& key,
-                         uint32_t mode, uint64_t batch = 0);
+                         uint32_t mode, uint64_t batch = 0, const std::string& anchor = "");
   Result<Message> receive_answer(uint32_t id, std::vector<int>* fds = nullptr);
   Status refusal_or_gone();
   Status io(RingOp op, uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey,

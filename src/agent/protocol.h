@@ -67,6 +67,7 @@ enum class ObjectOp : uint8_t {
   kPutFiles = 7,
   kGetFiles = 8,
   kSync = 9,
+  kListDir = 10,  // key: the directory; dkey: where to go on from; answer: kControlled, a page (docs/agent.md)
 };
 
 // Files in one kPutFiles or kGetFiles batch, at most (their results fit one message).

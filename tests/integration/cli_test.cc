@@ -177,9 +177,12 @@ TEST(Cli, CommandsThroughTheAgent) {
   EXPECT_NE(sh(rfos + " ls").out.find(std::to_string(data.size()) + "  through-agent.bin"), std::string::npos);
   EXPECT_EQ(sh(rfos + " rm through-agent.bin").code, 0);
   EXPECT_EQ(sh(rfos + " get through-agent.bin - 2>/dev/null").code, 1);
-  Shell fs = sh(rfos + " fs ls rfos:/ 2>&1");
-  EXPECT_EQ(fs.code, 1);
-  EXPECT_NE(fs.out.find("NotSupported"), std::string::npos) << fs.out;
+  Shell fs = sh(rfos + " fs ls rfos:/");
+  EXPECT_EQ(fs.code, 0);
+  EXPECT_NE(fs.out.find(std::to_string(data.size()) + "  through-agent.bin"), std::string::npos) << fs.out;
+  Shell copy = sh(rfos + " fs copy rfos:/through-agent.bin " + dir.path() + "/copied 2>&1");
+  EXPECT_EQ(copy.code, 1);
+  EXPECT_NE(copy.out.find("NotSupported"), std::string::npos) << copy.out;
   kill(agent, SIGTERM);
   int status = 0;
   waitpid(agent, &status, 0);
