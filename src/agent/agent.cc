@@ -329,6 +329,15 @@ class AppConn {
     }
   }
 
+  // How the agent opens a container for this app: its provider and request timeout.
+  client::ContainerOptions container_options(bool write) const {
+    client::ContainerOptions o;
+    o.write = write;
+    o.provider = config_.provider;
+    o.timeout_ms = config_.timeout_ms;
+    return o;
+  }
+
   // The next message of an exchange inside a request (a put's chunks, a get's acknowledgements): `want` with the
   // request's id, within the request timeout; anything else fails the request.
   Result<Message> await(MsgType want, uint32_t id) {
@@ -356,10 +365,7 @@ class AppConn {
     auto op = static_cast<ObjectOp>(m.value);
     if ((op == ObjectOp::kPut || op == ObjectOp::kGet) && !buffer_)
       return fail(error(StatusCode::kInvalidArgument, "a put or get needs the shared buffer (set up the ring)"));
-    client::ContainerOptions co;
-    co.provider = config_.provider;
-    co.timeout_ms = config_.timeout_ms;
-    co.write = op == ObjectOp::kPut || op == ObjectOp::kRemove;
+    client::ContainerOptions co = container_options(op == ObjectOp::kPut || op == ObjectOp::kRemove);
     uint64_t have = 0, at = 0;
     bool ended = false;
     // A put's bytes: each chunk the app leaves at the start of the buffer, asked for once the last is taken.
@@ -414,10 +420,7 @@ class AppConn {
     auto it = namespaces_.find(key);
     if (it != namespaces_.end()) return it->second.get();
     if (namespaces_.size() >= 8) namespaces_.erase(namespaces_.begin());
-    client::ContainerOptions co;
-    co.provider = config_.provider;
-    co.timeout_ms = config_.timeout_ms;
-    RFOS_ASSIGN_OR_RETURN(auto ns, posix::Namespace::open(*control_, pool, cont, co));
+    RFOS_ASSIGN_OR_RETURN(auto ns, posix::Namespace::open(*control_, pool, cont, container_options(true)));
     return (namespaces_[key] = std::move(ns)).get();
   }
 
@@ -427,34 +430,16 @@ class AppConn {
     RFOS_ASSIGN_OR_RETURN(posix::Namespace * ns, namespace_of(m.pool, m.cont));
     posix::Cred cred(peer_.uid, peer_.gid, peer_.groups);
     if (op == ObjectOp::kSync) return ns->sync();
-    if (op == ObjectOp::kListDir) {
-      // A page: done u8, anchor (string), count u32, then per entry mode u32, uid u32, gid u32, size u64, name
-      // (string); 128 entries at most, so that a page fits a message.
+    if (op == ObjectOp::kListDir) {  // a page (posix::encode_dir_page), 128 entries at most: it fits a message
       RFOS_ASSIGN_OR_RETURN(posix::Attr dir, ns->resolve(m.text, cred));
       if (!S_ISDIR(dir.mode)) return error(StatusCode::kNotDirectory, m.text + " is not a directory");
       if (!posix::Namespace::permits(dir, cred, R_OK))
         return error(StatusCode::kPermissionDenied, m.text + ": no read permission");
-      RFOS_ASSIGN_OR_RETURN(auto page, ns->readdir(dir.oid, m.dkey, 128));
-      std::string out;
-      put_le<uint8_t>(&out, page.done ? 1 : 0);
-      put_le<uint16_t>(&out, static_cast<uint16_t>(page.anchor.size()));
-      out += page.anchor;
-      std::string entries;
-      uint32_t count = 0;
-      for (const auto& e : page.entries) {
-        auto a = ns->getattr(e.oid);
-        if (!a.is_ok()) continue;  // removed since: as the native listing does
-        put_le<uint32_t>(&entries, a->mode);
-        put_le<uint32_t>(&entries, a->uid);
-        put_le<uint32_t>(&entries, a->gid);
-        put_le<uint64_t>(&entries, a->size);
-        put_le<uint16_t>(&entries, static_cast<uint16_t>(e.name.size()));
-        entries += e.name;
-        ++count;
-      }
-      put_le<uint32_t>(&out, count);
+      RFOS_ASSIGN_OR_RETURN(posix::DirPlusPage page, ns->list(dir.oid, m.dkey, 128));
       done->type = MsgType::kControlled;
-      done->blob = out + entries;
+      done->blob = posix::encode_dir_page(page);
+      if (done->blob.size() > kMaxMessageBytes - 16)
+        return error(StatusCode::kTooLarge, "a directory page too long to relay");
       return Status::ok();
     }
     if (op == ObjectOp::kMkdir) {
@@ -567,8 +552,9 @@ class AppConn {
         done->blob = std::move(out);
         return Status::ok();
       }
+      default:
+        return error(StatusCode::kInvalidArgument, "no such object operation");
     }
-    return error(StatusCode::kInvalidArgument, "no such object operation");
   }
 
   Status file_op(const Message& m, ObjectOp op, const client::ContainerOptions& co, const client::StreamSource& source,
@@ -636,10 +622,7 @@ class AppConn {
     // Threads and request buffers are the agent's: an app gets the defaults at most.
     o.request_threads = std::min(o.request_threads, fuse::MountOptions{}.request_threads);
     o.writer_threads = std::min(o.writer_threads, fuse::MountOptions{}.writer_threads);
-    client::ContainerOptions co;
-    co.provider = config_.provider;
-    co.timeout_ms = config_.timeout_ms;
-    auto ns = posix::Namespace::open(*control_, m.pool, m.cont, co);
+    auto ns = posix::Namespace::open(*control_, m.pool, m.cont, container_options(true));
     if (!ns.is_ok()) return refuse(ns.status());
     if (mounts_.fetch_add(1) + 1 > config_.max_mounts) {
       --mounts_;
@@ -702,11 +685,7 @@ class AppConn {
 
   Result<uint32_t> open(const Message& m) {
     if (conts_.size() >= 64) return error(StatusCode::kBusy, "64 containers open already");
-    client::ContainerOptions o;
-    o.write = m.write;
-    o.provider = config_.provider;
-    o.timeout_ms = config_.timeout_ms;
-    RFOS_ASSIGN_OR_RETURN(auto c, client::Container::open(*control_, m.pool, m.cont, o));
+    RFOS_ASSIGN_OR_RETURN(auto c, client::Container::open(*control_, m.pool, m.cont, container_options(m.write)));
     if (buffer_) RFOS_RETURN_IF_ERROR(c->register_memory({buffer_, buffer_bytes_}));
     uint32_t h = next_handle_++;
     conts_[h].cont = std::move(c);

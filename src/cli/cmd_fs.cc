@@ -19,7 +19,6 @@
 
 #include "agent/agent_client.h"
 #include "cli/cli.h"
-#include "common/coding.h"
 #include "fuse/mount.h"
 #include "posix/namespace.h"
 
@@ -415,9 +414,11 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
   ls->callback([&ctx, a, path] {
     if (!in_container(*path))
       return (void)ctx.check(error(StatusCode::kInvalidArgument, "paths are written rfos:/PATH"), "fs ls");
-    auto print = [](uint32_t mode, uint32_t uid, uint32_t gid, uint64_t size, const std::string& name) {
-      std::printf("%06o %6u %6u %12llu  %s%s\n", mode, uid, gid, static_cast<unsigned long long>(size), name.c_str(),
-                  S_ISDIR(mode) ? "/" : "");
+    auto print = [](const posix::DirPlusPage& page) {
+      for (const auto& e : page.entries)
+        std::printf("%06o %6u %6u %12llu  %s%s\n", e.attr.mode, e.attr.uid, e.attr.gid,
+                    static_cast<unsigned long long>(e.attr.size), e.entry.name.c_str(),
+                    S_ISDIR(e.attr.mode) ? "/" : "");
     };
     if (!ctx.agent.empty()) {  // the namespace in the agent, a page of 128 entries at a time
       agent::AgentClientOptions o;
@@ -426,26 +427,13 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
       if (!ctx.check(app.status(), "fs ls")) return;
       std::string anchor;
       for (bool done = false; !done;) {
-        auto page =
+        auto answer =
             (*app)->object_call(agent::ObjectOp::kListDir, a->pool, a->cont, std::string(inner(*path)), 0, 0, anchor);
+        auto page = answer.is_ok() ? posix::decode_dir_page(answer->blob) : Result<posix::DirPlusPage>(answer.status());
         if (!ctx.check(page.status(), "fs ls")) return;
-        ByteReader in(page->blob);
-        uint8_t last = 0;
-        uint16_t len = 0;
-        uint32_t count = 0;
-        std::string_view v;
-        if (!in.get_le(&last) || !in.get_le(&len) || !in.get_bytes(len, &v) || !in.get_le(&count))
-          return (void)ctx.check(error(StatusCode::kInvalidArgument, "a malformed page from the agent"), "fs ls");
-        anchor.assign(v);
-        done = last != 0;
-        for (uint32_t i = 0; i < count; ++i) {
-          uint32_t mode, uid, gid;
-          uint64_t size;
-          if (!in.get_le(&mode) || !in.get_le(&uid) || !in.get_le(&gid) || !in.get_le(&size) || !in.get_le(&len) ||
-              !in.get_bytes(len, &v))
-            return (void)ctx.check(error(StatusCode::kInvalidArgument, "a malformed page from the agent"), "fs ls");
-          print(mode, uid, gid, size, std::string(v));
-        }
+        print(*page);
+        anchor = page->anchor;
+        done = page->done;
       }
       return;
     }
@@ -456,12 +444,9 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
     if (!ctx.check(dir.status(), "fs ls")) return;
     std::string anchor;
     for (bool done = !S_ISDIR(dir->mode); !done;) {
-      auto page = ns.readdir(dir->oid, anchor, 1024);
+      auto page = ns.list(dir->oid, anchor, 1024);
       if (!ctx.check(page.status(), "fs ls")) return;
-      for (const auto& e : page->entries) {
-        auto at = ns.getattr(e.oid);
-        if (at.is_ok()) print(at->mode, at->uid, at->gid, at->size, e.name);
-      }
+      print(*page);
       anchor = page->anchor;
       done = page->done;
     }

@@ -1135,6 +1135,19 @@ Result<DirPlusPage> Namespace::readdir_plus(const ObjectId& dir, const std::stri
   return page;
 }
 
+Result<DirPlusPage> Namespace::list(const ObjectId& dir, const std::string& anchor, size_t max) {
+  RFOS_ASSIGN_OR_RETURN(DirPlusPage page, readdir_plus(dir, anchor, max));
+  std::erase_if(page.entries, [&](DirPlusEntry& e) {
+    if (e.has_attr) return false;
+    auto a = getattr(e.entry.oid);
+    if (!a.is_ok()) return true;
+    e.attr = *a;
+    e.has_attr = true;
+    return false;
+  });
+  return page;
+}
+
 Result<DirPage> Namespace::readdir(const ObjectId& dir, const std::string& anchor, size_t max) {
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   DirPage out;

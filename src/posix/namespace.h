@@ -174,6 +174,9 @@ class Namespace {
   // The same with each entry's attributes where its inode lives with the directory (every inode made here
   // does): one round trip per page, for readdirplus. Up to kMaxPageEntries a page.
   Result<DirPlusPage> readdir_plus(const ObjectId& dir, const std::string& anchor, size_t max);
+  // readdir_plus with every entry's attributes (asked of its inode's target where the page has none): what
+  // `ls -l` shows. An entry removed since the page was read is left out.
+  Result<DirPlusPage> list(const ObjectId& dir, const std::string& anchor, size_t max);
 
   // The xattr `user.rfos.chunk_size` (decimal bytes) reads and, on an empty regular file, sets its chunk size.
   Status setxattr(const ObjectId& oid, std::string_view name, std::string_view value, int flags, const Cred& cred);
