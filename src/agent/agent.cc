@@ -455,52 +455,31 @@ class AppConn {
       return error(StatusCode::kInvalidArgument, "a batch past the shared buffer");
     RFOS_ASSIGN_OR_RETURN(posix::Attr dir, ns->resolve(m.text, cred));
     if (!S_ISDIR(dir.mode)) return error(StatusCode::kNotDirectory, m.text + " is not a directory");
-    // Copied out first: the app may write its buffer while this reads it.
-    std::string batch(reinterpret_cast<const char*>(buffer_), m.buffer_bytes);
-    ByteReader in(batch);
-    uint32_t n = 0;
-    if (!in.get_le(&n) || n > kMaxBatchFiles)
-      return error(StatusCode::kInvalidArgument, "a malformed batch, or one of more than 4096 files");
-    auto read_name = [&](std::string* name) {
-      uint16_t len;
-      std::string_view v;
-      if (!in.get_le(&len) || !in.get_bytes(len, &v)) return false;
-      name->assign(v);
-      return true;
-    };
+    // Decoded (copied out) first: the app may write its buffer while this reads it.
+    RFOS_ASSIGN_OR_RETURN(std::vector<BatchFile> batch,
+                          decode_file_batch(std::string_view(reinterpret_cast<const char*>(buffer_), m.buffer_bytes),
+                                            op == ObjectOp::kPutFiles, buffer_bytes_));
     std::string results;  // per file: code u16 (and for a get, its size u64)
     if (op == ObjectOp::kPutFiles) {
-      std::vector<posix::Namespace::NewFile> files(n);
-      for (auto& f : files) {
-        uint64_t len;
-        std::string_view data;
-        if (!read_name(&f.name) || !in.get_le(&f.mode) || !in.get_le(&len) || !in.get_bytes(len, &data))
-          return error(StatusCode::kInvalidArgument, "a malformed batch");
-        f.mode &= 07777;
-        f.data.assign(data);
-      }
+      std::vector<posix::Namespace::NewFile> files(batch.size());
+      for (size_t i = 0; i < batch.size(); ++i)
+        files[i] = {std::move(batch[i].name), batch[i].mode & 07777, std::move(batch[i].data)};
       for (const auto& r : ns->put_files(dir.oid, files, cred, 32))
         put_le<uint16_t>(&results, static_cast<uint16_t>(r.status().code()));
     } else {
-      std::vector<std::string> names(n);
-      std::vector<uint64_t> caps(n);
-      uint64_t room = 0;
-      for (uint32_t i = 0; i < n; ++i) {
-        if (!read_name(&names[i]) || !in.get_le(&caps[i]) || caps[i] > buffer_bytes_ - room)
-          return error(StatusCode::kInvalidArgument, "a malformed batch, or one whose buffers pass the shared one");
-        room += caps[i];
-      }
+      std::vector<std::string> names;
+      for (const BatchFile& f : batch) names.push_back(f.name);
       // Each file's bytes at the sum of the capacities before it.
       uint64_t at = 0;
       auto got = ns->get_files(dir.oid, names, cred, 32);
-      for (uint32_t i = 0; i < n; ++i) {
+      for (size_t i = 0; i < batch.size(); ++i) {
         StatusCode code = got[i].status().code();
         uint64_t size = got[i].is_ok() ? got[i]->size() : 0;
-        if (got[i].is_ok() && size > caps[i]) code = StatusCode::kTooLarge;
+        if (got[i].is_ok() && size > batch[i].capacity) code = StatusCode::kTooLarge;
         if (code == StatusCode::kOk && size > 0) std::memcpy(buffer_ + at, got[i]->data(), size);
         put_le<uint16_t>(&results, static_cast<uint16_t>(code));
         put_le<uint64_t>(&results, size);
-        at += caps[i];
+        at += batch[i].capacity;
       }
     }
     if (results.size() > kMaxMessageBytes - 16)

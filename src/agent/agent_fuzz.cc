@@ -1,10 +1,12 @@
-// Fuzz target for what an app sends the agent: control messages (decode_message), and a ring region's contents
-// (its header's indices and the submissions in it), which the agent reads from memory the app writes.
+// Fuzz target for what an app sends the agent: control messages (decode_message), batches of files in its shared
+// buffer (decode_file_batch), and a ring region's contents (its header's indices and the submissions in it), which
+// the agent reads from memory the app writes.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 
 #include "agent/protocol.h"
 #include "agent/ring.h"
@@ -25,6 +27,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (m.is_ok()) {
     ++rfos_fuzz_accepted;
     if (encode_message(*m) != in) std::abort();  // one encoding per message
+  }
+  // The same bytes as a batch of files an app left in its shared buffer (rfos_fs_put_files, rfos_fs_get_files).
+  for (bool put : {true, false}) {
+    auto batch = decode_file_batch(in, put, 1 << 20);
+    if (!batch.is_ok()) continue;
+    ++rfos_fuzz_accepted;
+    uint64_t room = 0;
+    for (const BatchFile& f : *batch) room += f.capacity;
+    if (batch->size() > kMaxBatchFiles || room > (1 << 20)) std::abort();
   }
   // The same bytes as what an app left in the ring: the tail, then submissions.
   if (size >= 4) {
@@ -85,6 +96,26 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void*, const char*, const uint8_t*,
   m.text = "tenant";
   out("welcome", encode_message(m));
   out("error", encode_message(error_message(1, error(StatusCode::kBusy, "busy"))));
+  // Batches: two files to put ("a", mode 0644, "xyz"; "b", 0600, empty), two to get (capacities 4096 and 16).
+  auto le = [](std::string* s, auto v) { s->append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  auto named = [&](std::string* s, const std::string& name) {
+    le(s, static_cast<uint16_t>(name.size()));
+    *s += name;
+  };
+  std::string put, get;
+  le(&put, uint32_t{2});
+  le(&get, uint32_t{2});
+  for (auto [name, mode, bytes, cap] :
+       {std::tuple<std::string, uint32_t, std::string, uint64_t>{"a", 0644, "xyz", 4096}, {"b", 0600, "", 16}}) {
+    named(&put, name);
+    le(&put, mode);
+    le(&put, static_cast<uint64_t>(bytes.size()));
+    put += bytes;
+    named(&get, name);
+    le(&get, cap);
+  }
+  out("put-batch", put);
+  out("get-batch", get);
   std::string ring(4, '\0');
   uint32_t two = 2;
   std::memcpy(ring.data(), &two, 4);

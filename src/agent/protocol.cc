@@ -174,6 +174,23 @@ Result<Message> decode_message(std::string_view bytes) {
   return m;
 }
 
+Result<std::vector<BatchFile>> decode_file_batch(std::string_view bytes, bool put, uint64_t room) {
+  ByteReader in(bytes);
+  uint32_t n = 0;
+  if (!in.get_le(&n) || n > kMaxBatchFiles) return malformed("a batch of more than 4096 files");
+  std::vector<BatchFile> files(n);
+  for (BatchFile& f : files) {
+    uint64_t len = 0;
+    std::string_view data;
+    bool ok = get_string(&in, &f.name) && (put ? in.get_le(&f.mode) && in.get_le(&len) && in.get_bytes(len, &data)
+                                               : in.get_le(&f.capacity) && f.capacity <= room);
+    if (!ok) return malformed("a batch's file, or capacities past the shared buffer");
+    room -= f.capacity;
+    f.data.assign(data);
+  }
+  return files;
+}
+
 Status status_of(const Message& m) {
   if (m.type != MsgType::kError) return Status::ok();
   return error(static_cast<StatusCode>(m.code), m.text);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -72,6 +73,18 @@ enum class ObjectOp : uint8_t {
 
 // Files in one kPutFiles or kGetFiles batch, at most (their results fit one message).
 inline constexpr uint32_t kMaxBatchFiles = 4096;
+
+// One file of a kPutFiles or kGetFiles batch, as the agent reads it from the shared buffer.
+struct BatchFile {
+  std::string name;
+  uint32_t mode = 0;      // put: the new file's
+  std::string data;       // put: its bytes
+  uint64_t capacity = 0;  // get: the room for its bytes in the answer
+};
+// A batch (docs/agent.md): count u32 (at most kMaxBatchFiles), then per file its name (string) and, for a put,
+// mode u32, length u64 and the bytes, or for a get its capacity u64; a get's capacities add up to at most
+// `room`. kInvalidArgument for anything else (fuzzed in agent_fuzz).
+Result<std::vector<BatchFile>> decode_file_batch(std::string_view bytes, bool put, uint64_t room);
 
 // One message; which fields mean something depends on its type (above).
 struct Message {

@@ -247,6 +247,24 @@ TEST(Protocol, MessagesRoundTripAndMalformedOnesAreRefused) {
   ASSERT_TRUE(o.is_ok()) << o.status().to_string();
   EXPECT_EQ(o->dkey, "anchor");
   EXPECT_EQ(o->buffer_bytes, 7u);
+  // A batch of files: what decodes, and what a get's capacities past the buffer or a short batch are refused as.
+  std::string get;
+  uint32_t two = 2;
+  get.append(reinterpret_cast<const char*>(&two), 4);
+  for (const char* name : {"a", "b"}) {
+    uint16_t len = 1;
+    uint64_t cap = 600;
+    get.append(reinterpret_cast<const char*>(&len), 2);
+    get += name;
+    get.append(reinterpret_cast<const char*>(&cap), 8);
+  }
+  auto batch = decode_file_batch(get, false, 1200);
+  ASSERT_TRUE(batch.is_ok()) << batch.status().to_string();
+  EXPECT_EQ((*batch)[1].name, "b");
+  EXPECT_EQ((*batch)[1].capacity, 600u);
+  EXPECT_FALSE(decode_file_batch(get, false, 1199).is_ok());
+  EXPECT_FALSE(decode_file_batch(get.substr(0, get.size() - 1), false, 1200).is_ok());
+  EXPECT_FALSE(decode_file_batch(get, true, 1200).is_ok());  // not a put's layout
   std::string cut = encode_message(control);
   EXPECT_FALSE(decode_message(cut.substr(0, cut.size() - 1)).is_ok());  // a blob past the end
 }
