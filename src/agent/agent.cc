@@ -676,7 +676,7 @@ class AppConn {
     RFOS_ASSIGN_OR_RETURN(uint32_t n, ends_->sq.ready());
     size_t room = ring_->cq_entries();
     uint32_t took = 0;
-    for (; took < n && tickets_.size() + pending_.size() < room; ++took) {
+    for (; took < n && tickets_.size() + ready_.size() + pending_.size() < room; ++took) {
       Sqe e = ends_->sq.peek();  // a copy: the app cannot change it under the checks
       // Left in the ring when the tenant's share of what is in flight is full (until completions free it) or
       // its limits hold it (until they allow it).
@@ -760,11 +760,13 @@ class AppConn {
     op->place =
         c.session().cont.uuid + "/" + oid.to_string() + "/" + std::string(e.dkey()) + "/" + std::string(e.akey());
     op->bounce = take_bounce();
-    op->cipher = {op->bounce.get(), e.length};
+    // A read's ciphertext lands in the app's buffer and is opened in place (one buffer through the cache, not
+    // two): the app's own bytes, which tell it nothing, and a block that does not open is cleansed there.
+    op->cipher = op->read ? op->app : std::span<uint8_t>(op->bounce.get(), e.length);
     op->records = {op->bounce.get() + client::kMaxIoBytes, e.length / kSealBlock * kSealRecord};
     std::string records_akey = std::string(e.akey()) + kRecordsSuffix;
     uint64_t records_offset = op->first_block * kSealRecord;
-    if (!op->read) RFOS_RETURN_IF_ERROR(sealer_->seal(op->app, op->place, op->first_block, op->cipher, op->records));
+    if (!op->read) RFOS_RETURN_IF_ERROR(crypt_in_slices(*op, true));
     Result<client::Ticket> t1 = op->read ? c.submit_read(oid, e.dkey(), e.akey(), e.offset, op->cipher)
                                          : c.submit_write(oid, e.dkey(), e.akey(), e.offset, op->cipher);
     if (!t1.is_ok()) return t1.status();
@@ -792,8 +794,45 @@ class AppConn {
     return b;
   }
 
-  // Completions of the containers' I/O, each op's into a completion for the app.
+  // Seals (a write's) or opens (a read's) an op's blocks a slice at a time, moving the fabric between slices:
+  // over shared memory and TCP it is this thread that pushes and pulls the other requests' bytes, which would
+  // otherwise wait for the whole 1 MiB's cipher, and the targets with them.
+  Status crypt_in_slices(Op& op, bool seal) {
+    constexpr size_t kSlice = 16;  // blocks
+    size_t blocks = op.length / kSealBlock;
+    for (size_t b = 0; b < blocks; b += kSlice) {
+      if (b > 0) {
+        bool busy = false;
+        collect(0, &busy);
+      }
+      size_t n = std::min(kSlice, blocks - b);
+      auto bytes = [&](std::span<uint8_t> x) { return x.subspan(b * kSealBlock, n * kSealBlock); };
+      std::span<uint8_t> records = op.records.subspan(b * kSealRecord, n * kSealRecord);
+      RFOS_RETURN_IF_ERROR(seal
+                               ? sealer_->seal(bytes(op.app), op.place, op.first_block + b, bytes(op.cipher), records)
+                               : sealer_->open(bytes(op.cipher), records, op.place, op.first_block + b, bytes(op.app)));
+    }
+    return Status::ok();
+  }
+
+  // Completions of the containers' I/O: the ops they end are done once the app has their completions (a sealed
+  // read once opened).
   void reap(int timeout_ms, bool* busy) {
+    collect(timeout_ms, busy);
+    while (!ready_.empty()) {
+      std::shared_ptr<Op> op = std::move(ready_.front());
+      ready_.pop_front();
+      if (op->status.is_ok() && op->read && sealer_) op->status = crypt_in_slices(*op, false);
+      pending_.push_back(
+          {op->user_data, static_cast<uint16_t>(op->status.code()), 0, op->status.is_ok() ? op->length : 0});
+      share_.done(member_, op->cost);
+      shared_ -= op->cost;
+      if (op->bounce) bounces_.push_back(std::move(op->bounce));
+    }
+  }
+
+  // Takes the containers' completions; an op whose requests have all completed goes to ready_.
+  void collect(int timeout_ms, bool* busy) {
     for (auto& [h, o] : conts_) {
       if (o.cont->in_flight() == 0) continue;
       for (const client::Completion& c : o.cont->poll(64, timeout_ms)) {
@@ -803,14 +842,7 @@ class AppConn {
         tickets_.erase(it);
         *busy = true;
         if (op->status.is_ok() && !c.status.is_ok()) op->status = c.status;
-        if (--op->remaining > 0) continue;
-        if (op->status.is_ok() && op->read && sealer_)
-          op->status = sealer_->open(op->cipher, op->records, op->place, op->first_block, op->app);
-        pending_.push_back(
-            {op->user_data, static_cast<uint16_t>(op->status.code()), 0, op->status.is_ok() ? op->length : 0});
-        share_.done(member_, op->cost);
-        shared_ -= op->cost;
-        if (op->bounce) bounces_.push_back(std::move(op->bounce));
+        if (--op->remaining == 0) ready_.push_back(std::move(op));
       }
       timeout_ms = 0;
     }
@@ -883,7 +915,8 @@ class AppConn {
   std::map<std::string, std::unique_ptr<posix::Namespace>> namespaces_;  // namespace_of's
   uint32_t next_handle_ = 1;
   std::map<std::pair<uint32_t, client::Ticket>, std::shared_ptr<Op>> tickets_;  // requests in flight
-  std::deque<Cqe> pending_;                                                     // completions not yet in the ring
+  std::deque<std::shared_ptr<Op>> ready_;          // ops whose requests have all completed, not yet answered
+  std::deque<Cqe> pending_;                        // completions not yet in the ring
   uint32_t unrung_ = 0;                            // completions in the ring the app was not woken for
   std::chrono::steady_clock::time_point busy_at_;  // when the loop last found something to do
   std::chrono::steady_clock::time_point unrung_since_;

@@ -23,21 +23,62 @@ constexpr char kAadTag[] = "rfos-gcm-v1";
 
 Status sys_error(const std::string& what) { return error(StatusCode::kIoError, what + ": " + std::strerror(errno)); }
 
-// The additional data of one block: what it is, where it belongs.
-std::string aad_of(std::string_view place, uint64_t block) {
-  std::string a(kAadTag);
-  put_be32(&a, static_cast<uint32_t>(place.size()));
-  a.append(place);
-  put_be64(&a, block);
-  return a;
-}
+// The additional data of a place's blocks: what they are, where they belong; each block's index is the last 8
+// bytes (set_block).
+class Aad {
+ public:
+  explicit Aad(std::string_view place) : a_(kAadTag) {
+    put_be32(&a_, static_cast<uint32_t>(place.size()));
+    a_.append(place);
+    put_be64(&a_, 0);
+  }
+  const uint8_t* set_block(uint64_t block) {
+    for (int i = 0; i < 8; ++i) a_[a_.size() - 1 - i] = static_cast<char>(block >> (8 * i));
+    return reinterpret_cast<const uint8_t*>(a_.data());
+  }
+  int size() const { return static_cast<int>(a_.size()); }
 
-struct Ctx {
-  EVP_CIPHER_CTX* c = EVP_CIPHER_CTX_new();
-  ~Ctx() { EVP_CIPHER_CTX_free(c); }
+ private:
+  std::string a_;
 };
 
+std::atomic<uint64_t> next_sealer_id{1};
+
+// A thread's cipher contexts, keyed for the last sealer it used: the key schedule and GHASH key are set once
+// per thread and key, each block sets only its nonce (most of a 4 KiB block's cost beside the cipher is
+// OpenSSL's dispatch). Freed (and cleansed) when the thread ends.
+struct ThreadContexts {
+  uint64_t sealer = 0;
+  EVP_CIPHER_CTX* enc = nullptr;
+  EVP_CIPHER_CTX* dec = nullptr;
+  ~ThreadContexts() {
+    EVP_CIPHER_CTX_free(enc);
+    EVP_CIPHER_CTX_free(dec);
+  }
+};
+
+const EVP_CIPHER* aes_256_gcm() {
+  static EVP_CIPHER* c = EVP_CIPHER_fetch(nullptr, "AES-256-GCM", nullptr);  // fetched once, never freed
+  return c;
+}
+
 }  // namespace
+
+Result<EVP_CIPHER_CTX*> Sealer::context(bool encrypt) {
+  thread_local ThreadContexts t;
+  if (t.sealer != id_) {
+    t.sealer = 0;
+    if (!t.enc) t.enc = EVP_CIPHER_CTX_new();
+    if (!t.dec) t.dec = EVP_CIPHER_CTX_new();
+    const auto* key = reinterpret_cast<const uint8_t*>(key_.data());
+    if (!t.enc || !t.dec || aes_256_gcm() == nullptr ||
+        EVP_EncryptInit_ex(t.enc, aes_256_gcm(), nullptr, key, nullptr) != 1 ||
+        EVP_DecryptInit_ex(t.dec, aes_256_gcm(), nullptr, key, nullptr) != 1)
+      return error(StatusCode::kInternal, "AES-GCM set-up failed");
+    t.sealer = id_;
+  }
+  return encrypt ? t.enc : t.dec;
+}
 
 Result<std::unique_ptr<Sealer>> Sealer::open(std::string_view key, const std::string& state_file, uint32_t agent_id) {
   if (key.size() != 32) return error(StatusCode::kInvalidArgument, "an AES-256 key is 32 bytes");
@@ -45,6 +86,7 @@ Result<std::unique_ptr<Sealer>> Sealer::open(std::string_view key, const std::st
   s->key_.assign(key);
   s->state_file_ = state_file;
   s->agent_id_ = agent_id;
+  s->id_ = next_sealer_id.fetch_add(1);
   // Above everything reserved before: the last run may have handed out any counter below its reservation.
   uint64_t above = 1;
   std::ifstream in(state_file);
@@ -100,26 +142,21 @@ Status Sealer::seal(std::span<const uint8_t> plain, std::string_view place, uint
   size_t blocks = plain.size() / kSealBlock;
   if (plain.size() % kSealBlock != 0 || cipher.size() != plain.size() || records.size() != blocks * kSealRecord)
     return error(StatusCode::kInvalidArgument, "sealing takes whole 4 KiB blocks");
-  Ctx ctx;
-  // The key's schedule and GHASH key once per call; each block sets only its nonce.
-  if (EVP_EncryptInit_ex(ctx.c, EVP_aes_256_gcm(), nullptr, reinterpret_cast<const uint8_t*>(key_.data()), nullptr) !=
-      1)
-    return error(StatusCode::kInternal, "AES-GCM set-up failed");
+  RFOS_ASSIGN_OR_RETURN(EVP_CIPHER_CTX * ctx, context(true));
+  Aad aad(place);
   for (size_t b = 0; b < blocks; ++b) {
     RFOS_ASSIGN_OR_RETURN(uint64_t counter, take_counter());
     uint8_t* rec = records.data() + b * kSealRecord;
     std::memset(rec, 0, kSealRecord);
     std::memcpy(rec, &agent_id_, 4);
     std::memcpy(rec + 4, &counter, 8);
-    std::string aad = aad_of(place, first_block + b);
     int len = 0;
-    bool ok = EVP_EncryptInit_ex(ctx.c, nullptr, nullptr, nullptr, rec) == 1 &&
-              EVP_EncryptUpdate(ctx.c, nullptr, &len, reinterpret_cast<const uint8_t*>(aad.data()),
-                                static_cast<int>(aad.size())) == 1 &&
-              EVP_EncryptUpdate(ctx.c, cipher.data() + b * kSealBlock, &len, plain.data() + b * kSealBlock,
+    bool ok = EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, rec) == 1 &&
+              EVP_EncryptUpdate(ctx, nullptr, &len, aad.set_block(first_block + b), aad.size()) == 1 &&
+              EVP_EncryptUpdate(ctx, cipher.data() + b * kSealBlock, &len, plain.data() + b * kSealBlock,
                                 static_cast<int>(kSealBlock)) == 1 &&
-              EVP_EncryptFinal_ex(ctx.c, cipher.data() + b * kSealBlock + len, &len) == 1 &&
-              EVP_CIPHER_CTX_ctrl(ctx.c, EVP_CTRL_GCM_GET_TAG, 16, rec + 12) == 1;
+              EVP_EncryptFinal_ex(ctx, cipher.data() + b * kSealBlock + len, &len) == 1 &&
+              EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, rec + 12) == 1;
     if (!ok) return error(StatusCode::kInternal, "AES-GCM encryption failed");
   }
   return Status::ok();
@@ -130,10 +167,8 @@ Status Sealer::open(std::span<const uint8_t> cipher, std::span<const uint8_t> re
   size_t blocks = cipher.size() / kSealBlock;
   if (cipher.size() % kSealBlock != 0 || plain.size() != cipher.size() || records.size() != blocks * kSealRecord)
     return error(StatusCode::kInvalidArgument, "opening takes whole 4 KiB blocks");
-  Ctx ctx;
-  if (EVP_DecryptInit_ex(ctx.c, EVP_aes_256_gcm(), nullptr, reinterpret_cast<const uint8_t*>(key_.data()), nullptr) !=
-      1)
-    return error(StatusCode::kInternal, "AES-GCM set-up failed");
+  RFOS_ASSIGN_OR_RETURN(EVP_CIPHER_CTX * ctx, context(false));
+  Aad aad(place);
   static const uint8_t kZero[kSealRecord] = {};
   for (size_t b = 0; b < blocks; ++b) {
     const uint8_t* rec = records.data() + b * kSealRecord;
@@ -145,18 +180,16 @@ Status Sealer::open(std::span<const uint8_t> cipher, std::span<const uint8_t> re
       std::memset(plain.data() + b * kSealBlock, 0, kSealBlock);
       continue;
     }
-    std::string aad = aad_of(place, first_block + b);
     uint8_t tag[16];
     std::memcpy(tag, rec + 12, 16);
     int len = 0;
     bool ok = rec[28] == 0 && rec[29] == 0 && rec[30] == 0 && rec[31] == 0 &&
-              EVP_DecryptInit_ex(ctx.c, nullptr, nullptr, nullptr, rec) == 1 &&
-              EVP_DecryptUpdate(ctx.c, nullptr, &len, reinterpret_cast<const uint8_t*>(aad.data()),
-                                static_cast<int>(aad.size())) == 1 &&
-              EVP_DecryptUpdate(ctx.c, plain.data() + b * kSealBlock, &len, cipher.data() + b * kSealBlock,
+              EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, rec) == 1 &&
+              EVP_DecryptUpdate(ctx, nullptr, &len, aad.set_block(first_block + b), aad.size()) == 1 &&
+              EVP_DecryptUpdate(ctx, plain.data() + b * kSealBlock, &len, cipher.data() + b * kSealBlock,
                                 static_cast<int>(kSealBlock)) == 1 &&
-              EVP_CIPHER_CTX_ctrl(ctx.c, EVP_CTRL_GCM_SET_TAG, 16, tag) == 1 &&
-              EVP_DecryptFinal_ex(ctx.c, plain.data() + b * kSealBlock + len, &len) == 1;
+              EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, 16, tag) == 1 &&
+              EVP_DecryptFinal_ex(ctx, plain.data() + b * kSealBlock + len, &len) == 1;
     if (!ok) {
       OPENSSL_cleanse(plain.data() + b * kSealBlock, kSealBlock);  // nothing of a block that failed is handed out
       return error(StatusCode::kChecksumMismatch,

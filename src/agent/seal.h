@@ -21,6 +21,8 @@
 
 #include "common/status.h"
 
+struct evp_cipher_ctx_st;  // OpenSSL's EVP_CIPHER_CTX
+
 namespace rfos::agent {
 
 inline constexpr size_t kSealBlock = 4096;
@@ -46,11 +48,13 @@ class Sealer {
  private:
   Sealer() = default;
   Result<uint64_t> take_counter();
+  Result<evp_cipher_ctx_st*> context(bool encrypt);  // the calling thread's, keyed with key_
   Status reserve(uint64_t above);
 
   std::string key_;
   std::string state_file_;
   uint32_t agent_id_ = 0;
+  uint64_t id_ = 0;  // this sealer's, unique in the process: whose key a thread's contexts hold
   std::atomic<uint64_t> next_{1};
   std::mutex mu_;
   std::atomic<uint64_t> reserved_{0};  // counters below this may be handed out
