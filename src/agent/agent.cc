@@ -311,22 +311,70 @@ class AppConn {
         r.blob = std::move(answer).value();
         return r;
       }
-      case MsgType::kSize: {
-        auto it = conts_.find(m.handle);
-        if (it == conts_.end())
-          return error_message(m.id,
-                               error(StatusCode::kInvalidArgument, "no container handle " + std::to_string(m.handle)));
-        ObjectId oid;
-        std::memcpy(&oid.hi, m.oid, 8);
-        std::memcpy(&oid.lo, m.oid + 8, 8);
-        auto size = it->second.cont->array_size(oid, m.dkey, m.akey);
-        if (!size.is_ok()) return error_message(m.id, size.status());
-        r.value = *size;
+      case MsgType::kKeys: {
+        auto v = keys(m);
+        if (!v.is_ok()) return error_message(m.id, v.status());
+        r.value = *v;
         return r;
       }
       default:
         return error_message(m.id, error(StatusCode::kInvalidArgument, "not a request an app sends"));
     }
+  }
+
+  // An operation on an opened container's object or keys (protocol.h, KeyOp): its answer's value. Bytes go
+  // through the start of the shared buffer, copied out before they are used (the app can change them).
+  Result<uint64_t> keys(const Message& m) {
+    auto it = conts_.find(m.handle);
+    if (it == conts_.end())
+      return error(StatusCode::kInvalidArgument, "no container handle " + std::to_string(m.handle));
+    client::Container& c = *it->second.cont;
+    ObjectId oid;
+    std::memcpy(&oid.hi, m.oid, 8);
+    std::memcpy(&oid.lo, m.oid + 8, 8);
+    auto op = static_cast<KeyOp>(m.value);
+    bool bytes = op == KeyOp::kPutValue || op == KeyOp::kGetValue || op == KeyOp::kListExtents;
+    if (bytes && (!buffer_ || m.buffer_bytes > buffer_bytes_))
+      return error(StatusCode::kInvalidArgument, "the bytes lie past the shared buffer (or it is not set up)");
+    if (sealer_ && (op == KeyOp::kPutValue || op == KeyOp::kGetValue))
+      return error(StatusCode::kNotSupported,
+                   "tenant " + tenant_ + " seals its data, which single values through the agent are not yet");
+    switch (op) {
+      case KeyOp::kArraySize:
+        return c.array_size(oid, m.dkey, m.akey);
+      case KeyOp::kPutValue: {
+        if (m.buffer_bytes > client::kMaxIoBytes)
+          return error(StatusCode::kTooLarge, "a single value is at most 1 MiB");
+        std::string value(reinterpret_cast<const char*>(buffer_), m.buffer_bytes);
+        RFOS_RETURN_IF_ERROR(c.put_value(oid, m.dkey, m.akey, value));
+        return 0;
+      }
+      case KeyOp::kGetValue: {
+        RFOS_ASSIGN_OR_RETURN(std::string value, c.get_value(oid, m.dkey, m.akey));
+        if (value.size() <= m.buffer_bytes) std::memcpy(buffer_, value.data(), value.size());
+        return value.size();
+      }
+      case KeyOp::kPunchDkey:
+        RFOS_RETURN_IF_ERROR(c.punch_dkey(oid, m.dkey));
+        return 0;
+      case KeyOp::kPunchObject:
+        RFOS_RETURN_IF_ERROR(c.punch_object(oid));
+        return 0;
+      case KeyOp::kListExtents: {
+        RFOS_ASSIGN_OR_RETURN(std::vector<client::Extent> all, c.list_extents(oid, m.dkey, m.akey));
+        std::string out;
+        for (size_t i = 0; i < all.size() && (i + 1) * 16 <= m.buffer_bytes; ++i) {
+          put_le<uint64_t>(&out, all[i].offset);
+          put_le<uint64_t>(&out, all[i].length);
+        }
+        std::memcpy(buffer_, out.data(), out.size());
+        return all.size();
+      }
+      case KeyOp::kReadEpoch:
+        c.set_read_epoch(m.buffer_bytes);
+        return 0;
+    }
+    return error(StatusCode::kInvalidArgument, "not a key operation");
   }
 
   // How the agent opens a container for this app: its provider and request timeout.

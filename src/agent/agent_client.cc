@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 
 #include "common/local_socket.h"
 
@@ -194,13 +195,20 @@ Status AgentClient::close(uint32_t handle) {
 
 Result<uint64_t> AgentClient::array_size(uint32_t handle, const ObjectId& oid, std::string_view dkey,
                                          std::string_view akey) {
+  return keys(KeyOp::kArraySize, handle, oid, dkey, akey, 0);
+}
+
+Result<uint64_t> AgentClient::keys(KeyOp op, uint32_t handle, const ObjectId& oid, std::string_view dkey,
+                                   std::string_view akey, uint64_t arg) {
   Message m;
-  m.type = MsgType::kSize;
+  m.type = MsgType::kKeys;
   m.handle = handle;
   std::memcpy(m.oid, &oid.hi, 8);
   std::memcpy(m.oid + 8, &oid.lo, 8);
   m.dkey = dkey;
   m.akey = akey;
+  m.value = static_cast<uint64_t>(op);
+  m.buffer_bytes = arg;
   RFOS_ASSIGN_OR_RETURN(Message r, call(m));
   return r.value;
 }
@@ -284,6 +292,21 @@ Status AgentClient::write(uint32_t handle, const ObjectId& oid, std::string_view
 Status AgentClient::read(uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey,
                          uint64_t offset, std::span<uint8_t> bytes) {
   return io(RingOp::kRead, handle, oid, dkey, akey, offset, bytes);
+}
+
+AgentClient::ControlRelay AgentClient::control_relay(const std::string& socket, uint32_t timeout_ms) {
+  AgentClientOptions o;
+  o.ring = false;
+  o.timeout_ms = timeout_ms;
+  auto app = connect(socket, o);
+  if (!app.is_ok())
+    return [failed = app.status()](const std::string&, const std::string&) -> Result<std::string> { return failed; };
+  auto shared = std::shared_ptr<AgentClient>(std::move(app).value());
+  auto mu = std::make_shared<std::mutex>();
+  return [shared, mu](const std::string& type, const std::string& request) {
+    std::lock_guard lock(*mu);
+    return shared->relay_control(type, request);
+  };
 }
 
 Result<std::string> AgentClient::relay_control(const std::string& type, const std::string& request) {

@@ -51,6 +51,10 @@ class AgentClient {
   Result<uint32_t> open(const std::string& pool, const std::string& cont, bool write);
   Status close(uint32_t handle);  // kBusy while its I/O is in flight
   Result<uint64_t> array_size(uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey);
+  // An operation on an opened container's object or keys (protocol.h, KeyOp), `arg` its argument: kDone's value.
+  // The bytes of values and extents go through the start of the shared buffer.
+  Result<uint64_t> keys(KeyOp op, uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey,
+                        uint64_t arg);
 
   // Queues an array write or read of `bytes` (inside buffer(): kInvalidArgument otherwise) at `offset`; the agent
   // sees it at once. kBusy when the submission queue is full (take completions first).
@@ -66,6 +70,10 @@ class AgentClient {
               std::span<uint8_t> bytes);
   size_t in_flight() const { return in_flight_; }
 
+  // A relay for client::ControlClient::relayed over a connection of its own to the agent at `socket` (control
+  // calls only, one at a time); when the agent cannot be reached, every call fails with why.
+  using ControlRelay = std::function<Result<std::string>(const std::string& type, const std::string& request)>;
+  static ControlRelay control_relay(const std::string& socket, uint32_t timeout_ms);
   // A control call relayed by the agent, made for this app's user: client::ControlClient::relayed's relay.
   Result<std::string> relay_control(const std::string& type, const std::string& request);
 

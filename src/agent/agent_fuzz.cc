@@ -87,11 +87,13 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void*, const char*, const uint8_t*,
   out("control", encode_message(m));
   m.type = MsgType::kControlled;
   out("controlled", encode_message(m));
-  m.type = MsgType::kSize;
+  m.type = MsgType::kKeys;
   m.handle = 1;
   m.dkey = "d";
   m.akey = "a";
-  out("size", encode_message(m));
+  m.value = static_cast<uint64_t>(KeyOp::kGetValue);
+  m.buffer_bytes = 4096;
+  out("keys", encode_message(m));
   m.type = MsgType::kWelcome;
   m.text = "tenant";
   out("welcome", encode_message(m));

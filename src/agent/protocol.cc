@@ -88,11 +88,13 @@ std::string encode_message(const Message& m) {
     case MsgType::kOpened:
       put_le<uint32_t>(&out, m.handle);
       break;
-    case MsgType::kSize:
+    case MsgType::kKeys:
       put_le<uint32_t>(&out, m.handle);
       out.append(reinterpret_cast<const char*>(m.oid), 16);
       put_string(&out, m.dkey);
       put_string(&out, m.akey);
+      put_le<uint64_t>(&out, m.value);
+      put_le<uint64_t>(&out, m.buffer_bytes);
       break;
     case MsgType::kWelcome:
       put_le<uint32_t>(&out, m.version);
@@ -154,8 +156,10 @@ Result<Message> decode_message(std::string_view bytes) {
     case MsgType::kOpened:
       ok = in.get_le(&m.handle);
       break;
-    case MsgType::kSize:
-      ok = in.get_le(&m.handle) && get_oid(&in, m.oid) && get_string(&in, &m.dkey) && get_string(&in, &m.akey);
+    case MsgType::kKeys:
+      ok = in.get_le(&m.handle) && get_oid(&in, m.oid) && get_string(&in, &m.dkey) && get_string(&in, &m.akey) &&
+           in.get_le(&m.value) && in.get_le(&m.buffer_bytes) && m.value >= 1 &&
+           m.value <= static_cast<uint64_t>(KeyOp::kReadEpoch);
       break;
     case MsgType::kWelcome:
       ok = in.get_le(&m.version) && get_string(&in, &m.text);

@@ -22,7 +22,7 @@
 
 namespace rfos::agent {
 
-inline constexpr uint32_t kProtocolVersion = 2;
+inline constexpr uint32_t kProtocolVersion = 3;
 inline constexpr size_t kMaxMessageBytes = 65536;  // a relayed control answer (a list of pools) may be long
 
 enum class MsgType : uint8_t {
@@ -31,7 +31,8 @@ enum class MsgType : uint8_t {
   kSetup = 2,  // sq_entries, cq_entries, buffer_bytes; answered by kReady with 4 descriptors
   kOpen = 3,   // pool, cont, write; answered by kOpened
   kClose = 4,  // handle; answered by kDone
-  kSize = 5,   // handle, oid, dkey, akey; answered by kDone with `value` = the array's size
+  // handle, oid, dkey, akey, value: a KeyOp, buffer_bytes: its argument; answered by kDone with its value.
+  kKeys = 5,
   // pool, cont, text (fuse::encode_served_settings), one descriptor: a FUSE device the app mounted, which the
   // agent serves (the namespace runs in the agent); answered by kDone once it does. The agent closes the
   // connection when the mount ends.
@@ -69,6 +70,19 @@ enum class ObjectOp : uint8_t {
   kGetFiles = 8,
   kSync = 9,
   kListDir = 10,  // key: the directory; dkey: where to go on from; answer: kControlled, a page (docs/agent.md)
+};
+
+// kKeys' operations on an opened container's object, dkey or akey (the C API's), each with its argument and
+// what kDone's value answers:
+enum class KeyOp : uint8_t {
+  kArraySize = 1,    // -; the array's size
+  kPutValue = 2,     // the value's bytes at the start of the shared buffer (at most 1 MiB); -
+  kGetValue = 3,     // the room at the start of the shared buffer; the value's size (its bytes there if it fits)
+  kPunchDkey = 4,    // -; -
+  kPunchObject = 5,  // -; -
+  kListExtents = 6,  // the room at the start of the shared buffer; how many extents (16 bytes each: offset,
+                     // length, u64 LE), those that fit there
+  kReadEpoch = 7,    // the snapshot epoch the handle reads from now on (0: the latest); -
 };
 
 // Files in one kPutFiles or kGetFiles batch, at most (their results fit one message).

@@ -224,7 +224,7 @@ TEST(Protocol, MessagesRoundTripAndMalformedOnesAreRefused) {
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   EXPECT_EQ(c->blob, control.blob);
   // Every type round-trips with nothing left over (a field one side writes and the other does not read).
-  for (MsgType t : {MsgType::kHello, MsgType::kSetup, MsgType::kOpen, MsgType::kClose, MsgType::kSize, MsgType::kMount,
+  for (MsgType t : {MsgType::kHello, MsgType::kSetup, MsgType::kOpen, MsgType::kClose, MsgType::kKeys, MsgType::kMount,
                     MsgType::kControl, MsgType::kObject, MsgType::kChunk, MsgType::kNext, MsgType::kWelcome,
                     MsgType::kReady, MsgType::kOpened, MsgType::kDone, MsgType::kControlled}) {
     Message any;

@@ -10,19 +10,7 @@
 namespace rfos::cli {
 
 std::unique_ptr<client::ControlClient> agent_control(const Context& ctx) {
-  agent::AgentClientOptions o;
-  o.ring = false;  // control calls only
-  o.timeout_ms = ctx.timeout_ms;
-  auto app = agent::AgentClient::connect(ctx.agent, o);
-  std::shared_ptr<agent::AgentClient> shared;
-  Status failed = app.is_ok() ? Status::ok() : app.status();
-  if (app.is_ok()) shared = std::move(app).value();
-  return client::ControlClient::relayed(
-      [shared, failed](const std::string& type, const std::string& request) -> Result<std::string> {
-        if (!shared) return failed;
-        return shared->relay_control(type, request);
-      },
-      ctx.timeout_ms);
+  return client::ControlClient::relayed(agent::AgentClient::control_relay(ctx.agent, ctx.timeout_ms), ctx.timeout_ms);
 }
 
 void add_agent_command(CLI::App& app, Context& ctx) {

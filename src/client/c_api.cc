@@ -76,9 +76,13 @@ int fill(const std::vector<T>& all, Out* out, size_t cap, size_t* count, F conve
 constexpr size_t kStagingSlots = 8;
 constexpr size_t kSlot = rfos::client::kMaxIoBytes;
 
-int not_through_agent(const char* what) {
-  return fail(rfos::error(rfos::StatusCode::kNotSupported,
-                          std::string(what) + " is not available through the agent yet (docs/agent.md)"));
+// An operation on the container's keys through the agent (agent/protocol.h, KeyOp): its answer. Its bytes use
+// the staging slots, so not while submitted I/O may be using them.
+rfos::Result<uint64_t> agent_keys(rfos_cont* c, rfos::agent::KeyOp op, rfos_oid_t oid, const char* dkey,
+                                  const char* akey, uint64_t arg) {
+  if (c->agent->in_flight() > 0)
+    return rfos::error(rfos::StatusCode::kBusy, "synchronous calls while submissions are in flight");
+  return c->agent->keys(op, c->handle, oid_of(oid), dkey ? dkey : "", akey ? akey : "", arg);
 }
 
 bool in_shared(const rfos_cont* c, const void* p, size_t len) {
@@ -139,6 +143,47 @@ int agent_rw(rfos_cont* c, bool write, const ObjectId& oid, const char* dkey, co
   return result(first);
 }
 
+// Scatter-gather through the agent: each extent a piece of the staging slots at a time, gathered there from
+// the iovecs (a write) or scattered from there into them (a read).
+int agent_rwv(rfos_cont* c, bool write, const ObjectId& oid, const char* dkey, const char* akey,
+              const rfos_extent_t* extents, size_t nextents, const struct iovec* iov, size_t niov) {
+  uint64_t want = 0, have = 0;
+  for (size_t i = 0; i < nextents; ++i) want += extents[i].length;
+  for (size_t i = 0; i < niov; ++i) have += iov[i].iov_len;
+  if (want != have)
+    return fail(rfos::error(rfos::StatusCode::kInvalidArgument,
+                            "the extents hold " + std::to_string(want) + " bytes, the iovecs " + std::to_string(have)));
+  uint8_t* staging = c->agent->buffer().data();
+  size_t v = 0, at = 0;  // the iovec and the offset in it where the next byte is
+  for (size_t i = 0; i < nextents; ++i) {
+    for (uint64_t done = 0; done < extents[i].length;) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(extents[i].length - done, kStagingSlots * kSlot));
+      auto move = [&](bool into_staging) {
+        for (size_t got = 0; got < n;) {
+          while (iov[v].iov_len == at) ++v, at = 0;
+          size_t k = std::min(n - got, iov[v].iov_len - at);
+          uint8_t* mem = static_cast<uint8_t*>(iov[v].iov_base) + at;
+          if (into_staging)
+            std::memcpy(staging + got, mem, k);
+          else
+            std::memcpy(mem, staging + got, k);
+          got += k;
+          at += k;
+        }
+      };
+      size_t v0 = v, at0 = at;
+      if (write) move(true);
+      if (int r = agent_rw(c, write, oid, dkey, akey, extents[i].offset + done, staging, n); r != 0) return r;
+      if (!write) {
+        v = v0, at = at0;
+        move(false);
+      }
+      done += n;
+    }
+  }
+  return 0;
+}
+
 int agent_submit(rfos_cont* c, bool write, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t offset,
                  void* buf, size_t len, uint64_t* ticket) {
   if (!in_shared(c, buf, len))
@@ -168,12 +213,14 @@ int rfos_connect(const char* addr, uint32_t timeout_ms, rfos_client_t** out) {
     // Agent mode: the agent holds the sessions; this process only names its socket. Checked at once.
     std::string sock = a.substr(8);
     rfos::agent::AgentClientOptions o;
-    o.buffer_bytes = 4096;
-    o.entries = 1;
+    o.ring = false;
     o.timeout_ms = timeout_ms ? timeout_ms : 5000;
     auto probe = rfos::agent::AgentClient::connect(sock, o);
     if (!probe.is_ok()) return fail(probe.status());
-    *out = new rfos_client{nullptr, sock, o.timeout_ms};
+    // Control calls (snapshots) are relayed by the agent, made there for this process's user.
+    *out = new rfos_client{
+        rfos::client::ControlClient::relayed(rfos::agent::AgentClient::control_relay(sock, o.timeout_ms), o.timeout_ms),
+        sock, o.timeout_ms};
     return 0;
   }
   auto* c = new rfos_client{
@@ -248,7 +295,11 @@ int rfos_array_size(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char
 
 int rfos_put_value(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* akey, const void* buf, size_t len) {
   if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || bad(buf, "buf")) return -EINVAL;
-  if (c->agent) return not_through_agent("rfos_put_value");
+  if (c->agent) {
+    if (len > kSlot) return fail(rfos::error(rfos::StatusCode::kTooLarge, "a single value is at most 1 MiB"));
+    if (c->agent->in_flight() == 0) std::memcpy(c->agent->buffer().data(), buf, len);
+    return result(agent_keys(c, rfos::agent::KeyOp::kPutValue, oid, dkey, akey, len).status());
+  }
   return result(c->cont->put_value(oid_of(oid), dkey, akey, {static_cast<const char*>(buf), len}));
 }
 
@@ -256,27 +307,35 @@ int rfos_get_value(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char*
                    size_t* len) {
   if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || bad(len, "len") || (cap && bad(buf, "buf")))
     return -EINVAL;
-  if (c->agent) return not_through_agent("rfos_get_value");
-  auto v = c->cont->get_value(oid_of(oid), dkey, akey);
-  if (!v.is_ok()) return fail(v.status());
-  *len = v->size();
-  if (v->size() > cap) {
-    last_error = "the value has " + std::to_string(v->size()) + " bytes, the buffer " + std::to_string(cap);
+  std::string value;
+  if (c->agent) {
+    auto n = agent_keys(c, rfos::agent::KeyOp::kGetValue, oid, dkey, akey, std::min(cap, kSlot));
+    if (!n.is_ok()) return fail(n.status());
+    value.assign(reinterpret_cast<const char*>(c->agent->buffer().data()), *n <= cap ? *n : 0);
+    *len = *n;
+  } else {
+    auto v = c->cont->get_value(oid_of(oid), dkey, akey);
+    if (!v.is_ok()) return fail(v.status());
+    value = std::move(v).value();
+    *len = value.size();
+  }
+  if (*len > cap) {
+    last_error = "the value has " + std::to_string(*len) + " bytes, the buffer " + std::to_string(cap);
     return -ENOBUFS;
   }
-  std::memcpy(buf, v->data(), v->size());
+  std::memcpy(buf, value.data(), value.size());
   return 0;
 }
 
 int rfos_punch_dkey(rfos_cont_t* c, rfos_oid_t oid, const char* dkey) {
   if (bad(c, "cont") || bad(dkey, "dkey")) return -EINVAL;
-  if (c->agent) return not_through_agent("rfos_punch_dkey");
+  if (c->agent) return result(agent_keys(c, rfos::agent::KeyOp::kPunchDkey, oid, dkey, nullptr, 0).status());
   return result(c->cont->punch_dkey(oid_of(oid), dkey));
 }
 
 int rfos_punch_object(rfos_cont_t* c, rfos_oid_t oid) {
   if (bad(c, "cont")) return -EINVAL;
-  if (c->agent) return not_through_agent("rfos_punch_object");
+  if (c->agent) return result(agent_keys(c, rfos::agent::KeyOp::kPunchObject, oid, nullptr, nullptr, 0).status());
   return result(c->cont->punch_object(oid_of(oid)));
 }
 
@@ -401,7 +460,7 @@ int rfos_writev(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* ak
   if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || (nextents && bad(extents, "extents")) ||
       (niov && bad(iov, "iov")))
     return -EINVAL;
-  if (c->agent) return not_through_agent("rfos_writev");
+  if (c->agent) return agent_rwv(c, true, oid_of(oid), dkey, akey, extents, nextents, iov, niov);
   std::vector<rfos::client::Extent> ext = extents_of(extents, nextents);
   std::vector<std::span<const uint8_t>> sgl;
   for (size_t i = 0; i < niov; ++i) sgl.emplace_back(static_cast<const uint8_t*>(iov[i].iov_base), iov[i].iov_len);
@@ -413,7 +472,7 @@ int rfos_readv(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char* ake
   if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || (nextents && bad(extents, "extents")) ||
       (niov && bad(iov, "iov")))
     return -EINVAL;
-  if (c->agent) return not_through_agent("rfos_readv");
+  if (c->agent) return agent_rwv(c, false, oid_of(oid), dkey, akey, extents, nextents, iov, niov);
   std::vector<rfos::client::Extent> ext = extents_of(extents, nextents);
   std::vector<std::span<uint8_t>> sgl;
   for (size_t i = 0; i < niov; ++i) sgl.emplace_back(static_cast<uint8_t*>(iov[i].iov_base), iov[i].iov_len);
@@ -424,7 +483,23 @@ int rfos_list_extents(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const ch
                       size_t cap, size_t* count) {
   if (bad(c, "cont") || bad(dkey, "dkey") || bad(akey, "akey") || bad(count, "count") || (cap && bad(out, "out")))
     return -EINVAL;
-  if (c->agent) return not_through_agent("rfos_list_extents");
+  if (c->agent) {
+    auto n = agent_keys(c, rfos::agent::KeyOp::kListExtents, oid, dkey, akey, kStagingSlots * kSlot);
+    if (!n.is_ok()) return fail(n.status());
+    if (std::min<uint64_t>(*n, cap) * 16 > kStagingSlots * kSlot)
+      return fail(rfos::error(rfos::StatusCode::kTooLarge, "more extents than the agent can hand over at once"));
+    const uint8_t* p = c->agent->buffer().data();
+    std::vector<rfos_extent_t> all(std::min<uint64_t>(*n, cap));
+    for (size_t i = 0; i < all.size(); ++i) {
+      std::memcpy(&all[i].offset, p + 16 * i, 8);
+      std::memcpy(&all[i].length, p + 16 * i + 8, 8);
+    }
+    std::copy(all.begin(), all.end(), out);
+    *count = *n;
+    if (*n <= cap) return 0;
+    last_error = "NoBuffer: " + std::to_string(*n) + " entries, room for " + std::to_string(cap);
+    return -ENOBUFS;
+  }
   auto all = c->cont->list_extents(oid_of(oid), dkey, akey);
   if (!all.is_ok()) return fail(all.status());
   return fill(*all, out, cap, count, [](const rfos::client::Extent& e) { return rfos_extent_t{e.offset, e.length}; });
@@ -432,7 +507,6 @@ int rfos_list_extents(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const ch
 
 int rfos_snapshot_create(rfos_client_t* client, const char* pool, const char* cont, uint64_t* epoch) {
   if (bad(client, "client") || bad(pool, "pool") || bad(cont, "cont") || bad(epoch, "epoch")) return -EINVAL;
-  if (!client->control) return not_through_agent("rfos_snapshot_create");
   auto e = client->control->snapshot_create(pool, cont);
   if (!e.is_ok()) return fail(e.status());
   *epoch = *e;
@@ -444,7 +518,6 @@ int rfos_snapshot_list(rfos_client_t* client, const char* pool, const char* cont
   if (bad(client, "client") || bad(pool, "pool") || bad(cont, "cont") || bad(count, "count") ||
       (cap && bad(out, "out")))
     return -EINVAL;
-  if (!client->control) return not_through_agent("rfos_snapshot_list");
   auto all = client->control->snapshot_list(pool, cont);
   if (!all.is_ok()) return fail(all.status());
   return fill(*all, out, cap, count, [](uint64_t e) { return e; });
@@ -452,13 +525,12 @@ int rfos_snapshot_list(rfos_client_t* client, const char* pool, const char* cont
 
 int rfos_snapshot_destroy(rfos_client_t* client, const char* pool, const char* cont, uint64_t epoch) {
   if (bad(client, "client") || bad(pool, "pool") || bad(cont, "cont")) return -EINVAL;
-  if (!client->control) return not_through_agent("rfos_snapshot_destroy");
   return result(client->control->snapshot_destroy(pool, cont, epoch));
 }
 
 int rfos_set_read_epoch(rfos_cont_t* c, uint64_t epoch) {
   if (bad(c, "cont")) return -EINVAL;
-  if (c->agent) return not_through_agent("rfos_set_read_epoch");
+  if (c->agent) return result(agent_keys(c, rfos::agent::KeyOp::kReadEpoch, {}, nullptr, nullptr, epoch).status());
   c->cont->set_read_epoch(epoch);
   return 0;
 }

@@ -8,7 +8,7 @@
 #include "common/status.h"
 
 struct rfos_client {
-  std::unique_ptr<rfos::client::ControlClient> control;  // null in agent mode
+  std::unique_ptr<rfos::client::ControlClient> control;  // in agent mode relayed by the agent (snapshots)
   std::string agent_socket;                              // agent mode: the agent's socket (rfos_connect "agent://")
   uint32_t timeout_ms = 0;
 };

@@ -107,6 +107,7 @@ class CallEngine {
   Status send(uint64_t id, Call& call);
   void send_done();
   void reap();
+  void retry_at(Call& call, Clock::time_point when);
 
   Options options_;
   std::unique_ptr<transport::Worker> worker_;
@@ -117,6 +118,8 @@ class CallEngine {
   std::mt19937_64 ids_{std::random_device{}()};
   std::map<uint64_t, Call> calls_;
   std::deque<Finished> completed_;  // finished, not yet handed out
+  std::vector<uint64_t> touched_;   // calls a reply, a send completion or an error came for since the last reap
+  Clock::time_point next_timer_ = Clock::time_point::max();  // no backoff ends and no deadline passes before
   uint32_t large_sending_ = 0;
   std::deque<uint64_t> send_queue_;
 };

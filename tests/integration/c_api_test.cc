@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "c_api_keys.h"
 #include "engine/engine_testing.h"
 #include "server_process.h"
 
@@ -19,6 +20,8 @@ extern "C" int rfos_c_files(rfos_fs_t* fs, const char* dir);
 
 namespace rfos {
 namespace {
+
+using testing::check_keys_and_snapshots;
 
 TEST(CApi, ConnectOpenReadWrite) {
   engine::testing::TempDir dir;
@@ -84,43 +87,7 @@ TEST(CApi, ConnectOpenReadWrite) {
   EXPECT_EQ(rfos_cont_open(client, "default", "nope", 0, nullptr, &missing), -ENOENT);
   EXPECT_EQ(rfos_write(nullptr, oid, "0", "d", 0, "x", 1), -EINVAL);
 
-  // Scatter-gather and extent lists.
-  rfos_extent_t ext[2] = {{0, 6000}, {10000, 3000}};
-  std::string a = engine::testing::pattern(3, 5000), b = engine::testing::pattern(4, 4000);
-  struct iovec iov[2] = {{a.data(), a.size()}, {b.data(), b.size()}};
-  ASSERT_EQ(rfos_writev(cont, oid, "sg", "d", ext, 2, iov, 2), 0) << rfos_last_error();
-  std::string back9(9000, '\0');
-  struct iovec one = {back9.data(), back9.size()};
-  ASSERT_EQ(rfos_readv(cont, oid, "sg", "d", ext, 2, &one, 1), 0) << rfos_last_error();
-  EXPECT_TRUE(back9 == a + b);
-  EXPECT_EQ(rfos_writev(cont, oid, "sg", "d", ext, 1, iov, 2), -EINVAL);  // 6000 bytes of extents, 9000 of buffers
-  rfos_extent_t listed[2];
-  size_t count = 0;
-  EXPECT_EQ(rfos_list_extents(cont, oid, "sg", "d", listed, 1, &count), -ENOBUFS);
-  EXPECT_EQ(count, 2u);
-  ASSERT_EQ(rfos_list_extents(cont, oid, "sg", "d", listed, 2, &count), 0) << rfos_last_error();
-  EXPECT_EQ(listed[1].offset, 10000u);
-  EXPECT_EQ(listed[1].length, 3000u);
-
-  // Snapshots: a read-only view of the state when it was taken.
-  uint64_t epoch = 0;
-  ASSERT_EQ(rfos_put_value(cont, oid, "snap", "v", "old", 3), 0);
-  ASSERT_EQ(rfos_snapshot_create(client, "default", "default", &epoch), 0) << rfos_last_error();
-  ASSERT_EQ(rfos_put_value(cont, oid, "snap", "v", "new", 3), 0);
-  uint64_t epochs[4];
-  ASSERT_EQ(rfos_snapshot_list(client, "default", "default", epochs, 4, &count), 0);
-  ASSERT_EQ(count, 1u);
-  EXPECT_EQ(epochs[0], epoch);
-  ASSERT_EQ(rfos_set_read_epoch(cont, epoch), 0);
-  char v[8];
-  ASSERT_EQ(rfos_get_value(cont, oid, "snap", "v", v, sizeof(v), &len), 0) << rfos_last_error();
-  EXPECT_EQ(std::string(v, len), "old");
-  EXPECT_EQ(rfos_put_value(cont, oid, "snap", "v", "x", 1), -EINVAL);
-  ASSERT_EQ(rfos_set_read_epoch(cont, 0), 0);
-  ASSERT_EQ(rfos_get_value(cont, oid, "snap", "v", v, sizeof(v), &len), 0);
-  EXPECT_EQ(std::string(v, len), "new");
-  EXPECT_EQ(rfos_snapshot_destroy(client, "default", "default", epoch), 0);
-  EXPECT_EQ(rfos_snapshot_destroy(client, "default", "default", epoch), -ENOENT);
+  check_keys_and_snapshots(client, cont, "default", "default");
   rfos_cont_close(cont);
   rfos_disconnect(client);
 }
