@@ -411,6 +411,10 @@ class AppConn {
       return fail(error(StatusCode::kNotSupported,
                         "tenant " + tenant_ + " seals its data, which objects through the agent are not yet"));
     auto op = static_cast<ObjectOp>(m.value);
+    if (m.epoch != 0 && op != ObjectOp::kGet && op != ObjectOp::kStat && op != ObjectOp::kList)
+      return fail(error(StatusCode::kInvalidArgument, "a snapshot is read-only"));
+    if (m.epoch != 0 && m.text.starts_with("/"))  // as the native CLI says
+      return fail(error(StatusCode::kNotSupported, "--snapshot reads named objects, not paths yet"));
     if ((op == ObjectOp::kPut || op == ObjectOp::kGet) && !buffer_)
       return fail(error(StatusCode::kInvalidArgument, "a put or get needs the shared buffer (set up the ring)"));
     client::ContainerOptions co = container_options(op == ObjectOp::kPut || op == ObjectOp::kRemove);
@@ -478,6 +482,18 @@ class AppConn {
     RFOS_ASSIGN_OR_RETURN(posix::Namespace * ns, namespace_of(m.pool, m.cont));
     posix::Cred cred(peer_.uid, peer_.gid, peer_.groups);
     if (op == ObjectOp::kSync) return ns->sync();
+    if (op == ObjectOp::kCheck) {  // read-only; a report too long for a message is cut, and says so
+      RFOS_ASSIGN_OR_RETURN(posix::Namespace::CheckReport report, ns->check());
+      std::string text = report.describe();
+      if (text.size() > kMaxMessageBytes - 256) {
+        std::string verdict = text.substr(text.rfind('\n', text.size() - 2) + 1);
+        text.resize(text.rfind('\n', kMaxMessageBytes - 512) + 1);
+        text += "... (the findings are cut at 64 KiB through the agent)\n" + verdict;
+      }
+      done->type = MsgType::kControlled;
+      done->blob = std::move(text);
+      return Status::ok();
+    }
     if (op == ObjectOp::kListDir) {  // a page (posix::encode_dir_page), 128 entries at most: it fits a message
       RFOS_ASSIGN_OR_RETURN(posix::Attr dir, ns->resolve(m.text, cred));
       if (!S_ISDIR(dir.mode)) return error(StatusCode::kNotDirectory, m.text + " is not a directory");
@@ -540,6 +556,7 @@ class AppConn {
   Status named_op(const Message& m, ObjectOp op, const client::ContainerOptions& co, const client::StreamSource& source,
                   const client::StreamSink& sink, Message* done) {
     RFOS_ASSIGN_OR_RETURN(auto c, client::Container::open(*control_, m.pool, m.cont, co));
+    c->set_read_epoch(m.epoch);
     client::NamedObjects objects(*c);
     switch (op) {
       case ObjectOp::kPut:

@@ -334,6 +334,7 @@ Message AgentClient::object_request(ObjectOp op, const std::string& pool, const 
   m.handle = mode;
   m.buffer_bytes = batch;
   m.dkey = anchor;
+  m.epoch = snapshot_;
   return m;
 }
 

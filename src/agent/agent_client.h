@@ -88,6 +88,8 @@ class AgentClient {
   Result<uint64_t> get_object(const std::string& pool, const std::string& cont, const std::string& key,
                               const std::function<Status(std::span<const uint8_t>)>& sink,
                               const std::function<void(uint64_t)>& progress = {});
+  // Later gets, stats and lists of named objects read at this snapshot's epoch (0: the latest).
+  void read_snapshot(uint64_t epoch) { snapshot_ = epoch; }
   // `batch`: bytes at the start of the shared buffer that the request carries (kPutFiles, kGetFiles).
   Result<Message> object_call(ObjectOp op, const std::string& pool, const std::string& cont, const std::string& key,
                               uint32_t mode = 0, uint64_t batch = 0, const std::string& anchor = "");
@@ -114,6 +116,7 @@ class AgentClient {
   int fd_ = -1;
   uint32_t timeout_ms_ = 30000;
   uint32_t next_id_ = 1;
+  uint64_t snapshot_ = 0;  // read_snapshot's
   std::string tenant_;
   std::unique_ptr<RingRegion> ring_;
   std::unique_ptr<AppEnds> ends_;

@@ -70,6 +70,7 @@ std::string encode_message(const Message& m) {
       put_le<uint32_t>(&out, m.handle);
       put_le<uint64_t>(&out, m.buffer_bytes);
       put_string(&out, m.dkey);
+      put_le<uint64_t>(&out, m.epoch);
       break;
     case MsgType::kChunk:
     case MsgType::kNext:
@@ -139,8 +140,8 @@ Result<Message> decode_message(std::string_view bytes) {
       break;
     case MsgType::kObject:
       ok = get_string(&in, &m.pool) && get_string(&in, &m.cont) && get_string(&in, &m.text) && in.get_le(&m.value) &&
-           in.get_le(&m.handle) && in.get_le(&m.buffer_bytes) && get_string(&in, &m.dkey) && m.value >= 1 &&
-           m.value <= 10;
+           in.get_le(&m.handle) && in.get_le(&m.buffer_bytes) && get_string(&in, &m.dkey) && in.get_le(&m.epoch) &&
+           m.value >= 1 && m.value <= static_cast<uint64_t>(ObjectOp::kCheck);
       break;
     case MsgType::kChunk:
     case MsgType::kNext:

@@ -40,7 +40,8 @@ enum class MsgType : uint8_t {
   // text: a control call's request type (client::ControlClient::forward), blob: its bytes; answered by
   // kControlled with the response's bytes in blob. Made for the app's user; never the session calls.
   kControl = 7,
-  // pool, cont, text: a name (or /PATH: a file of the namespace), value: ObjectOp, handle: a new file's mode.
+  // pool, cont, text: a name (or /PATH: a file of the namespace), value: ObjectOp, handle: a new file's mode,
+  // epoch: a snapshot a get, stat or list of named objects reads (0: the latest).
   // put: the agent asks for the bytes with kNext, the app answers each with kChunk (value bytes at the start
   // of the shared buffer; 0: the end); get: the agent sends kChunk, the app answers kNext once it took them.
   // Answered by kDone (value: the bytes; stat: the size, text: what else) or kControlled (list: blob).
@@ -70,6 +71,7 @@ enum class ObjectOp : uint8_t {
   kGetFiles = 8,
   kSync = 9,
   kListDir = 10,  // key: the directory; dkey: where to go on from; answer: kControlled, a page (docs/agent.md)
+  kCheck = 11,    // the namespace's check (rfos fs check); answer: kControlled, its report as text
 };
 
 // kKeys' operations on an opened container's object, dkey or akey (the C API's), each with its argument and
@@ -113,9 +115,10 @@ struct Message {
   uint8_t oid[16] = {};
   std::string dkey, akey;
   uint64_t value = 0;
-  uint16_t code = 0;  // StatusCode
-  std::string text;   // an error's message, or the tenant's name
-  std::string blob;   // a relayed control call's bytes (u32 length)
+  uint16_t code = 0;   // StatusCode
+  std::string text;    // an error's message, or the tenant's name
+  std::string blob;    // a relayed control call's bytes (u32 length)
+  uint64_t epoch = 0;  // kObject: read a named object at this snapshot's epoch (0: the latest)
 };
 
 std::string encode_message(const Message& m);

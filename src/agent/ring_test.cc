@@ -243,9 +243,11 @@ TEST(Protocol, MessagesRoundTripAndMalformedOnesAreRefused) {
   object.value = static_cast<uint64_t>(ObjectOp::kListDir);
   object.buffer_bytes = 7;
   object.dkey = "anchor";
+  object.epoch = 9;
   auto o = decode_message(encode_message(object));
   ASSERT_TRUE(o.is_ok()) << o.status().to_string();
   EXPECT_EQ(o->dkey, "anchor");
+  EXPECT_EQ(o->epoch, 9u);
   EXPECT_EQ(o->buffer_bytes, 7u);
   // A batch of files: what decodes, and what a get's capacities past the buffer or a short batch are refused as.
   std::string get;

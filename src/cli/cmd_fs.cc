@@ -389,22 +389,25 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
       "check", "check the namespace: entries without inodes, inodes without entries, link counts (read-only)");
   common(check);
   check->callback([&ctx, a] {
-    auto opened = open_namespace(ctx, a->pool, a->cont, a->provider);
-    if (!ctx.check(opened.status(), "fs check")) return;
-    auto r = opened->ns->check();
-    if (!ctx.check(r.status(), "fs check")) return;
-    std::printf("%llu directories, %llu files\n", (unsigned long long)r->directories, (unsigned long long)r->files);
-    for (const auto& p : r->dangling) std::printf("dangling entry (its inode is gone): %s\n", p.c_str());
-    for (const auto& o : r->orphans) std::printf("orphan inode (no entry names it): %s\n", o.to_string().c_str());
-    for (const auto& p : r->wrong_links) std::printf("link count / names differ: %s\n", p.c_str());
-    for (const auto& o : r->unlinked)
-      std::printf("unlinked inode not purged (open somewhere, or its client died): %s\n", o.to_string().c_str());
-    for (const auto& p : r->unfinished_puts) std::printf("unfinished put (rm it): %s\n", p.c_str());
-    for (const auto& o : r->leaked)
-      std::printf("file data no file or name claims (a removal that did not finish; punch it): %s\n",
-                  o.to_string().c_str());
-    std::printf("%s\n", r->consistent() ? "consistent" : "INCONSISTENT");
-    if (!r->consistent()) ctx.exit_code = 1;
+    std::string report;
+    if (!ctx.agent.empty()) {  // run in the agent, on the namespace it opens for this user
+      agent::AgentClientOptions o;
+      o.ring = false;
+      o.timeout_ms = std::max<uint32_t>(ctx.timeout_ms, 300000);  // a walk of the whole container
+      auto app = agent::AgentClient::connect(ctx.agent, o);
+      auto r = app.is_ok() ? (*app)->object_call(agent::ObjectOp::kCheck, a->pool, a->cont, "")
+                           : Result<agent::Message>(app.status());
+      if (!ctx.check(r.status(), "fs check")) return;
+      report = r->blob;
+    } else {
+      auto opened = open_namespace(ctx, a->pool, a->cont, a->provider);
+      if (!ctx.check(opened.status(), "fs check")) return;
+      auto r = opened->ns->check();
+      if (!ctx.check(r.status(), "fs check")) return;
+      report = r->describe();
+    }
+    std::fputs(report.c_str(), stdout);
+    if (!report.ends_with("\nconsistent\n")) ctx.exit_code = 1;
   });
 
   auto path = std::make_shared<std::string>("rfos:/");

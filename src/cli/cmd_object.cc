@@ -150,9 +150,8 @@ void add_object_commands(CLI::App& app, Context& ctx) {
   ls->add_option("--snapshot", ls_args->snapshot, "list the container as of this snapshot (its epoch)");
   ls->callback([&ctx, ls_args] {
     if (!ctx.agent.empty()) {
-      if (ls_args->snapshot)
-        return (void)ctx.check(error(StatusCode::kNotSupported, "--snapshot through the agent"), "ls");
       auto app = agent_app(ctx);
+      if (app.is_ok()) (*app)->read_snapshot(ls_args->snapshot);
       auto r = app.is_ok() ? (*app)->object_call(agent::ObjectOp::kList, ls_args->pool, ls_args->cont, "")
                            : Result<agent::Message>(app.status());
       if (!ctx.check(r.status(), "ls")) return;
@@ -264,8 +263,8 @@ void add_object_commands(CLI::App& app, Context& ctx) {
     Result<client::ObjectStat> st = error(StatusCode::kNotFound, "not found");
     Result<std::unique_ptr<agent::AgentClient>> app = error(StatusCode::kNotFound, "not connected");
     if (!ctx.agent.empty()) {
-      if (a.snapshot) return (void)ctx.check(error(StatusCode::kNotSupported, "--snapshot through the agent"), "get");
       app = agent_app(ctx);
+      if (app.is_ok()) (*app)->read_snapshot(a.snapshot);
       auto found = app.is_ok() ? (*app)->object_call(agent::ObjectOp::kStat, a.pool, a.cont, a.key)
                                : Result<agent::Message>(app.status());
       if (!ctx.check(found.status(), "get")) return;
@@ -342,9 +341,8 @@ void add_object_commands(CLI::App& app, Context& ctx) {
   stat_cmd->add_option("--snapshot", stat_args->snapshot, "as of this snapshot (its epoch)");
   stat_cmd->callback([&ctx, stat_args] {
     if (!ctx.agent.empty()) {
-      if (stat_args->snapshot)
-        return (void)ctx.check(error(StatusCode::kNotSupported, "--snapshot through the agent"), "stat");
       auto app = agent_app(ctx);
+      if (app.is_ok()) (*app)->read_snapshot(stat_args->snapshot);
       auto r = app.is_ok()
                    ? (*app)->object_call(agent::ObjectOp::kStat, stat_args->pool, stat_args->cont, stat_args->key)
                    : Result<agent::Message>(app.status());

@@ -870,6 +870,19 @@ Status Namespace::write(const ObjectId& oid, uint64_t offset, std::span<const ui
   return Status::ok();
 }
 
+std::string Namespace::CheckReport::describe() const {
+  std::string out = std::to_string(directories) + " directories, " + std::to_string(files) + " files\n";
+  auto line = [&](const char* what, const std::string& x) { out += std::string(what) + ": " + x + "\n"; };
+  for (const auto& p : dangling) line("dangling entry (its inode is gone)", p);
+  for (const auto& o : orphans) line("orphan inode (no entry names it)", o.to_string());
+  for (const auto& p : wrong_links) line("link count / names differ", p);
+  for (const auto& o : unlinked) line("unlinked inode not purged (open somewhere, or its client died)", o.to_string());
+  for (const auto& p : unfinished_puts) line("unfinished put (rm it)", p);
+  for (const auto& o : leaked)
+    line("file data no file or name claims (a removal that did not finish; punch it)", o.to_string());
+  return out + (consistent() ? "consistent\n" : "INCONSISTENT\n");
+}
+
 Result<Namespace::CheckReport> Namespace::check() {
   CheckReport r;
   struct Named {

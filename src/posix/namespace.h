@@ -200,6 +200,8 @@ class Namespace {
     // layout. Their space is held until they are punched.
     std::vector<ObjectId> leaked;
     bool consistent() const { return dangling.empty() && orphans.empty() && wrong_links.empty(); }
+    // What `rfos fs check` prints: the counts, a line per finding, then "consistent" or "INCONSISTENT".
+    std::string describe() const;
   };
   // Walks the whole namespace from the root and every object of the container, read-only (rfos fs check). Run it
   // while nothing writes the namespace: an operation in flight shows as an inconsistency.

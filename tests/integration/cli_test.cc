@@ -175,11 +175,29 @@ TEST(Cli, CommandsThroughTheAgent) {
   EXPECT_EQ(sh(std::string(RFOS_BINARY) + " --addr " + server.address() + " get -q through-agent.bin " + out).code, 0);
   EXPECT_TRUE(slurp(out) == data);
   EXPECT_NE(sh(rfos + " ls").out.find(std::to_string(data.size()) + "  through-agent.bin"), std::string::npos);
+  // --snapshot: a snapshot made through the agent reads the object as it was; it is read-only.
+  Shell snap = sh(rfos + " cont snap create --pool default default");
+  ASSERT_EQ(snap.code, 0);
+  std::string epoch = snap.out.substr(0, snap.out.find('\n'));
   EXPECT_EQ(sh(rfos + " rm through-agent.bin").code, 0);
   EXPECT_EQ(sh(rfos + " get through-agent.bin - 2>/dev/null").code, 1);
+  EXPECT_EQ(sh(rfos + " get -q --snapshot " + epoch + " through-agent.bin " + out).code, 0);
+  EXPECT_TRUE(slurp(out) == data);
+  EXPECT_NE(
+      sh(rfos + " stat --snapshot " + epoch + " through-agent.bin").out.find("size: " + std::to_string(data.size())),
+      std::string::npos);
+  EXPECT_NE(sh(rfos + " ls --snapshot " + epoch).out.find("through-agent.bin"), std::string::npos);
+  EXPECT_EQ(sh(rfos + " ls").out.find("through-agent.bin"), std::string::npos);
+  Shell path = sh(rfos + " get --snapshot " + epoch + " /through-agent.bin - 2>&1");
+  EXPECT_EQ(path.code, 1);
+  EXPECT_NE(path.out.find("NotSupported"), std::string::npos) << path.out;
+  EXPECT_EQ(sh(rfos + " cont snap destroy --pool default default --epoch " + epoch).code, 0);
   Shell fs = sh(rfos + " fs ls rfos:/");
   EXPECT_EQ(fs.code, 0);
   EXPECT_NE(fs.out.find(std::to_string(data.size()) + "  through-agent.bin"), std::string::npos) << fs.out;
+  Shell check = sh(rfos + " fs check");
+  EXPECT_EQ(check.code, 0) << check.out;
+  EXPECT_TRUE(check.out.ends_with(" files\nconsistent\n")) << check.out;
   Shell copy = sh(rfos + " fs copy rfos:/through-agent.bin " + dir.path() + "/copied 2>&1");
   EXPECT_EQ(copy.code, 1);
   EXPECT_NE(copy.out.find("NotSupported"), std::string::npos) << copy.out;
