@@ -94,6 +94,13 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void*, const char*, const uint8_t*,
   m.value = static_cast<uint64_t>(KeyOp::kGetValue);
   m.buffer_bytes = 4096;
   out("keys", encode_message(m));
+  m.type = MsgType::kObject;
+  m.pool = "p";
+  m.cont = "c";
+  m.text = "name";
+  m.value = static_cast<uint64_t>(ObjectOp::kGet);
+  m.epoch = 5;
+  out("object", encode_message(m));
   m.type = MsgType::kWelcome;
   m.text = "tenant";
   out("welcome", encode_message(m));
