@@ -506,13 +506,20 @@ class AppConn {
         return error(StatusCode::kTooLarge, "a directory page too long to relay");
       return Status::ok();
     }
-    if (op == ObjectOp::kMkdir) {
+    if (op == ObjectOp::kReadlink) {
+      RFOS_ASSIGN_OR_RETURN(posix::Attr link, ns->resolve(m.text, cred));
+      if (!S_ISLNK(link.mode)) return error(StatusCode::kInvalidArgument, m.text + " is not a symlink");
+      RFOS_ASSIGN_OR_RETURN(done->text, ns->readlink(link.oid));
+      return Status::ok();
+    }
+    if (op == ObjectOp::kMkdir || op == ObjectOp::kSymlink) {
       std::string_view p = m.text;
       while (p.size() > 1 && p.back() == '/') p.remove_suffix(1);
       size_t slash = p.rfind('/');
       if (slash == std::string_view::npos || p.size() <= 1)
         return error(StatusCode::kInvalidArgument, "an absolute path below the root");
       RFOS_ASSIGN_OR_RETURN(posix::Attr parent, ns->resolve(std::string(p.substr(0, slash)), cred));
+      if (op == ObjectOp::kSymlink) return ns->symlink(parent.oid, p.substr(slash + 1), m.dkey, cred).status();
       return ns->mkdir(parent.oid, p.substr(slash + 1), m.handle & 07777, cred).status();
     }
     if (!buffer_ || m.buffer_bytes > buffer_bytes_)

@@ -141,7 +141,7 @@ Result<Message> decode_message(std::string_view bytes) {
     case MsgType::kObject:
       ok = get_string(&in, &m.pool) && get_string(&in, &m.cont) && get_string(&in, &m.text) && in.get_le(&m.value) &&
            in.get_le(&m.handle) && in.get_le(&m.buffer_bytes) && get_string(&in, &m.dkey) && in.get_le(&m.epoch) &&
-           m.value >= 1 && m.value <= static_cast<uint64_t>(ObjectOp::kCheck);
+           m.value >= 1 && m.value <= static_cast<uint64_t>(ObjectOp::kReadlink);
       break;
     case MsgType::kChunk:
     case MsgType::kNext:
@@ -194,6 +194,22 @@ Result<std::vector<BatchFile>> decode_file_batch(std::string_view bytes, bool pu
     f.data.assign(data);
   }
   return files;
+}
+
+std::string encode_file_batch(const std::vector<BatchFile>& files, bool put) {
+  std::string out;
+  put_le<uint32_t>(&out, static_cast<uint32_t>(files.size()));
+  for (const BatchFile& f : files) {
+    put_string(&out, f.name);
+    if (put) {
+      put_le<uint32_t>(&out, f.mode);
+      put_le<uint64_t>(&out, f.data.size());
+      out += f.data;
+    } else {
+      put_le<uint64_t>(&out, f.capacity);
+    }
+  }
+  return out;
 }
 
 Status status_of(const Message& m) {

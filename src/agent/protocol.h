@@ -70,8 +70,10 @@ enum class ObjectOp : uint8_t {
   kPutFiles = 7,
   kGetFiles = 8,
   kSync = 9,
-  kListDir = 10,  // key: the directory; dkey: where to go on from; answer: kControlled, a page (docs/agent.md)
-  kCheck = 11,    // the namespace's check (rfos fs check); answer: kControlled, its report as text
+  kListDir = 10,   // key: the directory; dkey: where to go on from; answer: kControlled, a page (docs/agent.md)
+  kCheck = 11,     // the namespace's check (rfos fs check); answer: kControlled, its report as text
+  kSymlink = 12,   // key: the link's path; dkey: its target
+  kReadlink = 13,  // key: a symlink's path; answer: kDone, text = its target
 };
 
 // kKeys' operations on an opened container's object, dkey or akey (the C API's), each with its argument and
@@ -101,6 +103,8 @@ struct BatchFile {
 // mode u32, length u64 and the bytes, or for a get its capacity u64; a get's capacities add up to at most
 // `room`. kInvalidArgument for anything else (fuzzed in agent_fuzz).
 Result<std::vector<BatchFile>> decode_file_batch(std::string_view bytes, bool put, uint64_t room);
+// The app's side: a put's files with their names, modes and bytes, or a get's with their names and capacities.
+std::string encode_file_batch(const std::vector<BatchFile>& files, bool put);
 
 // One message; which fields mean something depends on its type (above).
 struct Message {

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <sstream>
 #include <vector>
 
 #include "agent/agent_client.h"
@@ -221,6 +222,208 @@ Status copy_out(posix::Namespace& ns, const posix::Cred& cred, const posix::Attr
   return s;
 }
 
+// rfos fs copy through the agent: the same walk as copy_in and copy_out, each step a request the agent makes on
+// the namespace it opens for this user (by path), small files in batches through the shared buffer. A file that
+// exists is replaced (put under a hidden name, then renamed over it), not rewritten in place.
+class AgentCopy {
+ public:
+  AgentCopy(agent::AgentClient& app, const FsArgs& a) : app_(app), a_(a) {}
+
+  // The file's mode (its kind), or kNotFound.
+  Result<uint32_t> mode_of(const std::string& path) {
+    RFOS_ASSIGN_OR_RETURN(agent::Message st, call(agent::ObjectOp::kStat, path));
+    std::istringstream fields(st.text);
+    std::string oid, mode;
+    fields >> oid >> mode;
+    return static_cast<uint32_t>(std::strtoul(mode.c_str(), nullptr, 8));
+  }
+
+  Status in(const std::filesystem::path& src, const std::string& dst, uint64_t* files) {
+    struct stat st {};
+    if (lstat(src.c_str(), &st) != 0) return errno_error(src.string());
+    if (S_ISDIR(st.st_mode)) {
+      auto made = call(agent::ObjectOp::kMkdir, dst, st.st_mode & 07777);
+      if (!made.is_ok() && made.status().code() != StatusCode::kAlreadyExists) return made.status();
+      return in_dir(src, dst, files);
+    }
+    if (S_ISLNK(st.st_mode)) {
+      std::string target(4096, '\0');
+      ssize_t n = readlink(src.c_str(), target.data(), target.size());
+      if (n < 0) return errno_error(src.string());
+      target.resize(static_cast<size_t>(n));
+      ++*files;
+      return call(agent::ObjectOp::kSymlink, dst, 0, target).status();
+    }
+    if (!S_ISREG(st.st_mode)) return Status::ok();  // devices, fifos and sockets are not copied
+    int fd = ::open(src.c_str(), O_RDONLY);
+    if (fd < 0) return errno_error(src.string());
+    auto put =
+        app_.put_object(a_.pool, a_.cont, dst, st.st_mode & 07777, [&](std::span<uint8_t> buf) -> Result<size_t> {
+          ssize_t n = ::read(fd, buf.data(), buf.size());
+          if (n < 0) return errno_error(src.string());
+          return static_cast<size_t>(n);
+        });
+    ::close(fd);
+    ++*files;
+    return put.status();
+  }
+
+  Status out(const std::string& src, uint32_t mode, const std::filesystem::path& dst, uint64_t* files) {
+    if (S_ISDIR(mode)) return out_dir(src, mode, dst, files);
+    if (S_ISLNK(mode)) {
+      RFOS_ASSIGN_OR_RETURN(agent::Message link, call(agent::ObjectOp::kReadlink, src));
+      ++*files;
+      if (::symlink(link.text.c_str(), dst.c_str()) != 0) return errno_error(dst.string());
+      return Status::ok();
+    }
+    if (!S_ISREG(mode)) return Status::ok();
+    int fd = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_TRUNC, mode & 07777);
+    if (fd < 0) return errno_error(dst.string());
+    auto got = app_.get_object(a_.pool, a_.cont, src, [&](std::span<const uint8_t> bytes) {
+      return write_all(fd, {reinterpret_cast<const char*>(bytes.data()), bytes.size()}, dst);
+    });
+    ::close(fd);
+    ++*files;
+    return got.status();
+  }
+
+  Status sync() { return call(agent::ObjectOp::kSync, "/").status(); }
+
+ private:
+  static std::string child(const std::string& dir, const std::string& name) {
+    return dir == "/" ? "/" + name : dir + "/" + name;
+  }
+
+  Result<agent::Message> call(agent::ObjectOp op, const std::string& path, uint32_t mode = 0,
+                              const std::string& extra = "", uint64_t batch = 0) {
+    return app_.object_call(op, a_.pool, a_.cont, path, mode, batch, extra);
+  }
+
+  // A local directory's small regular files in batches (what fits half the shared buffer, kBatchFiles at
+  // most); a name that exists already, and everything else, one at a time.
+  Status in_dir(const std::filesystem::path& src, const std::string& dst, uint64_t* files) {
+    std::vector<agent::BatchFile> batch;
+    uint64_t bytes = 0;
+    auto flush = [&]() -> Status {
+      if (batch.empty()) return Status::ok();
+      std::string request = agent::encode_file_batch(batch, true);
+      std::memcpy(app_.buffer().data(), request.data(), request.size());
+      RFOS_ASSIGN_OR_RETURN(agent::Message r, call(agent::ObjectOp::kPutFiles, dst, 0, "", request.size()));
+      for (size_t i = 0; i < batch.size(); ++i) {
+        uint16_t code = 0;
+        if (r.blob.size() >= 2 * (i + 1)) std::memcpy(&code, r.blob.data() + 2 * i, 2);
+        if (code == static_cast<uint16_t>(StatusCode::kAlreadyExists)) {
+          RFOS_RETURN_IF_ERROR(in(src / batch[i].name, child(dst, batch[i].name), files));
+        } else if (code != 0) {
+          return error(static_cast<StatusCode>(code), (src / batch[i].name).string());
+        } else {
+          ++*files;
+        }
+      }
+      batch.clear();
+      bytes = 0;
+      return Status::ok();
+    };
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(src, ec)) {
+      struct stat st {};
+      if (lstat(e.path().c_str(), &st) != 0) return errno_error(e.path().string());
+      std::string name = e.path().filename().string();
+      std::optional<std::string> small;
+      if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) <= posix::kMaxDirData) {
+        RFOS_ASSIGN_OR_RETURN(small, read_small(e.path()));
+      }
+      if (!small) {
+        RFOS_RETURN_IF_ERROR(in(e.path(), child(dst, name), files));
+        continue;
+      }
+      uint64_t need = 2 + name.size() + 12 + small->size();
+      if (batch.size() == kBatchFiles || bytes + need > app_.buffer().size() / 2) RFOS_RETURN_IF_ERROR(flush());
+      bytes += need;
+      batch.push_back({std::move(name), static_cast<uint32_t>(st.st_mode & 07777), std::move(*small), 0});
+    }
+    if (ec) return error(StatusCode::kIoError, src.string() + ": " + ec.message());
+    return flush();
+  }
+
+  // A page of entries with their attributes at a time; its small files in one batch, their bytes back in the
+  // shared buffer; the rest one at a time.
+  Status out_dir(const std::string& src, uint32_t mode, const std::filesystem::path& dst, uint64_t* files) {
+    if (::mkdir(dst.c_str(), mode & 07777) != 0 && errno != EEXIST) return errno_error(dst.string());
+    std::string anchor;
+    for (bool done = false; !done;) {
+      RFOS_ASSIGN_OR_RETURN(agent::Message r, call(agent::ObjectOp::kListDir, src, 0, anchor));
+      RFOS_ASSIGN_OR_RETURN(posix::DirPlusPage page, posix::decode_dir_page(r.blob));
+      std::vector<agent::BatchFile> small;
+      std::vector<uint32_t> modes;
+      uint64_t room = 0;
+      for (const auto& e : page.entries) {
+        std::string from = child(src, e.entry.name);
+        bool fits = e.has_attr && e.size_final && S_ISREG(e.attr.mode) && e.attr.size <= posix::kMaxDirData &&
+                    room + e.attr.size <= app_.buffer().size() / 2;
+        if (fits) {
+          small.push_back({e.entry.name, 0, "", e.attr.size});
+          modes.push_back(e.attr.mode);
+          room += e.attr.size;
+          continue;
+        }
+        uint32_t m = e.attr.mode;
+        if (!e.has_attr) {
+          RFOS_ASSIGN_OR_RETURN(m, mode_of(from));
+        }
+        RFOS_RETURN_IF_ERROR(out(from, m, dst / e.entry.name, files));
+      }
+      if (!small.empty()) {
+        std::string request = agent::encode_file_batch(small, false);
+        std::memcpy(app_.buffer().data(), request.data(), request.size());
+        RFOS_ASSIGN_OR_RETURN(agent::Message got, call(agent::ObjectOp::kGetFiles, src, 0, "", request.size()));
+        uint64_t at = 0;
+        for (size_t i = 0; i < small.size(); ++i) {
+          uint16_t code = 0;
+          uint64_t size = 0;
+          if (got.blob.size() >= 10 * (i + 1)) {
+            std::memcpy(&code, got.blob.data() + 10 * i, 2);
+            std::memcpy(&size, got.blob.data() + 10 * i + 2, 8);
+          }
+          std::string from = child(src, small[i].name);
+          if (code == static_cast<uint16_t>(StatusCode::kTooLarge)) {  // it grew since the listing
+            RFOS_RETURN_IF_ERROR(out(from, modes[i], dst / small[i].name, files));
+          } else if (code != 0) {
+            return error(static_cast<StatusCode>(code), from);
+          } else {
+            std::string_view bytes(reinterpret_cast<const char*>(app_.buffer().data()) + at, size);
+            RFOS_RETURN_IF_ERROR(write_local(dst / small[i].name, modes[i], bytes));
+            ++*files;
+          }
+          at += small[i].capacity;
+        }
+      }
+      anchor = page.anchor;
+      done = page.done;
+    }
+    return Status::ok();
+  }
+
+  agent::AgentClient& app_;
+  const FsArgs& a_;
+};
+
+// Durable when the command says it is done: one syncfs of the destination's file system, as `cp -r` and `sync`
+// would make it, rather than an fsync per file.
+Status sync_local(const std::filesystem::path& to) {
+  std::filesystem::path where = std::filesystem::is_directory(to) ? to : to.parent_path();
+  if (where.empty()) where = ".";
+  int fd = ::open(where.c_str(), O_RDONLY | O_DIRECTORY);
+  Status s = fd < 0 || ::syncfs(fd) != 0 ? errno_error(where.string()) : Status::ok();
+  if (fd >= 0) ::close(fd);
+  return s;
+}
+
+// The name a copy takes in an existing directory: the source's last component.
+std::string name_in_dir(const std::filesystem::path& from) {
+  return from.filename().empty() ? from.parent_path().filename().string() : from.filename().string();
+}
+
 }  // namespace
 
 void add_fs_commands(CLI::App& app, Context& ctx) {
@@ -349,19 +552,45 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
     if (in_container(*src) == in_container(*dst))
       return (void)ctx.check(error(StatusCode::kInvalidArgument, "exactly one of SRC and DST is an rfos:/ path"),
                              "fs copy");
+    uint64_t files = 0;
+    Status s;
+    if (!ctx.agent.empty()) {  // through the agent: the namespace runs there, for this user
+      agent::AgentClientOptions o;
+      o.buffer_bytes = 4 << 20;
+      o.entries = 8;
+      o.timeout_ms = std::max<uint32_t>(ctx.timeout_ms, 300000);  // a chunk may wait on the media
+      auto app = agent::AgentClient::connect(ctx.agent, o);
+      if (!ctx.check(app.status(), "fs copy")) return;
+      AgentCopy copy(**app, *a);
+      if (in_container(*dst)) {
+        std::filesystem::path from(*src);
+        std::string to(inner(*dst));
+        auto target = copy.mode_of(to);
+        if (target.is_ok() && S_ISDIR(*target)) to = (to.ends_with("/") ? to : to + "/") + name_in_dir(from);
+        s = copy.in(from, to, &files);
+        if (s.is_ok()) s = copy.sync();
+      } else {
+        std::string from(inner(*src));
+        std::filesystem::path to(*dst);
+        auto mode = copy.mode_of(from);
+        if (mode.is_ok() && std::filesystem::is_directory(to) && !S_ISDIR(*mode))
+          to /= std::filesystem::path(from).filename();
+        s = mode.is_ok() ? copy.out(from, *mode, to, &files) : mode.status();
+        if (s.is_ok()) s = sync_local(to);
+      }
+      if (!ctx.check(s, "fs copy")) return;
+      std::printf("copied %llu files\n", static_cast<unsigned long long>(files));
+      return;
+    }
     auto opened = open_namespace(ctx, a->pool, a->cont, a->provider);
     if (!ctx.check(opened.status(), "fs copy")) return;
     posix::Namespace& ns = *opened->ns;
     posix::Cred cred = posix::Cred::of_process();
-    uint64_t files = 0;
-    Status s;
     if (in_container(*dst)) {
       std::filesystem::path from(*src);
       auto target = ns.resolve(inner(*dst), cred);
       if (target.is_ok() && S_ISDIR(target->mode)) {  // into an existing directory, by the source's name
-        s = copy_in(ns, cred, from, target->oid,
-                    from.filename().empty() ? from.parent_path().filename().string() : from.filename().string(),
-                    &files);
+        s = copy_in(ns, cred, from, target->oid, name_in_dir(from), &files);
       } else {
         auto parent = parent_of(ns, cred, inner(*dst));
         s = parent.is_ok() ? copy_in(ns, cred, from, parent->first.oid, parent->second, &files) : parent.status();
@@ -372,13 +601,7 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
       if (from.is_ok() && std::filesystem::is_directory(to) && !S_ISDIR(from->mode))
         to /= std::filesystem::path(std::string(inner(*src))).filename();
       s = from.is_ok() ? copy_out(ns, cred, *from, to, &files) : from.status();
-      // Durable when the command says it is done: one syncfs of the destination's file system, as `cp -r` and
-      // `sync` would make it, rather than an fsync per file.
-      std::filesystem::path where = std::filesystem::is_directory(to) ? to : to.parent_path();
-      if (where.empty()) where = ".";
-      int fd = s.is_ok() ? ::open(where.c_str(), O_RDONLY | O_DIRECTORY) : -1;
-      if (s.is_ok() && (fd < 0 || ::syncfs(fd) != 0)) s = errno_error(where.string());
-      if (fd >= 0) ::close(fd);
+      if (s.is_ok()) s = sync_local(to);
     }
     if (s.is_ok() && in_container(*dst)) s = ns.sync();  // durable when the command says it is done
     if (!ctx.check(s, "fs copy")) return;

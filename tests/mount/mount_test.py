@@ -775,6 +775,31 @@ class AgentMountTest(unittest.TestCase):
         finally:
             m.unmount()
 
+    def test_fs_copy_goes_through_the_agent(self):
+        # A tree with small files (batched), a large one (in chunks), a subdirectory and a symlink, copied in and
+        # back out through the agent, and out natively: the same tree each time, and the namespace consistent.
+        tree = os.path.join(self.work, "tree")
+        shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "agent"), tree)
+        with open(os.path.join(tree, "large.bin"), "wb") as f:
+            f.write(os.urandom((5 << 20) + 123))
+        os.symlink("large.bin", os.path.join(tree, "link"))
+        agent = ["--agent", self.sock, "fs", "copy", "--pool", "p", "--cont", "c"]
+        out = self.server.cli(*agent, tree, "rfos:/copied")
+        self.assertIn("copied %d files" % sum(len(f) for _, _, f in os.walk(tree)), out.stdout)
+        for way, cmd in (("agent", agent), ("native", agent[2:])):
+            back = os.path.join(self.work, "back-" + way)
+            self.server.cli(*cmd, "rfos:/copied", back)
+            subprocess.run(["diff", "-r", "--no-dereference", tree, back], check=True)
+            self.assertEqual(os.readlink(os.path.join(back, "link")), "large.bin")
+        self.server.cli(*agent, tree, "rfos:/copied")  # into the existing directory, by its name (as cp does)
+        listing = self.server.cli("--agent", self.sock, "fs", "ls", "--pool", "p", "--cont", "c", "rfos:/copied/tree")
+        self.assertIn("large.bin", listing.stdout)
+        check = self.server.cli("--agent", self.sock, "fs", "check", "--pool", "p", "--cont", "c")
+        self.assertTrue(check.stdout.endswith("consistent\n"), check.stdout)
+        missing = self.server.cli(*agent, "rfos:/nope", os.path.join(self.work, "nope"), check=False)
+        self.assertEqual(missing.returncode, 1)
+        self.assertIn("NotFound", missing.stderr)
+
     def test_suid_is_refused(self):
         out = subprocess.run([RFOS, "--addr", self.server.addr, "mount", "-f", "--pool", "p", "--cont", "c",
                               "--agent", self.sock, "-o", "suid", self.mnt], env=ENV, capture_output=True, text=True)
