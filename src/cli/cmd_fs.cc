@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <vector>
@@ -60,6 +61,26 @@ Result<std::optional<std::string>> read_small(const std::filesystem::path& src) 
 Status copy_in(posix::Namespace& ns, const posix::Cred& cred, const std::filesystem::path& src, const ObjectId& dir,
                const std::string& name, uint64_t* files);
 
+// A local directory's entries for a copy in: each small regular file whole to `small` (name, mode, bytes),
+// everything else to `other` (its path and name).
+Status walk_local(const std::filesystem::path& src,
+                  const std::function<Status(std::string name, uint32_t mode, std::string bytes)>& small,
+                  const std::function<Status(const std::filesystem::path& path, const std::string& name)>& other) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(src, ec)) {
+    struct stat st {};
+    if (lstat(e.path().c_str(), &st) != 0) return errno_error(e.path().string());
+    std::string name = e.path().filename().string();
+    std::optional<std::string> bytes;
+    if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) <= posix::kMaxDirData) {
+      RFOS_ASSIGN_OR_RETURN(bytes, read_small(e.path()));
+    }
+    RFOS_RETURN_IF_ERROR(bytes ? small(std::move(name), st.st_mode & 07777, std::move(*bytes)) : other(e.path(), name));
+  }
+  if (ec) return error(StatusCode::kIoError, src.string() + ": " + ec.message());
+  return Status::ok();
+}
+
 // The small regular files of a local directory go in batches, each file made with its bytes in one round trip
 // (Namespace::put_files); names that exist already, and everything else, one at a time.
 Status copy_dir_in(posix::Namespace& ns, const posix::Cred& cred, const std::filesystem::path& src, const ObjectId& dir,
@@ -81,24 +102,16 @@ Status copy_dir_in(posix::Namespace& ns, const posix::Cred& cred, const std::fil
     paths.clear();
     return Status::ok();
   };
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(src, ec)) {
-    struct stat st {};
-    if (lstat(e.path().c_str(), &st) != 0) return errno_error(e.path().string());
-    std::string name = e.path().filename().string();
-    std::optional<std::string> small;
-    if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) <= posix::kMaxDirData) {
-      RFOS_ASSIGN_OR_RETURN(small, read_small(e.path()));
-    }
-    if (!small) {
-      RFOS_RETURN_IF_ERROR(copy_in(ns, cred, e.path(), dir, name, files));
-      continue;
-    }
-    batch.push_back({std::move(name), static_cast<uint32_t>(st.st_mode & 07777), std::move(*small)});
-    paths.push_back(e.path());
-    if (batch.size() == kBatchFiles) RFOS_RETURN_IF_ERROR(flush());
-  }
-  if (ec) return error(StatusCode::kIoError, src.string() + ": " + ec.message());
+  RFOS_RETURN_IF_ERROR(walk_local(
+      src,
+      [&](std::string name, uint32_t mode, std::string bytes) {
+        paths.push_back(src / name);
+        batch.push_back({std::move(name), mode, std::move(bytes)});
+        return batch.size() == kBatchFiles ? flush() : Status::ok();
+      },
+      [&](const std::filesystem::path& path, const std::string& name) {
+        return copy_in(ns, cred, path, dir, name, files);
+      }));
   return flush();
 }
 
@@ -324,25 +337,16 @@ class AgentCopy {
       bytes = 0;
       return Status::ok();
     };
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(src, ec)) {
-      struct stat st {};
-      if (lstat(e.path().c_str(), &st) != 0) return errno_error(e.path().string());
-      std::string name = e.path().filename().string();
-      std::optional<std::string> small;
-      if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) <= posix::kMaxDirData) {
-        RFOS_ASSIGN_OR_RETURN(small, read_small(e.path()));
-      }
-      if (!small) {
-        RFOS_RETURN_IF_ERROR(in(e.path(), child(dst, name), files));
-        continue;
-      }
-      uint64_t need = 2 + name.size() + 12 + small->size();
-      if (batch.size() == kBatchFiles || bytes + need > app_.buffer().size() / 2) RFOS_RETURN_IF_ERROR(flush());
-      bytes += need;
-      batch.push_back({std::move(name), static_cast<uint32_t>(st.st_mode & 07777), std::move(*small), 0});
-    }
-    if (ec) return error(StatusCode::kIoError, src.string() + ": " + ec.message());
+    RFOS_RETURN_IF_ERROR(walk_local(
+        src,
+        [&](std::string name, uint32_t mode, std::string data) -> Status {
+          uint64_t need = 2 + name.size() + 12 + data.size();
+          if (batch.size() == kBatchFiles || bytes + need > app_.buffer().size() / 2) RFOS_RETURN_IF_ERROR(flush());
+          bytes += need;
+          batch.push_back({std::move(name), mode, std::move(data), 0});
+          return Status::ok();
+        },
+        [&](const std::filesystem::path& path, const std::string& name) { return in(path, child(dst, name), files); }));
     return flush();
   }
 

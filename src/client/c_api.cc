@@ -323,7 +323,7 @@ int rfos_get_value(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const char*
     last_error = "the value has " + std::to_string(*len) + " bytes, the buffer " + std::to_string(cap);
     return -ENOBUFS;
   }
-  std::memcpy(buf, value.data(), value.size());
+  if (!value.empty()) std::memcpy(buf, value.data(), value.size());
   return 0;
 }
 
