@@ -61,6 +61,15 @@ Result<std::optional<std::string>> read_small(const std::filesystem::path& src) 
 Status copy_in(posix::Namespace& ns, const posix::Cred& cred, const std::filesystem::path& src, const ObjectId& dir,
                const std::string& name, uint64_t* files);
 
+// A local symlink's target.
+Result<std::string> read_link(const std::filesystem::path& src) {
+  std::string target(4096, '\0');
+  ssize_t n = readlink(src.c_str(), target.data(), target.size());
+  if (n < 0) return errno_error(src.string());
+  target.resize(static_cast<size_t>(n));
+  return target;
+}
+
 // A local directory's entries for a copy in: each small regular file whole to `small` (name, mode, bytes),
 // everything else to `other` (its path and name).
 Status walk_local(const std::filesystem::path& src,
@@ -127,10 +136,7 @@ Status copy_in(posix::Namespace& ns, const posix::Cred& cred, const std::filesys
     return copy_dir_in(ns, cred, src, d->oid, files);
   }
   if (S_ISLNK(st.st_mode)) {
-    std::string target(4096, '\0');
-    ssize_t n = readlink(src.c_str(), target.data(), target.size());
-    if (n < 0) return errno_error(src.string());
-    target.resize(static_cast<size_t>(n));
+    RFOS_ASSIGN_OR_RETURN(std::string target, read_link(src));
     ++*files;
     return ns.symlink(dir, name, target, cred).status();
   }
@@ -260,10 +266,7 @@ class AgentCopy {
       return in_dir(src, dst, files);
     }
     if (S_ISLNK(st.st_mode)) {
-      std::string target(4096, '\0');
-      ssize_t n = readlink(src.c_str(), target.data(), target.size());
-      if (n < 0) return errno_error(src.string());
-      target.resize(static_cast<size_t>(n));
+      RFOS_ASSIGN_OR_RETURN(std::string target, read_link(src));
       ++*files;
       return call(agent::ObjectOp::kSymlink, dst, 0, target).status();
     }
