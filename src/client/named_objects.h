@@ -8,6 +8,10 @@
 // mix; a put that fails leaves the old one as it was and removes what it wrote; a put that dies half-way leaves
 // "pending", which the next put or remove of that name clears. docs/object-layout.md has the whole picture.
 //
+// Beside the records, one index object (object class S1: one target) lists every name put under this layout:
+// a dkey per name, its value the record's "object" value, written after the swap and removed before the record,
+// so listings (S3's ListObjects) cost a request per page of names rather than one per object.
+//
 // Objects stored by rfos before this layout (their data under the record itself, dkeys the decimal chunk index,
 // the size in "size") are still read, listed and removed; a put replaces one.
 //
@@ -30,6 +34,13 @@ struct ObjectStat {
   uint64_t size = 0;
   ObjectId data;        // the data object (the record itself for an object of the older layout)
   bool legacy = false;  // stored before this layout
+  std::string attrs;    // what its put attached (PutOptions::attrs; an S3 object's metadata); "" for none
+};
+
+struct PutOptions {
+  // Called once the bytes are durable, before the object replaces the old one: the attributes to keep with it
+  // (it is given the size), or an error, which abandons the put (the old object stays as it was).
+  std::function<Result<std::string>(uint64_t size)> attrs;
 };
 
 class NamedObjects {
@@ -43,7 +54,8 @@ class NamedObjects {
 
   // Stores what `source` gives as `name`, replacing any object of that name once all of it is durable.
   // Errors: the source's, the container's (kNoSpace, ...); the object of that name, if any, is unchanged then.
-  Status put(std::string_view name, const Source& source, const Progress& progress = {});
+  Status put(std::string_view name, const Source& source, const Progress& progress = {},
+             const PutOptions& options = {});
   // Gives the object's bytes to `sink`, each piece verified. kNotFound: no object of that name.
   Status get(std::string_view name, const Sink& sink, const Progress& progress = {});
   // The same for an object stat() already found (no second look at its name).
@@ -57,9 +69,14 @@ class NamedObjects {
     std::vector<ObjectId> other;
   };
   Result<Listing> list();
+  // The names in the index that start with `prefix`, in byte order, each with its stat (attrs included): one
+  // request per 1024 names. Objects stored before the index existed are not in it until put again.
+  Result<std::vector<ObjectStat>> list_index(std::string_view prefix = {});
 
   // The record object of `name`.
   static ObjectId record_of(std::string_view name);
+  // The index object.
+  static ObjectId index_object();
 
  private:
   Status clear_pending(const ObjectId& record);

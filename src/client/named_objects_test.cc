@@ -92,6 +92,44 @@ TEST_F(NamedObjectsTest, PutGetStatListRemove) {
   EXPECT_EQ(o.list()->named.size(), 2u);
 }
 
+TEST_F(NamedObjectsTest, TheIndexListsNamesInByteOrderWithTheirAttributes) {
+  NamedObjects o(*c_, 4);
+  // Lengths differ, so the engine's order (length first) is not byte order.
+  for (std::string name : {"b", "a/x", "aa", "a/yy", "a"}) {
+    PutOptions opts;
+    opts.attrs = [name](uint64_t size) -> Result<std::string> {
+      return "attrs of " + name + " " + std::to_string(size);
+    };
+    ASSERT_TRUE(o.put(name, source_of(name + name), {}, opts).is_ok()) << name;
+  }
+  auto all = o.list_index();
+  ASSERT_TRUE(all.is_ok()) << all.status().to_string();
+  std::vector<std::string> names;
+  for (const auto& st : *all) names.push_back(st.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"a", "a/x", "a/yy", "aa", "b"}));
+  EXPECT_EQ((*all)[2].size, 8u);
+  EXPECT_EQ((*all)[2].attrs, "attrs of a/yy 8");
+  EXPECT_EQ(o.stat("a/yy")->attrs, "attrs of a/yy 8");
+  auto some = o.list_index("a/");
+  ASSERT_TRUE(some.is_ok());
+  ASSERT_EQ(some->size(), 2u);
+  EXPECT_EQ((*some)[0].name, "a/x");
+  // A put whose attributes fail is abandoned: the old object and its entry stay as they were.
+  PutOptions failing;
+  failing.attrs = [](uint64_t) -> Result<std::string> { return error(StatusCode::kChecksumMismatch, "bad digest"); };
+  EXPECT_EQ(o.put("a/yy", source_of("other bytes"), {}, failing).code(), StatusCode::kChecksumMismatch);
+  EXPECT_EQ(*get(o, "a/yy"), "a/yya/yy");
+  EXPECT_EQ(o.list_index("a/yy")->at(0).attrs, "attrs of a/yy 8");
+  // A replacement without attributes, and a removal, show in the index; the index is no object of its own.
+  ASSERT_TRUE(o.put("b", source_of("x")).is_ok());
+  EXPECT_EQ(o.list_index("b")->at(0).attrs, "");
+  EXPECT_EQ(o.list_index("b")->at(0).size, 1u);
+  ASSERT_TRUE(o.remove("a").is_ok());
+  EXPECT_EQ(o.list_index()->size(), 4u);
+  EXPECT_TRUE(o.list()->other.empty());
+  EXPECT_EQ(o.list()->named.size(), 4u);
+}
+
 TEST_F(NamedObjectsTest, AReplacementIsAllOrNothing) {
   NamedObjects o(*c_, 4);
   std::string first = random_bytes(2 << 20, 1), second = random_bytes(5 << 20, 2), third = random_bytes(100, 3);
