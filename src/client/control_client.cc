@@ -77,7 +77,7 @@ bool read_file(const std::string& path, std::string* out) {
   return !out->empty();
 }
 ContInfo from_wire(const wire::ContInfo& c) {
-  ContInfo out{c.uuid(), c.label(), c.pool_uuid(), {}, {}, c.owner(), c.owner_group()};
+  ContInfo out{c.uuid(), c.label(), c.pool_uuid(), {}, {}, c.owner(), c.owner_group(), c.created_unix_ms()};
   out.props = {c.props().csum_chunk_bytes(), c.props().csum_off(), c.props().oclass(), c.props().chunk_bytes()};
   out.snapshots.assign(c.snapshots().begin(), c.snapshots().end());
   return out;

@@ -47,6 +47,7 @@ struct ContInfo {
   std::vector<uint64_t> snapshots;
   std::string owner;
   std::string owner_group;
+  uint64_t created_unix_ms = 0;
 };
 
 // An ACL as the server keeps it (entries in the form "A::alice@:rw"; see docs/control-plane.md).

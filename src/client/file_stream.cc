@@ -129,7 +129,13 @@ Status write_file_object(Container& c, const ObjectId& data, uint64_t chunk, con
 // Reads ahead up to `depth` pieces, and hands them to the sink in order as they arrive.
 Status read_file_object(Container& c, const ObjectId& oid, uint64_t chunk, uint64_t size, const StreamSink& sink,
                         uint32_t depth, const StreamProgress& progress, bool sparse) {
+  return read_file_range(c, oid, chunk, 0, size, sink, depth, progress, sparse);
+}
+
+Status read_file_range(Container& c, const ObjectId& oid, uint64_t chunk, uint64_t offset, uint64_t length,
+                       const StreamSink& sink, uint32_t depth, const StreamProgress& progress, bool sparse) {
   depth = std::max(depth, 1u);
+  const uint64_t size = offset + length;
   if (chunk == 0) chunk = layout::chunk_bytes(c.session().cont.props.chunk_bytes);
   std::vector<std::vector<uint8_t>> bufs(depth, std::vector<uint8_t>(kMaxIoBytes));
   std::vector<size_t> free_bufs;
@@ -141,7 +147,7 @@ Status read_file_object(Container& c, const ObjectId& oid, uint64_t chunk, uint6
   };
   std::map<uint64_t, Piece> pieces;  // by offset: in flight or arrived, not yet handed out
   std::map<Ticket, uint64_t> tickets;
-  uint64_t next = 0, handed = 0;
+  uint64_t next = offset, handed = offset;
   Status s;
   while (s.is_ok() && handed < size) {
     while (!free_bufs.empty() && next < size) {
@@ -176,7 +182,7 @@ Status read_file_object(Container& c, const ObjectId& oid, uint64_t chunk, uint6
       handed += p.len;
       free_bufs.push_back(p.buf);
     }
-    if (progress) progress(handed);
+    if (progress) progress(handed - offset);
   }
   while (!tickets.empty()) {  // the buffers must outlive what is still moving into them
     for (const Completion& comp : c.poll(depth, 100)) tickets.erase(comp.ticket);

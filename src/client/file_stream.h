@@ -31,5 +31,8 @@ Status write_file_object(Container& c, const ObjectId& oid, uint64_t chunk, cons
 // missing means the object was removed or replaced under the reader).
 Status read_file_object(Container& c, const ObjectId& oid, uint64_t chunk, uint64_t size, const StreamSink& sink,
                         uint32_t depth, const StreamProgress& progress, bool sparse);
+// The same for the bytes [offset, offset + length) (an S3 Range).
+Status read_file_range(Container& c, const ObjectId& oid, uint64_t chunk, uint64_t offset, uint64_t length,
+                       const StreamSink& sink, uint32_t depth, const StreamProgress& progress, bool sparse);
 
 }  // namespace rfos::client

@@ -1,6 +1,7 @@
 #include "client/named_objects.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -21,7 +22,17 @@ namespace {
 constexpr std::string_view kMeta = "meta";
 constexpr std::string_view kName = "name";
 constexpr std::string_view kObject = "object";    // "<id> <size>": the data object and its size
-constexpr std::string_view kPending = "pending";  // "<id>": the data object a put is writing
+constexpr std::string_view kPending = "pending";  // "<id>": a put's data, as rfos before 0.2 kept it (one at a time)
+// "pending.<id>": a put under way writes data object <id> (value: when it started, ms). One akey per put, so that
+// puts of one name at once never take each other's data for a dead put's.
+constexpr std::string_view kPendingPrefix = "pending.";
+// The swap's lock ("<id>" of the put holding it): one put at a time replaces the object and removes the one it
+// replaced, so none is left behind by two that swap at once.
+constexpr std::string_view kSwapLock = "swap";
+// A put pending this long is taken for dead: the next put of the name removes its data (a remove does at once).
+constexpr uint64_t kStalePendingMs = 24ull * 3600 * 1000;
+// A swap lock held this long (its holder died between taking and leaving it) is taken over.
+constexpr auto kSwapLockWait = std::chrono::seconds(10);
 constexpr std::string_view kLegacySize = "size";  // the older layout's size
 constexpr std::string_view kIndexAkey = "o";      // an index entry's value: the record's "object" value
 
@@ -39,17 +50,24 @@ Result<ObjectId> decode_id(std::string_view s) {
                   std::stoull(std::string(s.substr(16)), nullptr, 16)};
 }
 
-// "<id> <size>[ <attrs>]": the attrs, any bytes, last.
+// "<id> <size>[ m<mtime ms>[ <attrs>]]": the attrs, any bytes, last.
 struct DataRef {
   ObjectId oid;
   uint64_t size = 0;
+  uint64_t mtime_ms = 0;
   std::string attrs;
 };
 
-std::string encode_object(const ObjectId& oid, uint64_t size, std::string_view attrs) {
-  std::string s = encode_id(oid) + " " + std::to_string(size);
+std::string encode_object(const ObjectId& oid, uint64_t size, uint64_t mtime_ms, std::string_view attrs) {
+  std::string s = encode_id(oid) + " " + std::to_string(size) + " m" + std::to_string(mtime_ms);
   if (!attrs.empty()) s.append(" ").append(attrs);
   return s;
+}
+
+uint64_t now_ms() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
 }
 
 Result<DataRef> decode_object(std::string_view s) {
@@ -62,7 +80,16 @@ Result<DataRef> decode_object(std::string_view s) {
   DataRef r;
   RFOS_ASSIGN_OR_RETURN(r.oid, decode_id(s.substr(0, space)));
   r.size = std::stoull(std::string(digits));
-  if (end < s.size()) r.attrs = s.substr(end + 1);
+  if (end < s.size()) {
+    std::string_view rest = s.substr(end + 1);
+    size_t next = std::min(rest.find(' '), rest.size());
+    std::string_view mtime = rest.substr(0, next);
+    if (mtime.size() < 2 || mtime.size() > 20 || mtime[0] != 'm' ||
+        mtime.find_first_not_of("0123456789", 1) != std::string_view::npos)
+      return error(StatusCode::kCorruption, "a name record is malformed");
+    r.mtime_ms = std::stoull(std::string(mtime.substr(1)));
+    if (next < rest.size()) r.attrs = rest.substr(next + 1);
+  }
   return r;
 }
 
@@ -85,25 +112,56 @@ ObjectId NamedObjects::record_of(std::string_view name) {
   return placement::with_class(oid, placement::ObjectClass::kSX);
 }
 
-Status NamedObjects::clear_pending(const ObjectId& record) {
-  auto pending = c_.get_value(record, kMeta, kPending);
-  if (pending.status().code() == StatusCode::kNotFound) return Status::ok();
-  RFOS_RETURN_IF_ERROR(pending.status());
-  auto oid = decode_id(*pending);
-  if (oid.is_ok()) RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(*oid)));
-  return ignore_not_found(c_.punch_akey(record, kMeta, kPending));
+Status NamedObjects::clear_pending(const ObjectId& record, uint64_t started_before_ms) {
+  auto akeys = c_.list_akeys(record, kMeta);
+  if (akeys.status().code() == StatusCode::kNotFound) return Status::ok();
+  RFOS_RETURN_IF_ERROR(akeys.status());
+  for (const std::string& a : *akeys) {
+    std::string id;
+    if (a == kPending) {
+      auto v = c_.get_value(record, kMeta, a);
+      if (!v.is_ok()) continue;
+      id = *v;
+    } else if (a.starts_with(kPendingPrefix)) {
+      auto v = c_.get_value(record, kMeta, a);
+      if (!v.is_ok()) continue;
+      char* end = nullptr;
+      uint64_t started = std::strtoull(v->c_str(), &end, 10);
+      if (end && *end == '\0' && started >= started_before_ms) continue;  // under way
+      id = a.substr(kPendingPrefix.size());
+    } else {
+      continue;
+    }
+    if (auto oid = decode_id(id); oid.is_ok()) RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(*oid)));
+    RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_akey(record, kMeta, a)));
+  }
+  return Status::ok();
+}
+
+Status NamedObjects::lock_swap(const ObjectId& record, const ObjectId& data) {
+  const auto deadline = std::chrono::steady_clock::now() + kSwapLockWait;
+  for (uint32_t attempt = 0;; ++attempt) {
+    Status s = c_.insert_value(record, kMeta, kSwapLock, encode_id(data));
+    if (s.code() != StatusCode::kAlreadyExists) return s;
+    if (std::chrono::steady_clock::now() > deadline) {  // its holder died: take it over
+      RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_akey(record, kMeta, kSwapLock)));
+      continue;
+    }
+    // Another put is swapping (a few round trips): wait a little longer each time.
+    std::this_thread::sleep_for(std::chrono::microseconds(200 << std::min(attempt, 6u)));
+  }
 }
 
 Status NamedObjects::put(std::string_view name, const Source& source, const Progress& progress,
                          const PutOptions& options) {
   if (name.empty()) return error(StatusCode::kInvalidArgument, "an object needs a name");
   const ObjectId record = record_of(name);
-  RFOS_RETURN_IF_ERROR(clear_pending(record));
-  auto old = c_.get_value(record, kMeta, kObject);
-  if (!old.is_ok() && old.status().code() != StatusCode::kNotFound) return old.status();
+  const uint64_t started = now_ms();
+  RFOS_RETURN_IF_ERROR(clear_pending(record, started - std::min(started, kStalePendingMs)));
   const bool legacy = c_.get_value(record, kMeta, kLegacySize).is_ok();
   const ObjectId data = fresh_data_object();
-  RFOS_RETURN_IF_ERROR(c_.put_value(record, kMeta, kPending, encode_id(data)));
+  const std::string pending = std::string(kPendingPrefix) + encode_id(data);
+  RFOS_RETURN_IF_ERROR(c_.put_value(record, kMeta, pending, std::to_string(started)));
   Status s = c_.put_value(record, kMeta, kName, name);
   uint64_t size = 0;
   if (s.is_ok()) s = write_file_object(c_, data, 0, source, depth_, progress, &size);
@@ -113,25 +171,50 @@ Status NamedObjects::put(std::string_view name, const Source& source, const Prog
     if (a.is_ok()) attrs = std::move(a).value();
     s = a.status();
   }
-  // The swap: from here on readers see the new object.
-  const std::string object = encode_object(data, size, attrs);
-  if (s.is_ok()) s = c_.put_value(record, kMeta, kObject, object);
   if (!s.is_ok()) {
-    // What it wrote goes (where even that fails, the next put or remove clears it), and a name that had no
-    // object before has none after.
-    if (clear_pending(record).is_ok() && !old.is_ok() && !legacy) (void)c_.punch_object(record);
+    // What it wrote goes (where even that fails, the next remove of the name clears it), and a name that has
+    // no object and no other put under way is gone.
+    if (ignore_not_found(c_.punch_object(data)).is_ok() &&
+        ignore_not_found(c_.punch_akey(record, kMeta, pending)).is_ok()) {
+      auto akeys = c_.list_akeys(record, kMeta);
+      if (akeys.is_ok() && std::all_of(akeys->begin(), akeys->end(), [](const std::string& a) { return a == kName; }))
+        (void)c_.punch_object(record);
+    }
+    return s;
+  }
+  // The swap, one put of the name at a time: from here on readers see the new object, and the one it replaced
+  // (read under the lock, so no other swap slips in between) goes.
+  RFOS_RETURN_IF_ERROR(lock_swap(record, data));
+  auto old = c_.get_value(record, kMeta, kObject);
+  const std::string object = encode_object(data, size, now_ms(), attrs);
+  if (old.is_ok() || old.status().code() == StatusCode::kNotFound)
+    s = c_.put_value(record, kMeta, kObject, object);
+  else
+    s = old.status();
+  if (!s.is_ok()) {
+    (void)c_.punch_akey(record, kMeta, kSwapLock);
+    (void)ignore_not_found(c_.punch_object(data));
+    (void)c_.punch_akey(record, kMeta, pending);
     return s;
   }
   // Listed from here on (a put that dies before leaves it pending, and unlisted or listed as it was).
   Status listed = c_.put_value(index_object(), name, kIndexAkey, object);
-  // The old data goes. Where that fails, it is left pending, for the next put or remove of the name to clear.
+  // The old data goes. Where that fails, it is left pending (as of long ago), for the next put or remove of
+  // the name to clear.
   if (old.is_ok()) {
     auto prev = decode_object(*old);
     if (prev.is_ok()) {
-      RFOS_RETURN_IF_ERROR(c_.put_value(record, kMeta, kPending, encode_id(prev->oid)));
-      RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(prev->oid)));
+      const std::string was = std::string(kPendingPrefix) + encode_id(prev->oid);
+      Status gone = c_.put_value(record, kMeta, was, "0");
+      if (gone.is_ok()) gone = ignore_not_found(c_.punch_object(prev->oid));
+      if (gone.is_ok()) gone = ignore_not_found(c_.punch_akey(record, kMeta, was));
+      if (!gone.is_ok()) {
+        (void)c_.punch_akey(record, kMeta, kSwapLock);
+        return gone;
+      }
     }
   }
+  RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_akey(record, kMeta, kSwapLock)));
   // An object of the older layout kept its data under the record: every dkey but meta.
   if (legacy) {
     RFOS_ASSIGN_OR_RETURN(std::vector<std::string> dkeys, c_.list_dkeys(record));
@@ -139,7 +222,7 @@ Status NamedObjects::put(std::string_view name, const Source& source, const Prog
       if (d != kMeta) RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_dkey(record, d)));
     RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_akey(record, kMeta, kLegacySize)));
   }
-  RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_akey(record, kMeta, kPending)));
+  RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_akey(record, kMeta, pending)));
   return listed;
 }
 
@@ -153,6 +236,7 @@ Result<ObjectStat> NamedObjects::stat_of(const ObjectId& record, std::string_vie
     RFOS_ASSIGN_OR_RETURN(DataRef o, decode_object(*object));
     st.data = o.oid;
     st.size = o.size;
+    st.mtime_ms = o.mtime_ms;
     st.attrs = std::move(o.attrs);
     return st;
   }
@@ -189,16 +273,24 @@ Status NamedObjects::read(const ObjectStat& st, const Sink& sink, const Progress
   return read_file_object(c_, st.data, 0, st.size, sink, depth_, progress, false);
 }
 
+Status NamedObjects::read_range(const ObjectStat& st, uint64_t offset, uint64_t length, const Sink& sink) {
+  if (st.legacy) return error(StatusCode::kNotSupported, "a range of an object of the older layout");
+  if (offset > st.size || length > st.size - offset) return error(StatusCode::kInvalidArgument, "a range past the end");
+  return read_file_range(c_, st.data, 0, offset, length, sink, depth_, {}, false);
+}
+
 Status NamedObjects::remove(std::string_view name) {
   const ObjectId record = record_of(name);
   auto st = stat(name);
-  auto pending = c_.get_value(record, kMeta, kPending);
   if (!st.is_ok() && st.status().code() != StatusCode::kNotFound) return st.status();
-  if (!st.is_ok() && !pending.is_ok()) return st.status();
+  if (!st.is_ok()) {  // no object: a dead put's leftovers are still cleared
+    auto akeys = c_.list_akeys(record, kMeta);
+    if (!akeys.is_ok() || akeys->empty()) return st.status();
+  }
   // Unlisted first: a remove that dies half-way leaves an object that is not listed, never a listed one that
   // is gone.
   RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_dkey(index_object(), name)));
-  RFOS_RETURN_IF_ERROR(clear_pending(record));
+  RFOS_RETURN_IF_ERROR(clear_pending(record, UINT64_MAX));
   if (st.is_ok() && !st->legacy) RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(st->data)));
   return ignore_not_found(c_.punch_object(record));
 }
@@ -216,8 +308,13 @@ Result<NamedObjects::Listing> NamedObjects::list() {
       continue;
     }
     referenced.insert(oid);
-    if (auto pending = c_.get_value(oid, kMeta, kPending); pending.is_ok())
-      if (auto p = decode_id(*pending); p.is_ok()) referenced.insert(*p);
+    if (auto akeys = c_.list_akeys(oid, kMeta); akeys.is_ok())
+      for (const std::string& a : *akeys) {
+        std::string id = a.starts_with(kPendingPrefix) ? a.substr(kPendingPrefix.size()) : std::string();
+        if (a == kPending)
+          if (auto v = c_.get_value(oid, kMeta, a); v.is_ok()) id = *v;
+        if (auto p = decode_id(id); p.is_ok()) referenced.insert(*p);
+      }
     auto st = stat_of(oid, *name);
     if (st.status().code() == StatusCode::kNotFound) continue;  // a name whose first put is still under way
     RFOS_RETURN_IF_ERROR(st.status());
@@ -245,7 +342,7 @@ Result<std::vector<ObjectStat>> NamedObjects::list_index(std::string_view prefix
     for (size_t i = 0; i < page.keys.size(); ++i) {
       if (!page.keys[i].starts_with(prefix) || page.values[i].empty()) continue;
       RFOS_ASSIGN_OR_RETURN(DataRef o, decode_object(page.values[i]));
-      out.push_back(ObjectStat{page.keys[i], o.size, o.oid, false, std::move(o.attrs)});
+      out.push_back(ObjectStat{page.keys[i], o.size, o.oid, false, o.mtime_ms, std::move(o.attrs)});
     }
     anchor = std::move(page.anchor);
     done = page.done;

@@ -5,8 +5,11 @@
 // "name", "object" (the data object's id and size, one value so that they change together) and, while a put is
 // under way, "pending" (the id of the data object it writes). A put writes a new data object, then swaps
 // "object" to it in one update, then removes the old data: a reader sees the old object or the new one, never a
-// mix; a put that fails leaves the old one as it was and removes what it wrote; a put that dies half-way leaves
-// "pending", which the next put or remove of that name clears. docs/object-layout.md has the whole picture.
+// mix; a put that fails leaves the old one as it was and removes what it wrote. Each put marks its data
+// "pending.<id>" while it writes, so puts of one name at once never touch each other's data; the swap and the
+// removal of what it replaced are one put's at a time (a lock value), so the last swap wins and nothing is
+// left behind. A put that dies half-way leaves its pending data, which a remove of the name clears at once and a
+// put a day later. docs/object-layout.md has the whole picture.
 //
 // Beside the records, one index object (object class S1: one target) lists every name put under this layout:
 // a dkey per name, its value the record's "object" value, written after the swap and removed before the record,
@@ -32,9 +35,10 @@ namespace rfos::client {
 struct ObjectStat {
   std::string name;
   uint64_t size = 0;
-  ObjectId data;        // the data object (the record itself for an object of the older layout)
-  bool legacy = false;  // stored before this layout
-  std::string attrs;    // what its put attached (PutOptions::attrs; an S3 object's metadata); "" for none
+  ObjectId data;          // the data object (the record itself for an object of the older layout)
+  bool legacy = false;    // stored before this layout
+  uint64_t mtime_ms = 0;  // when its put swapped it in (0: stored before rfos kept it)
+  std::string attrs;      // what its put attached (PutOptions::attrs; an S3 object's metadata); "" for none
 };
 
 struct PutOptions {
@@ -60,6 +64,8 @@ class NamedObjects {
   Status get(std::string_view name, const Sink& sink, const Progress& progress = {});
   // The same for an object stat() already found (no second look at its name).
   Status read(const ObjectStat& st, const Sink& sink, const Progress& progress = {});
+  // Its bytes [offset, offset + length), which lie inside it (not for objects of the older layout).
+  Status read_range(const ObjectStat& st, uint64_t offset, uint64_t length, const Sink& sink);
   Result<ObjectStat> stat(std::string_view name);
   // Removes the object and its name. kNotFound: no object of that name.
   Status remove(std::string_view name);
@@ -79,7 +85,9 @@ class NamedObjects {
   static ObjectId index_object();
 
  private:
-  Status clear_pending(const ObjectId& record);
+  // Removes the data of puts pending since before `started_before_ms` (and the older layout's pending).
+  Status clear_pending(const ObjectId& record, uint64_t started_before_ms);
+  Status lock_swap(const ObjectId& record, const ObjectId& data);
   Result<ObjectStat> stat_of(const ObjectId& record, std::string_view name);
 
   Container& c_;
