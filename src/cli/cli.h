@@ -46,6 +46,7 @@ void add_object_commands(CLI::App& app, Context& ctx);
 void add_bench_command(CLI::App& app, Context& ctx);
 void add_fs_commands(CLI::App& app, Context& ctx);  // mount, fs
 void add_agent_command(CLI::App& app, Context& ctx);
+void add_s3_command(CLI::App& app, Context& ctx);
 
 std::string human_bytes(uint64_t bytes);
 

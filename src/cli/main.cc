@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   rfos::cli::add_bench_command(app, ctx);
   rfos::cli::add_fs_commands(app, ctx);
   rfos::cli::add_agent_command(app, ctx);
+  rfos::cli::add_s3_command(app, ctx);
   CLI11_PARSE(app, argc, argv);
   return ctx.exit_code;
 }

@@ -1,0 +1,890 @@
+#include "s3/service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <set>
+
+#include "client/named_objects.h"
+#include "common/coding.h"
+
+namespace rfos::s3 {
+
+namespace {
+
+constexpr size_t kMaxKeys = 1000;
+constexpr size_t kMaxKeyBytes = 1024;
+constexpr size_t kMaxMetadataBytes = 2048;  // user metadata, as S3 bounds it
+constexpr std::string_view kAttrsMagic = "S3a1";
+
+// --- XML ---------------------------------------------------------------------------------------------------
+
+std::string xml_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out.push_back(c);
+    }
+  }
+  return out;
+}
+
+struct Xml {
+  std::string s = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  Xml& open(std::string_view tag, std::string_view attrs = {}) {
+    s.append("<").append(tag);
+    if (!attrs.empty()) s.append(" ").append(attrs);
+    s.append(">");
+    return *this;
+  }
+  Xml& close(std::string_view tag) {
+    s.append("</").append(tag).append(">");
+    return *this;
+  }
+  Xml& leaf(std::string_view tag, std::string_view text) { return open(tag).text(text).close(tag); }
+  Xml& text(std::string_view t) {
+    s += xml_escape(t);
+    return *this;
+  }
+};
+
+constexpr std::string_view kNs = "xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"";
+
+Response xml_response(unsigned status, Xml&& x) {
+  Response r;
+  r.status = status;
+  r.headers.emplace_back("content-type", "application/xml");
+  r.body = std::move(x.s);
+  return r;
+}
+
+// --- time ----------------------------------------------------------------------------------------------------
+
+std::string http_date(uint64_t unix_ms) {
+  time_t t = static_cast<time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char b[64];
+  std::strftime(b, sizeof(b), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  return b;
+}
+
+std::string iso_date(uint64_t unix_ms) {
+  time_t t = static_cast<time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char b[64];
+  std::strftime(b, sizeof(b), "%Y-%m-%dT%H:%M:%S", &tm);
+  return std::string(b) + "." + std::to_string(1000 + unix_ms % 1000).substr(1) + "Z";
+}
+
+// RFC 7231's IMF-fixdate (what clients send in If-Modified-Since); nullopt for anything else.
+std::optional<int64_t> parse_http_date(std::string_view s) {
+  std::tm tm{};
+  std::string str(s);
+  const char* end = strptime(str.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  if (!end || *end) return std::nullopt;
+  return static_cast<int64_t>(timegm(&tm));
+}
+
+// --- object attributes (kept with the object by NamedObjects::put) ----------------------------------------
+
+using Attrs = std::vector<std::pair<std::string, std::string>>;
+
+std::string encode_attrs(const Attrs& a) {
+  std::string out(kAttrsMagic);
+  for (const auto& [k, v] : a) {
+    put_be16(&out, static_cast<uint16_t>(k.size()));
+    out += k;
+    put_be32(&out, static_cast<uint32_t>(v.size()));
+    out += v;
+  }
+  return out;
+}
+
+// Attributes stored by another put (`rfos put`: none) read as none.
+Attrs decode_attrs(std::string_view s) {
+  Attrs out;
+  if (!s.starts_with(kAttrsMagic)) return out;
+  s.remove_prefix(kAttrsMagic.size());
+  while (s.size() >= 2) {
+    size_t n = get_be16(s.data());
+    if (s.size() < 2 + n + 4) return {};
+    std::string k(s.substr(2, n));
+    size_t m = get_be32(s.data() + 2 + n);
+    if (s.size() < 6 + n + m) return {};
+    out.emplace_back(std::move(k), std::string(s.substr(6 + n, m)));
+    s.remove_prefix(6 + n + m);
+  }
+  if (!s.empty()) return {};
+  return out;
+}
+
+const std::string* attr(const Attrs& a, std::string_view name) {
+  for (const auto& [k, v] : a)
+    if (k == name) return &v;
+  return nullptr;
+}
+
+// The ETag, quoted: the MD5 S3 would give, or, for an object stored by other means (no MD5 was taken), its data
+// object's id with "-1", which clients read as "not an MD5" (the multipart form).
+std::string etag_of(const client::ObjectStat& st, const Attrs& a) {
+  if (const std::string* e = attr(a, "etag")) return "\"" + *e + "\"";
+  char b[40];
+  std::snprintf(b, sizeof(b), "%016llx%016llx", static_cast<unsigned long long>(st.data.hi),
+                static_cast<unsigned long long>(st.data.lo));
+  return "\"" + std::string(b) + "-1\"";
+}
+
+// The headers S3 stores with an object and gives back on GET and HEAD.
+constexpr std::string_view kStoredHeaders[] = {"content-type",     "content-encoding", "content-disposition",
+                                               "content-language", "cache-control",    "expires"};
+
+// --- requests ------------------------------------------------------------------------------------------------
+
+bool valid_bucket_name(std::string_view b) {
+  if (b.size() < 3 || b.size() > 63) return false;
+  if (b.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789.-") != std::string_view::npos) return false;
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  return alnum(b.front()) && alnum(b.back()) && b.find("..") == std::string_view::npos;
+}
+
+std::string resource_of(const Request& req) { return "/" + req.bucket + (req.key.empty() ? "" : "/" + req.key); }
+
+client::ContainerOptions options(const ServiceConfig& config) {
+  client::ContainerOptions o;
+  o.provider = config.provider;
+  o.timeout_ms = config.timeout_ms;
+  return o;
+}
+
+// The bucket's handle for this user; a handle whose container went away is dropped and opened again once.
+Result<client::Container*> bucket(const ServiceConfig& config, const User& user, Handles& handles,
+                                  const std::string& name) {
+  return handles.get(user, config.pool, name, options(config));
+}
+
+// What a cached handle whose container or session went away (destroyed and made again, expired) answers.
+bool stale_handle(StatusCode code) {
+  return code == StatusCode::kUnknownContainer || code == StatusCode::kPermissionDenied ||
+         code == StatusCode::kShutdown;
+}
+
+// A call on the bucket's handle, again on a fresh handle when the cached one's session is gone.
+template <typename F>
+auto with_bucket(const ServiceConfig& config, const User& user, Handles& handles, const std::string& name, F&& f)
+    -> decltype(f(std::declval<client::Container&>())) {
+  for (int attempt = 0;; ++attempt) {
+    auto c = bucket(config, user, handles, name);
+    if (!c.is_ok()) return c.status();
+    auto r = f(**c);
+    StatusCode code;
+    if constexpr (std::is_same_v<decltype(r), Status>)
+      code = r.code();
+    else
+      code = r.status().code();
+    if (attempt == 0 && stale_handle(code)) {
+      handles.drop(user, name);
+      continue;
+    }
+    return r;
+  }
+}
+
+// --- buckets -------------------------------------------------------------------------------------------------
+
+void list_buckets(const ServiceConfig& config, const User& user, const std::function<void(Response)>& reply) {
+  auto conts = user.control->cont_list(config.pool);
+  if (!conts.is_ok()) return reply(error_response(conts.status(), "/"));
+  Xml x;
+  x.open("ListAllMyBucketsResult", kNs).open("Owner").leaf("ID", user.name).leaf("DisplayName", user.name);
+  x.close("Owner").open("Buckets");
+  for (const client::ContInfo& c : *conts) {
+    if (c.owner != user.name || !valid_bucket_name(c.label)) continue;
+    x.open("Bucket").leaf("Name", c.label).leaf("CreationDate", iso_date(c.created_unix_ms)).close("Bucket");
+  }
+  x.close("Buckets").close("ListAllMyBucketsResult");
+  reply(xml_response(200, std::move(x)));
+}
+
+void create_bucket(const ServiceConfig& config, const User& user, const Request& req,
+                   const std::function<void(Response)>& reply) {
+  if (!valid_bucket_name(req.bucket))
+    return reply(error_response(400, "InvalidBucketName", "The specified bucket is not valid.", resource_of(req)));
+  auto made = user.control->cont_create(config.pool, req.bucket, client::ContProps{});
+  if (made.status().code() == StatusCode::kAlreadyExists) {
+    auto info = user.control->cont_query(config.pool, req.bucket);
+    if (info.is_ok() && info->owner == user.name)
+      return reply(error_response(409, "BucketAlreadyOwnedByYou",
+                                  "Your previous request to create the named bucket succeeded and you already own it.",
+                                  resource_of(req)));
+    return reply(
+        error_response(409, "BucketAlreadyExists", "The requested bucket name is not available.", resource_of(req)));
+  }
+  if (!made.is_ok()) return reply(error_response(made.status(), resource_of(req), true));
+  Response r;
+  r.headers.emplace_back("location", "/" + req.bucket);
+  reply(std::move(r));
+}
+
+void head_bucket(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
+                 const std::function<void(Response)>& reply) {
+  // Opening it is the check S3 makes: the bucket exists and this user may read it.
+  auto c = bucket(config, user, handles, req.bucket);
+  if (!c.is_ok()) return reply(error_response(c.status(), resource_of(req), true));
+  reply(Response{});
+}
+
+void delete_bucket(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
+                   const std::function<void(Response)>& reply) {
+  auto empty = with_bucket(config, user, handles, req.bucket, [](client::Container& c) -> Result<bool> {
+    RFOS_ASSIGN_OR_RETURN(auto objects, c.list_objects());
+    return objects.empty();
+  });
+  if (!empty.is_ok()) return reply(error_response(empty.status(), resource_of(req), true));
+  if (!*empty)
+    return reply(
+        error_response(409, "BucketNotEmpty", "The bucket you tried to delete is not empty.", resource_of(req)));
+  handles.drop(user, req.bucket);
+  Status s = user.control->cont_destroy(config.pool, req.bucket);
+  if (!s.is_ok()) return reply(error_response(s, resource_of(req), true));
+  Response r;
+  r.status = 204;
+  reply(std::move(r));
+}
+
+// --- listing -------------------------------------------------------------------------------------------------
+
+void list_objects(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
+                  const std::function<void(Response)>& reply) {
+  const bool v2 = req.param("list-type") && *req.param("list-type") == "2";
+  if (req.param("list-type") && !v2)
+    return reply(error_response(400, "InvalidArgument", "list-type must be 2", resource_of(req)));
+  auto p = [&](std::string_view name) { return req.param(name) ? *req.param(name) : std::string(); };
+  const std::string prefix = p("prefix"), delimiter = p("delimiter"), encoding = p("encoding-type");
+  if (!encoding.empty() && encoding != "url")
+    return reply(
+        error_response(400, "InvalidArgument", "Invalid Encoding Method specified in Request", resource_of(req)));
+  size_t max_keys = kMaxKeys;
+  if (const std::string* m = req.param("max-keys")) {
+    if (m->empty() || m->size() > 9 || m->find_first_not_of("0123456789") != std::string::npos)
+      return reply(error_response(400, "InvalidArgument", "max-keys is not a non-negative number", resource_of(req)));
+    max_keys = std::min<size_t>(std::stoul(*m), kMaxKeys);
+  }
+  // Where to start: after this key, or past this common prefix.
+  std::string after;
+  if (v2) {
+    if (const std::string* t = req.param("continuation-token")) {
+      std::string raw;  // the token is the hex of where the last page ended
+      if (t->size() % 2 || t->find_first_not_of("0123456789abcdef") != std::string::npos)
+        return reply(
+            error_response(400, "InvalidArgument", "The continuation token provided is incorrect", resource_of(req)));
+      for (size_t i = 0; i < t->size(); i += 2)
+        raw.push_back(static_cast<char>(std::stoi(t->substr(i, 2), nullptr, 16)));
+      after = raw;
+    } else {
+      after = p("start-after");
+    }
+  } else {
+    after = p("marker");
+  }
+  auto all = with_bucket(config, user, handles, req.bucket,
+                         [&](client::Container& c) { return client::NamedObjects(c).list_index(prefix); });
+  if (!all.is_ok()) return reply(error_response(all.status(), resource_of(req), true));
+  auto enc = [&](std::string_view s) { return encoding == "url" ? uri_encode(s, true) : std::string(s); };
+
+  std::vector<const client::ObjectStat*> contents;
+  std::vector<std::string> prefixes;
+  std::string last;  // the last key or common prefix given
+  bool truncated = false;
+  const bool after_prefix = !delimiter.empty() && after.ends_with(delimiter);
+  for (const client::ObjectStat& st : *all) {
+    if (!after.empty() && (st.name <= after || (after_prefix && st.name.starts_with(after)))) continue;
+    std::string_view rest = std::string_view(st.name).substr(prefix.size());
+    size_t d = delimiter.empty() ? std::string_view::npos : rest.find(delimiter);
+    std::string cp =
+        d == std::string_view::npos ? std::string() : prefix + std::string(rest.substr(0, d + delimiter.size()));
+    if (!cp.empty() && !prefixes.empty() && prefixes.back() == cp) continue;  // its prefix is given already
+    if (contents.size() + prefixes.size() >= max_keys) {
+      truncated = true;
+      break;
+    }
+    if (cp.empty()) {
+      contents.push_back(&st);
+      last = st.name;
+    } else {
+      prefixes.push_back(cp);
+      last = cp;
+    }
+  }
+  const char* root = v2 ? "ListBucketResult" : "ListBucketResult";
+  Xml x;
+  x.open(root, kNs).leaf("Name", req.bucket).leaf("Prefix", enc(prefix));
+  if (v2) {
+    if (const std::string* t = req.param("continuation-token")) x.leaf("ContinuationToken", *t);
+    if (const std::string* s = req.param("start-after")) x.leaf("StartAfter", enc(*s));
+    x.leaf("KeyCount", std::to_string(contents.size() + prefixes.size()));
+    if (truncated) x.leaf("NextContinuationToken", hex_of(last));
+  } else {
+    x.leaf("Marker", enc(after));
+    if (truncated && !delimiter.empty()) x.leaf("NextMarker", enc(last));
+  }
+  x.leaf("MaxKeys", std::to_string(max_keys));
+  if (!delimiter.empty()) x.leaf("Delimiter", enc(delimiter));
+  if (!encoding.empty()) x.leaf("EncodingType", encoding);
+  x.leaf("IsTruncated", truncated ? "true" : "false");
+  for (const client::ObjectStat* st : contents) {
+    Attrs a = decode_attrs(st->attrs);
+    x.open("Contents").leaf("Key", enc(st->name)).leaf("LastModified", iso_date(st->mtime_ms));
+    x.leaf("ETag", etag_of(*st, a)).leaf("Size", std::to_string(st->size)).leaf("StorageClass", "STANDARD");
+    if (!v2) x.open("Owner").leaf("ID", user.name).leaf("DisplayName", user.name).close("Owner");
+    x.close("Contents");
+  }
+  for (const std::string& cp : prefixes) x.open("CommonPrefixes").leaf("Prefix", enc(cp)).close("CommonPrefixes");
+  x.close(root);
+  reply(xml_response(200, std::move(x)));
+}
+
+// --- objects -------------------------------------------------------------------------------------------------
+
+// Reads the body as the request's x-amz-content-sha256 says it comes, checking what it can as it goes.
+class BodyReader {
+ public:
+  explicit BodyReader(Request& req) : req_(req) {}
+
+  Status start() {
+    const std::string& mode = req_.payload_hash;
+    if (mode == kStreamingSigned) {
+      decoder_.emplace(req_.signing_key, req_.auth.amz_date, req_.auth.scope(), req_.auth.signature);
+    } else if (mode == kStreamingUnsignedTrailer) {
+      decoder_.emplace();
+    } else if (mode != kUnsignedPayload) {
+      sha_.emplace("sha256");  // a hex digest: the body must match it
+    }
+    if (const std::string* len = req_.header("x-amz-decoded-content-length")) {
+      if (len->empty() || len->size() > 15 || len->find_first_not_of("0123456789") != std::string::npos)
+        return error(StatusCode::kInvalidArgument, "x-amz-decoded-content-length is not a number");
+      decoded_length_ = std::stoull(*len);
+    } else if (decoder_) {
+      return error(StatusCode::kInvalidArgument, "an aws-chunked body needs x-amz-decoded-content-length");
+    }
+    if (req_.header("content-md5")) md5_check_.emplace("md5");
+    return Status::ok();
+  }
+
+  bool started() const { return started_; }
+
+  // The next payload bytes into buf (0 at the end).
+  Result<size_t> read(std::span<uint8_t> buf) {
+    started_ = true;
+    while (pending_.size() - at_ == 0 && !end_) {
+      if (!req_.upload) {  // a request without a body (Content-Length: 0)
+        end_ = true;
+        break;
+      }
+      RFOS_ASSIGN_OR_RETURN(std::string chunk, req_.upload->pop_wait());
+      pending_.clear();
+      at_ = 0;
+      if (chunk.empty()) {
+        end_ = true;
+        break;
+      }
+      if (decoder_) {
+        RFOS_RETURN_IF_ERROR(decoder_->feed(chunk, &pending_));
+      } else {
+        pending_ = std::move(chunk);
+      }
+      if (sha_) sha_->update(pending_);
+    }
+    size_t n = std::min(buf.size(), pending_.size() - at_);
+    std::memcpy(buf.data(), pending_.data() + at_, n);
+    etag_.update(std::string_view(pending_).substr(at_, n));
+    if (md5_check_) md5_check_->update(std::string_view(pending_).substr(at_, n));
+    at_ += n;
+    return n;
+  }
+
+  // Once all was read: the S3 error for a body that is not what the request said, else its MD5 (hex).
+  Result<std::string> finish(uint64_t size, std::string* code) {
+    if (decoder_ && !decoder_->done()) {
+      *code = "IncompleteBody";
+      return error(StatusCode::kInvalidArgument, "the aws-chunked body ended before its last chunk");
+    }
+    if (decoder_ && size != decoded_length_) {
+      *code = "IncompleteBody";
+      return error(StatusCode::kInvalidArgument, "the body's length is not x-amz-decoded-content-length");
+    }
+    if (decoder_)
+      for (const auto& [k, v] : decoder_->trailers())
+        if (k.starts_with("x-amz-checksum-")) {
+          *code = "NotImplemented";
+          return error(StatusCode::kNotSupported, "checksum trailers (" + k + ") are not supported yet");
+        }
+    if (sha_ && !equal_secret(hex_of(sha_->finish()), req_.payload_hash)) {
+      *code = "XAmzContentSHA256Mismatch";
+      return error(StatusCode::kInvalidArgument,
+                   "The provided 'x-amz-content-sha256' header does not match what was computed.");
+    }
+    std::string md5 = etag_.finish();
+    if (md5_check_ && !equal_secret(base64(md5_check_->finish()), *req_.header("content-md5"))) {
+      *code = "BadDigest";
+      return error(StatusCode::kChecksumMismatch, "The Content-MD5 you specified did not match what we received.");
+    }
+    return hex_of(md5);
+  }
+
+ private:
+  Request& req_;
+  std::optional<ChunkDecoder> decoder_;
+  std::optional<Digest> sha_;
+  std::optional<Digest> md5_check_;
+  Digest etag_{"md5"};
+  uint64_t decoded_length_ = 0;
+  std::string pending_;
+  size_t at_ = 0;
+  bool end_ = false;
+  bool started_ = false;
+};
+
+void put_object(const ServiceConfig& config, const User& user, Handles& handles, Request& req,
+                const std::function<void(Response)>& reply) {
+  const std::string res = resource_of(req);
+  if (req.key.size() > kMaxKeyBytes) return reply(error_response(400, "KeyTooLongError", "Your key is too long.", res));
+  Attrs attrs;
+  size_t meta_bytes = 0;
+  for (const auto& [k, v] : req.headers) {
+    if (k.starts_with("x-amz-meta-")) {
+      meta_bytes += k.size() - 11 + v.size();
+      attrs.emplace_back(k, v);
+    } else if (std::find(std::begin(kStoredHeaders), std::end(kStoredHeaders), k) != std::end(kStoredHeaders)) {
+      attrs.emplace_back(k, v);
+    } else if ((k.starts_with("x-amz-checksum-") || k == "x-amz-sdk-checksum-algorithm" || k == "x-amz-trailer") &&
+               !(k == "x-amz-trailer" && v.empty())) {
+      return reply(error_response(501, "NotImplemented", "Checksums (" + k + ") are not supported yet.", res));
+    }
+  }
+  if (meta_bytes > kMaxMetadataBytes)
+    return reply(error_response(400, "MetadataTooLarge",
+                                "Your metadata headers exceed the maximum allowed metadata size.", res));
+  BodyReader body(req);
+  if (Status s = body.start(); !s.is_ok()) return reply(error_response(400, "InvalidRequest", s.message(), res));
+  std::string code, etag;
+  // Not with_bucket: a body is read once, so a put is tried again on a fresh handle only when it failed
+  // before it read any.
+  Status s;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto c = bucket(config, user, handles, req.bucket);
+    if (!c.is_ok()) {
+      s = c.status();
+      break;
+    }
+    client::PutOptions o;
+    o.attrs = [&](uint64_t size) -> Result<std::string> {
+      RFOS_ASSIGN_OR_RETURN(etag, body.finish(size, &code));
+      Attrs all = attrs;
+      all.emplace_back("etag", etag);
+      return encode_attrs(all);
+    };
+    s = client::NamedObjects(**c).put(
+        req.key, [&](std::span<uint8_t> b) { return body.read(b); }, {}, o);
+    if (s.is_ok() || body.started() || !stale_handle(s.code())) break;
+    handles.drop(user, req.bucket);
+  }
+  if (req.upload) req.upload->abandon();
+  if (!s.is_ok()) {
+    if (!code.empty()) return reply(error_response(code == "NotImplemented" ? 501 : 400, code, s.message(), res));
+    return reply(error_response(s, res));
+  }
+  Response r;
+  r.headers.emplace_back("etag", "\"" + etag + "\"");
+  reply(std::move(r));
+}
+
+// "bytes=A-B", "bytes=A-", "bytes=-N" against `size`: [first, last], nullopt when unsatisfiable, and no range
+// at all (the whole object) for what is not one range S3 reads.
+struct Range {
+  uint64_t first = 0, last = 0;
+};
+std::optional<std::optional<Range>> parse_range(std::string_view h, uint64_t size) {
+  using R = std::optional<std::optional<Range>>;
+  if (!h.starts_with("bytes=")) return R(std::optional<Range>());
+  h.remove_prefix(6);
+  size_t dash = h.find('-');
+  if (dash == std::string_view::npos || h.find(',') != std::string_view::npos) return R(std::optional<Range>());
+  std::string_view a = h.substr(0, dash), b = h.substr(dash + 1);
+  auto num = [](std::string_view s) -> std::optional<uint64_t> {
+    if (s.empty() || s.size() > 19 || s.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
+    return std::stoull(std::string(s));
+  };
+  if (a.empty()) {  // the last N bytes
+    auto n = num(b);
+    if (!n) return R(std::optional<Range>());
+    if (*n == 0 || size == 0) return std::nullopt;
+    return R(Range{size - std::min(*n, size), size - 1});
+  }
+  auto first = num(a);
+  auto last = b.empty() ? std::optional<uint64_t>(UINT64_MAX) : num(b);
+  if (!first || !last || *last < *first) return R(std::optional<Range>());
+  if (*first >= size) return std::nullopt;
+  return R(Range{*first, std::min(*last, size - 1)});
+}
+
+void get_object(const ServiceConfig& config, const User& user, Handles& handles, const Request& req, bool head,
+                const std::function<void(Response)>& reply) {
+  const std::string res = resource_of(req);
+  auto st = with_bucket(config, user, handles, req.bucket,
+                        [&](client::Container& c) { return client::NamedObjects(c).stat(req.key); });
+  if (!st.is_ok()) {
+    if (st.status().code() == StatusCode::kNotFound)
+      return reply(error_response(404, "NoSuchKey", "The specified key does not exist.", res));
+    return reply(error_response(st.status(), res));
+  }
+  const Attrs a = decode_attrs(st->attrs);
+  const std::string etag = etag_of(*st, a);
+  const int64_t mtime_s = static_cast<int64_t>(st->mtime_ms / 1000);
+  Response r;
+  r.headers.emplace_back("etag", etag);
+  r.headers.emplace_back("last-modified", http_date(st->mtime_ms));
+  // Conditions, in the order RFC 7232 takes them.
+  auto matches = [&](const std::string& list) {
+    for (std::string_view rest = list; !rest.empty();) {
+      size_t comma = std::min(rest.find(','), rest.size());
+      std::string_view one = rest.substr(0, comma);
+      while (!one.empty() && one.front() == ' ') one.remove_prefix(1);
+      while (!one.empty() && one.back() == ' ') one.remove_suffix(1);
+      if (one == "*" || one == etag || "\"" + std::string(one) + "\"" == etag) return true;
+      rest.remove_prefix(std::min(comma + 1, rest.size()));
+    }
+    return false;
+  };
+  const std::string *if_match = req.header("if-match"), *if_none = req.header("if-none-match"),
+                    *if_since = req.header("if-modified-since"), *if_unmod = req.header("if-unmodified-since");
+  if (if_match && !matches(*if_match))
+    return reply(error_response(412, "PreconditionFailed",
+                                "At least one of the pre-conditions you specified did not hold", res));
+  if (!if_match && if_unmod)
+    if (auto t = parse_http_date(*if_unmod); t && mtime_s > *t)
+      return reply(error_response(412, "PreconditionFailed",
+                                  "At least one of the pre-conditions you specified did not hold", res));
+  if (if_none && matches(*if_none)) {
+    r.status = 304;
+    return reply(std::move(r));
+  }
+  if (!if_none && if_since)
+    if (auto t = parse_http_date(*if_since); t && mtime_s <= *t) {
+      r.status = 304;
+      return reply(std::move(r));
+    }
+  uint64_t first = 0, length = st->size;
+  if (const std::string* h = req.header("range")) {
+    auto range = parse_range(*h, st->size);
+    if (!range) {
+      Response e = error_response(416, "InvalidRange", "The requested range is not satisfiable", res);
+      e.headers.emplace_back("content-range", "bytes */" + std::to_string(st->size));
+      return reply(std::move(e));
+    }
+    if (*range) {
+      first = (*range)->first;
+      length = (*range)->last - first + 1;
+      r.status = 206;
+      r.headers.emplace_back("content-range", "bytes " + std::to_string(first) + "-" + std::to_string((*range)->last) +
+                                                  "/" + std::to_string(st->size));
+    }
+  }
+  r.headers.emplace_back("accept-ranges", "bytes");
+  for (const auto& [k, v] : a)
+    if (k != "etag") r.headers.emplace_back(k, v);
+  if (!attr(a, "content-type")) r.headers.emplace_back("content-type", "binary/octet-stream");
+  // Overrides of the stored headers, as a signed request may ask.
+  for (const auto& [param, header] : std::initializer_list<std::pair<std::string_view, std::string_view>>{
+           {"response-content-type", "content-type"},
+           {"response-content-language", "content-language"},
+           {"response-expires", "expires"},
+           {"response-cache-control", "cache-control"},
+           {"response-content-disposition", "content-disposition"},
+           {"response-content-encoding", "content-encoding"}}) {
+    if (const std::string* v = req.param(param)) {
+      std::erase_if(r.headers, [&](const auto& h) { return h.first == header; });
+      r.headers.emplace_back(std::string(header), *v);
+    }
+  }
+  r.length = length;
+  if (head || length == 0) {
+    r.headers.emplace_back("content-length", std::to_string(length));
+    r.length = 0;
+    r.body.clear();
+    // HEAD answers with the length a GET would send and no body (gateway.cc keeps the header as given).
+    return reply(std::move(r));
+  }
+  auto ch = std::make_shared<Channel>(4u << 20);
+  r.download = ch;
+  reply(std::move(r));
+  // The last piece is held back until the name still names the same data: a put that replaced the object
+  // meanwhile removes the old data, and what was read of it may be holes; the reader then gets an error (the
+  // connection cut short), never wrong bytes.
+  std::string held;
+  Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) {
+    client::NamedObjects objects(c);
+    Status read = objects.read_range(*st, first, length, [&](std::span<const uint8_t> b) {
+      if (!held.empty()) RFOS_RETURN_IF_ERROR(ch->push_wait(std::move(held)));
+      held.assign(reinterpret_cast<const char*>(b.data()), b.size());
+      return Status::ok();
+    });
+    if (!read.is_ok()) return read;
+    auto again = objects.stat(req.key);
+    if (!again.is_ok() || again->data != st->data)
+      return error(StatusCode::kNotFound, "the object was replaced while it was read");
+    return Status::ok();
+  });
+  if (s.is_ok()) s = ch->push_wait(std::move(held));
+  ch->finish(s);
+}
+
+void delete_object(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
+                   const std::function<void(Response)>& reply) {
+  Status s = with_bucket(config, user, handles, req.bucket,
+                         [&](client::Container& c) { return client::NamedObjects(c).remove(req.key); });
+  if (!s.is_ok() && s.code() != StatusCode::kNotFound) return reply(error_response(s, resource_of(req)));
+  Response r;
+  r.status = 204;
+  reply(std::move(r));
+}
+
+// Subresources S3 has and this gateway does not (yet): a request naming one gets NotImplemented, never the
+// answer of the plain request.
+constexpr std::string_view kUnsupported[] = {"acl",
+                                             "tagging",
+                                             "uploads",
+                                             "uploadId",
+                                             "partNumber",
+                                             "versioning",
+                                             "versions",
+                                             "policy",
+                                             "cors",
+                                             "lifecycle",
+                                             "website",
+                                             "logging",
+                                             "notification",
+                                             "replication",
+                                             "encryption",
+                                             "lock",
+                                             "object-lock",
+                                             "retention",
+                                             "legal-hold",
+                                             "restore",
+                                             "select",
+                                             "torrent",
+                                             "accelerate",
+                                             "requestPayment",
+                                             "analytics",
+                                             "inventory",
+                                             "metrics",
+                                             "ownershipControls",
+                                             "publicAccessBlock",
+                                             "intelligent-tiering",
+                                             "attributes",
+                                             "delete",
+                                             "policyStatus"};
+
+}  // namespace
+
+void Channel::set_wake(std::function<void()> wake) {
+  std::lock_guard<std::mutex> lock(mu_);
+  wake_ = std::move(wake);
+}
+
+void Channel::wake_locked(std::unique_lock<std::mutex>& lock) {
+  std::function<void()> w = wake_;
+  lock.unlock();
+  if (w) w();
+  lock.lock();
+}
+
+Status Channel::push_wait(std::string chunk) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return abandoned_ || bytes_ < limit_; });
+  if (abandoned_) return error(StatusCode::kShutdown, "the client went away");
+  bytes_ += chunk.size();
+  chunks_.push_back(std::move(chunk));
+  wake_locked(lock);
+  return Status::ok();
+}
+
+Result<std::string> Channel::pop_wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !chunks_.empty() || finished_; });
+  if (chunks_.empty()) {
+    if (!finished_->is_ok()) return *finished_;
+    return std::string();
+  }
+  std::string c = std::move(chunks_.front());
+  chunks_.pop_front();
+  bytes_ -= c.size();
+  wake_locked(lock);
+  return c;
+}
+
+void Channel::push(std::string chunk) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (chunk.empty()) return;
+  bytes_ += chunk.size();
+  chunks_.push_back(std::move(chunk));
+  cv_.notify_all();
+}
+
+std::optional<std::string> Channel::pop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (chunks_.empty()) return std::nullopt;
+  std::string c = std::move(chunks_.front());
+  chunks_.pop_front();
+  bytes_ -= c.size();
+  cv_.notify_all();
+  return c;
+}
+
+bool Channel::full() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_ >= limit_;
+}
+
+void Channel::finish(Status s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!finished_) finished_ = std::move(s);
+  cv_.notify_all();
+  wake_locked(lock);
+}
+
+void Channel::abandon() {
+  std::lock_guard<std::mutex> lock(mu_);
+  abandoned_ = true;
+  cv_.notify_all();
+}
+
+std::optional<Status> Channel::ended() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!chunks_.empty() || !finished_) return std::nullopt;
+  return *finished_;
+}
+
+const std::string* Request::header(std::string_view name) const {
+  for (const auto& [k, v] : headers)
+    if (k == name) return &v;
+  return nullptr;
+}
+
+const std::string* Request::param(std::string_view name) const {
+  for (const auto& [k, v] : query)
+    if (k == name) return &v;
+  return nullptr;
+}
+
+Response error_response(unsigned status, std::string_view code, std::string_view message, std::string_view resource) {
+  Xml x;
+  x.open("Error").leaf("Code", code).leaf("Message", message).leaf("Resource", resource).close("Error");
+  return xml_response(status, std::move(x));
+}
+
+Response error_response(const Status& s, std::string_view resource, bool bucket_level) {
+  switch (s.code()) {
+    case StatusCode::kUnknownContainer:
+      return error_response(404, "NoSuchBucket", "The specified bucket does not exist", resource);
+    case StatusCode::kNotFound:
+      return bucket_level ? error_response(404, "NoSuchBucket", "The specified bucket does not exist", resource)
+                          : error_response(404, "NoSuchKey", "The specified key does not exist.", resource);
+    case StatusCode::kPermissionDenied:
+    case StatusCode::kNotPermitted:
+      return error_response(403, "AccessDenied", "Access Denied: " + s.message(), resource);
+    case StatusCode::kUnknownPool:
+      return error_response(500, "InternalError", "the gateway's pool is missing: " + s.message(), resource);
+    case StatusCode::kNoSpace:
+      return error_response(507, "InsufficientStorage", "The storage is full: " + s.message(), resource);
+    case StatusCode::kBusy:
+    case StatusCode::kShutdown:
+    case StatusCode::kTimeout:
+      return error_response(503, "ServiceUnavailable", "Please reduce your request rate: " + s.message(), resource);
+    case StatusCode::kNotSupported:
+      return error_response(501, "NotImplemented", s.message(), resource);
+    case StatusCode::kTooLarge:
+      return error_response(400, "EntityTooLarge", s.message(), resource);
+    case StatusCode::kInvalidArgument:
+      return error_response(400, "InvalidArgument", s.message(), resource);
+    default:
+      return error_response(500, "InternalError", s.to_string(), resource);
+  }
+}
+
+Result<client::Container*> Handles::get(const User& user, const std::string& pool, const std::string& bucket,
+                                        const client::ContainerOptions& options) {
+  std::string id = user.key.access_key + '\0' + bucket;
+  auto it = conts_.find(id);
+  if (it != conts_.end()) return it->second.get();
+  RFOS_ASSIGN_OR_RETURN(auto c, client::Container::open(*user.control, pool, bucket, options));
+  return conts_.emplace(id, std::move(c)).first->second.get();
+}
+
+void Handles::drop(const User& user, const std::string& bucket) { conts_.erase(user.key.access_key + '\0' + bucket); }
+
+void serve(const ServiceConfig& config, const User& user, Handles& handles, Request& req,
+           const std::function<void(Response)>& reply) {
+  const std::string res = resource_of(req);
+  for (const auto& [k, v] : req.query)
+    if (std::find(std::begin(kUnsupported), std::end(kUnsupported), k) != std::end(kUnsupported))
+      return reply(error_response(501, "NotImplemented", "'" + k + "' is not implemented by rfos s3 yet.", res));
+  const std::string& m = req.method;
+  if (req.bucket.empty()) {
+    if (m == "GET") return list_buckets(config, user, reply);
+    return reply(
+        error_response(405, "MethodNotAllowed", "The specified method is not allowed against this resource.", res));
+  }
+  if (req.key.empty()) {
+    if (req.param("location") && m == "GET") {
+      auto c = bucket(config, user, handles, req.bucket);
+      if (!c.is_ok()) return reply(error_response(c.status(), res, true));
+      Xml x;
+      x.open("LocationConstraint", kNs)
+          .text(config.region == "us-east-1" ? "" : config.region)
+          .close("LocationConstraint");
+      return reply(xml_response(200, std::move(x)));
+    }
+    if (!req.query.empty() &&
+        !(m == "GET" && (req.param("list-type") || req.param("prefix") || req.param("delimiter") ||
+                         req.param("marker") || req.param("max-keys") || req.param("encoding-type") ||
+                         req.param("start-after") || req.param("continuation-token") || req.param("fetch-owner"))))
+      return reply(
+          error_response(501, "NotImplemented", "This bucket request is not implemented by rfos s3 yet.", res));
+    if (m == "PUT") return create_bucket(config, user, req, reply);
+    if (m == "HEAD") return head_bucket(config, user, handles, req, reply);
+    if (m == "DELETE") return delete_bucket(config, user, handles, req, reply);
+    if (m == "GET") return list_objects(config, user, handles, req, reply);
+    return reply(
+        error_response(405, "MethodNotAllowed", "The specified method is not allowed against this resource.", res));
+  }
+  if (m == "PUT") {
+    if (req.header("x-amz-copy-source"))
+      return reply(error_response(501, "NotImplemented", "CopyObject is not implemented by rfos s3 yet.", res));
+    return put_object(config, user, handles, req, reply);
+  }
+  if (m == "GET") return get_object(config, user, handles, req, false, reply);
+  if (m == "HEAD") return get_object(config, user, handles, req, true, reply);
+  if (m == "DELETE") return delete_object(config, user, handles, req, reply);
+  reply(error_response(405, "MethodNotAllowed", "The specified method is not allowed against this resource.", res));
+}
+
+}  // namespace rfos::s3

@@ -1,0 +1,149 @@
+// Signature V4 against the worked examples of AWS's documentation (the signature test suite's get-vanilla, the
+// S3 GET Object example, and the aws-chunked upload example with its chain of chunk signatures), and its parsers'
+// refusals.
+#include "s3/sigv4.h"
+
+#include <gtest/gtest.h>
+
+namespace rfos::s3 {
+namespace {
+
+constexpr std::string_view kEmptyHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+std::string sign(std::string_view secret, const Auth& a, std::string_view method, std::string_view path,
+                 const Params& q, const Headers& h, std::string_view payload) {
+  auto canonical = canonical_request(method, path, q, h, a.signed_headers, payload);
+  EXPECT_TRUE(canonical.is_ok()) << canonical.status().to_string();
+  return signature_of(signing_key(secret, a.date, a.region, a.service),
+                      string_to_sign(a.amz_date, a.scope(), canonical.value()));
+}
+
+TEST(SigV4, TheTestSuitesGetVanilla) {
+  auto a = parse_authorization(
+      "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, SignedHeaders=host;x-amz-date, "
+      "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31");
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  a->amz_date = "20150830T123600Z";
+  Headers h{{"host", "example.amazonaws.com"}, {"x-amz-date", "20150830T123600Z"}};
+  EXPECT_EQ(sign("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", *a, "GET", "/", {}, h, kEmptyHash), a->signature);
+  // Any change to what is signed changes the signature.
+  EXPECT_NE(sign("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", *a, "GET", "/x", {}, h, kEmptyHash), a->signature);
+  EXPECT_NE(sign("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEZ", *a, "GET", "/", {}, h, kEmptyHash), a->signature);
+}
+
+TEST(SigV4, TheS3GetObjectExample) {
+  auto a = parse_authorization(
+      "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request,"
+      "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date,"
+      "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41");
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  a->amz_date = "20130524T000000Z";
+  Headers h{{"host", "examplebucket.s3.amazonaws.com"},
+            {"range", "bytes=0-9"},
+            {"x-amz-content-sha256", std::string(kEmptyHash)},
+            {"x-amz-date", "20130524T000000Z"},
+            {"user-agent", "not signed"}};
+  EXPECT_EQ(sign("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", *a, "GET", "/test.txt", {}, h, kEmptyHash), a->signature);
+  // A signed header the request lacks is an error, not a signature.
+  h.erase(h.begin() + 1);
+  EXPECT_FALSE(canonical_request("GET", "/test.txt", {}, h, a->signed_headers, kEmptyHash).is_ok());
+}
+
+TEST(SigV4, TheChunkedUploadExample) {
+  const std::string secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+  Auth a;
+  a.date = "20130524";
+  a.region = "us-east-1";
+  a.service = "s3";
+  a.amz_date = "20130524T000000Z";
+  a.signed_headers = {"content-encoding",     "content-length", "host",
+                      "x-amz-content-sha256", "x-amz-date",     "x-amz-decoded-content-length",
+                      "x-amz-storage-class"};
+  Headers h{{"host", "s3.amazonaws.com"},
+            {"x-amz-date", "20130524T000000Z"},
+            {"x-amz-storage-class", "REDUCED_REDUNDANCY"},
+            {"content-encoding", "aws-chunked"},
+            {"x-amz-decoded-content-length", "66560"},
+            {"content-length", "66824"},
+            {"x-amz-content-sha256", std::string(kStreamingSigned)}};
+  std::string seed = sign(secret, a, "PUT", "/examplebucket/chunkObject.txt", {}, h, kStreamingSigned);
+  EXPECT_EQ(seed, "4f232c4386841ef735655705268965c44a0e4690baa4adea153f7db9fa80a0a9");
+  std::string body = "10000;chunk-signature=ad80c730a21e5b8d04586a2213dd63b9a0e99e0e2307b0ade35a65485a288648\r\n" +
+                     std::string(65536, 'a') +
+                     "\r\n400;chunk-signature=0055627c9e194cb4542bae2aa5492e3c1575bbb81b612b7d234b86a503ef5497\r\n" +
+                     std::string(1024, 'a') +
+                     "\r\n0;chunk-signature=b6c6ea8a5354eaf15b3cb7646744f4275b71ea724fed81ceb9323e279d449df9\r\n\r\n";
+  EXPECT_EQ(body.size(), 66824u);
+  const std::string key = signing_key(secret, a.date, a.region, a.service);
+  // Fed in pieces of every size from 1 byte: the same payload, and done at the end.
+  for (size_t step : {size_t{1}, size_t{7}, size_t{4096}, body.size()}) {
+    ChunkDecoder d(key, a.amz_date, a.scope(), seed);
+    std::string out;
+    for (size_t at = 0; at < body.size(); at += step)
+      ASSERT_TRUE(d.feed(std::string_view(body).substr(at, step), &out).is_ok()) << step;
+    EXPECT_TRUE(d.done());
+    EXPECT_EQ(out, std::string(66560, 'a'));
+  }
+  // One byte of a chunk changed: its signature fails.
+  std::string bad = body;
+  bad[200] = 'b';
+  ChunkDecoder d(key, a.amz_date, a.scope(), seed);
+  std::string out;
+  EXPECT_EQ(d.feed(bad, &out).code(), StatusCode::kPermissionDenied);
+  // A chain from another request's signature fails at the first chunk.
+  ChunkDecoder other(key, a.amz_date, a.scope(), std::string(64, '0'));
+  EXPECT_EQ(other.feed(body, &out).code(), StatusCode::kPermissionDenied);
+  // Cut short: not done.
+  ChunkDecoder cut(key, a.amz_date, a.scope(), seed);
+  ASSERT_TRUE(cut.feed(std::string_view(body).substr(0, 1000), &out).is_ok());
+  EXPECT_FALSE(cut.done());
+}
+
+TEST(SigV4, UnsignedChunksWithATrailer) {
+  std::string body = "5\r\nhello\r\n6\r\n world\r\n0\r\nx-amz-checksum-crc32:AAAAAA==\r\n\r\n";
+  ChunkDecoder d;
+  std::string out;
+  ASSERT_TRUE(d.feed(body, &out).is_ok());
+  EXPECT_TRUE(d.done());
+  EXPECT_EQ(out, "hello world");
+  ASSERT_EQ(d.trailers().size(), 1u);
+  EXPECT_EQ(d.trailers()[0].first, "x-amz-checksum-crc32");
+  for (std::string bad :
+       {"zz\r\n", "5\r\nhelloXX", "5;chunk-signature=abc\r\n", "5\nhello\r\n", "5\r\nhello\r\n0\r\n\r\nmore"}) {
+    ChunkDecoder e;
+    std::string o;
+    EXPECT_FALSE(e.feed(bad, &o).is_ok()) << bad;
+  }
+}
+
+TEST(SigV4, PresignedQueriesAndTheirRefusals) {
+  auto q = parse_query(
+      "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2F"
+      "aws4_request&X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-SignedHeaders=host&X-Amz-Signature="
+      "aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404");
+  ASSERT_TRUE(q.is_ok());
+  auto a = parse_presigned(*q);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  ASSERT_TRUE(a->has_value());
+  EXPECT_EQ((*a)->expires_s, 86400u);
+  // The S3 documentation's presigned GET of /test.txt.
+  Headers h{{"host", "examplebucket.s3.amazonaws.com"}};
+  EXPECT_EQ(sign("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", **a, "GET", "/test.txt", *q, h, kUnsignedPayload),
+            (*a)->signature);
+  EXPECT_FALSE(parse_presigned(*parse_query("X-Amz-Algorithm=AWS4-HMAC-SHA256")).is_ok());
+  EXPECT_FALSE(parse_presigned(*parse_query("X-Amz-Algorithm=HMAC")).is_ok());
+  EXPECT_FALSE(parse_presigned(*parse_query("a=b"))->has_value());
+  EXPECT_FALSE(parse_authorization("AWS4-HMAC-SHA256 Credential=a/b/c/d/e").is_ok());
+  EXPECT_FALSE(parse_authorization("AWS AKID:sig").is_ok());
+  EXPECT_FALSE(parse_query("a=%4").is_ok());
+  EXPECT_FALSE(parse_query("a=%zz").is_ok());
+  EXPECT_EQ(*uri_decode("a%2Fb+c"), "a/b+c");
+  EXPECT_EQ(uri_encode("a/b c~", true), "a/b%20c~");
+  EXPECT_EQ(uri_encode("a/b", false), "a%2Fb");
+  EXPECT_EQ(*parse_amz_date("19700101T000100Z"), 60);
+  EXPECT_EQ(format_amz_date(60), "19700101T000100Z");
+  EXPECT_FALSE(parse_amz_date("19700101T000100").is_ok());
+}
+
+}  // namespace
+}  // namespace rfos::s3

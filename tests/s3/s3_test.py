@@ -1,0 +1,468 @@
+#!/usr/bin/python3
+"""`rfos s3` against real S3 clients from Debian (awscli, boto3) and raw HTTP: buckets, objects, ranges,
+conditions, listings, presigned URLs, aws-chunked uploads, and the refusals of bad signatures, skewed clocks,
+bad digests and cut-off uploads, each of which must change nothing.
+
+  s3_test.py RFOS_BINARY [unittest args]
+
+Real processes on loopback: an `rfos server` (ucx+tcp pinned to lo) and `rfos s3` on 127.0.0.1.
+Needs Debian's python3-boto3 and awscli (scripts/install-deps); fails, saying so, without them.
+"""
+import datetime
+import hashlib
+import hmac
+import http.client
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+import urllib.error
+import urllib.parse
+import urllib.request
+
+try:
+    import boto3
+    import botocore
+    from botocore.config import Config
+except ImportError:
+    sys.exit("s3_test: needs Debian's python3-boto3 (scripts/install-deps installs it)")
+
+RFOS = None
+AWS = "/usr/bin/aws"
+ENV = dict(os.environ, UCX_NET_DEVICES="lo", FI_TCP_IFACE="lo", FI_NET_IFACE="lo")
+
+
+def wait_line(proc, needle, what):
+    while True:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError("%s did not start" % what)
+        if needle in line:
+            return line
+
+
+class Cluster:
+    """A server with a pool 'default', and a gateway with a key pair it made."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="rfos-s3-", dir=os.environ.get("RFOS_TEST_DIR"))
+        sock = os.path.join(self.dir, "control.sock")
+        self.server = subprocess.Popen(
+            [RFOS, "server", "--data-dir", os.path.join(self.dir, "data"), "--control-socket", sock,
+             "--targets", "2", "--target-bytes", str(256 << 20), "--provider", "ucx+tcp"],
+            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = wait_line(self.server, "listening on ", "rfos server")
+        self.addr = line.split("listening on ")[1].split()[0]
+        self.cli("pool", "create", "default")
+        self.keys_file = os.path.join(self.dir, "keys", "s3-keys.yaml")
+        self.gateway_log = open(os.path.join(self.dir, "gateway.log"), "w+")
+        self.gateway = subprocess.Popen(
+            [RFOS, "--addr", self.addr, "s3", "--listen", "127.0.0.1:0", "--keys-file", self.keys_file],
+            env=ENV, stdout=subprocess.PIPE, stderr=self.gateway_log, text=True)
+        line = wait_line(self.gateway, "listening on http://", "rfos s3")
+        self.endpoint = line.split("listening on ")[1].split()[0]
+        self.port = int(self.endpoint.rsplit(":", 1)[1])
+        self.access = wait_line(self.gateway, "access key:", "rfos s3").split(":", 1)[1].strip()
+        self.secret = wait_line(self.gateway, "secret key:", "rfos s3").split(":", 1)[1].strip()
+
+    def cli(self, *args, check=True, input=None):
+        out = subprocess.run([RFOS, "--addr", self.addr] + list(args), env=ENV, capture_output=True, input=input)
+        if check and out.returncode != 0:
+            raise RuntimeError("rfos %s: %s" % (" ".join(args), out.stderr.decode()))
+        return out
+
+    def client(self, secret=None, access=None):
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                            aws_access_key_id=access or self.access, aws_secret_access_key=secret or self.secret,
+                            config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
+                                          signature_version="s3v4"))
+
+    def aws(self, *args, check=True):
+        env = dict(ENV, AWS_ACCESS_KEY_ID=self.access, AWS_SECRET_ACCESS_KEY=self.secret,
+                   AWS_DEFAULT_REGION="us-east-1", AWS_CONFIG_FILE="/dev/null", AWS_SHARED_CREDENTIALS_FILE="/dev/null")
+        out = subprocess.run([AWS, "--endpoint-url", self.endpoint] + list(args), env=env, capture_output=True,
+                             text=True)
+        if check and out.returncode != 0:
+            raise RuntimeError("aws %s: %s" % (" ".join(args), out.stderr))
+        return out
+
+    def stop(self):
+        if self.gateway.poll() is not None:
+            self.gateway_log.seek(0)
+            print("rfos s3 exited with %s:\n%s" % (self.gateway.returncode, self.gateway_log.read()), file=sys.stderr)
+        self.gateway_log.close()
+        for p in (self.gateway, self.server):
+            if p.poll() is None:
+                p.terminate()
+                p.wait()
+            p.stdout.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+CLUSTER = None
+
+
+def error_code(fn):
+    try:
+        fn()
+    except botocore.exceptions.ClientError as e:
+        return e.response["Error"]["Code"]
+    return None
+
+
+def sign_v4(secret, key_date, region, to_sign):
+    k = hmac.new(("AWS4" + secret).encode(), key_date.encode(), hashlib.sha256).digest()
+    for part in (region, "s3", "aws4_request"):
+        k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+    return k, hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
+
+
+class S3Test(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = CLUSTER
+        cls.s3 = CLUSTER.client()
+
+    def bucket(self, name):
+        self.s3.create_bucket(Bucket=name)
+        self.addCleanup(self.empty_and_remove, name)
+        return name
+
+    def empty_and_remove(self, name):
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=name):
+            for o in page.get("Contents", []):
+                self.s3.delete_object(Bucket=name, Key=o["Key"])
+        self.s3.delete_bucket(Bucket=name)
+
+    def test_gateway_keys_are_private(self):
+        self.assertEqual(os.stat(self.c.keys_file).st_mode & 0o777, 0o600)
+        self.assertEqual(os.stat(os.path.dirname(self.c.keys_file)).st_mode & 0o777, 0o700)
+
+    def test_buckets(self):
+        self.bucket("buckets-one")
+        names = [b["Name"] for b in self.s3.list_buckets()["Buckets"]]
+        self.assertIn("buckets-one", names)
+        self.s3.head_bucket(Bucket="buckets-one")
+        self.assertEqual(error_code(lambda: self.s3.create_bucket(Bucket="buckets-one")), "BucketAlreadyOwnedByYou")
+        self.assertEqual(error_code(lambda: self.s3.head_bucket(Bucket="no-such-bucket")), "404")
+        self.assertEqual(error_code(lambda: self.s3.list_objects_v2(Bucket="no-such-bucket")), "NoSuchBucket")
+        self.assertEqual(error_code(lambda: self.s3.create_bucket(Bucket="Bad_Name")), "InvalidBucketName")
+        self.s3.put_object(Bucket="buckets-one", Key="k", Body=b"x")
+        self.assertEqual(error_code(lambda: self.s3.delete_bucket(Bucket="buckets-one")), "BucketNotEmpty")
+        # A bucket is a container: the CLI sees it.
+        self.assertIn("buckets-one", self.c.cli("cont", "list", "--pool", "default").stdout.decode())
+
+    def test_objects_with_metadata_and_etags(self):
+        b = self.bucket("objects")
+        data = os.urandom(3 << 20)
+        r = self.s3.put_object(Bucket=b, Key="dir/a.bin", Body=data, ContentType="application/x-test",
+                               Metadata={"origin": "s3-test"}, CacheControl="no-cache")
+        self.assertEqual(r["ETag"], '"%s"' % hashlib.md5(data).hexdigest())
+        got = self.s3.get_object(Bucket=b, Key="dir/a.bin")
+        self.assertEqual(got["Body"].read(), data)
+        self.assertEqual(got["ContentType"], "application/x-test")
+        self.assertEqual(got["Metadata"], {"origin": "s3-test"})
+        self.assertEqual(got["CacheControl"], "no-cache")
+        self.assertEqual(got["ETag"], r["ETag"])
+        head = self.s3.head_object(Bucket=b, Key="dir/a.bin")
+        self.assertEqual(head["ContentLength"], len(data))
+        self.assertEqual(head["ETag"], r["ETag"])
+        # Empty objects, and replacing one object by a shorter one.
+        self.s3.put_object(Bucket=b, Key="empty", Body=b"")
+        self.assertEqual(self.s3.get_object(Bucket=b, Key="empty")["Body"].read(), b"")
+        self.assertEqual(self.s3.head_object(Bucket=b, Key="empty")["ETag"], '"%s"' % hashlib.md5(b"").hexdigest())
+        self.s3.put_object(Bucket=b, Key="dir/a.bin", Body=b"short")
+        self.assertEqual(self.s3.get_object(Bucket=b, Key="dir/a.bin")["Body"].read(), b"short")
+        # Response header overrides.
+        got = self.s3.get_object(Bucket=b, Key="empty", ResponseContentType="text/x-over",
+                                 ResponseContentDisposition="attachment")
+        self.assertEqual(got["ContentType"], "text/x-over")
+        self.assertEqual(got["ContentDisposition"], "attachment")
+        # Delete: gone, and deleting again is no error (as S3).
+        self.s3.delete_object(Bucket=b, Key="empty")
+        self.assertEqual(error_code(lambda: self.s3.get_object(Bucket=b, Key="empty")), "NoSuchKey")
+        self.s3.delete_object(Bucket=b, Key="empty")
+
+    def test_ranges_and_conditions(self):
+        b = self.bucket("ranges")
+        data = os.urandom((2 << 20) + 1000)
+        etag = self.s3.put_object(Bucket=b, Key="r", Body=data)["ETag"]
+        for rng, want in [("bytes=0-9", data[:10]), ("bytes=1048570-1048580", data[1048570:1048581]),
+                          ("bytes=2097000-", data[2097000:]), ("bytes=-100", data[-100:]),
+                          ("bytes=5-999999999", data[5:])]:
+            got = self.s3.get_object(Bucket=b, Key="r", Range=rng)
+            self.assertEqual(got["Body"].read(), want, rng)
+            self.assertEqual(got["ResponseMetadata"]["HTTPStatusCode"], 206)
+        self.assertEqual(error_code(lambda: self.s3.get_object(Bucket=b, Key="r", Range="bytes=%d-" % len(data))),
+                         "InvalidRange")
+        self.assertEqual(error_code(lambda: self.s3.get_object(Bucket=b, Key="r", IfMatch='"0000"')),
+                         "PreconditionFailed")
+        self.assertEqual(error_code(lambda: self.s3.get_object(Bucket=b, Key="r", IfNoneMatch=etag)), "304")
+        self.assertEqual(self.s3.get_object(Bucket=b, Key="r", IfMatch=etag)["ContentLength"], len(data))
+        past = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
+        future = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)
+        self.assertEqual(error_code(lambda: self.s3.get_object(Bucket=b, Key="r", IfModifiedSince=future)), "304")
+        self.assertEqual(error_code(lambda: self.s3.get_object(Bucket=b, Key="r", IfUnmodifiedSince=past)),
+                         "PreconditionFailed")
+        self.assertEqual(self.s3.get_object(Bucket=b, Key="r", IfModifiedSince=past)["ContentLength"], len(data))
+
+    def test_listings(self):
+        b = self.bucket("listings")
+        keys = ["a/1", "a/2", "a/b/3", "b", "c/4", "c/5", "d e/ü 6", "z"]
+        for k in keys:
+            self.s3.put_object(Bucket=b, Key=k, Body=k.encode())
+        # Pages of 2 over everything, in byte order.
+        got = []
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=b, PaginationConfig={"PageSize": 2}):
+            self.assertLessEqual(page["KeyCount"], 2)
+            got += [o["Key"] for o in page.get("Contents", [])]
+        self.assertEqual(got, sorted(keys, key=lambda k: k.encode()))
+        # A delimiter: common prefixes, each once, also across pages.
+        names, prefixes = [], []
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=b, Delimiter="/",
+                                                                      PaginationConfig={"PageSize": 2}):
+            names += [o["Key"] for o in page.get("Contents", [])]
+            prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+        self.assertEqual(names, ["b", "z"])
+        self.assertEqual(prefixes, ["a/", "c/", "d e/"])
+        r = self.s3.list_objects_v2(Bucket=b, Prefix="a/", Delimiter="/")
+        self.assertEqual([o["Key"] for o in r["Contents"]], ["a/1", "a/2"])
+        self.assertEqual([p["Prefix"] for p in r["CommonPrefixes"]], ["a/b/"])
+        r = self.s3.list_objects_v2(Bucket=b, StartAfter="c/4")
+        self.assertEqual([o["Key"] for o in r["Contents"]], ["c/5", "d e/ü 6", "z"])
+        self.assertEqual(r["Contents"][0]["Size"], 3)
+        self.assertEqual(r["Contents"][0]["ETag"], '"%s"' % hashlib.md5(b"c/5").hexdigest())
+        # ListObjects v1 with markers (botocore asks for encoding-type=url and decodes).
+        got = []
+        for page in self.s3.get_paginator("list_objects").paginate(Bucket=b, PaginationConfig={"PageSize": 3}):
+            got += [o["Key"] for o in page.get("Contents", [])]
+        self.assertEqual(got, sorted(keys, key=lambda k: k.encode()))
+        self.assertEqual(error_code(lambda: self.s3.list_objects_v2(Bucket=b, ContinuationToken="zz")),
+                         "InvalidArgument")
+
+    def test_awscli(self):
+        self.c.aws("s3", "mb", "s3://awscli")
+        self.addCleanup(lambda: self.c.aws("s3", "rb", "--force", "s3://awscli", check=False))
+        tree = tempfile.mkdtemp(dir=self.c.dir)
+        os.makedirs(os.path.join(tree, "sub", "deeper"))
+        files = {"top.txt": b"top", "sub/one.bin": os.urandom(5 << 20), "sub/deeper/empty": b"",
+                 "sub/deeper/two": os.urandom(70000)}
+        for name, data in files.items():
+            with open(os.path.join(tree, name), "wb") as f:
+                f.write(data)
+        self.c.aws("s3", "sync", "--only-show-errors", tree, "s3://awscli/t")
+        ls = self.c.aws("s3", "ls", "--recursive", "s3://awscli/").stdout
+        for name, data in files.items():
+            self.assertIn("t/" + name, ls)
+        back = tempfile.mkdtemp(dir=self.c.dir)
+        self.c.aws("s3", "cp", "--only-show-errors", "--recursive", "s3://awscli/t", back)
+        for name, data in files.items():
+            with open(os.path.join(back, name), "rb") as f:
+                self.assertEqual(f.read(), data, name)
+        self.assertIn("PRE sub/", self.c.aws("s3", "ls", "s3://awscli/t/").stdout)
+        self.c.aws("s3", "rm", "--only-show-errors", "--recursive", "s3://awscli/t/sub")
+        self.assertNotIn("sub/", self.c.aws("s3", "ls", "--recursive", "s3://awscli/").stdout)
+
+    def test_objects_are_shared_with_the_cli(self):
+        b = self.bucket("shared")
+        data = os.urandom(1500000)
+        self.s3.put_object(Bucket=b, Key="from-s3", Body=data)
+        self.assertEqual(self.c.cli("get", "-q", "--pool", "default", "--cont", b, "from-s3", "-").stdout, data)
+        self.c.cli("put", "-q", "--pool", "default", "--cont", b, "from-cli", "-", input=b"cli bytes")
+        self.assertEqual(self.s3.get_object(Bucket=b, Key="from-cli")["Body"].read(), b"cli bytes")
+        listed = self.s3.list_objects_v2(Bucket=b)["Contents"]
+        self.assertEqual([o["Key"] for o in listed], ["from-cli", "from-s3"])
+        self.assertTrue(listed[0]["ETag"].endswith('-1"'))  # no MD5 was taken: not one
+
+    def test_presigned_urls(self):
+        b = self.bucket("presigned")
+        self.s3.put_object(Bucket=b, Key="p", Body=b"presigned bytes")
+        url = self.s3.generate_presigned_url("get_object", Params={"Bucket": b, "Key": "p"}, ExpiresIn=300)
+        self.assertEqual(urllib.request.urlopen(url).read(), b"presigned bytes")
+        put_url = self.s3.generate_presigned_url("put_object", Params={"Bucket": b, "Key": "q"}, ExpiresIn=300)
+        req = urllib.request.Request(put_url, data=b"put by url", method="PUT")
+        self.assertEqual(urllib.request.urlopen(req).status, 200)
+        self.assertEqual(self.s3.get_object(Bucket=b, Key="q")["Body"].read(), b"put by url")
+        # Another key in the same URL, or a changed expiry: refused.
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(url.replace("/p?", "/q?"))
+        self.assertEqual(e.exception.code, 403)
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(url.replace("X-Amz-Expires=300", "X-Amz-Expires=600"))
+        self.assertEqual(e.exception.code, 403)
+        # Expired: signed an hour ago for 60 s (and the same signed now: good, so the refusal is the time's).
+        for ago, status in ((3600, 403), (0, 200)):
+            try:
+                code = urllib.request.urlopen(self.presign("/%s/p" % b, 60, ago)).status
+            except urllib.error.HTTPError as e:
+                code = e.code
+                self.assertIn(b"expired", e.read())
+            self.assertEqual(code, status)
+        # SigV2 URLs are refused as such.
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(boto3.client(
+                "s3", endpoint_url=self.c.endpoint, region_name="us-east-1", aws_access_key_id=self.c.access,
+                aws_secret_access_key=self.c.secret, config=Config(s3={"addressing_style": "path"},
+                                                                  signature_version="s3")).generate_presigned_url(
+                "get_object", Params={"Bucket": b, "Key": "p"}))
+        self.assertIn(b"Signature Version 2", e.exception.read())
+
+    def presign(self, path, expires, ago=0):
+        """A presigned GET URL signed `ago` seconds ago, by hand."""
+        when = datetime.datetime.utcnow() - datetime.timedelta(seconds=ago)
+        amz_date, day = when.strftime("%Y%m%dT%H%M%SZ"), when.strftime("%Y%m%d")
+        scope = "%s/us-east-1/s3/aws4_request" % day
+        q = {"X-Amz-Algorithm": "AWS4-HMAC-SHA256", "X-Amz-Credential": "%s/%s" % (self.c.access, scope),
+             "X-Amz-Date": amz_date, "X-Amz-Expires": str(expires), "X-Amz-SignedHeaders": "host"}
+        query = "&".join("%s=%s" % (urllib.parse.quote(k, safe=""), urllib.parse.quote(v, safe=""))
+                         for k, v in sorted(q.items()))
+        canonical = "\n".join(["GET", path, query, "host:127.0.0.1:%d\n" % self.c.port, "host", "UNSIGNED-PAYLOAD"])
+        to_sign = "AWS4-HMAC-SHA256\n%s\n%s\n%s" % (amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest())
+        _, sig = sign_v4(self.c.secret, day, "us-east-1", to_sign)
+        return "%s%s?%s&X-Amz-Signature=%s" % (self.c.endpoint, path, query, sig)
+
+    def test_bad_signatures_and_clocks_change_nothing(self):
+        b = self.bucket("refusals")
+        self.s3.put_object(Bucket=b, Key="k", Body=b"original")
+        wrong = self.c.client(secret="not-the-secret-key")
+        self.assertEqual(error_code(lambda: wrong.put_object(Bucket=b, Key="k", Body=b"evil")),
+                         "SignatureDoesNotMatch")
+        self.assertEqual(error_code(lambda: wrong.delete_object(Bucket=b, Key="k")), "SignatureDoesNotMatch")
+        stranger = self.c.client(access="AKIDNOSUCHKEY")
+        self.assertEqual(error_code(lambda: stranger.get_object(Bucket=b, Key="k")), "InvalidAccessKeyId")
+        for skew in (-3600, 3600):  # a clock an hour behind, or ahead
+            r = self.raw_put("/%s/k" % b, b"late", {}, hashlib.sha256(b"late").hexdigest(), skew=skew).getresponse()
+            self.assertEqual(r.status, 403)
+            self.assertIn(b"RequestTimeTooSkewed", r.read())
+        anon = http.client.HTTPConnection("127.0.0.1", self.c.port)
+        anon.request("GET", "/%s/k" % b)
+        r = anon.getresponse()
+        self.assertEqual(r.status, 403)
+        self.assertIn(b"AccessDenied", r.read())
+        self.assertEqual(error_code(lambda: self.s3.put_object(Bucket=b, Key="k", Body=b"bad md5",
+                                                               ContentMD5="1B2M2Y8AsgTpgAmY7PhCfg==")), "BadDigest")
+        self.assertEqual(self.s3.get_object(Bucket=b, Key="k")["Body"].read(), b"original")
+
+    def raw_put(self, path, body, headers, payload_hash, send=None, skew=0):
+        """A PUT signed here (with a clock `skew` seconds off): header auth over `headers` + host and x-amz-*;
+        `send` the bytes actually sent."""
+        now = datetime.datetime.utcnow() + datetime.timedelta(seconds=skew)
+        amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+        h = dict(headers)
+        h["host"] = "127.0.0.1:%d" % self.c.port
+        h["x-amz-date"] = amz_date
+        h["x-amz-content-sha256"] = payload_hash
+        names = sorted(k.lower() for k in h)
+        canonical = "\n".join(["PUT", path, "", "".join("%s:%s\n" % (k, h[k]) for k in names), ";".join(names),
+                               payload_hash])
+        scope = "%s/us-east-1/s3/aws4_request" % day
+        to_sign = "AWS4-HMAC-SHA256\n%s\n%s\n%s" % (amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest())
+        key, sig = sign_v4(self.c.secret, day, "us-east-1", to_sign)
+        h["authorization"] = "AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, Signature=%s" % (
+            self.c.access, scope, ";".join(names), sig)
+        if callable(body):
+            body = body(key, amz_date, scope, sig)
+        conn = http.client.HTTPConnection("127.0.0.1", self.c.port)
+        conn.putrequest("PUT", path, skip_host=True, skip_accept_encoding=True)
+        for k, v in h.items():
+            conn.putheader(k, v)
+        conn.putheader("content-length", str(len(body)))
+        conn.endheaders()
+        conn.send(body if send is None else send)
+        return conn
+
+    def test_aws_chunked_uploads(self):
+        b = self.bucket("chunked")
+        data = os.urandom(200000)
+
+        def chunked(tamper=False):
+            def make(key, amz_date, scope, seed):
+                prev, out = seed, b""
+                pieces = [data[i:i + 65536] for i in range(0, len(data), 65536)] + [b""]
+                for p in pieces:
+                    to_sign = "\n".join(["AWS4-HMAC-SHA256-PAYLOAD", amz_date, scope, prev,
+                                         hashlib.sha256(b"").hexdigest(), hashlib.sha256(p).hexdigest()])
+                    prev = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+                    body = p if not (tamper and p) else bytes([p[0] ^ 1]) + p[1:]
+                    out += b"%x;chunk-signature=%s\r\n" % (len(p), prev.encode()) + body + b"\r\n"
+                return out
+            return make
+
+        hdrs = {"content-encoding": "aws-chunked", "x-amz-decoded-content-length": str(len(data))}
+        r = self.raw_put("/%s/signed" % b, chunked(), hdrs, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD").getresponse()
+        self.assertEqual(r.status, 200, r.read())
+        self.assertEqual(self.s3.get_object(Bucket=b, Key="signed")["Body"].read(), data)
+        r = self.raw_put("/%s/signed" % b, chunked(tamper=True), hdrs,
+                         "STREAMING-AWS4-HMAC-SHA256-PAYLOAD").getresponse()
+        self.assertEqual(r.status, 403, r.read())
+        self.assertEqual(self.s3.get_object(Bucket=b, Key="signed")["Body"].read(), data)
+        # Unsigned chunks with an empty trailer.
+        body = b"%x\r\n" % len(data) + data + b"\r\n0\r\n\r\n"
+        r = self.raw_put("/%s/unsigned" % b, body, hdrs, "STREAMING-UNSIGNED-PAYLOAD-TRAILER").getresponse()
+        self.assertEqual(r.status, 200, r.read())
+        self.assertEqual(self.s3.get_object(Bucket=b, Key="unsigned")["Body"].read(), data)
+        # A hex payload hash the body does not match.
+        r = self.raw_put("/%s/unsigned" % b, b"other", {}, hashlib.sha256(b"something else").hexdigest())
+        resp = r.getresponse()
+        self.assertEqual(resp.status, 400)
+        self.assertIn(b"XAmzContentSHA256Mismatch", resp.read())
+        self.assertEqual(self.s3.get_object(Bucket=b, Key="unsigned")["Body"].read(), data)
+
+    def test_an_upload_cut_short_leaves_nothing(self):
+        b = self.bucket("cutshort")
+        self.s3.put_object(Bucket=b, Key="old", Body=b"old bytes")
+        for key in ("old", "new"):
+            conn = self.raw_put("/%s/%s" % (b, key), b"x" * (4 << 20), {}, "UNSIGNED-PAYLOAD", send=b"x" * 100000)
+            conn.sock.shutdown(socket.SHUT_RDWR)
+            conn.close()
+        # Whenever the gateway sees the cut, the put it started fails without swapping anything in: no waiting
+        # is needed for what follows to hold.
+        self.assertEqual(self.s3.get_object(Bucket=b, Key="old")["Body"].read(), b"old bytes")
+        self.assertEqual(error_code(lambda: self.s3.head_object(Bucket=b, Key="new")), "404")
+        self.assertEqual([o["Key"] for o in self.s3.list_objects_v2(Bucket=b)["Contents"]], ["old"])
+
+    def test_concurrent_writers_to_one_key(self):
+        b = self.bucket("race")
+        bodies = [bytes([i]) * ((1 << 20) + i * 4096) for i in range(6)]
+        clients = [self.c.client() for _ in bodies]
+        threads = [threading.Thread(target=lambda c=c, d=d: c.put_object(Bucket=b, Key="k", Body=d))
+                   for c, d in zip(clients, bodies)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        got = self.s3.get_object(Bucket=b, Key="k")["Body"].read()
+        self.assertIn(got, bodies)  # one writer's whole object, never a mix
+        self.assertEqual(self.s3.head_object(Bucket=b, Key="k")["ETag"], '"%s"' % hashlib.md5(got).hexdigest())
+
+    def test_what_is_not_implemented_says_so(self):
+        b = self.bucket("unimplemented")
+        self.assertEqual(error_code(lambda: self.s3.get_bucket_acl(Bucket=b)), "NotImplemented")
+        self.assertEqual(error_code(lambda: self.s3.get_bucket_versioning(Bucket=b)), "NotImplemented")
+        self.s3.put_object(Bucket=b, Key="src", Body=b"s")
+        self.assertEqual(error_code(lambda: self.s3.copy_object(Bucket=b, Key="dst",
+                                                                CopySource={"Bucket": b, "Key": "src"})),
+                         "NotImplemented")
+        self.assertEqual(error_code(lambda: self.s3.head_object(Bucket=b, Key="dst")), "404")
+
+
+def main():
+    global RFOS, CLUSTER
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    RFOS = os.path.abspath(sys.argv.pop(1))
+    if not os.path.exists(AWS):
+        sys.exit("s3_test: needs Debian's awscli at %s (scripts/install-deps installs it)" % AWS)
+    CLUSTER = Cluster()
+    try:
+        unittest.main(verbosity=2)
+    finally:
+        CLUSTER.stop()
+
+
+if __name__ == "__main__":
+    main()
