@@ -13,6 +13,7 @@
 
 #include "client/file_layout.h"
 #include "client/file_stream.h"
+#include "common/coding.h"
 #include "placement/placement.h"
 
 namespace rfos::client {
@@ -33,8 +34,10 @@ constexpr std::string_view kSwapLock = "swap";
 constexpr uint64_t kStalePendingMs = 24ull * 3600 * 1000;
 // A swap lock held this long (its holder died between taking and leaving it) is taken over.
 constexpr auto kSwapLockWait = std::chrono::seconds(10);
-constexpr std::string_view kLegacySize = "size";  // the older layout's size
-constexpr std::string_view kIndexAkey = "o";      // an index entry's value: the record's "object" value
+constexpr std::string_view kLegacySize = "size";    // the older layout's size
+constexpr std::string_view kIndexAkey = "o";        // an index entry's value: the record's "object" value
+constexpr std::string_view kManifest = "manifest";  // an object of parts: its manifest object's dkey ...
+constexpr std::string_view kParts = "parts";        // ... and akey: per part, its data object's id and size (be64)
 
 std::string encode_id(const ObjectId& oid) {
   char b[40];
@@ -50,16 +53,19 @@ Result<ObjectId> decode_id(std::string_view s) {
                   std::stoull(std::string(s.substr(16)), nullptr, 16)};
 }
 
-// "<id> <size>[ m<mtime ms>[ <attrs>]]": the attrs, any bytes, last.
+// "<id> <size>[ m<mtime ms>[ <attrs>]]", or "M<mtime ms>" for an object of parts (its id a manifest's): the
+// attrs, any bytes, last.
 struct DataRef {
   ObjectId oid;
   uint64_t size = 0;
   uint64_t mtime_ms = 0;
+  bool composite = false;
   std::string attrs;
 };
 
-std::string encode_object(const ObjectId& oid, uint64_t size, uint64_t mtime_ms, std::string_view attrs) {
-  std::string s = encode_id(oid) + " " + std::to_string(size) + " m" + std::to_string(mtime_ms);
+std::string encode_object(const ObjectId& oid, uint64_t size, uint64_t mtime_ms, bool composite,
+                          std::string_view attrs) {
+  std::string s = encode_id(oid) + " " + std::to_string(size) + (composite ? " M" : " m") + std::to_string(mtime_ms);
   if (!attrs.empty()) s.append(" ").append(attrs);
   return s;
 }
@@ -84,23 +90,24 @@ Result<DataRef> decode_object(std::string_view s) {
     std::string_view rest = s.substr(end + 1);
     size_t next = std::min(rest.find(' '), rest.size());
     std::string_view mtime = rest.substr(0, next);
-    if (mtime.size() < 2 || mtime.size() > 20 || mtime[0] != 'm' ||
+    if (mtime.size() < 2 || mtime.size() > 20 || (mtime[0] != 'm' && mtime[0] != 'M') ||
         mtime.find_first_not_of("0123456789", 1) != std::string_view::npos)
       return error(StatusCode::kCorruption, "a name record is malformed");
     r.mtime_ms = std::stoull(std::string(mtime.substr(1)));
+    r.composite = mtime[0] == 'M';
     if (next < rest.size()) r.attrs = rest.substr(next + 1);
   }
   return r;
 }
 
-ObjectId fresh_data_object() {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  return placement::with_class(ObjectId{rng(), rng()}, placement::ObjectClass::kSX);
-}
-
 Status ignore_not_found(Status s) { return s.code() == StatusCode::kNotFound ? Status::ok() : s; }
 
 }  // namespace
+
+ObjectId NamedObjects::fresh_data_object() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  return placement::with_class(ObjectId{rng(), rng()}, placement::ObjectClass::kSX);
+}
 
 ObjectId NamedObjects::index_object() {
   // No name hashes here: record_of mixes its hashes, this id is a constant of its own.
@@ -125,10 +132,19 @@ Status NamedObjects::clear_pending(const ObjectId& record, uint64_t started_befo
     } else if (a.starts_with(kPendingPrefix)) {
       auto v = c_.get_value(record, kMeta, a);
       if (!v.is_ok()) continue;
-      char* end = nullptr;
-      uint64_t started = std::strtoull(v->c_str(), &end, 10);
-      if (end && *end == '\0' && started >= started_before_ms) continue;  // under way
       id = a.substr(kPendingPrefix.size());
+      if (*v == "r") {  // a replaced object of parts: its parts go too
+        if (auto oid = decode_id(id); oid.is_ok()) RFOS_RETURN_IF_ERROR(remove_data(*oid, true, {}));
+        RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_akey(record, kMeta, a)));
+        continue;
+      }
+      // A put under way ("c": of parts, which it does not own yet: only its manifest goes).
+      std::string_view t = *v;
+      if (t.starts_with("c")) t.remove_prefix(1);
+      char* end = nullptr;
+      std::string digits(t);
+      uint64_t started = std::strtoull(digits.c_str(), &end, 10);
+      if (end && *end == '\0' && !digits.empty() && started >= started_before_ms) continue;  // under way
     } else {
       continue;
     }
@@ -154,17 +170,61 @@ Status NamedObjects::lock_swap(const ObjectId& record, const ObjectId& data) {
 
 Status NamedObjects::put(std::string_view name, const Source& source, const Progress& progress,
                          const PutOptions& options) {
+  const ObjectId data = fresh_data_object();
+  return store(name, data, false, options,
+               [&](uint64_t* size) { return write_file_object(c_, data, 0, source, depth_, progress, size); });
+}
+
+Status NamedObjects::put_parts(std::string_view name, std::span<const Part> parts, const PutOptions& options) {
+  if (parts.empty()) return error(StatusCode::kInvalidArgument, "an object of parts needs one part at least");
+  const ObjectId manifest = fresh_data_object();
+  return store(name, manifest, true, options, [&](uint64_t* size) {
+    std::string list;
+    *size = 0;
+    for (const Part& p : parts) {
+      put_be64(&list, p.data.hi);
+      put_be64(&list, p.data.lo);
+      put_be64(&list, p.size);
+      *size += p.size;
+    }
+    return c_.put_value(manifest, kManifest, kParts, list);
+  });
+}
+
+Result<std::vector<NamedObjects::Part>> NamedObjects::parts_of(const ObjectId& manifest) {
+  RFOS_ASSIGN_OR_RETURN(std::string list, c_.get_value(manifest, kManifest, kParts));
+  if (list.size() % 24) return error(StatusCode::kCorruption, "a manifest of parts is malformed");
+  std::vector<Part> out;
+  for (size_t at = 0; at < list.size(); at += 24)
+    out.push_back(
+        Part{ObjectId{get_be64(list.data() + at), get_be64(list.data() + at + 8)}, get_be64(list.data() + at + 16)});
+  return out;
+}
+
+Status NamedObjects::remove_data(const ObjectId& data, bool composite, const std::set<ObjectId>& keep) {
+  if (composite) {
+    auto parts = parts_of(data);
+    if (!parts.is_ok() && parts.status().code() != StatusCode::kNotFound) return parts.status();
+    if (parts.is_ok())
+      for (const Part& p : *parts)
+        if (!keep.count(p.data)) RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(p.data)));
+  }
+  return ignore_not_found(c_.punch_object(data));
+}
+
+Status NamedObjects::store(std::string_view name, const ObjectId& data, bool composite, const PutOptions& options,
+                           const std::function<Status(uint64_t*)>& write) {
   if (name.empty()) return error(StatusCode::kInvalidArgument, "an object needs a name");
   const ObjectId record = record_of(name);
   const uint64_t started = now_ms();
   RFOS_RETURN_IF_ERROR(clear_pending(record, started - std::min(started, kStalePendingMs)));
   const bool legacy = c_.get_value(record, kMeta, kLegacySize).is_ok();
-  const ObjectId data = fresh_data_object();
   const std::string pending = std::string(kPendingPrefix) + encode_id(data);
-  RFOS_RETURN_IF_ERROR(c_.put_value(record, kMeta, pending, std::to_string(started)));
+  // A composite put owns only its manifest until the swap: its parts are still the upload's.
+  RFOS_RETURN_IF_ERROR(c_.put_value(record, kMeta, pending, (composite ? "c" : "") + std::to_string(started)));
   Status s = c_.put_value(record, kMeta, kName, name);
   uint64_t size = 0;
-  if (s.is_ok()) s = write_file_object(c_, data, 0, source, depth_, progress, &size);
+  if (s.is_ok()) s = write(&size);
   std::string attrs;
   if (s.is_ok() && options.attrs) {
     auto a = options.attrs(size);
@@ -186,7 +246,7 @@ Status NamedObjects::put(std::string_view name, const Source& source, const Prog
   // (read under the lock, so no other swap slips in between) goes.
   RFOS_RETURN_IF_ERROR(lock_swap(record, data));
   auto old = c_.get_value(record, kMeta, kObject);
-  const std::string object = encode_object(data, size, now_ms(), attrs);
+  const std::string object = encode_object(data, size, now_ms(), composite, attrs);
   if (old.is_ok() || old.status().code() == StatusCode::kNotFound)
     s = c_.put_value(record, kMeta, kObject, object);
   else
@@ -199,14 +259,22 @@ Status NamedObjects::put(std::string_view name, const Source& source, const Prog
   }
   // Listed from here on (a put that dies before leaves it pending, and unlisted or listed as it was).
   Status listed = c_.put_value(index_object(), name, kIndexAkey, object);
-  // The old data goes. Where that fails, it is left pending (as of long ago), for the next put or remove of
-  // the name to clear.
+  // The old data goes. Where that fails, it is left pending (replaced: "0", or "r" for an object of parts), for
+  // the next put or remove of the name to clear. Parts the new object took over from the old stay.
   if (old.is_ok()) {
     auto prev = decode_object(*old);
-    if (prev.is_ok()) {
+    if (prev.is_ok() && prev->oid != data) {
+      std::set<ObjectId> keep;
+      if (composite && prev->composite) {
+        auto now = parts_of(data);
+        if (!now.is_ok())
+          keep.insert(prev->oid);  // cannot tell which parts are shared: keep the old ones
+        else
+          for (const Part& p : *now) keep.insert(p.data);
+      }
       const std::string was = std::string(kPendingPrefix) + encode_id(prev->oid);
-      Status gone = c_.put_value(record, kMeta, was, "0");
-      if (gone.is_ok()) gone = ignore_not_found(c_.punch_object(prev->oid));
+      Status gone = c_.put_value(record, kMeta, was, prev->composite ? "r" : "0");
+      if (gone.is_ok() && !keep.count(prev->oid)) gone = remove_data(prev->oid, prev->composite, keep);
       if (gone.is_ok()) gone = ignore_not_found(c_.punch_akey(record, kMeta, was));
       if (!gone.is_ok()) {
         (void)c_.punch_akey(record, kMeta, kSwapLock);
@@ -237,6 +305,7 @@ Result<ObjectStat> NamedObjects::stat_of(const ObjectId& record, std::string_vie
     st.data = o.oid;
     st.size = o.size;
     st.mtime_ms = o.mtime_ms;
+    st.composite = o.composite;
     st.attrs = std::move(o.attrs);
     return st;
   }
@@ -270,13 +339,34 @@ Status NamedObjects::read(const ObjectStat& st, const Sink& sink, const Progress
     }
     return Status::ok();
   }
+  if (st.composite) return read_range(st, 0, st.size, sink, progress);
   return read_file_object(c_, st.data, 0, st.size, sink, depth_, progress, false);
 }
 
-Status NamedObjects::read_range(const ObjectStat& st, uint64_t offset, uint64_t length, const Sink& sink) {
+Status NamedObjects::read_range(const ObjectStat& st, uint64_t offset, uint64_t length, const Sink& sink,
+                                const Progress& progress) {
   if (st.legacy) return error(StatusCode::kNotSupported, "a range of an object of the older layout");
   if (offset > st.size || length > st.size - offset) return error(StatusCode::kInvalidArgument, "a range past the end");
-  return read_file_range(c_, st.data, 0, offset, length, sink, depth_, {}, false);
+  if (!st.composite) return read_file_range(c_, st.data, 0, offset, length, sink, depth_, progress, false);
+  // Each part's piece of the range, in order.
+  RFOS_ASSIGN_OR_RETURN(std::vector<Part> parts, parts_of(st.data));
+  uint64_t part_start = 0, done = 0;
+  for (const Part& p : parts) {
+    const uint64_t end = offset + length, part_end = part_start + p.size;
+    if (part_end > offset && part_start < end) {
+      const uint64_t from = std::max(offset, part_start), to = std::min(end, part_end);
+      RFOS_RETURN_IF_ERROR(read_file_range(
+          c_, p.data, 0, from - part_start, to - from, sink, depth_,
+          [&](uint64_t b) {
+            if (progress) progress(done + b);
+          },
+          false));
+      done += to - from;
+    }
+    part_start = part_end;
+  }
+  if (done != length) return error(StatusCode::kCorruption, "an object's parts do not add up to its size");
+  return Status::ok();
 }
 
 Status NamedObjects::remove(std::string_view name) {
@@ -291,7 +381,7 @@ Status NamedObjects::remove(std::string_view name) {
   // is gone.
   RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_dkey(index_object(), name)));
   RFOS_RETURN_IF_ERROR(clear_pending(record, UINT64_MAX));
-  if (st.is_ok() && !st->legacy) RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(st->data)));
+  if (st.is_ok() && !st->legacy) RFOS_RETURN_IF_ERROR(remove_data(st->data, st->composite, {}));
   return ignore_not_found(c_.punch_object(record));
 }
 
@@ -319,6 +409,9 @@ Result<NamedObjects::Listing> NamedObjects::list() {
     if (st.status().code() == StatusCode::kNotFound) continue;  // a name whose first put is still under way
     RFOS_RETURN_IF_ERROR(st.status());
     referenced.insert(st->data);
+    if (st->composite)
+      if (auto parts = parts_of(st->data); parts.is_ok())
+        for (const Part& p : *parts) referenced.insert(p.data);
     out.named.push_back(std::move(st).value());
   }
   for (const ObjectId& oid : unnamed)
@@ -342,7 +435,7 @@ Result<std::vector<ObjectStat>> NamedObjects::list_index(std::string_view prefix
     for (size_t i = 0; i < page.keys.size(); ++i) {
       if (!page.keys[i].starts_with(prefix) || page.values[i].empty()) continue;
       RFOS_ASSIGN_OR_RETURN(DataRef o, decode_object(page.values[i]));
-      out.push_back(ObjectStat{page.keys[i], o.size, o.oid, false, o.mtime_ms, std::move(o.attrs)});
+      out.push_back(ObjectStat{page.keys[i], o.size, o.oid, false, o.mtime_ms, std::move(o.attrs), o.composite});
     }
     anchor = std::move(page.anchor);
     done = page.done;

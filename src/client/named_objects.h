@@ -22,6 +22,7 @@
 #pragma once
 
 #include <functional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -35,10 +36,11 @@ namespace rfos::client {
 struct ObjectStat {
   std::string name;
   uint64_t size = 0;
-  ObjectId data;          // the data object (the record itself for an object of the older layout)
-  bool legacy = false;    // stored before this layout
-  uint64_t mtime_ms = 0;  // when its put swapped it in (0: stored before rfos kept it)
-  std::string attrs;      // what its put attached (PutOptions::attrs; an S3 object's metadata); "" for none
+  ObjectId data;           // the data object (the record itself for an object of the older layout)
+  bool legacy = false;     // stored before this layout
+  uint64_t mtime_ms = 0;   // when its put swapped it in (0: stored before rfos kept it)
+  std::string attrs;       // what its put attached (PutOptions::attrs; an S3 object's metadata); "" for none
+  bool composite = false;  // an object of parts (put_parts): `data` is its manifest
 };
 
 struct PutOptions {
@@ -65,7 +67,20 @@ class NamedObjects {
   // The same for an object stat() already found (no second look at its name).
   Status read(const ObjectStat& st, const Sink& sink, const Progress& progress = {});
   // Its bytes [offset, offset + length), which lie inside it (not for objects of the older layout).
-  Status read_range(const ObjectStat& st, uint64_t offset, uint64_t length, const Sink& sink);
+  Status read_range(const ObjectStat& st, uint64_t offset, uint64_t length, const Sink& sink,
+                    const Progress& progress = {});
+
+  // A data object laid out as a file (file_layout.h), written by other means (an S3 multipart upload's part).
+  struct Part {
+    ObjectId data;
+    uint64_t size = 0;
+  };
+  // Makes `parts`, in their order, one object named `name`, replacing any object of that name as put() does;
+  // its manifest (the parts' ids and sizes) is a small object of its own. From the swap on the parts are the
+  // object's: replacing or removing it removes them (but parts the replacing object also lists).
+  Status put_parts(std::string_view name, std::span<const Part> parts, const PutOptions& options = {});
+  // A fresh id for a data object (class SX), as put() takes for its own.
+  static ObjectId fresh_data_object();
   Result<ObjectStat> stat(std::string_view name);
   // Removes the object and its name. kNotFound: no object of that name.
   Status remove(std::string_view name);
@@ -88,6 +103,12 @@ class NamedObjects {
   // Removes the data of puts pending since before `started_before_ms` (and the older layout's pending).
   Status clear_pending(const ObjectId& record, uint64_t started_before_ms);
   Status lock_swap(const ObjectId& record, const ObjectId& data);
+  // Writes `data` (write gives the size), then swaps it in under `name` (put and put_parts).
+  Status store(std::string_view name, const ObjectId& data, bool composite, const PutOptions& options,
+               const std::function<Status(uint64_t*)>& write);
+  Result<std::vector<Part>> parts_of(const ObjectId& manifest);
+  // Removes a data object, or an object of parts with its parts but those in `keep`.
+  Status remove_data(const ObjectId& data, bool composite, const std::set<ObjectId>& keep);
   Result<ObjectStat> stat_of(const ObjectId& record, std::string_view name);
 
   Container& c_;

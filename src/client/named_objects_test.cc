@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "client/file_layout.h"
+#include "client/file_stream.h"
 #include "server/sim_cluster_testing.h"
 
 namespace rfos::client {
@@ -203,6 +204,49 @@ TEST_F(NamedObjectsTest, APutThatDiedIsClearedByTheNext) {
   EXPECT_TRUE(o.list()->other.empty());
   // ... and a remove of the name clears it with the rest.
   ASSERT_TRUE(o.remove("ckpt").is_ok());
+  EXPECT_EQ(object_count(), 0u);
+}
+
+// An object made of parts written elsewhere (an S3 multipart upload): read whole and by ranges across parts,
+// replaced by one that shares a part (which stays), removed with all its parts.
+TEST_F(NamedObjectsTest, ObjectsOfParts) {
+  NamedObjects o(*c_, 4);
+  std::vector<std::string> data = {random_bytes((1 << 20) + 100, 20), random_bytes(5000, 21),
+                                   random_bytes(3 << 20, 22)};
+  std::vector<NamedObjects::Part> parts;
+  for (const std::string& d : data) {
+    NamedObjects::Part p{NamedObjects::fresh_data_object(), 0};
+    ASSERT_TRUE(write_file_object(*c_, p.data, 0, source_of(d), 4, {}, &p.size).is_ok());
+    parts.push_back(p);
+  }
+  PutOptions opts;
+  opts.attrs = [](uint64_t) -> Result<std::string> { return std::string("etag-3"); };
+  ASSERT_TRUE(o.put_parts("big", parts, opts).is_ok());
+  const std::string all = data[0] + data[1] + data[2];
+  EXPECT_TRUE(*get(o, "big") == all);
+  auto st = o.stat("big");
+  ASSERT_TRUE(st.is_ok());
+  EXPECT_TRUE(st->composite);
+  EXPECT_EQ(st->size, all.size());
+  EXPECT_EQ(o.list_index("big")->at(0).attrs, "etag-3");
+  for (auto [off, len] :
+       std::vector<std::pair<size_t, size_t>>{{0, 10}, {(1 << 20) + 50, 6000}, {1000, all.size() - 1000}}) {
+    std::string out;
+    ASSERT_TRUE(o.read_range(*st, off, len, [&](std::span<const uint8_t> b) {
+                   out.append(reinterpret_cast<const char*>(b.data()), b.size());
+                   return Status::ok();
+                 }).is_ok());
+    EXPECT_TRUE(out == all.substr(off, len)) << off;
+  }
+  // Replaced by parts 2 and a new one: part 2 stays, parts 0 and 1 go.
+  NamedObjects::Part fresh{NamedObjects::fresh_data_object(), 0};
+  ASSERT_TRUE(write_file_object(*c_, fresh.data, 0, source_of("tail"), 4, {}, &fresh.size).is_ok());
+  std::vector<NamedObjects::Part> next = {parts[2], fresh};
+  ASSERT_TRUE(o.put_parts("big", next).is_ok());
+  EXPECT_TRUE(*get(o, "big") == data[2] + "tail");
+  EXPECT_EQ(object_count(), 5u);  // record, index, manifest, two parts
+  EXPECT_TRUE(o.list()->other.empty());
+  ASSERT_TRUE(o.remove("big").is_ok());
   EXPECT_EQ(object_count(), 0u);
 }
 

@@ -32,7 +32,7 @@ namespace {
 
 constexpr size_t kBodyChunk = 256u << 10;         // read from a socket at a time
 constexpr size_t kChannelBytes = 4u << 20;        // queued between the loop and a worker
-constexpr size_t kMaxSmallBody = 1u << 20;        // a request body read whole (XML)
+constexpr size_t kMaxSmallBody = 4u << 20;        // a request body read whole (XML: 1000 keys to delete)
 constexpr int64_t kMaxSkewS = 15 * 60;            // as S3
 constexpr auto kIdle = std::chrono::seconds(60);  // a connection silent this long is closed
 

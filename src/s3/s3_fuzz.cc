@@ -1,12 +1,14 @@
 // Fuzz target for what an S3 client sends the gateway before any storage call: the Authorization header, the
-// query string and a presigned URL's parameters, percent-encoding, dates, and aws-chunked bodies (signed and
-// unsigned, fed in pieces). The first byte picks the parser.
+// query string and a presigned URL's parameters, percent-encoding, dates, aws-chunked bodies (signed and
+// unsigned, fed in pieces) and XML bodies (CompleteMultipartUpload, DeleteObjects). The first byte picks the
+// parser.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
 #include "s3/sigv4.h"
+#include "s3/xml.h"
 
 extern "C" {
 uint64_t rfos_fuzz_accepted = 0;  // inputs some parser accepted (tests/fuzz_main.cc)
@@ -43,7 +45,7 @@ void seed_chunked(std::string* out, bool signed_body) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const uint8_t which = data[0] % 5;
+  const uint8_t which = data[0] % 6;
   std::string_view in(reinterpret_cast<const char*>(data) + 1, size - 1);
   bool ok = false;
   switch (which) {
@@ -76,6 +78,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 4:
       ok = uri_decode(in).is_ok() && parse_amz_date(in.substr(0, 16)).is_ok();
       break;
+    case 5: {
+      auto doc = parse_xml(in);
+      ok = doc.is_ok();
+      if (ok && doc->name.empty()) std::abort();
+      break;
+    }
   }
   if (ok) ++rfos_fuzz_accepted;
   return 0;
@@ -101,4 +109,9 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void* ctx, const char* name, const 
   put("chunked-signed", 2, signed_body);
   put("chunked-unsigned", 3, unsigned_body);
   put("date", 4, "20130524T000000Z");
+  put("complete", 5,
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/"
+      "2006-03-01/\"><Part><ETag>&quot;0123&quot;</ETag><PartNumber>1</PartNumber></Part><!-- c --><Part><ETag>"
+      "<![CDATA[\"4567\"]]></ETag><PartNumber>2</PartNumber></Part></CompleteMultipartUpload>");
+  put("delete", 5, "<Delete><Quiet>true</Quiet><Object><Key>a&#x2F;b&#47;&amp;c</Key></Object><Object/></Delete>");
 }

@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <random>
 #include <set>
 
+#include "client/file_stream.h"
 #include "client/named_objects.h"
 #include "common/coding.h"
+#include "placement/placement.h"
+#include "s3/xml.h"
 
 namespace rfos::s3 {
 
@@ -463,31 +467,42 @@ class BodyReader {
   bool started_ = false;
 };
 
-void put_object(const ServiceConfig& config, const User& user, Handles& handles, Request& req,
-                const std::function<void(Response)>& reply) {
+// The metadata a PUT (or CreateMultipartUpload) carries, into *attrs; the S3 error when it cannot be kept.
+std::optional<Response> request_attrs(const Request& req, Attrs* attrs) {
   const std::string res = resource_of(req);
-  if (req.key.size() > kMaxKeyBytes) return reply(error_response(400, "KeyTooLongError", "Your key is too long.", res));
-  Attrs attrs;
+  if (req.key.size() > kMaxKeyBytes) return error_response(400, "KeyTooLongError", "Your key is too long.", res);
   size_t meta_bytes = 0;
   for (const auto& [k, v] : req.headers) {
     if (k.starts_with("x-amz-meta-")) {
       meta_bytes += k.size() - 11 + v.size();
-      attrs.emplace_back(k, v);
+      attrs->emplace_back(k, v);
     } else if (std::find(std::begin(kStoredHeaders), std::end(kStoredHeaders), k) != std::end(kStoredHeaders)) {
-      attrs.emplace_back(k, v);
+      attrs->emplace_back(k, v);
     } else if ((k.starts_with("x-amz-checksum-") || k == "x-amz-sdk-checksum-algorithm" || k == "x-amz-trailer") &&
                !(k == "x-amz-trailer" && v.empty())) {
-      return reply(error_response(501, "NotImplemented", "Checksums (" + k + ") are not supported yet.", res));
+      return error_response(501, "NotImplemented", "Checksums (" + k + ") are not supported yet.", res);
     }
   }
   if (meta_bytes > kMaxMetadataBytes)
-    return reply(error_response(400, "MetadataTooLarge",
-                                "Your metadata headers exceed the maximum allowed metadata size.", res));
+    return error_response(400, "MetadataTooLarge", "Your metadata headers exceed the maximum allowed metadata size.",
+                          res);
+  return std::nullopt;
+}
+
+// Streams the request's body through `store` on the bucket's handle: the body's MD5 (hex) once all of it was
+// stored and checked, or the S3 error. Tried again on a fresh handle only when it failed before it read any
+// body (a body is read once).
+using StoreBody = std::function<Status(client::Container&, const client::StreamSource&,
+                                       const std::function<Result<std::string>(uint64_t)>& finish)>;
+Result<std::string> store_body(const ServiceConfig& config, const User& user, Handles& handles, Request& req,
+                               const StoreBody& store, std::optional<Response>* failure) {
+  const std::string res = resource_of(req);
   BodyReader body(req);
-  if (Status s = body.start(); !s.is_ok()) return reply(error_response(400, "InvalidRequest", s.message(), res));
+  if (Status s = body.start(); !s.is_ok()) {
+    *failure = error_response(400, "InvalidRequest", s.message(), res);
+    return s;
+  }
   std::string code, etag;
-  // Not with_bucket: a body is read once, so a put is tried again on a fresh handle only when it failed
-  // before it read any.
   Status s;
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto c = bucket(config, user, handles, req.bucket);
@@ -495,26 +510,460 @@ void put_object(const ServiceConfig& config, const User& user, Handles& handles,
       s = c.status();
       break;
     }
-    client::PutOptions o;
-    o.attrs = [&](uint64_t size) -> Result<std::string> {
-      RFOS_ASSIGN_OR_RETURN(etag, body.finish(size, &code));
-      Attrs all = attrs;
-      all.emplace_back("etag", etag);
-      return encode_attrs(all);
-    };
-    s = client::NamedObjects(**c).put(
-        req.key, [&](std::span<uint8_t> b) { return body.read(b); }, {}, o);
+    s = store(
+        **c, [&](std::span<uint8_t> b) { return body.read(b); },
+        [&](uint64_t size) -> Result<std::string> {
+          RFOS_ASSIGN_OR_RETURN(etag, body.finish(size, &code));
+          return etag;
+        });
     if (s.is_ok() || body.started() || !stale_handle(s.code())) break;
     handles.drop(user, req.bucket);
   }
   if (req.upload) req.upload->abandon();
   if (!s.is_ok()) {
-    if (!code.empty()) return reply(error_response(code == "NotImplemented" ? 501 : 400, code, s.message(), res));
-    return reply(error_response(s, res));
+    if (!code.empty())
+      *failure = error_response(code == "NotImplemented" ? 501 : 400, code, s.message(), res);
+    else
+      *failure = error_response(s, res);
+    return s;
   }
+  return etag;
+}
+
+void put_object(const ServiceConfig& config, const User& user, Handles& handles, Request& req,
+                const std::function<void(Response)>& reply) {
+  Attrs attrs;
+  if (auto bad = request_attrs(req, &attrs)) return reply(std::move(*bad));
+  std::optional<Response> failure;
+  auto etag = store_body(
+      config, user, handles, req,
+      [&](client::Container& c, const client::StreamSource& source, const auto& finish) {
+        client::PutOptions o;
+        o.attrs = [&](uint64_t size) -> Result<std::string> {
+          RFOS_ASSIGN_OR_RETURN(std::string md5, finish(size));
+          Attrs all = attrs;
+          all.emplace_back("etag", md5);
+          return encode_attrs(all);
+        };
+        return client::NamedObjects(c).put(req.key, source, {}, o);
+      },
+      &failure);
+  if (!etag.is_ok()) return reply(std::move(*failure));
   Response r;
-  r.headers.emplace_back("etag", "\"" + etag + "\"");
+  r.headers.emplace_back("etag", "\"" + *etag + "\"");
   reply(std::move(r));
+}
+
+// --- multipart uploads ---------------------------------------------------------------------------------------
+//
+// An upload is an object of its own (class S1, its id a hash of the upload id): dkey "u" holds the key, the
+// metadata given at its start and when it started; dkey "p" one value per part ("%05d" of its number): the
+// part's data object, size and MD5. An index object lists the bucket's uploads (dkey: upload id, value: key).
+// Complete makes the listed parts one object (NamedObjects::put_parts) and drops the upload; abort drops it with
+// its parts.
+
+constexpr size_t kMinPartBytes = 5u << 20;  // every part but the last, as S3
+constexpr uint32_t kMaxParts = 10000;
+
+ObjectId upload_object(std::string_view upload_id) {
+  std::string s = "rfos-s3-upload:" + std::string(upload_id);
+  return placement::with_class(
+      ObjectId{placement::mix(placement::fnv1a(s)), placement::mix(placement::fnv1a(s, 0x5bd1e9955bd1e995ull))},
+      placement::ObjectClass::kS1);
+}
+
+ObjectId uploads_index() {
+  return placement::with_class(ObjectId{0, 0x7266733375706c64ull}, placement::ObjectClass::kS1);  // "rfs3upld"
+}
+
+std::string part_key(uint32_t n) {
+  char b[16];
+  std::snprintf(b, sizeof(b), "%05u", n);
+  return b;
+}
+
+struct PartInfo {
+  ObjectId data;
+  uint64_t size = 0;
+  std::string md5;  // hex
+};
+
+std::string encode_part(const PartInfo& p) {
+  char b[40];
+  std::snprintf(b, sizeof(b), "%016llx%016llx", static_cast<unsigned long long>(p.data.hi),
+                static_cast<unsigned long long>(p.data.lo));
+  return std::string(b) + " " + std::to_string(p.size) + " " + p.md5;
+}
+
+std::optional<PartInfo> decode_part(std::string_view s) {
+  if (s.size() < 36 || s[32] != ' ') return std::nullopt;
+  size_t sp = s.find(' ', 33);
+  if (sp == std::string_view::npos) return std::nullopt;
+  PartInfo p;
+  try {
+    p.data = ObjectId{std::stoull(std::string(s.substr(0, 16)), nullptr, 16),
+                      std::stoull(std::string(s.substr(16, 16)), nullptr, 16)};
+    p.size = std::stoull(std::string(s.substr(33, sp - 33)));
+  } catch (...) {
+    return std::nullopt;
+  }
+  p.md5 = s.substr(sp + 1);
+  return p;
+}
+
+// The upload's key, checked against the request's: NoSuchUpload when it is not there or is another key's.
+std::optional<Response> check_upload(client::Container& c, const Request& req, const std::string& upload_id) {
+  auto key = c.get_value(upload_object(upload_id), "u", "key");
+  if (!key.is_ok() && key.status().code() != StatusCode::kNotFound)
+    return error_response(key.status(), resource_of(req));
+  if (!key.is_ok() || *key != req.key)
+    return error_response(404, "NoSuchUpload",
+                          "The specified multipart upload does not exist. The upload ID may be invalid, or the upload "
+                          "may have been aborted or completed.",
+                          resource_of(req));
+  return std::nullopt;
+}
+
+void create_upload(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
+                   const std::function<void(Response)>& reply) {
+  Attrs attrs;
+  if (auto bad = request_attrs(req, &attrs)) return reply(std::move(*bad));
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char id[40];
+  std::snprintf(id, sizeof(id), "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()));
+  const std::string upload_id = id;
+  Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) -> Status {
+    const ObjectId u = upload_object(upload_id);
+    RFOS_RETURN_IF_ERROR(c.put_value(u, "u", "attrs", encode_attrs(attrs)));
+    RFOS_RETURN_IF_ERROR(c.put_value(
+        u, "u", "started",
+        std::to_string(static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+                .count()))));
+    RFOS_RETURN_IF_ERROR(c.put_value(uploads_index(), upload_id, "k", req.key));
+    // The key last: an upload is there once it has one.
+    return c.put_value(u, "u", "key", req.key);
+  });
+  if (!s.is_ok()) return reply(error_response(s, resource_of(req)));
+  Xml x;
+  x.open("InitiateMultipartUploadResult", kNs).leaf("Bucket", req.bucket).leaf("Key", req.key);
+  x.leaf("UploadId", upload_id).close("InitiateMultipartUploadResult");
+  reply(xml_response(200, std::move(x)));
+}
+
+std::optional<uint32_t> part_number(const Request& req) {
+  const std::string* n = req.param("partNumber");
+  if (!n || n->empty() || n->size() > 5 || n->find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  uint32_t v = static_cast<uint32_t>(std::stoul(*n));
+  if (v < 1 || v > kMaxParts) return std::nullopt;
+  return v;
+}
+
+void upload_part(const ServiceConfig& config, const User& user, Handles& handles, Request& req,
+                 const std::function<void(Response)>& reply) {
+  const std::string upload_id = *req.param("uploadId");
+  auto n = part_number(req);
+  if (!n)
+    return reply(error_response(400, "InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive",
+                                resource_of(req)));
+  std::optional<Response> failure;
+  const ObjectId data = client::NamedObjects::fresh_data_object();
+  uint64_t size = 0;
+  auto md5 = store_body(
+      config, user, handles, req,
+      [&](client::Container& c, const client::StreamSource& source, const auto& finish) -> Status {
+        if (auto bad = check_upload(c, req, upload_id)) {
+          failure = std::move(*bad);
+          return error(StatusCode::kNotFound, "no such upload");
+        }
+        Status s = client::write_file_object(c, data, 0, source, 16, {}, &size);
+        std::string hex;
+        if (s.is_ok()) {
+          auto m = finish(size);
+          s = m.status();
+          if (m.is_ok()) hex = *m;
+        }
+        const ObjectId u = upload_object(upload_id);
+        auto old = c.get_value(u, "p", part_key(*n));
+        if (s.is_ok()) s = c.put_value(u, "p", part_key(*n), encode_part(PartInfo{data, size, hex}));
+        if (!s.is_ok()) {
+          (void)c.punch_object(data);
+          return s;
+        }
+        // The part uploaded before under this number goes (an upload of it at the same time may be left).
+        if (old.is_ok())
+          if (auto prev = decode_part(*old); prev && prev->data != data) (void)c.punch_object(prev->data);
+        return Status::ok();
+      },
+      &failure);
+  if (!md5.is_ok()) return reply(std::move(*failure));
+  Response r;
+  r.headers.emplace_back("etag", "\"" + *md5 + "\"");
+  reply(std::move(r));
+}
+
+// The parts of an upload, by number.
+Result<std::map<uint32_t, PartInfo>> parts_of(client::Container& c, const std::string& upload_id) {
+  std::map<uint32_t, PartInfo> out;
+  auto keys = c.list_akeys(upload_object(upload_id), "p");
+  if (keys.status().code() == StatusCode::kNotFound) return out;
+  RFOS_RETURN_IF_ERROR(keys.status());
+  for (const std::string& k : *keys) {
+    auto v = c.get_value(upload_object(upload_id), "p", k);
+    if (v.status().code() == StatusCode::kNotFound) continue;
+    RFOS_RETURN_IF_ERROR(v.status());
+    auto p = decode_part(*v);
+    if (!p || k.find_first_not_of("0123456789") != std::string::npos)
+      return error(StatusCode::kCorruption, "an upload's part record is malformed");
+    out[static_cast<uint32_t>(std::stoul(k))] = *p;
+  }
+  return out;
+}
+
+// Drops an upload's records (and the data of its parts but those in `keep`).
+Status drop_upload(client::Container& c, const std::string& upload_id, const std::set<ObjectId>& keep) {
+  RFOS_ASSIGN_OR_RETURN(auto parts, parts_of(c, upload_id));
+  for (const auto& [n, p] : parts)
+    if (!keep.count(p.data)) {
+      Status s = c.punch_object(p.data);
+      if (!s.is_ok() && s.code() != StatusCode::kNotFound) return s;
+    }
+  Status s = c.punch_object(upload_object(upload_id));
+  if (!s.is_ok() && s.code() != StatusCode::kNotFound) return s;
+  s = c.punch_dkey(uploads_index(), upload_id);
+  return s.code() == StatusCode::kNotFound ? Status::ok() : s;
+}
+
+void complete_upload(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
+                     const std::function<void(Response)>& reply) {
+  const std::string res = resource_of(req);
+  const std::string upload_id = *req.param("uploadId");
+  auto doc = parse_xml(req.body);
+  if (!doc.is_ok() || doc->name != "CompleteMultipartUpload")
+    return reply(error_response(400, "MalformedXML",
+                                "The XML you provided was not well-formed or did not validate against our published "
+                                "schema.",
+                                res));
+  std::vector<std::pair<uint32_t, std::string>> listed;  // number, ETag
+  for (const XmlElement& p : doc->children) {
+    if (p.name != "Part") continue;
+    const XmlElement *num = p.child("PartNumber"), *etag = p.child("ETag");
+    if (!num || !etag || num->text.empty() || num->text.size() > 5 ||
+        num->text.find_first_not_of("0123456789") != std::string::npos)
+      return reply(error_response(400, "MalformedXML", "A Part needs a PartNumber and an ETag.", res));
+    std::string e = etag->text;
+    if (e.size() >= 2 && e.front() == '"' && e.back() == '"') e = e.substr(1, e.size() - 2);
+    listed.emplace_back(static_cast<uint32_t>(std::stoul(num->text)), e);
+  }
+  if (listed.empty()) return reply(error_response(400, "MalformedXML", "You must specify at least one part.", res));
+  for (size_t i = 1; i < listed.size(); ++i)
+    if (listed[i].first <= listed[i - 1].first)
+      return reply(error_response(400, "InvalidPartOrder",
+                                  "The list of parts was not in ascending order. Parts must be ordered by part number.",
+                                  res));
+  std::optional<Response> failure;
+  std::string final_etag;
+  Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) -> Status {
+    failure.reset();
+    if (auto bad = check_upload(c, req, upload_id)) {
+      failure = std::move(*bad);
+      return error(StatusCode::kNotFound, "no such upload");
+    }
+    RFOS_ASSIGN_OR_RETURN(auto parts, parts_of(c, upload_id));
+    std::vector<client::NamedObjects::Part> chosen;
+    std::set<ObjectId> keep;
+    std::string md5s;
+    for (const auto& [n, etag] : listed) {
+      auto it = parts.find(n);
+      if (it == parts.end() || it->second.md5 != etag) {
+        failure = error_response(400, "InvalidPart",
+                                 "One or more of the specified parts could not be found. The part may not have been "
+                                 "uploaded, or the specified entity tag may not match the part's entity tag.",
+                                 res);
+        return error(StatusCode::kInvalidArgument, "invalid part");
+      }
+    }
+    for (size_t i = 0; i < listed.size(); ++i) {
+      auto it = parts.find(listed[i].first);
+      if (i + 1 < listed.size() && it->second.size < kMinPartBytes) {
+        failure =
+            error_response(400, "EntityTooSmall", "Your proposed upload is smaller than the minimum allowed size", res);
+        return error(StatusCode::kInvalidArgument, "too small");
+      }
+      chosen.push_back({it->second.data, it->second.size});
+      keep.insert(it->second.data);
+      std::string raw;
+      for (size_t h = 0; h + 1 < it->second.md5.size(); h += 2)
+        raw.push_back(static_cast<char>(std::stoi(it->second.md5.substr(h, 2), nullptr, 16)));
+      md5s += raw;
+    }
+    Digest d("md5");
+    d.update(md5s);
+    final_etag = hex_of(d.finish()) + "-" + std::to_string(listed.size());
+    RFOS_ASSIGN_OR_RETURN(std::string stored, c.get_value(upload_object(upload_id), "u", "attrs"));
+    client::PutOptions o;
+    o.attrs = [&](uint64_t) -> Result<std::string> {
+      Attrs all = decode_attrs(stored);
+      all.emplace_back("etag", final_etag);
+      return encode_attrs(all);
+    };
+    RFOS_RETURN_IF_ERROR(client::NamedObjects(c).put_parts(req.key, chosen, o));
+    // The parts are the object's now; those not listed go with the upload.
+    return drop_upload(c, upload_id, keep);
+  });
+  if (failure) return reply(std::move(*failure));
+  if (!s.is_ok()) return reply(error_response(s, res));
+  Xml x;
+  x.open("CompleteMultipartUploadResult", kNs).leaf("Location", res).leaf("Bucket", req.bucket);
+  x.leaf("Key", req.key).leaf("ETag", "\"" + final_etag + "\"").close("CompleteMultipartUploadResult");
+  reply(xml_response(200, std::move(x)));
+}
+
+void abort_upload(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
+                  const std::function<void(Response)>& reply) {
+  std::optional<Response> failure;
+  Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) -> Status {
+    failure.reset();
+    if (auto bad = check_upload(c, req, *req.param("uploadId"))) {
+      failure = std::move(*bad);
+      return error(StatusCode::kNotFound, "no such upload");
+    }
+    return drop_upload(c, *req.param("uploadId"), {});
+  });
+  if (failure) return reply(std::move(*failure));
+  if (!s.is_ok()) return reply(error_response(s, resource_of(req)));
+  Response r;
+  r.status = 204;
+  reply(std::move(r));
+}
+
+void list_parts(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
+                const std::function<void(Response)>& reply) {
+  std::optional<Response> failure;
+  std::map<uint32_t, PartInfo> parts;
+  Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) -> Status {
+    failure.reset();
+    if (auto bad = check_upload(c, req, *req.param("uploadId"))) {
+      failure = std::move(*bad);
+      return error(StatusCode::kNotFound, "no such upload");
+    }
+    RFOS_ASSIGN_OR_RETURN(parts, parts_of(c, *req.param("uploadId")));
+    return Status::ok();
+  });
+  if (failure) return reply(std::move(*failure));
+  if (!s.is_ok()) return reply(error_response(s, resource_of(req)));
+  uint32_t marker = 0;
+  if (const std::string* m = req.param("part-number-marker");
+      m && !m->empty() && m->size() <= 5 && m->find_first_not_of("0123456789") == std::string::npos)
+    marker = static_cast<uint32_t>(std::stoul(*m));
+  size_t max_parts = 1000;
+  if (const std::string* m = req.param("max-parts");
+      m && !m->empty() && m->size() <= 5 && m->find_first_not_of("0123456789") == std::string::npos)
+    max_parts = std::min<size_t>(std::stoul(*m), 1000);
+  Xml x;
+  x.open("ListPartsResult", kNs).leaf("Bucket", req.bucket).leaf("Key", req.key);
+  x.leaf("UploadId", *req.param("uploadId")).leaf("PartNumberMarker", std::to_string(marker));
+  std::string body;
+  size_t given = 0;
+  uint32_t last = marker;
+  bool truncated = false;
+  for (const auto& [n, p] : parts) {
+    if (n <= marker) continue;
+    if (given == max_parts) {
+      truncated = true;
+      break;
+    }
+    Xml part;
+    part.s.clear();
+    part.open("Part").leaf("PartNumber", std::to_string(n)).leaf("ETag", "\"" + p.md5 + "\"");
+    part.leaf("Size", std::to_string(p.size)).close("Part");
+    body += part.s;
+    last = n;
+    ++given;
+  }
+  x.leaf("NextPartNumberMarker", std::to_string(last)).leaf("MaxParts", std::to_string(max_parts));
+  x.leaf("IsTruncated", truncated ? "true" : "false");
+  x.s += body;
+  x.close("ListPartsResult");
+  reply(xml_response(200, std::move(x)));
+}
+
+void list_uploads(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
+                  const std::function<void(Response)>& reply) {
+  const std::string prefix = req.param("prefix") ? *req.param("prefix") : std::string();
+  auto uploads = with_bucket(config, user, handles, req.bucket,
+                             [&](client::Container& c) -> Result<std::vector<std::pair<std::string, std::string>>> {
+                               std::vector<std::pair<std::string, std::string>> out;  // key, upload id
+                               const ObjectId idx = uploads_index();
+                               std::string anchor;
+                               for (bool done = false; !done;) {
+                                 RFOS_ASSIGN_OR_RETURN(client::KeyPage page,
+                                                       c.list_dkeys(idx, c.target_of(idx, {}), anchor, 1024, "k"));
+                                 for (size_t i = 0; i < page.keys.size(); ++i)
+                                   if (!page.values[i].empty() && page.values[i].starts_with(prefix))
+                                     out.emplace_back(page.values[i], page.keys[i]);
+                                 if (!page.done && page.anchor == anchor) break;
+                                 anchor = page.anchor;
+                                 done = page.done;
+                               }
+                               std::sort(out.begin(), out.end());
+                               return out;
+                             });
+  if (!uploads.is_ok()) return reply(error_response(uploads.status(), resource_of(req), true));
+  Xml x;
+  x.open("ListMultipartUploadsResult", kNs).leaf("Bucket", req.bucket).leaf("KeyMarker", "").leaf("UploadIdMarker", "");
+  x.leaf("Prefix", prefix).leaf("MaxUploads", "1000").leaf("IsTruncated", "false");
+  for (const auto& [key, id] : *uploads)
+    x.open("Upload").leaf("Key", key).leaf("UploadId", id).leaf("StorageClass", "STANDARD").close("Upload");
+  x.close("ListMultipartUploadsResult");
+  reply(xml_response(200, std::move(x)));
+}
+
+// --- DeleteObjects -------------------------------------------------------------------------------------------
+
+void delete_objects(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
+                    const std::function<void(Response)>& reply) {
+  const std::string res = resource_of(req);
+  if (const std::string* md5 = req.header("content-md5")) {
+    Digest d("md5");
+    d.update(req.body);
+    if (!equal_secret(base64(d.finish()), *md5))
+      return reply(
+          error_response(400, "BadDigest", "The Content-MD5 you specified did not match what we received.", res));
+  }
+  auto doc = parse_xml(req.body);
+  if (!doc.is_ok() || doc->name != "Delete")
+    return reply(error_response(400, "MalformedXML",
+                                "The XML you provided was not well-formed or did not validate against our published "
+                                "schema.",
+                                res));
+  const bool quiet = doc->child("Quiet") && doc->child("Quiet")->text == "true";
+  std::vector<std::string> keys;
+  for (const XmlElement& o : doc->children)
+    if (o.name == "Object") {
+      const XmlElement* k = o.child("Key");
+      if (!k || k->text.empty()) return reply(error_response(400, "MalformedXML", "An Object needs a Key.", res));
+      keys.push_back(k->text);
+    }
+  if (keys.empty() || keys.size() > 1000)
+    return reply(error_response(400, "MalformedXML", "Delete takes 1 to 1000 objects.", res));
+  Xml x;
+  x.open("DeleteResult", kNs);
+  for (const std::string& k : keys) {
+    Status s = with_bucket(config, user, handles, req.bucket,
+                           [&](client::Container& c) { return client::NamedObjects(c).remove(k); });
+    if (s.is_ok() || s.code() == StatusCode::kNotFound) {
+      if (!quiet) x.open("Deleted").leaf("Key", k).close("Deleted");
+    } else {
+      Response e = error_response(s, res);
+      std::string code = e.body.substr(e.body.find("<Code>") + 6);
+      code = code.substr(0, code.find('<'));
+      x.open("Error").leaf("Key", k).leaf("Code", code).leaf("Message", s.message()).close("Error");
+    }
+  }
+  x.close("DeleteResult");
+  reply(xml_response(200, std::move(x)));
 }
 
 // "bytes=A-B", "bytes=A-", "bytes=-N" against `size`: [first, last], nullopt when unsatisfiable, and no range
@@ -671,9 +1120,6 @@ void delete_object(const ServiceConfig& config, const User& user, Handles& handl
 // answer of the plain request.
 constexpr std::string_view kUnsupported[] = {"acl",
                                              "tagging",
-                                             "uploads",
-                                             "uploadId",
-                                             "partNumber",
                                              "versioning",
                                              "versions",
                                              "policy",
@@ -700,7 +1146,6 @@ constexpr std::string_view kUnsupported[] = {"acl",
                                              "publicAccessBlock",
                                              "intelligent-tiering",
                                              "attributes",
-                                             "delete",
                                              "policyStatus"};
 
 }  // namespace
@@ -863,6 +1308,8 @@ void serve(const ServiceConfig& config, const User& user, Handles& handles, Requ
           .close("LocationConstraint");
       return reply(xml_response(200, std::move(x)));
     }
+    if (req.param("uploads") && m == "GET") return list_uploads(config, user, handles, req, reply);
+    if (req.param("delete") && m == "POST") return delete_objects(config, user, handles, req, reply);
     if (!req.query.empty() &&
         !(m == "GET" && (req.param("list-type") || req.param("prefix") || req.param("delimiter") ||
                          req.param("marker") || req.param("max-keys") || req.param("encoding-type") ||
@@ -876,6 +1323,23 @@ void serve(const ServiceConfig& config, const User& user, Handles& handles, Requ
     return reply(
         error_response(405, "MethodNotAllowed", "The specified method is not allowed against this resource.", res));
   }
+  if (req.param("uploads")) {
+    if (m == "POST") return create_upload(config, user, handles, req, reply);
+    return reply(
+        error_response(405, "MethodNotAllowed", "The specified method is not allowed against this resource.", res));
+  }
+  if (req.param("uploadId")) {
+    if (req.header("x-amz-copy-source"))
+      return reply(error_response(501, "NotImplemented", "UploadPartCopy is not implemented by rfos s3 yet.", res));
+    if (m == "PUT") return upload_part(config, user, handles, req, reply);
+    if (m == "POST") return complete_upload(config, user, handles, req, reply);
+    if (m == "DELETE") return abort_upload(config, user, handles, req, reply);
+    if (m == "GET") return list_parts(config, user, handles, req, reply);
+    return reply(
+        error_response(405, "MethodNotAllowed", "The specified method is not allowed against this resource.", res));
+  }
+  if (req.param("partNumber"))
+    return reply(error_response(501, "NotImplemented", "Reading one part of an object is not implemented yet.", res));
   if (m == "PUT") {
     if (req.header("x-amz-copy-source"))
       return reply(error_response(501, "NotImplemented", "CopyObject is not implemented by rfos s3 yet.", res));

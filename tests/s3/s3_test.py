@@ -439,6 +439,114 @@ class S3Test(unittest.TestCase):
         self.assertIn(got, bodies)  # one writer's whole object, never a mix
         self.assertEqual(self.s3.head_object(Bucket=b, Key="k")["ETag"], '"%s"' % hashlib.md5(got).hexdigest())
 
+    def test_multipart_uploads(self):
+        b = self.bucket("multipart")
+        parts = [os.urandom(5 << 20), os.urandom(5 << 20), os.urandom(1000)]
+        up = self.s3.create_multipart_upload(Bucket=b, Key="mp/obj", ContentType="application/x-parts",
+                                             Metadata={"kind": "multipart"})["UploadId"]
+        etags = []
+        for i, data in enumerate(parts):
+            etags.append(self.s3.upload_part(Bucket=b, Key="mp/obj", UploadId=up, PartNumber=i + 1,
+                                             Body=data)["ETag"])
+        self.assertEqual(etags[2], '"%s"' % hashlib.md5(parts[2]).hexdigest())
+        # Part 2 again: the later upload counts.
+        parts[1] = os.urandom(5 << 20)
+        etags[1] = self.s3.upload_part(Bucket=b, Key="mp/obj", UploadId=up, PartNumber=2, Body=parts[1])["ETag"]
+        listed = self.s3.list_parts(Bucket=b, Key="mp/obj", UploadId=up)["Parts"]
+        self.assertEqual([(p["PartNumber"], p["ETag"], p["Size"]) for p in listed],
+                         [(i + 1, etags[i], len(parts[i])) for i in range(3)])
+        self.assertIn(up, [u["UploadId"] for u in self.s3.list_multipart_uploads(Bucket=b)["Uploads"]])
+        # Not there until completed; bad completions change nothing.
+        self.assertEqual(error_code(lambda: self.s3.head_object(Bucket=b, Key="mp/obj")), "404")
+        done = lambda ps: self.s3.complete_multipart_upload(Bucket=b, Key="mp/obj", UploadId=up,
+                                                            MultipartUpload={"Parts": ps})
+        self.assertEqual(error_code(lambda: done([{"PartNumber": 1, "ETag": '"00"'}])), "InvalidPart")
+        self.assertEqual(error_code(lambda: done([{"PartNumber": 2, "ETag": etags[1]},
+                                                  {"PartNumber": 1, "ETag": etags[0]}])), "InvalidPartOrder")
+        self.assertEqual(error_code(lambda: done([{"PartNumber": 3, "ETag": etags[2]},
+                                                  {"PartNumber": 4, "ETag": etags[2]}])), "InvalidPart")
+        r = done([{"PartNumber": i + 1, "ETag": etags[i]} for i in range(3)])
+        want = hashlib.md5(b"".join(hashlib.md5(p).digest() for p in parts)).hexdigest() + "-3"
+        self.assertEqual(r["ETag"], '"%s"' % want)
+        got = self.s3.get_object(Bucket=b, Key="mp/obj")
+        self.assertEqual(got["Body"].read(), b"".join(parts))
+        self.assertEqual(got["ETag"], '"%s"' % want)
+        self.assertEqual(got["ContentType"], "application/x-parts")
+        self.assertEqual(got["Metadata"], {"kind": "multipart"})
+        whole = b"".join(parts)
+        rng = self.s3.get_object(Bucket=b, Key="mp/obj", Range="bytes=%d-%d" % ((5 << 20) - 10, (10 << 20) + 10))
+        self.assertEqual(rng["Body"].read(), whole[(5 << 20) - 10:(10 << 20) + 11])
+        self.assertEqual(self.c.cli("get", "-q", "--pool", "default", "--cont", b, "mp/obj", "-").stdout, whole)
+        self.assertEqual(error_code(lambda: self.s3.list_parts(Bucket=b, Key="mp/obj", UploadId=up)), "NoSuchUpload")
+        self.assertNotIn("Uploads", self.s3.list_multipart_uploads(Bucket=b))
+        # A part too small in the middle; and an aborted upload leaves nothing.
+        up2 = self.s3.create_multipart_upload(Bucket=b, Key="mp/small")["UploadId"]
+        e1 = self.s3.upload_part(Bucket=b, Key="mp/small", UploadId=up2, PartNumber=1, Body=b"a" * 100)["ETag"]
+        e2 = self.s3.upload_part(Bucket=b, Key="mp/small", UploadId=up2, PartNumber=2, Body=b"b" * 100)["ETag"]
+        self.assertEqual(error_code(lambda: self.s3.complete_multipart_upload(
+            Bucket=b, Key="mp/small", UploadId=up2,
+            MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": e1}, {"PartNumber": 2, "ETag": e2}]})),
+            "EntityTooSmall")
+        self.s3.abort_multipart_upload(Bucket=b, Key="mp/small", UploadId=up2)
+        self.assertEqual(error_code(lambda: self.s3.abort_multipart_upload(Bucket=b, Key="mp/small", UploadId=up2)),
+                         "NoSuchUpload")
+        self.assertEqual(error_code(lambda: self.s3.head_object(Bucket=b, Key="mp/small")), "404")
+        # Bad XML is refused.
+        r = self.raw_request("POST", "/%s/mp/obj?uploadId=%s" % (b, up), b"<CompleteMultipartUpload><Part>")
+        self.assertEqual(r.status, 400)
+        self.assertIn(b"MalformedXML", r.read())
+        # Replaced by a single PUT, then removed: nothing of the parts is left (the bucket empties).
+        self.s3.put_object(Bucket=b, Key="mp/obj", Body=b"single")
+        self.assertEqual(self.s3.get_object(Bucket=b, Key="mp/obj")["Body"].read(), b"single")
+
+    def test_large_objects_through_awscli(self):
+        self.c.aws("s3", "mb", "s3://large")
+        self.addCleanup(lambda: self.c.aws("s3", "rb", "--force", "s3://large", check=False))
+        path = os.path.join(self.c.dir, "large.bin")
+        with open(path, "wb") as f:
+            for _ in range(40):
+                f.write(os.urandom(1 << 20))
+        self.c.aws("s3", "cp", "--only-show-errors", path, "s3://large/l.bin")  # multipart: 8 MiB parts
+        head = self.s3.head_object(Bucket="large", Key="l.bin")
+        self.assertEqual(head["ContentLength"], 40 << 20)
+        self.assertTrue(head["ETag"].endswith('-5"'), head["ETag"])
+        back = path + ".back"
+        self.c.aws("s3", "cp", "--only-show-errors", "s3://large/l.bin", back)  # ranged GETs in parallel
+        with open(path, "rb") as a, open(back, "rb") as b:
+            self.assertTrue(a.read() == b.read())
+
+    def test_delete_objects(self):
+        b = self.bucket("multidelete")
+        for k in ("a", "b", "c"):
+            self.s3.put_object(Bucket=b, Key=k, Body=k.encode())
+        r = self.s3.delete_objects(Bucket=b, Delete={"Objects": [{"Key": "a"}, {"Key": "c"}, {"Key": "missing"}]})
+        self.assertEqual(sorted(d["Key"] for d in r["Deleted"]), ["a", "c", "missing"])
+        self.assertEqual([o["Key"] for o in self.s3.list_objects_v2(Bucket=b)["Contents"]], ["b"])
+        r = self.s3.delete_objects(Bucket=b, Delete={"Objects": [{"Key": "b"}], "Quiet": True})
+        self.assertNotIn("Deleted", r)
+        self.assertEqual(self.s3.list_objects_v2(Bucket=b)["KeyCount"], 0)
+
+    def raw_request(self, method, path, body):
+        """A request signed here with the body's SHA-256."""
+        now = datetime.datetime.utcnow()
+        amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+        p, _, q = path.partition("?")
+        query = "&".join(sorted("%s=%s" % (k, v) if "=" in kv else "%s=" % kv
+                                for kv in q.split("&") if kv for k, _, v in [kv.partition("=")]))
+        payload = hashlib.sha256(body).hexdigest()
+        h = {"host": "127.0.0.1:%d" % self.c.port, "x-amz-date": amz_date, "x-amz-content-sha256": payload}
+        names = sorted(h)
+        canonical = "\n".join([method, p, query, "".join("%s:%s\n" % (k, h[k]) for k in names), ";".join(names),
+                               payload])
+        scope = "%s/us-east-1/s3/aws4_request" % day
+        to_sign = "AWS4-HMAC-SHA256\n%s\n%s\n%s" % (amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest())
+        _, sig = sign_v4(self.c.secret, day, "us-east-1", to_sign)
+        h["authorization"] = "AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, Signature=%s" % (
+            self.c.access, scope, ";".join(names), sig)
+        conn = http.client.HTTPConnection("127.0.0.1", self.c.port)
+        conn.request(method, path, body=body, headers=h)
+        return conn.getresponse()
+
     def test_what_is_not_implemented_says_so(self):
         b = self.bucket("unimplemented")
         self.assertEqual(error_code(lambda: self.s3.get_bucket_acl(Bucket=b)), "NotImplemented")
