@@ -1,5 +1,7 @@
 #include "s3/service.h"
 
+#include <isa-l/crc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -9,6 +11,7 @@
 #include "client/file_stream.h"
 #include "client/named_objects.h"
 #include "common/coding.h"
+#include "common/crc32c.h"
 #include "placement/placement.h"
 #include "s3/xml.h"
 
@@ -368,6 +371,45 @@ void list_objects(const ServiceConfig& config, const User& user, Handles& handle
 
 // --- objects -------------------------------------------------------------------------------------------------
 
+// An x-amz-checksum-* algorithm over a body: CRC32 (ISA-L, zlib's), CRC32C, SHA1, SHA256; its value base64 of
+// the big-endian CRC or the digest, as S3 gives it.
+class Checksum {
+ public:
+  // nullopt for an algorithm this gateway does not compute (CRC64NVME).
+  static std::optional<Checksum> of(std::string_view alg) {
+    std::string a(alg);
+    for (char& c : a) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    Checksum k;
+    k.name_ = a;
+    if (a == "sha1" || a == "sha256")
+      k.digest_ = std::make_shared<Digest>(a.c_str());
+    else if (a != "crc32" && a != "crc32c")
+      return std::nullopt;
+    return k;
+  }
+  const std::string& name() const { return name_; }  // "crc32", ...
+  std::string header() const { return "x-amz-checksum-" + name_; }
+  void update(std::string_view b) {
+    if (digest_)
+      digest_->update(b);
+    else if (name_ == "crc32")
+      crc_ = crc32_gzip_refl(crc_, reinterpret_cast<const unsigned char*>(b.data()), b.size());
+    else
+      crc_ = crc32c_extend(crc_, b.data(), b.size());
+  }
+  std::string finish() {
+    if (digest_) return base64(digest_->finish());
+    std::string be;
+    put_be32(&be, crc_);
+    return base64(be);
+  }
+
+ private:
+  std::string name_;
+  uint32_t crc_ = 0;
+  std::shared_ptr<Digest> digest_;
+};
+
 // Reads the body as the request's x-amz-content-sha256 says it comes, checking what it can as it goes.
 class BodyReader {
  public:
@@ -390,8 +432,31 @@ class BodyReader {
       return error(StatusCode::kInvalidArgument, "an aws-chunked body needs x-amz-decoded-content-length");
     }
     if (req_.header("content-md5")) md5_check_.emplace("md5");
+    // A checksum: its value in a header, or in the aws-chunked body's trailer (x-amz-trailer names it); or only
+    // its algorithm named (computed and kept, nothing to check).
+    std::string alg;
+    for (const auto& [k, v] : req_.headers)
+      if (k.starts_with("x-amz-checksum-") && k != "x-amz-checksum-algorithm" && k != "x-amz-checksum-type") {
+        alg = k.substr(15);
+        expected_ = v;
+      }
+    if (const std::string* t = req_.header("x-amz-trailer")) {
+      if (!t->starts_with("x-amz-checksum-") || !decoder_ || !alg.empty())
+        return error(StatusCode::kInvalidArgument,
+                     "x-amz-trailer must name one x-amz-checksum-* of an aws-chunked body");
+      alg = t->substr(15);
+      from_trailer_ = true;
+    }
+    if (const std::string* a = req_.header("x-amz-sdk-checksum-algorithm"); a && alg.empty()) alg = *a;
+    if (!alg.empty()) {
+      checksum_ = Checksum::of(alg);
+      if (!checksum_) return error(StatusCode::kNotSupported, "checksum algorithm " + alg + " is not supported yet");
+    }
     return Status::ok();
   }
+
+  // The body's checksum, once finish() succeeded: its header and value (none when not asked for).
+  std::optional<std::pair<std::string, std::string>> checksum() const { return computed_; }
 
   bool started() const { return started_; }
 
@@ -420,6 +485,7 @@ class BodyReader {
     size_t n = std::min(buf.size(), pending_.size() - at_);
     std::memcpy(buf.data(), pending_.data() + at_, n);
     etag_.update(std::string_view(pending_).substr(at_, n));
+    if (checksum_) checksum_->update(std::string_view(pending_).substr(at_, n));
     if (md5_check_) md5_check_->update(std::string_view(pending_).substr(at_, n));
     at_ += n;
     return n;
@@ -435,12 +501,23 @@ class BodyReader {
       *code = "IncompleteBody";
       return error(StatusCode::kInvalidArgument, "the body's length is not x-amz-decoded-content-length");
     }
-    if (decoder_)
+    if (from_trailer_) {
       for (const auto& [k, v] : decoder_->trailers())
-        if (k.starts_with("x-amz-checksum-")) {
-          *code = "NotImplemented";
-          return error(StatusCode::kNotSupported, "checksum trailers (" + k + ") are not supported yet");
-        }
+        if (k == checksum_->header()) expected_ = v;
+      if (expected_.empty()) {
+        *code = "InvalidRequest";
+        return error(StatusCode::kInvalidArgument, "the trailer x-amz-trailer named did not come");
+      }
+    }
+    if (checksum_) {
+      std::string got = checksum_->finish();
+      if (!expected_.empty() && !equal_secret(got, expected_)) {
+        *code = "BadDigest";
+        return error(StatusCode::kChecksumMismatch,
+                     "The " + checksum_->name() + " you specified did not match the calculated checksum.");
+      }
+      computed_.emplace(checksum_->header(), got);
+    }
     if (sha_ && !equal_secret(hex_of(sha_->finish()), req_.payload_hash)) {
       *code = "XAmzContentSHA256Mismatch";
       return error(StatusCode::kInvalidArgument,
@@ -460,6 +537,10 @@ class BodyReader {
   std::optional<Digest> sha_;
   std::optional<Digest> md5_check_;
   Digest etag_{"md5"};
+  std::optional<Checksum> checksum_;
+  std::string expected_;
+  bool from_trailer_ = false;
+  std::optional<std::pair<std::string, std::string>> computed_;
   uint64_t decoded_length_ = 0;
   std::string pending_;
   size_t at_ = 0;
@@ -478,9 +559,6 @@ std::optional<Response> request_attrs(const Request& req, Attrs* attrs) {
       attrs->emplace_back(k, v);
     } else if (std::find(std::begin(kStoredHeaders), std::end(kStoredHeaders), k) != std::end(kStoredHeaders)) {
       attrs->emplace_back(k, v);
-    } else if ((k.starts_with("x-amz-checksum-") || k == "x-amz-sdk-checksum-algorithm" || k == "x-amz-trailer") &&
-               !(k == "x-amz-trailer" && v.empty())) {
-      return error_response(501, "NotImplemented", "Checksums (" + k + ") are not supported yet.", res);
     }
   }
   if (meta_bytes > kMaxMetadataBytes)
@@ -490,16 +568,19 @@ std::optional<Response> request_attrs(const Request& req, Attrs* attrs) {
 }
 
 // Streams the request's body through `store` on the bucket's handle: the body's MD5 (hex) once all of it was
-// stored and checked, or the S3 error. Tried again on a fresh handle only when it failed before it read any
-// body (a body is read once).
+// stored and checked, or the S3 error; *checksum gets the body's x-amz-checksum-* (header, value) where the
+// request asked for one, set before `finish` returns. Tried again on a fresh handle only when it failed before
+// it read any body (a body is read once).
+using ChecksumHeader = std::optional<std::pair<std::string, std::string>>;
 using StoreBody = std::function<Status(client::Container&, const client::StreamSource&,
                                        const std::function<Result<std::string>(uint64_t)>& finish)>;
 Result<std::string> store_body(const ServiceConfig& config, const User& user, Handles& handles, Request& req,
-                               const StoreBody& store, std::optional<Response>* failure) {
+                               const StoreBody& store, std::optional<Response>* failure, ChecksumHeader* checksum) {
   const std::string res = resource_of(req);
   BodyReader body(req);
   if (Status s = body.start(); !s.is_ok()) {
-    *failure = error_response(400, "InvalidRequest", s.message(), res);
+    *failure = s.code() == StatusCode::kNotSupported ? error_response(501, "NotImplemented", s.message(), res)
+                                                     : error_response(400, "InvalidRequest", s.message(), res);
     return s;
   }
   std::string code, etag;
@@ -514,6 +595,7 @@ Result<std::string> store_body(const ServiceConfig& config, const User& user, Ha
         **c, [&](std::span<uint8_t> b) { return body.read(b); },
         [&](uint64_t size) -> Result<std::string> {
           RFOS_ASSIGN_OR_RETURN(etag, body.finish(size, &code));
+          *checksum = body.checksum();
           return etag;
         });
     if (s.is_ok() || body.started() || !stale_handle(s.code())) break;
@@ -535,6 +617,7 @@ void put_object(const ServiceConfig& config, const User& user, Handles& handles,
   Attrs attrs;
   if (auto bad = request_attrs(req, &attrs)) return reply(std::move(*bad));
   std::optional<Response> failure;
+  ChecksumHeader checksum;
   auto etag = store_body(
       config, user, handles, req,
       [&](client::Container& c, const client::StreamSource& source, const auto& finish) {
@@ -543,14 +626,16 @@ void put_object(const ServiceConfig& config, const User& user, Handles& handles,
           RFOS_ASSIGN_OR_RETURN(std::string md5, finish(size));
           Attrs all = attrs;
           all.emplace_back("etag", md5);
+          if (checksum) all.push_back(*checksum);
           return encode_attrs(all);
         };
         return client::NamedObjects(c).put(req.key, source, {}, o);
       },
-      &failure);
+      &failure, &checksum);
   if (!etag.is_ok()) return reply(std::move(*failure));
   Response r;
   r.headers.emplace_back("etag", "\"" + *etag + "\"");
+  if (checksum) r.headers.push_back(*checksum);
   reply(std::move(r));
 }
 
@@ -668,6 +753,7 @@ void upload_part(const ServiceConfig& config, const User& user, Handles& handles
     return reply(error_response(400, "InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive",
                                 resource_of(req)));
   std::optional<Response> failure;
+  ChecksumHeader checksum;
   const ObjectId data = client::NamedObjects::fresh_data_object();
   uint64_t size = 0;
   auto md5 = store_body(
@@ -696,10 +782,11 @@ void upload_part(const ServiceConfig& config, const User& user, Handles& handles
           if (auto prev = decode_part(*old); prev && prev->data != data) (void)c.punch_object(prev->data);
         return Status::ok();
       },
-      &failure);
+      &failure, &checksum);
   if (!md5.is_ok()) return reply(std::move(*failure));
   Response r;
   r.headers.emplace_back("etag", "\"" + *md5 + "\"");
+  if (checksum) r.headers.push_back(*checksum);
   reply(std::move(r));
 }
 
@@ -1058,8 +1145,11 @@ void get_object(const ServiceConfig& config, const User& user, Handles& handles,
     }
   }
   r.headers.emplace_back("accept-ranges", "bytes");
+  // A stored checksum is the whole object's: given when asked for (x-amz-checksum-mode) and the whole object is.
+  const std::string* mode = req.header("x-amz-checksum-mode");
+  const bool checksums = mode && (*mode == "ENABLED" || *mode == "enabled") && r.status == 200;
   for (const auto& [k, v] : a)
-    if (k != "etag") r.headers.emplace_back(k, v);
+    if (k != "etag" && (checksums || !k.starts_with("x-amz-checksum-"))) r.headers.emplace_back(k, v);
   if (!attr(a, "content-type")) r.headers.emplace_back("content-type", "binary/octet-stream");
   // Overrides of the stored headers, as a signed request may ask.
   for (const auto& [param, header] : std::initializer_list<std::pair<std::string_view, std::string_view>>{

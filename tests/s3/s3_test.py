@@ -515,6 +515,38 @@ class S3Test(unittest.TestCase):
         with open(path, "rb") as a, open(back, "rb") as b:
             self.assertTrue(a.read() == b.read())
 
+    def test_checksums(self):
+        b = self.bucket("checksums")
+        data = os.urandom(300000)
+        for alg in ("CRC32", "CRC32C", "SHA1", "SHA256"):
+            r = self.s3.put_object(Bucket=b, Key=alg, Body=data, ChecksumAlgorithm=alg)
+            self.assertIn("Checksum" + alg, r)
+            got = self.s3.get_object(Bucket=b, Key=alg, ChecksumMode="ENABLED")
+            self.assertEqual(got["Body"].read(), data)  # botocore checks the checksum it is given
+            self.assertEqual(got["Checksum" + alg], r["Checksum" + alg])
+            self.assertNotIn("Checksum" + alg, self.s3.get_object(Bucket=b, Key=alg))
+        # A wrong value is BadDigest, and the object stays as it was.
+        r = self.raw_put("/%s/CRC32" % b, b"other bytes", {"x-amz-checksum-crc32": "AAAAAA=="},
+                         hashlib.sha256(b"other bytes").hexdigest()).getresponse()
+        self.assertEqual(r.status, 400)
+        self.assertIn(b"BadDigest", r.read())
+        self.assertEqual(self.s3.get_object(Bucket=b, Key="CRC32")["Body"].read(), data)
+        # In an aws-chunked trailer (what newer SDKs send by default).
+        import zlib, base64 as b64
+        crc = b64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+        for value, status in ((crc, 200), ("AAAAAA==", 400)):
+            body = b"%x\r\n" % len(data) + data + b"\r\n0\r\nx-amz-checksum-crc32:%s\r\n\r\n" % value.encode()
+            r = self.raw_put("/%s/trailer" % b, body, {"content-encoding": "aws-chunked",
+                                                       "x-amz-decoded-content-length": str(len(data)),
+                                                       "x-amz-trailer": "x-amz-checksum-crc32"},
+                             "STREAMING-UNSIGNED-PAYLOAD-TRAILER").getresponse()
+            self.assertEqual(r.status, status, r.read())
+        self.assertEqual(self.s3.get_object(Bucket=b, Key="trailer", ChecksumMode="ENABLED")["ChecksumCRC32"], crc)
+        r = self.raw_put("/%s/x" % b, b"x", {"x-amz-checksum-crc64nvme": "AAAAAAAAAAA="},
+                         hashlib.sha256(b"x").hexdigest()).getresponse()
+        self.assertEqual(r.status, 501)
+        self.assertIn(b"NotImplemented", r.read())
+
     def test_delete_objects(self):
         b = self.bucket("multidelete")
         for k in ("a", "b", "c"):
