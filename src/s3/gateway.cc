@@ -148,6 +148,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto& msg = parser_->get();
     req_ = Request{};
     req_.method = std::string(msg.method_string());
+    head_ = msg.method() == http::verb::head;
     for (const auto& f : msg)
       req_.headers.emplace_back(lower(std::string_view(f.name_string().data(), f.name_string().size())),
                                 std::string(f.value().data(), f.value().size()));
@@ -314,7 +315,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
         self->send_stream();
       });
     }
-    res->body() = std::move(r.body);
+    // A HEAD's answer has no body, errors included (a client would take it for the next response).
+    if (!head_) res->body() = std::move(r.body);
     if (!length_set) res->prepare_payload();
     stream_.expires_after(kIdle);
     http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
@@ -373,6 +375,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Request req_;
   const User* user_ = nullptr;
   bool keep_alive_ = true;
+  bool head_ = false;
   std::vector<char> chunk_;
   std::shared_ptr<Channel> req_upload_;  // the body being streamed to a worker
   bool body_done_ = false;

@@ -253,9 +253,10 @@ void create_bucket(const ServiceConfig& config, const User& user, const Request&
 
 void head_bucket(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
                  const std::function<void(Response)>& reply) {
-  // Opening it is the check S3 makes: the bucket exists and this user may read it.
-  auto c = bucket(config, user, handles, req.bucket);
-  if (!c.is_ok()) return reply(error_response(c.status(), resource_of(req), true));
+  // The check S3 makes: the bucket exists and this user may read it. Asked of the server each time (a cached
+  // handle outlives a bucket another worker deleted).
+  auto info = user.control->cont_query(config.pool, req.bucket);
+  if (!info.is_ok()) return reply(error_response(info.status(), resource_of(req), true));
   reply(Response{});
 }
 
@@ -1210,7 +1211,6 @@ void delete_object(const ServiceConfig& config, const User& user, Handles& handl
 // answer of the plain request.
 constexpr std::string_view kUnsupported[] = {"acl",
                                              "tagging",
-                                             "versioning",
                                              "versions",
                                              "policy",
                                              "cors",
@@ -1390,8 +1390,8 @@ void serve(const ServiceConfig& config, const User& user, Handles& handles, Requ
   }
   if (req.key.empty()) {
     if (req.param("location") && m == "GET") {
-      auto c = bucket(config, user, handles, req.bucket);
-      if (!c.is_ok()) return reply(error_response(c.status(), res, true));
+      auto info = user.control->cont_query(config.pool, req.bucket);
+      if (!info.is_ok()) return reply(error_response(info.status(), res, true));
       Xml x;
       x.open("LocationConstraint", kNs)
           .text(config.region == "us-east-1" ? "" : config.region)
@@ -1399,6 +1399,16 @@ void serve(const ServiceConfig& config, const User& user, Handles& handles, Requ
       return reply(xml_response(200, std::move(x)));
     }
     if (req.param("uploads") && m == "GET") return list_uploads(config, user, handles, req, reply);
+    if (req.param("versioning")) {
+      if (m != "GET")
+        return reply(error_response(501, "NotImplemented", "Versioning is not implemented by rfos s3 yet.", res));
+      // Never versioned: S3's answer for a bucket versioning was never enabled on.
+      auto info = user.control->cont_query(config.pool, req.bucket);
+      if (!info.is_ok()) return reply(error_response(info.status(), res, true));
+      Xml x;
+      x.open("VersioningConfiguration", kNs).close("VersioningConfiguration");
+      return reply(xml_response(200, std::move(x)));
+    }
     if (req.param("delete") && m == "POST") return delete_objects(config, user, handles, req, reply);
     if (!req.query.empty() &&
         !(m == "GET" && (req.param("list-type") || req.param("prefix") || req.param("delimiter") ||

@@ -1,12 +1,12 @@
 #!/usr/bin/python3
-"""`rfos s3` against real S3 clients from Debian (awscli, boto3) and raw HTTP: buckets, objects, ranges,
+"""`rfos s3` against real S3 clients from Debian (awscli, boto3, rclone, s3cmd) and raw HTTP: buckets, objects, ranges,
 conditions, listings, presigned URLs, aws-chunked uploads, and the refusals of bad signatures, skewed clocks,
 bad digests and cut-off uploads, each of which must change nothing.
 
   s3_test.py RFOS_BINARY [unittest args]
 
 Real processes on loopback: an `rfos server` (ucx+tcp pinned to lo) and `rfos s3` on 127.0.0.1.
-Needs Debian's python3-boto3 and awscli (scripts/install-deps); fails, saying so, without them.
+Needs Debian's python3-boto3, awscli, rclone and s3cmd (scripts/install-deps); fails, saying so, without them.
 """
 import datetime
 import hashlib
@@ -547,6 +547,64 @@ class S3Test(unittest.TestCase):
         self.assertEqual(r.status, 501)
         self.assertIn(b"NotImplemented", r.read())
 
+    def test_rclone_and_s3cmd(self):
+        tree = tempfile.mkdtemp(dir=self.c.dir)
+        os.makedirs(os.path.join(tree, "sub"))
+        files = {"a": os.urandom(100000), "sub/b": os.urandom(3000000), "empty": b""}
+        for name, data in files.items():
+            with open(os.path.join(tree, name), "wb") as f:
+                f.write(data)
+        env = dict(ENV, RCLONE_CONFIG_RFOS_TYPE="s3", RCLONE_CONFIG_RFOS_PROVIDER="Other",
+                   RCLONE_CONFIG_RFOS_ACCESS_KEY_ID=self.c.access, RCLONE_CONFIG_RFOS_SECRET_ACCESS_KEY=self.c.secret,
+                   RCLONE_CONFIG_RFOS_ENDPOINT=self.c.endpoint, RCLONE_CONFIG_RFOS_REGION="us-east-1",
+                   RCLONE_CONFIG="/dev/null")
+        env.pop("AWS_CA_BUNDLE", None)  # rclone cannot take one over plain HTTP
+
+        def rclone(*args):
+            out = subprocess.run(["rclone"] + list(args), env=env, capture_output=True, text=True)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertNotIn("Unsolicited response", out.stderr)
+            return out
+
+        rclone("mkdir", "rfos:rclone")
+        rclone("copy", tree, "rfos:rclone/t")
+        self.assertIn("0 differences found", rclone("check", tree, "rfos:rclone/t").stderr)  # sizes and MD5s
+        self.assertEqual(sorted(rclone("lsf", "-R", "--files-only", "rfos:rclone/t").stdout.split()),
+                         ["a", "empty", "sub/b"])
+        back = tempfile.mkdtemp(dir=self.c.dir)
+        rclone("copy", "rfos:rclone/t", back)
+        for name, data in files.items():
+            with open(os.path.join(back, name), "rb") as f:
+                self.assertEqual(f.read(), data)
+        rclone("purge", "rfos:rclone")
+        self.assertEqual(error_code(lambda: self.s3.head_bucket(Bucket="rclone")), "404")
+
+        cfg = os.path.join(self.c.dir, "s3cfg")
+        with open(cfg, "w") as f:
+            f.write("[default]\naccess_key = %s\nsecret_key = %s\nhost_base = 127.0.0.1:%d\nhost_bucket = "
+                    "127.0.0.1:%d\nuse_https = False\nsignature_v2 = False\nbucket_location = us-east-1\n" % (
+                        self.c.access, self.c.secret, self.c.port, self.c.port))
+
+        def s3cmd(*args):
+            out = subprocess.run(["s3cmd", "-c", cfg] + list(args), env=env, capture_output=True, text=True)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            return out.stdout
+
+        s3cmd("mb", "s3://s3cmd")
+        big = os.path.join(self.c.dir, "big")
+        with open(big, "wb") as f:
+            f.write(os.urandom(20 << 20))  # over s3cmd's 15 MiB: a multipart upload
+        s3cmd("put", big, "s3://s3cmd/big")
+        s3cmd("put", os.path.join(tree, "a"), "s3://s3cmd/a")
+        listing = s3cmd("ls", "s3://s3cmd")
+        self.assertIn("s3://s3cmd/big", listing)
+        self.assertIn(str(20 << 20), listing)
+        s3cmd("get", "--force", "s3://s3cmd/big", big + ".back")  # s3cmd checks the MD5 where the ETag is one
+        with open(big, "rb") as a, open(big + ".back", "rb") as b:
+            self.assertTrue(a.read() == b.read())
+        s3cmd("del", "s3://s3cmd/big", "s3://s3cmd/a")
+        s3cmd("rb", "s3://s3cmd")
+
     def test_delete_objects(self):
         b = self.bucket("multidelete")
         for k in ("a", "b", "c"):
@@ -582,7 +640,9 @@ class S3Test(unittest.TestCase):
     def test_what_is_not_implemented_says_so(self):
         b = self.bucket("unimplemented")
         self.assertEqual(error_code(lambda: self.s3.get_bucket_acl(Bucket=b)), "NotImplemented")
-        self.assertEqual(error_code(lambda: self.s3.get_bucket_versioning(Bucket=b)), "NotImplemented")
+        self.assertNotIn("Status", self.s3.get_bucket_versioning(Bucket=b))  # never versioned
+        self.assertEqual(error_code(lambda: self.s3.put_bucket_versioning(
+            Bucket=b, VersioningConfiguration={"Status": "Enabled"})), "NotImplemented")
         self.s3.put_object(Bucket=b, Key="src", Body=b"s")
         self.assertEqual(error_code(lambda: self.s3.copy_object(Bucket=b, Key="dst",
                                                                 CopySource={"Bucket": b, "Key": "src"})),
@@ -595,8 +655,9 @@ def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     RFOS = os.path.abspath(sys.argv.pop(1))
-    if not os.path.exists(AWS):
-        sys.exit("s3_test: needs Debian's awscli at %s (scripts/install-deps installs it)" % AWS)
+    for tool in (AWS, "/usr/bin/rclone", "/usr/bin/s3cmd"):
+        if not os.path.exists(tool):
+            sys.exit("s3_test: needs %s (scripts/install-deps installs it)" % tool)
     CLUSTER = Cluster()
     try:
         unittest.main(verbosity=2)
