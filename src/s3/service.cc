@@ -640,6 +640,35 @@ void put_object(const ServiceConfig& config, const User& user, Handles& handles,
   reply(std::move(r));
 }
 
+// "bytes=A-B", "bytes=A-", "bytes=-N" against `size`: [first, last], nullopt when unsatisfiable, and no range
+// at all (the whole object) for what is not one range S3 reads.
+struct Range {
+  uint64_t first = 0, last = 0;
+};
+std::optional<std::optional<Range>> parse_range(std::string_view h, uint64_t size) {
+  using R = std::optional<std::optional<Range>>;
+  if (!h.starts_with("bytes=")) return R(std::optional<Range>());
+  h.remove_prefix(6);
+  size_t dash = h.find('-');
+  if (dash == std::string_view::npos || h.find(',') != std::string_view::npos) return R(std::optional<Range>());
+  std::string_view a = h.substr(0, dash), b = h.substr(dash + 1);
+  auto num = [](std::string_view s) -> std::optional<uint64_t> {
+    if (s.empty() || s.size() > 19 || s.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
+    return std::stoull(std::string(s));
+  };
+  if (a.empty()) {  // the last N bytes
+    auto n = num(b);
+    if (!n) return R(std::optional<Range>());
+    if (*n == 0 || size == 0) return std::nullopt;
+    return R(Range{size - std::min(*n, size), size - 1});
+  }
+  auto first = num(a);
+  auto last = b.empty() ? std::optional<uint64_t>(UINT64_MAX) : num(b);
+  if (!first || !last || *last < *first) return R(std::optional<Range>());
+  if (*first >= size) return std::nullopt;
+  return R(Range{*first, std::min(*last, size - 1)});
+}
+
 // --- multipart uploads ---------------------------------------------------------------------------------------
 //
 // An upload is an object of its own (class S1, its id a hash of the upload id): dkey "u" holds the key, the
@@ -746,6 +775,138 @@ std::optional<uint32_t> part_number(const Request& req) {
   return v;
 }
 
+// Records a part written into `part.data` under its number; the part uploaded before under it goes (one uploaded
+// at the same time may be left). On an error the new part's data goes.
+Status register_part(client::Container& c, const std::string& upload_id, uint32_t n, const PartInfo& part) {
+  const ObjectId u = upload_object(upload_id);
+  auto old = c.get_value(u, "p", part_key(n));
+  Status s = c.put_value(u, "p", part_key(n), encode_part(part));
+  if (!s.is_ok()) {
+    (void)c.punch_object(part.data);
+    return s;
+  }
+  if (old.is_ok())
+    if (auto prev = decode_part(*old); prev && prev->data != part.data) (void)c.punch_object(prev->data);
+  return Status::ok();
+}
+
+// --- copies --------------------------------------------------------------------------------------------------
+
+// The object x-amz-copy-source names ("bucket/key" or "/bucket/key", URL-encoded), opened on a handle of its own
+// (the copy reads it on the put's reader thread while the put writes on its own).
+struct CopySource {
+  std::string bucket, key;
+  std::unique_ptr<client::Container> cont;
+  client::ObjectStat st;
+};
+
+std::optional<Response> open_copy_source(const ServiceConfig& config, const User& user, const Request& req,
+                                         CopySource* src) {
+  const std::string res = resource_of(req);
+  for (const auto& [k, v] : req.headers)
+    if (k.starts_with("x-amz-copy-source-if-") || k.starts_with("x-amz-copy-source-server-side-encryption"))
+      return error_response(501, "NotImplemented", "'" + k + "' is not implemented by rfos s3 yet.", res);
+  std::string raw = *req.header("x-amz-copy-source");
+  if (raw.find("?versionId=") != std::string::npos)
+    return error_response(501, "NotImplemented", "Versions are not implemented by rfos s3 yet.", res);
+  auto decoded = uri_decode(raw);
+  if (!decoded.is_ok()) return error_response(400, "InvalidArgument", "x-amz-copy-source is malformed", res);
+  std::string_view path = *decoded;
+  if (path.starts_with("/")) path.remove_prefix(1);
+  size_t slash = path.find('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 == path.size())
+    return error_response(400, "InvalidArgument", "x-amz-copy-source must be BUCKET/KEY", res);
+  src->bucket = path.substr(0, slash);
+  src->key = path.substr(slash + 1);
+  client::ContainerOptions o = options(config);
+  o.write = false;
+  auto c = client::Container::open(*user.control, config.pool, src->bucket, o);
+  if (!c.is_ok()) return error_response(c.status(), "/" + src->bucket, true);
+  src->cont = std::move(c).value();
+  auto st = client::NamedObjects(*src->cont).stat(src->key);
+  if (!st.is_ok()) {
+    if (st.status().code() == StatusCode::kNotFound)
+      return error_response(404, "NoSuchKey", "The specified key does not exist.", "/" + src->bucket + "/" + src->key);
+    return error_response(st.status(), res);
+  }
+  src->st = std::move(st).value();
+  return std::nullopt;
+}
+
+// [offset, offset + length) of the source as a StreamSource, a piece (1 MiB at most) per call, each hashed.
+client::StreamSource copy_reader(CopySource& src, uint64_t offset, uint64_t length, Digest* md5) {
+  auto pos = std::make_shared<uint64_t>(offset);
+  const uint64_t end = offset + length;
+  return [&src, pos, end, md5](std::span<uint8_t> buf) -> Result<size_t> {
+    size_t n = static_cast<size_t>(std::min<uint64_t>({buf.size(), client::kMaxIoBytes, end - *pos}));
+    if (n == 0) return size_t{0};
+    size_t got = 0;
+    RFOS_RETURN_IF_ERROR(client::NamedObjects(*src.cont).read_range(src.st, *pos, n, [&](std::span<const uint8_t> b) {
+      std::memcpy(buf.data() + got, b.data(), b.size());
+      got += b.size();
+      return Status::ok();
+    }));
+    md5->update(std::string_view(reinterpret_cast<const char*>(buf.data()), got));
+    *pos += got;
+    return got;
+  };
+}
+
+// The source still names the data it was read from: a put that replaced it meanwhile may have removed what the
+// copy read as holes.
+Status source_unchanged(CopySource& src) {
+  auto again = client::NamedObjects(*src.cont).stat(src.key);
+  if (!again.is_ok() || again->data != src.st.data)
+    return error(StatusCode::kBusy, "the copy's source was replaced while it was read: copy again");
+  return Status::ok();
+}
+
+void copy_object(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
+                 const std::function<void(Response)>& reply) {
+  const std::string res = resource_of(req);
+  CopySource src;
+  if (auto bad = open_copy_source(config, user, req, &src)) return reply(std::move(*bad));
+  const std::string* directive = req.header("x-amz-metadata-directive");
+  const bool replace = directive && *directive == "REPLACE";
+  if (directive && !replace && *directive != "COPY")
+    return reply(error_response(400, "InvalidArgument", "x-amz-metadata-directive must be COPY or REPLACE", res));
+  if (src.bucket == req.bucket && src.key == req.key && !replace)
+    return reply(error_response(400, "InvalidRequest",
+                                "This copy request is illegal because it is trying to copy an object to itself "
+                                "without changing the object's metadata, storage class, website redirect location or "
+                                "encryption attributes.",
+                                res));
+  Attrs attrs;
+  if (replace) {
+    if (auto bad = request_attrs(req, &attrs)) return reply(std::move(*bad));
+  } else {
+    for (auto& [k, v] : decode_attrs(src.st.attrs))
+      if (k != "etag" && !k.starts_with("x-amz-checksum-")) attrs.emplace_back(k, v);
+  }
+  std::string etag;
+  Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) {
+    Digest md5("md5");
+    client::PutOptions o;
+    o.attrs = [&](uint64_t) -> Result<std::string> {
+      RFOS_RETURN_IF_ERROR(source_unchanged(src));
+      etag = hex_of(md5.finish());
+      Attrs all = attrs;
+      all.emplace_back("etag", etag);
+      return encode_attrs(all);
+    };
+    return client::NamedObjects(c).put(req.key, copy_reader(src, 0, src.st.size, &md5), {}, o);
+  });
+  if (!s.is_ok()) return reply(error_response(s, res));
+  Xml x;
+  x.open("CopyObjectResult", kNs)
+      .leaf("LastModified", iso_date(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                               std::chrono::system_clock::now().time_since_epoch())
+                                                               .count())))
+      .leaf("ETag", "\"" + etag + "\"")
+      .close("CopyObjectResult");
+  reply(xml_response(200, std::move(x)));
+}
+
 void upload_part(const ServiceConfig& config, const User& user, Handles& handles, Request& req,
                  const std::function<void(Response)>& reply) {
   const std::string upload_id = *req.param("uploadId");
@@ -771,17 +932,9 @@ void upload_part(const ServiceConfig& config, const User& user, Handles& handles
           s = m.status();
           if (m.is_ok()) hex = *m;
         }
-        const ObjectId u = upload_object(upload_id);
-        auto old = c.get_value(u, "p", part_key(*n));
-        if (s.is_ok()) s = c.put_value(u, "p", part_key(*n), encode_part(PartInfo{data, size, hex}));
-        if (!s.is_ok()) {
-          (void)c.punch_object(data);
-          return s;
-        }
-        // The part uploaded before under this number goes (an upload of it at the same time may be left).
-        if (old.is_ok())
-          if (auto prev = decode_part(*old); prev && prev->data != data) (void)c.punch_object(prev->data);
-        return Status::ok();
+        if (s.is_ok()) return register_part(c, upload_id, *n, PartInfo{data, size, hex});
+        (void)c.punch_object(data);
+        return s;
       },
       &failure, &checksum);
   if (!md5.is_ok()) return reply(std::move(*failure));
@@ -789,6 +942,60 @@ void upload_part(const ServiceConfig& config, const User& user, Handles& handles
   r.headers.emplace_back("etag", "\"" + *md5 + "\"");
   if (checksum) r.headers.push_back(*checksum);
   reply(std::move(r));
+}
+
+void upload_part_copy(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
+                      const std::function<void(Response)>& reply) {
+  const std::string res = resource_of(req);
+  const std::string upload_id = *req.param("uploadId");
+  auto n = part_number(req);
+  if (!n)
+    return reply(
+        error_response(400, "InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive", res));
+  CopySource src;
+  if (auto bad = open_copy_source(config, user, req, &src)) return reply(std::move(*bad));
+  uint64_t first = 0, length = src.st.size;
+  if (const std::string* r = req.header("x-amz-copy-source-range")) {
+    // Only "bytes=A-B", inside the source.
+    auto range = parse_range(*r, src.st.size);
+    if (!range || !*range || r->find("=-") != std::string::npos || r->back() == '-')
+      return reply(error_response(400, "InvalidArgument",
+                                  "The x-amz-copy-source-range value must be of the form bytes=first-last where first "
+                                  "and last are the zero-based offsets of the first and last bytes to copy",
+                                  res));
+    first = (*range)->first;
+    length = (*range)->last - first + 1;
+  }
+  std::optional<Response> failure;
+  std::string etag;
+  Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) -> Status {
+    failure.reset();
+    if (auto bad = check_upload(c, req, upload_id)) {
+      failure = std::move(*bad);
+      return error(StatusCode::kNotFound, "no such upload");
+    }
+    const ObjectId data = client::NamedObjects::fresh_data_object();
+    Digest md5("md5");
+    uint64_t size = 0;
+    Status w = client::write_file_object(c, data, 0, copy_reader(src, first, length, &md5), 16, {}, &size);
+    if (w.is_ok()) w = source_unchanged(src);
+    if (!w.is_ok()) {
+      (void)c.punch_object(data);
+      return w;
+    }
+    etag = hex_of(md5.finish());
+    return register_part(c, upload_id, *n, PartInfo{data, size, etag});
+  });
+  if (failure) return reply(std::move(*failure));
+  if (!s.is_ok()) return reply(error_response(s, res));
+  Xml x;
+  x.open("CopyPartResult", kNs)
+      .leaf("LastModified", iso_date(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                               std::chrono::system_clock::now().time_since_epoch())
+                                                               .count())))
+      .leaf("ETag", "\"" + etag + "\"")
+      .close("CopyPartResult");
+  reply(xml_response(200, std::move(x)));
 }
 
 // The parts of an upload, by number.
@@ -1052,35 +1259,6 @@ void delete_objects(const ServiceConfig& config, const User& user, Handles& hand
   }
   x.close("DeleteResult");
   reply(xml_response(200, std::move(x)));
-}
-
-// "bytes=A-B", "bytes=A-", "bytes=-N" against `size`: [first, last], nullopt when unsatisfiable, and no range
-// at all (the whole object) for what is not one range S3 reads.
-struct Range {
-  uint64_t first = 0, last = 0;
-};
-std::optional<std::optional<Range>> parse_range(std::string_view h, uint64_t size) {
-  using R = std::optional<std::optional<Range>>;
-  if (!h.starts_with("bytes=")) return R(std::optional<Range>());
-  h.remove_prefix(6);
-  size_t dash = h.find('-');
-  if (dash == std::string_view::npos || h.find(',') != std::string_view::npos) return R(std::optional<Range>());
-  std::string_view a = h.substr(0, dash), b = h.substr(dash + 1);
-  auto num = [](std::string_view s) -> std::optional<uint64_t> {
-    if (s.empty() || s.size() > 19 || s.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
-    return std::stoull(std::string(s));
-  };
-  if (a.empty()) {  // the last N bytes
-    auto n = num(b);
-    if (!n) return R(std::optional<Range>());
-    if (*n == 0 || size == 0) return std::nullopt;
-    return R(Range{size - std::min(*n, size), size - 1});
-  }
-  auto first = num(a);
-  auto last = b.empty() ? std::optional<uint64_t>(UINT64_MAX) : num(b);
-  if (!first || !last || *last < *first) return R(std::optional<Range>());
-  if (*first >= size) return std::nullopt;
-  return R(Range{*first, std::min(*last, size - 1)});
 }
 
 void get_object(const ServiceConfig& config, const User& user, Handles& handles, const Request& req, bool head,
@@ -1429,8 +1607,7 @@ void serve(const ServiceConfig& config, const User& user, Handles& handles, Requ
         error_response(405, "MethodNotAllowed", "The specified method is not allowed against this resource.", res));
   }
   if (req.param("uploadId")) {
-    if (req.header("x-amz-copy-source"))
-      return reply(error_response(501, "NotImplemented", "UploadPartCopy is not implemented by rfos s3 yet.", res));
+    if (m == "PUT" && req.header("x-amz-copy-source")) return upload_part_copy(config, user, handles, req, reply);
     if (m == "PUT") return upload_part(config, user, handles, req, reply);
     if (m == "POST") return complete_upload(config, user, handles, req, reply);
     if (m == "DELETE") return abort_upload(config, user, handles, req, reply);
@@ -1441,8 +1618,7 @@ void serve(const ServiceConfig& config, const User& user, Handles& handles, Requ
   if (req.param("partNumber"))
     return reply(error_response(501, "NotImplemented", "Reading one part of an object is not implemented yet.", res));
   if (m == "PUT") {
-    if (req.header("x-amz-copy-source"))
-      return reply(error_response(501, "NotImplemented", "CopyObject is not implemented by rfos s3 yet.", res));
+    if (req.header("x-amz-copy-source")) return copy_object(config, user, handles, req, reply);
     return put_object(config, user, handles, req, reply);
   }
   if (m == "GET") return get_object(config, user, handles, req, false, reply);

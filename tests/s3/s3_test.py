@@ -605,6 +605,39 @@ class S3Test(unittest.TestCase):
         s3cmd("del", "s3://s3cmd/big", "s3://s3cmd/a")
         s3cmd("rb", "s3://s3cmd")
 
+    def test_copies(self):
+        b = self.bucket("copies")
+        other = self.bucket("copies-other")
+        data = os.urandom((2 << 20) + 333)
+        self.s3.put_object(Bucket=b, Key="src", Body=data, ContentType="text/x-src", Metadata={"m": "1"})
+        r = self.s3.copy_object(Bucket=other, Key="dst", CopySource={"Bucket": b, "Key": "src"})
+        self.assertEqual(r["CopyObjectResult"]["ETag"], '"%s"' % hashlib.md5(data).hexdigest())
+        got = self.s3.get_object(Bucket=other, Key="dst")
+        self.assertEqual(got["Body"].read(), data)
+        self.assertEqual((got["ContentType"], got["Metadata"]), ("text/x-src", {"m": "1"}))  # COPY: the source's
+        self.s3.copy_object(Bucket=b, Key="src", CopySource={"Bucket": b, "Key": "src"},
+                            MetadataDirective="REPLACE", ContentType="text/x-new", Metadata={"m": "2"})
+        got = self.s3.get_object(Bucket=b, Key="src")
+        self.assertEqual(got["Body"].read(), data)
+        self.assertEqual((got["ContentType"], got["Metadata"]), ("text/x-new", {"m": "2"}))
+        self.assertEqual(error_code(lambda: self.s3.copy_object(Bucket=b, Key="src",
+                                                                CopySource={"Bucket": b, "Key": "src"})),
+                         "InvalidRequest")  # onto itself, nothing changed
+        self.assertEqual(error_code(lambda: self.s3.copy_object(Bucket=b, Key="x",
+                                                                CopySource={"Bucket": b, "Key": "nope"})),
+                         "NoSuchKey")
+        # UploadPartCopy: ranges of the source as parts.
+        up = self.s3.create_multipart_upload(Bucket=other, Key="assembled")["UploadId"]
+        e1 = self.s3.upload_part_copy(Bucket=other, Key="assembled", UploadId=up, PartNumber=1,
+                                      CopySource={"Bucket": b, "Key": "src"},
+                                      CopySourceRange="bytes=0-1048575")
+        e2 = self.s3.upload_part_copy(Bucket=other, Key="assembled", UploadId=up, PartNumber=2,
+                                      CopySource={"Bucket": b, "Key": "src"}, CopySourceRange="bytes=2000000-2097484")
+        self.assertEqual(e2["CopyPartResult"]["ETag"], '"%s"' % hashlib.md5(data[2000000:2097485]).hexdigest())
+        parts = self.s3.list_parts(Bucket=other, Key="assembled", UploadId=up)["Parts"]
+        self.assertEqual([p["Size"] for p in parts], [1048576, 97485])
+        self.s3.abort_multipart_upload(Bucket=other, Key="assembled", UploadId=up)
+
     def test_delete_objects(self):
         b = self.bucket("multidelete")
         for k in ("a", "b", "c"):
@@ -644,7 +677,8 @@ class S3Test(unittest.TestCase):
         self.assertEqual(error_code(lambda: self.s3.put_bucket_versioning(
             Bucket=b, VersioningConfiguration={"Status": "Enabled"})), "NotImplemented")
         self.s3.put_object(Bucket=b, Key="src", Body=b"s")
-        self.assertEqual(error_code(lambda: self.s3.copy_object(Bucket=b, Key="dst",
+        etag = self.s3.head_object(Bucket=b, Key="src")["ETag"]
+        self.assertEqual(error_code(lambda: self.s3.copy_object(Bucket=b, Key="dst", CopySourceIfMatch=etag,
                                                                 CopySource={"Bucket": b, "Key": "src"})),
                          "NotImplemented")
         self.assertEqual(error_code(lambda: self.s3.head_object(Bucket=b, Key="dst")), "404")
