@@ -91,16 +91,21 @@ class Cluster:
         return out
 
     def stop(self):
-        if self.gateway.poll() is not None:
-            self.gateway_log.seek(0)
-            print("rfos s3 exited with %s:\n%s" % (self.gateway.returncode, self.gateway_log.read()), file=sys.stderr)
-        self.gateway_log.close()
+        """Stops both; False when the gateway had died or did not shut down cleanly (a sanitizer's report)."""
+        died = self.gateway.poll() is not None
         for p in (self.gateway, self.server):
             if p.poll() is None:
                 p.terminate()
                 p.wait()
             p.stdout.close()
+        ok = not died and self.gateway.returncode == 0
+        if not ok:
+            self.gateway_log.seek(0)
+            print("rfos s3 %s with %s:\n%s" % ("died" if died else "exited", self.gateway.returncode,
+                                               self.gateway_log.read()), file=sys.stderr)
+        self.gateway_log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+        return ok
 
 
 CLUSTER = None
@@ -694,9 +699,10 @@ def main():
             sys.exit("s3_test: needs %s (scripts/install-deps installs it)" % tool)
     CLUSTER = Cluster()
     try:
-        unittest.main(verbosity=2)
+        result = unittest.main(verbosity=2, exit=False).result
     finally:
-        CLUSTER.stop()
+        clean = CLUSTER.stop()
+    sys.exit(0 if result.wasSuccessful() and clean else 1)
 
 
 if __name__ == "__main__":
