@@ -195,17 +195,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
     read_small_body();
   }
 
-  // A small body, read whole, then the request goes to a worker.
-  void read_small_body() {
+  // Reads the body's next bytes (up to kBodyChunk) into chunk_, then calls then(self, ec, bytes read).
+  template <typename F>
+  void read_body_chunk(F then) {
     chunk_.resize(kBodyChunk);
     auto& b = parser_->get().body();
     b.data = chunk_.data();
     b.size = chunk_.size();
     stream_.expires_after(kIdle);
-    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
-      if (ec == http::error::need_buffer) ec = {};
+    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this(), then](beast::error_code ec, size_t) {
+      if (ec == http::error::need_buffer) ec = {};  // chunk_ is full: more to come
+      then(self, ec, ec ? 0 : self->chunk_.size() - self->parser_->get().body().size);
+    });
+  }
+
+  // A small body, read whole, then the request goes to a worker.
+  void read_small_body() {
+    read_body_chunk([](const std::shared_ptr<Connection>& self, beast::error_code ec, size_t got) {
       if (ec) return self->close();
-      size_t got = self->chunk_.size() - self->parser_->get().body().size;
       self->req_.body.append(self->chunk_.data(), got);
       if (self->req_.body.size() > kMaxSmallBody)
         return self->fail(error_response(400, "InvalidRequest", "This request's body is too large.", self->req_.path));
@@ -226,13 +233,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       waiting_room_ = true;
       return;
     }
-    chunk_.resize(kBodyChunk);
-    auto& b = parser_->get().body();
-    b.data = chunk_.data();
-    b.size = chunk_.size();
-    stream_.expires_after(kIdle);
-    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
-      if (ec == http::error::need_buffer) ec = {};
+    read_body_chunk([](const std::shared_ptr<Connection>& self, beast::error_code ec, size_t got) {
       if (ec) {
         // The client went away mid-body: the put fails and nothing of it is kept.
         self->body_done_ = true;
@@ -240,7 +241,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
         self->req_upload_->finish(error(StatusCode::kShutdown, "the client's body ended early: " + ec.message()));
         return;
       }
-      size_t got = self->chunk_.size() - self->parser_->get().body().size;
       self->req_upload_->push(std::string(self->chunk_.data(), got));
       self->pump_body();
     });

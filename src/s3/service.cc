@@ -84,22 +84,25 @@ Response xml_response(unsigned status, Xml&& x) {
 
 // --- time ----------------------------------------------------------------------------------------------------
 
-std::string http_date(uint64_t unix_ms) {
+std::string utc(uint64_t unix_ms, const char* format) {
   time_t t = static_cast<time_t>(unix_ms / 1000);
   std::tm tm{};
   gmtime_r(&t, &tm);
   char b[64];
-  std::strftime(b, sizeof(b), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  std::strftime(b, sizeof(b), format, &tm);
   return b;
 }
 
+std::string http_date(uint64_t unix_ms) { return utc(unix_ms, "%a, %d %b %Y %H:%M:%S GMT"); }
+
 std::string iso_date(uint64_t unix_ms) {
-  time_t t = static_cast<time_t>(unix_ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char b[64];
-  std::strftime(b, sizeof(b), "%Y-%m-%dT%H:%M:%S", &tm);
-  return std::string(b) + "." + std::to_string(1000 + unix_ms % 1000).substr(1) + "Z";
+  return utc(unix_ms, "%Y-%m-%dT%H:%M:%S") + "." + std::to_string(1000 + unix_ms % 1000).substr(1) + "Z";
+}
+
+uint64_t now_ms() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
 }
 
 // RFC 7231's IMF-fixdate (what clients send in If-Modified-Since); nullopt for anything else.
@@ -751,11 +754,7 @@ void create_upload(const ServiceConfig& config, const User& user, Handles& handl
   Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) -> Status {
     const ObjectId u = upload_object(upload_id);
     RFOS_RETURN_IF_ERROR(c.put_value(u, "u", "attrs", encode_attrs(attrs)));
-    RFOS_RETURN_IF_ERROR(c.put_value(
-        u, "u", "started",
-        std::to_string(static_cast<uint64_t>(
-            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-                .count()))));
+    RFOS_RETURN_IF_ERROR(c.put_value(u, "u", "started", std::to_string(now_ms())));
     RFOS_RETURN_IF_ERROR(c.put_value(uploads_index(), upload_id, "k", req.key));
     // The key last: an upload is there once it has one.
     return c.put_value(u, "u", "key", req.key);
@@ -899,9 +898,7 @@ void copy_object(const ServiceConfig& config, const User& user, Handles& handles
   if (!s.is_ok()) return reply(error_response(s, res));
   Xml x;
   x.open("CopyObjectResult", kNs)
-      .leaf("LastModified", iso_date(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                               std::chrono::system_clock::now().time_since_epoch())
-                                                               .count())))
+      .leaf("LastModified", iso_date(now_ms()))
       .leaf("ETag", "\"" + etag + "\"")
       .close("CopyObjectResult");
   reply(xml_response(200, std::move(x)));
@@ -990,9 +987,7 @@ void upload_part_copy(const ServiceConfig& config, const User& user, Handles& ha
   if (!s.is_ok()) return reply(error_response(s, res));
   Xml x;
   x.open("CopyPartResult", kNs)
-      .leaf("LastModified", iso_date(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                               std::chrono::system_clock::now().time_since_epoch())
-                                                               .count())))
+      .leaf("LastModified", iso_date(now_ms()))
       .leaf("ETag", "\"" + etag + "\"")
       .close("CopyPartResult");
   reply(xml_response(200, std::move(x)));

@@ -352,23 +352,30 @@ class S3Test(unittest.TestCase):
                                                                ContentMD5="1B2M2Y8AsgTpgAmY7PhCfg==")), "BadDigest")
         self.assertEqual(self.s3.get_object(Bucket=b, Key="k")["Body"].read(), b"original")
 
-    def raw_put(self, path, body, headers, payload_hash, send=None, skew=0):
-        """A PUT signed here (with a clock `skew` seconds off): header auth over `headers` + host and x-amz-*;
-        `send` the bytes actually sent."""
+    def signed_headers(self, method, path, headers, payload_hash, skew=0):
+        """Headers signed here (a clock `skew` seconds off): header auth over `headers`, host and x-amz-*; with
+        the signing key, date, scope and signature (an aws-chunked body's chain starts there)."""
         now = datetime.datetime.utcnow() + datetime.timedelta(seconds=skew)
         amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
         h = dict(headers)
         h["host"] = "127.0.0.1:%d" % self.c.port
         h["x-amz-date"] = amz_date
         h["x-amz-content-sha256"] = payload_hash
-        names = sorted(k.lower() for k in h)
-        canonical = "\n".join(["PUT", path, "", "".join("%s:%s\n" % (k, h[k]) for k in names), ";".join(names),
+        names = sorted(h)
+        p, _, q = path.partition("?")
+        query = "&".join(sorted("%s=%s" % (k, v) for kv in q.split("&") if kv for k, _, v in [kv.partition("=")]))
+        canonical = "\n".join([method, p, query, "".join("%s:%s\n" % (k, h[k]) for k in names), ";".join(names),
                                payload_hash])
         scope = "%s/us-east-1/s3/aws4_request" % day
         to_sign = "AWS4-HMAC-SHA256\n%s\n%s\n%s" % (amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest())
         key, sig = sign_v4(self.c.secret, day, "us-east-1", to_sign)
         h["authorization"] = "AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, Signature=%s" % (
             self.c.access, scope, ";".join(names), sig)
+        return h, key, amz_date, scope, sig
+
+    def raw_put(self, path, body, headers, payload_hash, send=None, skew=0):
+        """A PUT signed here; `send` the bytes actually sent."""
+        h, key, amz_date, scope, sig = self.signed_headers("PUT", path, headers, payload_hash, skew)
         if callable(body):
             body = body(key, amz_date, scope, sig)
         conn = http.client.HTTPConnection("127.0.0.1", self.c.port)
@@ -656,21 +663,7 @@ class S3Test(unittest.TestCase):
 
     def raw_request(self, method, path, body):
         """A request signed here with the body's SHA-256."""
-        now = datetime.datetime.utcnow()
-        amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
-        p, _, q = path.partition("?")
-        query = "&".join(sorted("%s=%s" % (k, v) if "=" in kv else "%s=" % kv
-                                for kv in q.split("&") if kv for k, _, v in [kv.partition("=")]))
-        payload = hashlib.sha256(body).hexdigest()
-        h = {"host": "127.0.0.1:%d" % self.c.port, "x-amz-date": amz_date, "x-amz-content-sha256": payload}
-        names = sorted(h)
-        canonical = "\n".join([method, p, query, "".join("%s:%s\n" % (k, h[k]) for k in names), ";".join(names),
-                               payload])
-        scope = "%s/us-east-1/s3/aws4_request" % day
-        to_sign = "AWS4-HMAC-SHA256\n%s\n%s\n%s" % (amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest())
-        _, sig = sign_v4(self.c.secret, day, "us-east-1", to_sign)
-        h["authorization"] = "AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, Signature=%s" % (
-            self.c.access, scope, ";".join(names), sig)
+        h = self.signed_headers(method, path, {}, hashlib.sha256(body).hexdigest())[0]
         conn = http.client.HTTPConnection("127.0.0.1", self.c.port)
         conn.request(method, path, body=body, headers=h)
         return conn.getresponse()
