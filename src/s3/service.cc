@@ -299,22 +299,31 @@ void list_objects(const ServiceConfig& config, const User& user, Handles& handle
       return reply(error_response(400, "InvalidArgument", "max-keys is not a non-negative number", resource_of(req)));
     max_keys = std::min<size_t>(std::stoul(*m), kMaxKeys);
   }
-  // Where to start: after this key, or past this common prefix.
+  // Where to start: after this key, or past this common prefix (and every key under it).
   std::string after;
+  bool after_prefix = false;
   if (v2) {
     if (const std::string* t = req.param("continuation-token")) {
-      std::string raw;  // the token is the hex of where the last page ended
-      if (t->size() % 2 || t->find_first_not_of("0123456789abcdef") != std::string::npos)
+      // The token is the hex of where the last page ended: 'k' and a key, or 'p' and a common prefix.
+      std::string raw;
+      if (t->size() < 2 || t->size() % 2 || t->find_first_not_of("0123456789abcdef") != std::string::npos)
         return reply(
             error_response(400, "InvalidArgument", "The continuation token provided is incorrect", resource_of(req)));
       for (size_t i = 0; i < t->size(); i += 2)
         raw.push_back(static_cast<char>(std::stoi(t->substr(i, 2), nullptr, 16)));
-      after = raw;
+      if (raw[0] != 'k' && raw[0] != 'p')
+        return reply(
+            error_response(400, "InvalidArgument", "The continuation token provided is incorrect", resource_of(req)));
+      after_prefix = raw[0] == 'p';
+      after = raw.substr(1);
     } else {
       after = p("start-after");
     }
   } else {
+    // v1's NextMarker is the last key or common prefix given; one that ends with the delimiter is taken for a
+    // prefix (S3's own reading).
     after = p("marker");
+    after_prefix = !delimiter.empty() && after.ends_with(delimiter);
   }
   auto all = with_bucket(config, user, handles, req.bucket,
                          [&](client::Container& c) { return client::NamedObjects(c).list_index(prefix); });
@@ -324,9 +333,10 @@ void list_objects(const ServiceConfig& config, const User& user, Handles& handle
   std::vector<const client::ObjectStat*> contents;
   std::vector<std::string> prefixes;
   std::string last;  // the last key or common prefix given
+  bool last_prefix = false;
   bool truncated = false;
-  const bool after_prefix = !delimiter.empty() && after.ends_with(delimiter);
   for (const client::ObjectStat& st : *all) {
+    if (max_keys == 0) break;
     if (!after.empty() && (st.name <= after || (after_prefix && st.name.starts_with(after)))) continue;
     std::string_view rest = std::string_view(st.name).substr(prefix.size());
     size_t d = delimiter.empty() ? std::string_view::npos : rest.find(delimiter);
@@ -337,6 +347,7 @@ void list_objects(const ServiceConfig& config, const User& user, Handles& handle
       truncated = true;
       break;
     }
+    last_prefix = !cp.empty();
     if (cp.empty()) {
       contents.push_back(&st);
       last = st.name;
@@ -352,7 +363,7 @@ void list_objects(const ServiceConfig& config, const User& user, Handles& handle
     if (const std::string* t = req.param("continuation-token")) x.leaf("ContinuationToken", *t);
     if (const std::string* s = req.param("start-after")) x.leaf("StartAfter", enc(*s));
     x.leaf("KeyCount", std::to_string(contents.size() + prefixes.size()));
-    if (truncated) x.leaf("NextContinuationToken", hex_of(last));
+    if (truncated) x.leaf("NextContinuationToken", hex_of((last_prefix ? "p" : "k") + last));
   } else {
     x.leaf("Marker", enc(after));
     if (truncated && !delimiter.empty()) x.leaf("NextMarker", enc(last));

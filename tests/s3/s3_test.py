@@ -248,6 +248,14 @@ class S3Test(unittest.TestCase):
         self.assertEqual(got, sorted(keys, key=lambda k: k.encode()))
         self.assertEqual(error_code(lambda: self.s3.list_objects_v2(Bucket=b, ContinuationToken="zz")),
                          "InvalidArgument")
+        # A "folder" object (a key ending in the delimiter) at a page's end: the next page goes on under it.
+        self.s3.put_object(Bucket=b, Key="a/", Body=b"")
+        got = []
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=b, Prefix="a/", Delimiter="/",
+                                                                      PaginationConfig={"PageSize": 1}):
+            got += [o["Key"] for o in page.get("Contents", [])] + [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+        self.assertEqual(got, ["a/", "a/1", "a/2", "a/b/"])
+        self.assertEqual(self.s3.list_objects_v2(Bucket=b, MaxKeys=0)["KeyCount"], 0)
 
     def test_awscli(self):
         self.c.aws("s3", "mb", "s3://awscli")

@@ -1,0 +1,103 @@
+#!/usr/bin/python3
+"""`rfos s3` against the native client on the same server: large objects in and out through the gateway, beside
+`rfos put` and `rfos get` of the same file (the ceiling: the same named-object put and get, without HTTP).
+
+  bench/s3_bench.py [--build build] [--size 256m] [--reps 3] [--provider ucx+shm] [--dir /var/tmp]
+
+Starts a server (loopback only) and `rfos s3` on 127.0.0.1, makes a bucket, then per rep, alternating:
+  - `rfos put` of a --size file into the bucket's container and `rfos get` of it to /dev/null;
+  - curl PUT of the same file to a presigned URL (one streamed PUT: the gateway computes its MD5, the
+    ETag, as S3 does) and curl GET of it to /dev/null; the object is compared (its ETag with the file's MD5).
+Prints MB/s medians and S3 / native ratios. curl, not a Python SDK, so that the client is not what binds.
+"""
+import hashlib
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rfos_setup import Server, parser  # noqa: E402
+
+
+def parse_size(text):
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    return int(text[:-1]) * units[text[-1].lower()] if text[-1].lower() in units else int(text)
+
+
+def timed(cmd, env=None):
+    t = time.monotonic()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return time.monotonic() - t
+
+
+def main():
+    p = parser(__doc__)
+    p.add_argument("--size", default="256m")
+    p.add_argument("--reps", type=int, default=3)
+    args = p.parse_args()
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        sys.exit("needs python3-boto3 (for presigned URLs)")
+    if shutil.which("curl") is None:
+        sys.exit("needs curl")
+    size = parse_size(args.size)
+    work = tempfile.mkdtemp(prefix="rfos-s3-bench-", dir=args.dir)
+    try:
+        data = os.path.join(work, "object.bin")
+        md5 = hashlib.md5()
+        with open(data, "wb") as f:
+            for _ in range(0, size, 1 << 20):
+                piece = os.urandom(min(1 << 20, size - f.tell()))
+                md5.update(piece)
+                f.write(piece)
+        with Server(args.build, work, args.provider, target_bytes=max(2 << 30, 4 * size)) as s:
+            gw = subprocess.Popen([s.rfos, "s3", "--pool", "p", "--listen", "127.0.0.1:0", "--keys-file",
+                                   os.path.join(work, "keys.yaml")], env=s.env, stdout=subprocess.PIPE, text=True)
+            try:
+                out = ""
+                while "secret key:" not in out:
+                    line = gw.stdout.readline()
+                    if not line:
+                        sys.exit("rfos s3 did not start")
+                    out += line
+                endpoint = re.search(r"listening on (\S+)", out).group(1)
+                access = re.search(r"access key: (\S+)", out).group(1)
+                secret = re.search(r"secret key: (\S+)", out).group(1)
+                s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=access,
+                                  aws_secret_access_key=secret,
+                                  config=Config(s3={"addressing_style": "path"}, signature_version="s3v4"))
+                s3.create_bucket(Bucket="bench")
+                figures = {"native put": [], "native get": [], "s3 put": [], "s3 get": []}
+                for rep in range(args.reps):
+                    figures["native put"].append(size / timed(
+                        [s.rfos, "put", "-q", "--pool", "p", "--cont", "bench", "native", data], s.env))
+                    figures["native get"].append(size / timed(
+                        [s.rfos, "get", "-q", "--pool", "p", "--cont", "bench", "native", "/dev/null"], s.env))
+                    put = s3.generate_presigned_url("put_object", Params={"Bucket": "bench", "Key": "s3"})
+                    get = s3.generate_presigned_url("get_object", Params={"Bucket": "bench", "Key": "s3"})
+                    figures["s3 put"].append(size / timed(["curl", "-sf", "-T", data, put]))
+                    if s3.head_object(Bucket="bench", Key="s3")["ETag"] != '"%s"' % md5.hexdigest():
+                        sys.exit("the object's ETag is not the file's MD5")
+                    figures["s3 get"].append(size / timed(["curl", "-sf", "-o", "/dev/null", get]))
+                med = {k: statistics.median(v) / 1e6 for k, v in figures.items()}
+                print("%s, %d MiB objects, %d reps (medians, MB/s):" % (args.provider, size >> 20, args.reps))
+                for k, v in figures.items():
+                    print("  %-11s %8.1f   (%s)" % (k, med[k], " ".join("%.0f" % (x / 1e6) for x in v)))
+                print("  s3 / native: put %.2f, get %.2f" % (med["s3 put"] / med["native put"],
+                                                             med["s3 get"] / med["native get"]))
+            finally:
+                gw.terminate()
+                gw.wait()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
