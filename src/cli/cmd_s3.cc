@@ -22,6 +22,8 @@ void add_s3_command(CLI::App& app, Context& ctx) {
   cmd->add_option("--keys-file", flags->keys_file,
                   "where the key pair made at the first start lives (default ~/.config/rfos/s3-keys.yaml)");
   cmd->add_option("--workers", flags->workers, "threads making storage calls (default 8)");
+  cmd->add_option("--https-cert", flags->https_cert, "serve HTTPS with this PEM certificate (chain)");
+  cmd->add_option("--https-key", flags->https_key, "... and this PEM key");
   cmd->callback([&ctx, cmd, config, flags, file] {
     if (!file->empty() && !ctx.check(s3::load_gateway_config(*file, config.get()), "s3")) return;
     if (cmd->count("--listen")) config->listen = flags->listen;
@@ -30,6 +32,8 @@ void add_s3_command(CLI::App& app, Context& ctx) {
     if (cmd->count("--region")) config->region = flags->region;
     if (cmd->count("--keys-file")) config->keys_file = flags->keys_file;
     if (cmd->count("--workers")) config->workers = flags->workers;
+    if (cmd->count("--https-cert")) config->https_cert = flags->https_cert;
+    if (cmd->count("--https-key")) config->https_key = flags->https_key;
     if (config->control_address.empty()) config->control_address = ctx.addr;
     if (config->tls.empty()) config->tls = ctx.tls;
     bool created = false;
@@ -50,17 +54,18 @@ void add_s3_command(CLI::App& app, Context& ctx) {
     auto g = s3::Gateway::start(*config);
     if (!ctx.check(g.status(), "s3")) return;
     const std::string host = config->listen.substr(0, config->listen.rfind(':'));
-    std::printf("rfos s3: listening on http://%s:%u (pool %s, server %s)\n", host.c_str(), (*g)->port(),
+    const char* scheme = config->https_cert.empty() ? "http" : "https";
+    std::printf("rfos s3: listening on %s://%s:%u (pool %s, server %s)\n", scheme, host.c_str(), (*g)->port(),
                 config->pool.c_str(), config->control_address.c_str());
     if (created) {
       const s3::AccessKey& k = config->keys.front();
       std::printf(
           "rfos s3: made a key pair (kept in %s, readable by this user only):\n"
           "  access key: %s\n  secret key: %s\n"
-          "  try: AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY='%s' aws --endpoint-url http://%s:%u "
+          "  try: AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY='%s' aws --endpoint-url %s://%s:%u "
           "--region %s s3 ls\n",
           config->keys_file.c_str(), k.access_key.c_str(), k.secret_key.c_str(), k.access_key.c_str(),
-          k.secret_key.c_str(), host.c_str(), (*g)->port(), config->region.c_str());
+          k.secret_key.c_str(), scheme, host.c_str(), (*g)->port(), config->region.c_str());
     } else if (!config->keys_file.empty()) {
       std::printf("rfos s3: %zu key(s) from %s\n", config->keys.size(), config->keys_file.c_str());
     }

@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -97,6 +99,7 @@ class Gateway::Impl {
   std::vector<std::unique_ptr<User>> users;
   std::unique_ptr<asio::io_context> io = std::make_unique<asio::io_context>(1);
   std::optional<tcp::acceptor> acceptor;
+  std::optional<asio::ssl::context> tls;  // HTTPS when configured
   std::mutex post_mu;
   bool alive = true;  // the loop still runs: workers may post to it
 
@@ -122,23 +125,40 @@ class Gateway::Impl {
 
 namespace {
 
-class Connection : public std::enable_shared_from_this<Connection> {
+// One client's connection: plain (Stream = beast::tcp_stream) or TLS (beast::ssl_stream over one).
+template <typename Stream>
+class Connection : public std::enable_shared_from_this<Connection<Stream>> {
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+  using std::enable_shared_from_this<Connection<Stream>>::shared_from_this;
+
  public:
-  Connection(Gateway::Impl& gw, tcp::socket socket) : gw_(gw), stream_(std::move(socket)) {}
+  Connection(Gateway::Impl& gw, tcp::socket socket) requires(!kTls) : gw_(gw), stream_(std::move(socket)) {}
+  Connection(Gateway::Impl& gw, tcp::socket socket, asio::ssl::context& tls) requires(kTls)
+      : gw_(gw), stream_(std::move(socket), tls) {}
   // The gateway stopping, or the last handler gone: a worker waiting on a body is let go.
   ~Connection() {
     if (download_) download_->abandon();
     if (req_upload_ && !body_done_) req_upload_->finish(error(StatusCode::kShutdown, "the connection closed"));
   }
 
-  void start() { read_header(); }
+  void start() {
+    if constexpr (kTls) {
+      beast::get_lowest_layer(stream_).expires_after(kIdle);
+      stream_.async_handshake(asio::ssl::stream_base::server, [self = shared_from_this()](beast::error_code ec) {
+        if (ec) return self->close();  // not TLS, or a certificate the client refused
+        self->read_header();
+      });
+    } else {
+      read_header();
+    }
+  }
 
  private:
   void read_header() {
     parser_.emplace();
     parser_->header_limit(64u << 10);
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
-    stream_.expires_after(kIdle);
+    beast::get_lowest_layer(stream_).expires_after(kIdle);
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
   }
@@ -202,7 +222,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto& b = parser_->get().body();
     b.data = chunk_.data();
     b.size = chunk_.size();
-    stream_.expires_after(kIdle);
+    beast::get_lowest_layer(stream_).expires_after(kIdle);
     http::async_read(stream_, buffer_, *parser_, [self = shared_from_this(), then](beast::error_code ec, size_t) {
       if (ec == http::error::need_buffer) ec = {};  // chunk_ is full: more to come
       then(self, ec, ec ? 0 : self->chunk_.size() - self->parser_->get().body().size);
@@ -318,7 +338,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // A HEAD's answer has no body, errors included (a client would take it for the next response).
     if (!head_) res->body() = std::move(r.body);
     if (!length_set) res->prepare_payload();
-    stream_.expires_after(kIdle);
+    beast::get_lowest_layer(stream_).expires_after(kIdle);
     http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
       if (ec) return self->close();
       self->next();
@@ -331,7 +351,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (chunk->size() > left_) return close();  // more than the length said: never send it
       left_ -= chunk->size();
       auto buf = std::make_shared<std::string>(std::move(*chunk));
-      stream_.expires_after(kIdle);
+      beast::get_lowest_layer(stream_).expires_after(kIdle);
       return asio::async_write(stream_, asio::buffer(*buf),
                                [self = shared_from_this(), buf](beast::error_code ec, size_t) {
                                  if (ec) {
@@ -364,12 +384,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
       req_upload_->finish(error(StatusCode::kShutdown, "the connection closed"));
     }
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.close();
+    beast::get_lowest_layer(stream_).socket().shutdown(tcp::socket::shutdown_both, ec);
+    beast::get_lowest_layer(stream_).close();
   }
 
   Gateway::Impl& gw_;
-  beast::tcp_stream stream_;
+  Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::buffer_body>> parser_;
   Request req_;
@@ -392,7 +412,10 @@ void Gateway::Impl::accept() {
     if (ec == asio::error::operation_aborted) return;
     if (!ec) {
       socket.set_option(tcp::no_delay(true));
-      std::make_shared<Connection>(*this, std::move(socket))->start();
+      if (tls)
+        std::make_shared<Connection<beast::ssl_stream<beast::tcp_stream>>>(*this, std::move(socket), *tls)->start();
+      else
+        std::make_shared<Connection<beast::tcp_stream>>(*this, std::move(socket))->start();
     }
     accept();
   });
@@ -521,9 +544,10 @@ std::string random_key(size_t n, std::string_view alphabet) {
 }  // namespace
 
 Status load_gateway_config(const std::string& path, GatewayConfig* config) {
-  RFOS_ASSIGN_OR_RETURN(YAML::Node root,
-                        load_yaml_mapping(path, {"listen", "control_address", "tls_ca", "tls_cert", "tls_key", "pool",
-                                                 "provider", "region", "keys", "keys_file", "workers", "timeout_ms"}));
+  RFOS_ASSIGN_OR_RETURN(
+      YAML::Node root,
+      load_yaml_mapping(path, {"listen", "control_address", "tls_ca", "tls_cert", "tls_key", "pool", "provider",
+                               "region", "keys", "keys_file", "workers", "timeout_ms", "https_cert", "https_key"}));
   if (root.IsNull()) return Status::ok();
   try {
     if (root["listen"]) config->listen = root["listen"].as<std::string>();
@@ -532,6 +556,8 @@ Status load_gateway_config(const std::string& path, GatewayConfig* config) {
     if (root["tls_cert"]) config->tls.cert = root["tls_cert"].as<std::string>();
     if (root["tls_key"]) config->tls.key = root["tls_key"].as<std::string>();
     if (root["pool"]) config->pool = root["pool"].as<std::string>();
+    if (root["https_cert"]) config->https_cert = root["https_cert"].as<std::string>();
+    if (root["https_key"]) config->https_key = root["https_key"].as<std::string>();
     if (root["provider"]) config->provider = root["provider"].as<std::string>();
     if (root["region"]) config->region = root["region"].as<std::string>();
     if (root["keys_file"]) config->keys_file = root["keys_file"].as<std::string>();
@@ -614,6 +640,18 @@ Result<std::unique_ptr<Gateway>> Gateway::start(const GatewayConfig& config) {
     impl->users.push_back(std::move(u));
   }
   RFOS_RETURN_IF_ERROR(control->pool_query(config.pool).status());
+  if (config.https_cert.empty() != config.https_key.empty())
+    return error(StatusCode::kInvalidArgument, "HTTPS needs both a certificate and its key");
+  if (!config.https_cert.empty()) {
+    impl->tls.emplace(asio::ssl::context::tls_server);
+    impl->tls->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                           asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                           asio::ssl::context::no_tlsv1_1);
+    beast::error_code tls_ec;
+    impl->tls->use_certificate_chain_file(config.https_cert, tls_ec);
+    if (!tls_ec) impl->tls->use_private_key_file(config.https_key, asio::ssl::context::pem, tls_ec);
+    if (tls_ec) return error(StatusCode::kInvalidArgument, "HTTPS certificate or key: " + tls_ec.message());
+  }
   const size_t colon = config.listen.rfind(':');
   if (colon == std::string::npos) return error(StatusCode::kInvalidArgument, "--listen wants HOST:PORT");
   beast::error_code ec;

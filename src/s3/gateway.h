@@ -38,6 +38,9 @@ struct GatewayConfig {
   // With no keys configured: where the gateway keeps the key pair it makes at its first start (0600 in a 0700
   // directory). "": $HOME/.config/rfos/s3-keys.yaml.
   std::string keys_file;
+  // HTTPS on the listener: PEM files of its certificate (chain) and key. Empty: plain HTTP.
+  std::string https_cert;
+  std::string https_key;
   uint32_t workers = 8;  // threads that make storage calls
   uint32_t timeout_ms = 30000;
 };

@@ -32,6 +32,7 @@ except ImportError:
     sys.exit("s3_test: needs Debian's python3-boto3 (scripts/install-deps installs it)")
 
 RFOS = None
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 AWS = "/usr/bin/aws"
 ENV = dict(os.environ, UCX_NET_DEVICES="lo", FI_TCP_IFACE="lo", FI_NET_IFACE="lo")
 
@@ -657,6 +658,39 @@ class S3Test(unittest.TestCase):
         parts = self.s3.list_parts(Bucket=other, Key="assembled", UploadId=up)["Parts"]
         self.assertEqual([p["Size"] for p in parts], [1048576, 97485])
         self.s3.abort_multipart_upload(Bucket=other, Key="assembled", UploadId=up)
+
+    def test_https(self):
+        certs = os.path.join(self.c.dir, "certs")
+        subprocess.run([os.path.join(SOURCE, "scripts", "make-certs"), certs, "127.0.0.1"], check=True)
+        gw = subprocess.Popen([RFOS, "--addr", self.c.addr, "s3", "--listen", "127.0.0.1:0", "--keys-file",
+                               self.c.keys_file, "--https-cert", os.path.join(certs, "server.pem"), "--https-key",
+                               os.path.join(certs, "server.key")],
+                              env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            endpoint = wait_line(gw, "listening on https://", "rfos s3 (https)").split("listening on ")[1].split()[0]
+            tls = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=self.c.access,
+                               aws_secret_access_key=self.c.secret, verify=os.path.join(certs, "ca.pem"),
+                               config=Config(s3={"addressing_style": "path"}, signature_version="s3v4"))
+            tls.create_bucket(Bucket="https")
+            self.addCleanup(self.empty_and_remove, "https")
+            data = os.urandom(2 << 20)
+            tls.put_object(Bucket="https", Key="k", Body=data)
+            self.assertEqual(tls.get_object(Bucket="https", Key="k")["Body"].read(), data)
+            # Plain HTTP to it gets no answer; a client that does not trust its CA refuses it.
+            port = int(endpoint.rsplit(":", 1)[1])
+            plain = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            with self.assertRaises((http.client.HTTPException, ConnectionError)):
+                plain.request("GET", "/")
+                plain.getresponse()
+            untrusting = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", verify=True,
+                                      aws_access_key_id=self.c.access, aws_secret_access_key=self.c.secret,
+                                      config=Config(retries={"max_attempts": 1}))
+            with self.assertRaises(botocore.exceptions.SSLError):
+                untrusting.list_buckets()
+        finally:
+            gw.terminate()
+            gw.wait()
+            gw.stdout.close()
 
     def test_delete_objects(self):
         b = self.bucket("multidelete")
