@@ -388,9 +388,18 @@ Status NamedObjects::remove(std::string_view name) {
 Result<NamedObjects::Listing> NamedObjects::list() {
   RFOS_ASSIGN_OR_RETURN(std::vector<ObjectId> oids, c_.list_objects());
   Listing out;
-  std::set<ObjectId> referenced, unnamed;
+  std::set<ObjectId>& referenced = out.owned;
+  std::set<ObjectId> unnamed;
+  referenced.insert(index_object());
+  referenced.insert(uploads_index());
+  RFOS_ASSIGN_OR_RETURN(std::vector<Upload> ups, uploads(""));
+  for (const Upload& u : ups) {
+    referenced.insert(upload_object(u.id));
+    RFOS_ASSIGN_OR_RETURN(auto staged, parts(u.id));
+    for (const auto& [n, p] : staged) referenced.insert(p.part.data);
+  }
   for (const ObjectId& oid : oids) {
-    if (oid == index_object()) continue;
+    if (oid == index_object() || oid == uploads_index()) continue;
     auto name = c_.get_value(oid, kMeta, kName);
     if (!name.is_ok()) {
       if (name.status().code() != StatusCode::kNotFound) return name.status();
@@ -442,6 +451,123 @@ Result<std::vector<ObjectStat>> NamedObjects::list_index(std::string_view prefix
   }
   // The engine orders keys by length first; listings are in byte order.
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return out;
+}
+
+}  // namespace rfos::client
+
+namespace rfos::client {
+
+namespace {
+
+constexpr std::string_view kUpload = "u";       // an upload's dkey: its name, attributes and start
+constexpr std::string_view kUploadParts = "p";  // ... and its parts: "%05u" of the number -> "<id> <size> <etag>"
+
+std::string part_key(uint32_t n) {
+  char b[16];
+  std::snprintf(b, sizeof(b), "%05u", n);
+  return b;
+}
+
+// A part's record, "<id> <size> <etag>": its data object, size and etag.
+Result<std::pair<NamedObjects::Part, std::string>> decode_part(std::string_view v) {
+  size_t sp = v.size() > 33 ? v.find(' ', 33) : std::string_view::npos;
+  if (sp == std::string_view::npos) return error(StatusCode::kCorruption, "an upload's part record is malformed");
+  RFOS_ASSIGN_OR_RETURN(DataRef r, decode_object(v.substr(0, sp)));
+  return std::pair<NamedObjects::Part, std::string>(NamedObjects::Part{r.oid, r.size}, std::string(v.substr(sp + 1)));
+}
+
+}  // namespace
+
+ObjectId NamedObjects::upload_object(std::string_view id) {
+  std::string s = "rfos-upload:" + std::string(id);
+  return placement::with_class(
+      ObjectId{placement::mix(placement::fnv1a(s)), placement::mix(placement::fnv1a(s, 0x5bd1e9955bd1e995ull))},
+      placement::ObjectClass::kS1);
+}
+
+ObjectId NamedObjects::uploads_index() {
+  return placement::with_class(ObjectId{0, 0x72667375706c6473ull}, placement::ObjectClass::kS1);  // "rfsuplds"
+}
+
+Status NamedObjects::begin_upload(const Upload& u) {
+  if (u.id.empty() || u.name.empty()) return error(StatusCode::kInvalidArgument, "an upload needs an id and a name");
+  const ObjectId o = upload_object(u.id);
+  if (!u.attrs.empty()) RFOS_RETURN_IF_ERROR(c_.put_value(o, kUpload, "attrs", u.attrs));
+  RFOS_RETURN_IF_ERROR(c_.put_value(o, kUpload, "started", std::to_string(u.started_ms)));
+  RFOS_RETURN_IF_ERROR(c_.put_value(uploads_index(), u.id, "k", u.name));
+  // The name last: an upload is there once it has one.
+  return c_.put_value(o, kUpload, kName, u.name);
+}
+
+Result<NamedObjects::Upload> NamedObjects::upload(std::string_view id) {
+  const ObjectId o = upload_object(id);
+  Upload u;
+  u.id = id;
+  RFOS_ASSIGN_OR_RETURN(u.name, c_.get_value(o, kUpload, kName));
+  auto attrs = c_.get_value(o, kUpload, "attrs");
+  if (attrs.is_ok()) u.attrs = std::move(attrs).value();
+  auto started = c_.get_value(o, kUpload, "started");
+  if (started.is_ok()) u.started_ms = std::strtoull(started->c_str(), nullptr, 10);
+  return u;
+}
+
+Status NamedObjects::add_part(std::string_view id, uint32_t number, const Part& p, std::string_view etag) {
+  const ObjectId o = upload_object(id);
+  auto old = c_.get_value(o, kUploadParts, part_key(number));
+  RFOS_RETURN_IF_ERROR(c_.put_value(o, kUploadParts, part_key(number),
+                                    encode_id(p.data) + " " + std::to_string(p.size) + " " + std::string(etag)));
+  if (old.is_ok())
+    if (auto prev = decode_part(*old); prev.is_ok() && prev->first.data != p.data)
+      RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(prev->first.data)));
+  return Status::ok();
+}
+
+Result<std::map<uint32_t, NamedObjects::StagedPart>> NamedObjects::parts(std::string_view id) {
+  std::map<uint32_t, StagedPart> out;
+  const ObjectId o = upload_object(id);
+  auto keys = c_.list_akeys(o, kUploadParts);
+  if (keys.status().code() == StatusCode::kNotFound) return out;
+  RFOS_RETURN_IF_ERROR(keys.status());
+  for (const std::string& k : *keys) {
+    auto v = c_.get_value(o, kUploadParts, k);
+    if (v.status().code() == StatusCode::kNotFound) continue;
+    RFOS_RETURN_IF_ERROR(v.status());
+    if (k.empty() || k.size() > 5 || k.find_first_not_of("0123456789") != std::string::npos)
+      return error(StatusCode::kCorruption, "an upload's part record is malformed");
+    RFOS_ASSIGN_OR_RETURN(auto part, decode_part(*v));
+    out[static_cast<uint32_t>(std::stoul(k))] = StagedPart{part.first, std::move(part.second)};
+  }
+  return out;
+}
+
+Status NamedObjects::drop_upload(std::string_view id, const std::set<ObjectId>& keep) {
+  RFOS_ASSIGN_OR_RETURN(auto staged, parts(id));
+  for (const auto& [n, p] : staged)
+    if (!keep.count(p.part.data)) RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(p.part.data)));
+  RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(upload_object(id))));
+  return ignore_not_found(c_.punch_dkey(uploads_index(), id));
+}
+
+Result<std::vector<NamedObjects::Upload>> NamedObjects::uploads(std::string_view prefix) {
+  std::vector<Upload> out;
+  const ObjectId idx = uploads_index();
+  std::string anchor;
+  for (bool done = false; !done;) {
+    RFOS_ASSIGN_OR_RETURN(KeyPage page, c_.list_dkeys(idx, c_.target_of(idx, {}), anchor, 1024, "k"));
+    if (!page.done && page.anchor == anchor) return error(StatusCode::kInternal, "upload listing made no progress");
+    for (size_t i = 0; i < page.keys.size(); ++i)
+      if (!page.values[i].empty() && page.values[i].starts_with(prefix)) {
+        Upload u;
+        u.id = page.keys[i];
+        u.name = page.values[i];
+        out.push_back(std::move(u));
+      }
+    anchor = std::move(page.anchor);
+    done = page.done;
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Upload& a, const Upload& b) { return std::tie(a.name, a.id) < std::tie(b.name, b.id); });
   return out;
 }
 

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <set>
 #include <span>
 #include <string>
@@ -81,6 +82,31 @@ class NamedObjects {
   Status put_parts(std::string_view name, std::span<const Part> parts, const PutOptions& options = {});
   // A fresh id for a data object (class SX), as put() takes for its own.
   static ObjectId fresh_data_object();
+
+  // Multipart uploads (S3's): parts written as data objects of their own and recorded under an upload until
+  // put_parts makes some of them one object, or the upload is dropped. An upload is an object of its own (class
+  // S1, its id a hash of the upload id): dkey "u" its name, attributes and start, dkey "p" a record per part;
+  // an index object lists the container's uploads.
+  struct Upload {
+    std::string id;
+    std::string name;
+    std::string attrs;
+    uint64_t started_ms = 0;
+  };
+  struct StagedPart {
+    Part part;
+    std::string etag;
+  };
+  Status begin_upload(const Upload& upload);
+  // kNotFound: no such upload.
+  Result<Upload> upload(std::string_view id);
+  // Records part `number` (its bytes already in p.data); the part recorded before under that number goes.
+  Status add_part(std::string_view id, uint32_t number, const Part& p, std::string_view etag);
+  Result<std::map<uint32_t, StagedPart>> parts(std::string_view id);
+  // Removes the upload and its parts' data, but those in `keep` (the parts a completed object took).
+  Status drop_upload(std::string_view id, const std::set<ObjectId>& keep);
+  // The uploads whose names start with `prefix`, by name (then id).
+  Result<std::vector<Upload>> uploads(std::string_view prefix);
   Result<ObjectStat> stat(std::string_view name);
   // Removes the object and its name. kNotFound: no object of that name.
   Status remove(std::string_view name);
@@ -88,6 +114,9 @@ class NamedObjects {
   struct Listing {
     std::vector<ObjectStat> named;
     std::vector<ObjectId> other;
+    // Every object this layout accounts for: records, data, manifests and parts, pending data, the name index,
+    // uploads and their parts (what `rfos fs check` must not take for leaked file data).
+    std::set<ObjectId> owned;
   };
   Result<Listing> list();
   // The names in the index that start with `prefix`, in byte order, each with its stat (attrs included): one
@@ -107,6 +136,8 @@ class NamedObjects {
   Status store(std::string_view name, const ObjectId& data, bool composite, const PutOptions& options,
                const std::function<Status(uint64_t*)>& write);
   Result<std::vector<Part>> parts_of(const ObjectId& manifest);
+  static ObjectId upload_object(std::string_view id);
+  static ObjectId uploads_index();
   // Removes a data object, or an object of parts with its parts but those in `keep`.
   Status remove_data(const ObjectId& data, bool composite, const std::set<ObjectId>& keep);
   Result<ObjectStat> stat_of(const ObjectId& record, std::string_view name);

@@ -250,6 +250,53 @@ TEST_F(NamedObjectsTest, ObjectsOfParts) {
   EXPECT_EQ(object_count(), 0u);
 }
 
+// Multipart uploads: parts staged under an upload, listed, replaced by number, owned by the layout while staged
+// (no stray objects), then made one object or dropped with their data.
+TEST_F(NamedObjectsTest, UploadsStagePartsUntilCompletedOrDropped) {
+  NamedObjects o(*c_, 4);
+  ASSERT_TRUE(o.begin_upload({"u1", "dir/big", "attrs", 7}).is_ok());
+  ASSERT_TRUE(o.begin_upload({"u2", "other", "", 8}).is_ok());
+  auto staged = [&](const std::string& data) {
+    NamedObjects::Part p{NamedObjects::fresh_data_object(), 0};
+    EXPECT_TRUE(write_file_object(*c_, p.data, 0, source_of(data), 4, {}, &p.size).is_ok());
+    return p;
+  };
+  ASSERT_TRUE(o.add_part("u1", 1, staged("first"), "e1").is_ok());
+  ASSERT_TRUE(o.add_part("u1", 2, staged("second"), "e2").is_ok());
+  ASSERT_TRUE(o.add_part("u1", 2, staged("second again"), "e2b").is_ok());  // replaces part 2 (its data goes)
+  ASSERT_TRUE(o.add_part("u2", 1, staged("x"), "ex").is_ok());
+  auto u = o.upload("u1");
+  ASSERT_TRUE(u.is_ok());
+  EXPECT_EQ(u->name, "dir/big");
+  EXPECT_EQ(u->attrs, "attrs");
+  EXPECT_EQ(u->started_ms, 7u);
+  EXPECT_EQ(o.upload("nope").status().code(), StatusCode::kNotFound);
+  auto parts = o.parts("u1");
+  ASSERT_TRUE(parts.is_ok());
+  ASSERT_EQ(parts->size(), 2u);
+  EXPECT_EQ(parts->at(2).etag, "e2b");
+  EXPECT_EQ(parts->at(2).part.size, 12u);
+  auto ups = o.uploads("dir/");
+  ASSERT_TRUE(ups.is_ok());
+  ASSERT_EQ(ups->size(), 1u);
+  EXPECT_EQ(ups->at(0).id, "u1");
+  EXPECT_EQ(o.uploads("")->size(), 2u);
+  auto listing = o.list();
+  ASSERT_TRUE(listing.is_ok());
+  EXPECT_TRUE(listing->other.empty()) << "a staged part shows as a stray object";
+  EXPECT_TRUE(listing->owned.count(parts->at(1).part.data));
+  // Completed: the parts become the object's, the upload goes.
+  std::vector<NamedObjects::Part> chosen = {parts->at(1).part, parts->at(2).part};
+  ASSERT_TRUE(o.put_parts("dir/big", chosen).is_ok());
+  ASSERT_TRUE(o.drop_upload("u1", {chosen[0].data, chosen[1].data}).is_ok());
+  EXPECT_EQ(*get(o, "dir/big"), "firstsecond again");
+  EXPECT_EQ(o.uploads("")->size(), 1u);
+  // Dropped: nothing of it stays.
+  ASSERT_TRUE(o.drop_upload("u2", {}).is_ok());
+  ASSERT_TRUE(o.remove("dir/big").is_ok());
+  EXPECT_EQ(object_count(), 0u);
+}
+
 // Puts of one name from several clients at once: the last swap wins whole, and nothing is left behind.
 TEST_F(NamedObjectsTest, PutsOfOneNameAtOnce) {
   std::vector<std::string> bodies;

@@ -931,13 +931,11 @@ Result<Namespace::CheckReport> Namespace::check() {
       r.wrong_links.push_back(n.first_path + " " + std::to_string(n.nlink) + "/" + std::to_string(n.names));
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   RFOS_ASSIGN_OR_RETURN(std::vector<ObjectId> all, c->list_objects());
-  std::set<ObjectId> claimed;  // named objects' records and data
+  // What the named objects' layout owns: records, data, parts, pending data, its indexes, uploads.
+  std::set<ObjectId> claimed;
   {
     RFOS_ASSIGN_OR_RETURN(auto named_objects, client::NamedObjects(*c).list());
-    for (const client::ObjectStat& st : named_objects.named) {
-      claimed.insert(st.data);
-      claimed.insert(client::NamedObjects::record_of(st.name));
-    }
+    claimed = std::move(named_objects.owned);
   }
   for (const ObjectId& oid : all) {
     if (reached.count(oid)) continue;

@@ -12,7 +12,6 @@
 #include "client/named_objects.h"
 #include "common/coding.h"
 #include "common/crc32c.h"
-#include "placement/placement.h"
 #include "s3/xml.h"
 
 namespace rfos::s3 {
@@ -685,71 +684,24 @@ std::optional<std::optional<Range>> parse_range(std::string_view h, uint64_t siz
 
 // --- multipart uploads ---------------------------------------------------------------------------------------
 //
-// An upload is an object of its own (class S1, its id a hash of the upload id): dkey "u" holds the key, the
-// metadata given at its start and when it started; dkey "p" one value per part ("%05d" of its number): the
-// part's data object, size and MD5. An index object lists the bucket's uploads (dkey: upload id, value: key).
-// Complete makes the listed parts one object (NamedObjects::put_parts) and drops the upload; abort drops it with
-// its parts.
+// Kept by the named objects (NamedObjects::begin_upload and the rest: docs/object-layout.md), so that every
+// object of the layout is accounted for. Complete makes the listed parts one object (put_parts) and drops the
+// upload; abort drops it with its parts.
 
 constexpr size_t kMinPartBytes = 5u << 20;  // every part but the last, as S3
 constexpr uint32_t kMaxParts = 10000;
 
-ObjectId upload_object(std::string_view upload_id) {
-  std::string s = "rfos-s3-upload:" + std::string(upload_id);
-  return placement::with_class(
-      ObjectId{placement::mix(placement::fnv1a(s)), placement::mix(placement::fnv1a(s, 0x5bd1e9955bd1e995ull))},
-      placement::ObjectClass::kS1);
-}
-
-ObjectId uploads_index() {
-  return placement::with_class(ObjectId{0, 0x7266733375706c64ull}, placement::ObjectClass::kS1);  // "rfs3upld"
-}
-
-std::string part_key(uint32_t n) {
-  char b[16];
-  std::snprintf(b, sizeof(b), "%05u", n);
-  return b;
-}
-
-struct PartInfo {
-  ObjectId data;
-  uint64_t size = 0;
-  std::string md5;  // hex
-};
-
-std::string encode_part(const PartInfo& p) {
-  char b[40];
-  std::snprintf(b, sizeof(b), "%016llx%016llx", static_cast<unsigned long long>(p.data.hi),
-                static_cast<unsigned long long>(p.data.lo));
-  return std::string(b) + " " + std::to_string(p.size) + " " + p.md5;
-}
-
-std::optional<PartInfo> decode_part(std::string_view s) {
-  if (s.size() < 36 || s[32] != ' ') return std::nullopt;
-  size_t sp = s.find(' ', 33);
-  if (sp == std::string_view::npos) return std::nullopt;
-  PartInfo p;
-  try {
-    p.data = ObjectId{std::stoull(std::string(s.substr(0, 16)), nullptr, 16),
-                      std::stoull(std::string(s.substr(16, 16)), nullptr, 16)};
-    p.size = std::stoull(std::string(s.substr(33, sp - 33)));
-  } catch (...) {
-    return std::nullopt;
-  }
-  p.md5 = s.substr(sp + 1);
-  return p;
-}
-
-// The upload's key, checked against the request's: NoSuchUpload when it is not there or is another key's.
-std::optional<Response> check_upload(client::Container& c, const Request& req, const std::string& upload_id) {
-  auto key = c.get_value(upload_object(upload_id), "u", "key");
-  if (!key.is_ok() && key.status().code() != StatusCode::kNotFound)
-    return error_response(key.status(), resource_of(req));
-  if (!key.is_ok() || *key != req.key)
+// The upload, checked against the request's key: NoSuchUpload when it is not there or is another key's.
+std::optional<Response> check_upload(client::Container& c, const Request& req, const std::string& upload_id,
+                                     client::NamedObjects::Upload* out = nullptr) {
+  auto u = client::NamedObjects(c).upload(upload_id);
+  if (!u.is_ok() && u.status().code() != StatusCode::kNotFound) return error_response(u.status(), resource_of(req));
+  if (!u.is_ok() || u->name != req.key)
     return error_response(404, "NoSuchUpload",
                           "The specified multipart upload does not exist. The upload ID may be invalid, or the upload "
                           "may have been aborted or completed.",
                           resource_of(req));
+  if (out) *out = std::move(u).value();
   return std::nullopt;
 }
 
@@ -762,13 +714,8 @@ void create_upload(const ServiceConfig& config, const User& user, Handles& handl
   std::snprintf(id, sizeof(id), "%016llx%016llx", static_cast<unsigned long long>(rng()),
                 static_cast<unsigned long long>(rng()));
   const std::string upload_id = id;
-  Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) -> Status {
-    const ObjectId u = upload_object(upload_id);
-    RFOS_RETURN_IF_ERROR(c.put_value(u, "u", "attrs", encode_attrs(attrs)));
-    RFOS_RETURN_IF_ERROR(c.put_value(u, "u", "started", std::to_string(now_ms())));
-    RFOS_RETURN_IF_ERROR(c.put_value(uploads_index(), upload_id, "k", req.key));
-    // The key last: an upload is there once it has one.
-    return c.put_value(u, "u", "key", req.key);
+  Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) {
+    return client::NamedObjects(c).begin_upload({upload_id, req.key, encode_attrs(attrs), now_ms()});
   });
   if (!s.is_ok()) return reply(error_response(s, resource_of(req)));
   Xml x;
@@ -785,19 +732,13 @@ std::optional<uint32_t> part_number(const Request& req) {
   return v;
 }
 
-// Records a part written into `part.data` under its number; the part uploaded before under it goes (one uploaded
-// at the same time may be left). On an error the new part's data goes.
-Status register_part(client::Container& c, const std::string& upload_id, uint32_t n, const PartInfo& part) {
-  const ObjectId u = upload_object(upload_id);
-  auto old = c.get_value(u, "p", part_key(n));
-  Status s = c.put_value(u, "p", part_key(n), encode_part(part));
-  if (!s.is_ok()) {
-    (void)c.punch_object(part.data);
-    return s;
-  }
-  if (old.is_ok())
-    if (auto prev = decode_part(*old); prev && prev->data != part.data) (void)c.punch_object(prev->data);
-  return Status::ok();
+// Records a part written into `data` under its number (the part uploaded before under it goes; one uploaded at
+// the same time may be left). On an error the new part's data goes.
+Status register_part(client::Container& c, const std::string& upload_id, uint32_t n, const ObjectId& data,
+                     uint64_t size, const std::string& md5) {
+  Status s = client::NamedObjects(c).add_part(upload_id, n, {data, size}, md5);
+  if (!s.is_ok()) (void)c.punch_object(data);
+  return s;
 }
 
 // --- copies --------------------------------------------------------------------------------------------------
@@ -940,7 +881,7 @@ void upload_part(const ServiceConfig& config, const User& user, Handles& handles
           s = m.status();
           if (m.is_ok()) hex = *m;
         }
-        if (s.is_ok()) return register_part(c, upload_id, *n, PartInfo{data, size, hex});
+        if (s.is_ok()) return register_part(c, upload_id, *n, data, size, hex);
         (void)c.punch_object(data);
         return s;
       },
@@ -992,7 +933,7 @@ void upload_part_copy(const ServiceConfig& config, const User& user, Handles& ha
       return w;
     }
     etag = hex_of(md5.finish());
-    return register_part(c, upload_id, *n, PartInfo{data, size, etag});
+    return register_part(c, upload_id, *n, data, size, etag);
   });
   if (failure) return reply(std::move(*failure));
   if (!s.is_ok()) return reply(error_response(s, res));
@@ -1002,38 +943,6 @@ void upload_part_copy(const ServiceConfig& config, const User& user, Handles& ha
       .leaf("ETag", "\"" + etag + "\"")
       .close("CopyPartResult");
   reply(xml_response(200, std::move(x)));
-}
-
-// The parts of an upload, by number.
-Result<std::map<uint32_t, PartInfo>> parts_of(client::Container& c, const std::string& upload_id) {
-  std::map<uint32_t, PartInfo> out;
-  auto keys = c.list_akeys(upload_object(upload_id), "p");
-  if (keys.status().code() == StatusCode::kNotFound) return out;
-  RFOS_RETURN_IF_ERROR(keys.status());
-  for (const std::string& k : *keys) {
-    auto v = c.get_value(upload_object(upload_id), "p", k);
-    if (v.status().code() == StatusCode::kNotFound) continue;
-    RFOS_RETURN_IF_ERROR(v.status());
-    auto p = decode_part(*v);
-    if (!p || k.find_first_not_of("0123456789") != std::string::npos)
-      return error(StatusCode::kCorruption, "an upload's part record is malformed");
-    out[static_cast<uint32_t>(std::stoul(k))] = *p;
-  }
-  return out;
-}
-
-// Drops an upload's records (and the data of its parts but those in `keep`).
-Status drop_upload(client::Container& c, const std::string& upload_id, const std::set<ObjectId>& keep) {
-  RFOS_ASSIGN_OR_RETURN(auto parts, parts_of(c, upload_id));
-  for (const auto& [n, p] : parts)
-    if (!keep.count(p.data)) {
-      Status s = c.punch_object(p.data);
-      if (!s.is_ok() && s.code() != StatusCode::kNotFound) return s;
-    }
-  Status s = c.punch_object(upload_object(upload_id));
-  if (!s.is_ok() && s.code() != StatusCode::kNotFound) return s;
-  s = c.punch_dkey(uploads_index(), upload_id);
-  return s.code() == StatusCode::kNotFound ? Status::ok() : s;
 }
 
 void complete_upload(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
@@ -1067,17 +976,19 @@ void complete_upload(const ServiceConfig& config, const User& user, Handles& han
   std::string final_etag;
   Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) -> Status {
     failure.reset();
-    if (auto bad = check_upload(c, req, upload_id)) {
+    client::NamedObjects objects(c);
+    client::NamedObjects::Upload upload;
+    if (auto bad = check_upload(c, req, upload_id, &upload)) {
       failure = std::move(*bad);
       return error(StatusCode::kNotFound, "no such upload");
     }
-    RFOS_ASSIGN_OR_RETURN(auto parts, parts_of(c, upload_id));
+    RFOS_ASSIGN_OR_RETURN(auto parts, objects.parts(upload_id));
     std::vector<client::NamedObjects::Part> chosen;
     std::set<ObjectId> keep;
     std::string md5s;
     for (const auto& [n, etag] : listed) {
       auto it = parts.find(n);
-      if (it == parts.end() || it->second.md5 != etag) {
+      if (it == parts.end() || it->second.etag != etag) {
         failure = error_response(400, "InvalidPart",
                                  "One or more of the specified parts could not be found. The part may not have been "
                                  "uploaded, or the specified entity tag may not match the part's entity tag.",
@@ -1087,31 +998,30 @@ void complete_upload(const ServiceConfig& config, const User& user, Handles& han
     }
     for (size_t i = 0; i < listed.size(); ++i) {
       auto it = parts.find(listed[i].first);
-      if (i + 1 < listed.size() && it->second.size < kMinPartBytes) {
+      if (i + 1 < listed.size() && it->second.part.size < kMinPartBytes) {
         failure =
             error_response(400, "EntityTooSmall", "Your proposed upload is smaller than the minimum allowed size", res);
         return error(StatusCode::kInvalidArgument, "too small");
       }
-      chosen.push_back({it->second.data, it->second.size});
-      keep.insert(it->second.data);
+      chosen.push_back(it->second.part);
+      keep.insert(it->second.part.data);
       std::string raw;
-      for (size_t h = 0; h + 1 < it->second.md5.size(); h += 2)
-        raw.push_back(static_cast<char>(std::stoi(it->second.md5.substr(h, 2), nullptr, 16)));
+      for (size_t h = 0; h + 1 < it->second.etag.size(); h += 2)
+        raw.push_back(static_cast<char>(std::stoi(it->second.etag.substr(h, 2), nullptr, 16)));
       md5s += raw;
     }
     Digest d("md5");
     d.update(md5s);
     final_etag = hex_of(d.finish()) + "-" + std::to_string(listed.size());
-    RFOS_ASSIGN_OR_RETURN(std::string stored, c.get_value(upload_object(upload_id), "u", "attrs"));
     client::PutOptions o;
     o.attrs = [&](uint64_t) -> Result<std::string> {
-      Attrs all = decode_attrs(stored);
+      Attrs all = decode_attrs(upload.attrs);
       all.emplace_back("etag", final_etag);
       return encode_attrs(all);
     };
-    RFOS_RETURN_IF_ERROR(client::NamedObjects(c).put_parts(req.key, chosen, o));
+    RFOS_RETURN_IF_ERROR(objects.put_parts(req.key, chosen, o));
     // The parts are the object's now; those not listed go with the upload.
-    return drop_upload(c, upload_id, keep);
+    return objects.drop_upload(upload_id, keep);
   });
   if (failure) return reply(std::move(*failure));
   if (!s.is_ok()) return reply(error_response(s, res));
@@ -1130,7 +1040,7 @@ void abort_upload(const ServiceConfig& config, const User& user, Handles& handle
       failure = std::move(*bad);
       return error(StatusCode::kNotFound, "no such upload");
     }
-    return drop_upload(c, *req.param("uploadId"), {});
+    return client::NamedObjects(c).drop_upload(*req.param("uploadId"), {});
   });
   if (failure) return reply(std::move(*failure));
   if (!s.is_ok()) return reply(error_response(s, resource_of(req)));
@@ -1142,14 +1052,14 @@ void abort_upload(const ServiceConfig& config, const User& user, Handles& handle
 void list_parts(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
                 const std::function<void(Response)>& reply) {
   std::optional<Response> failure;
-  std::map<uint32_t, PartInfo> parts;
+  std::map<uint32_t, client::NamedObjects::StagedPart> parts;
   Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) -> Status {
     failure.reset();
     if (auto bad = check_upload(c, req, *req.param("uploadId"))) {
       failure = std::move(*bad);
       return error(StatusCode::kNotFound, "no such upload");
     }
-    RFOS_ASSIGN_OR_RETURN(parts, parts_of(c, *req.param("uploadId")));
+    RFOS_ASSIGN_OR_RETURN(parts, client::NamedObjects(c).parts(*req.param("uploadId")));
     return Status::ok();
   });
   if (failure) return reply(std::move(*failure));
@@ -1177,8 +1087,8 @@ void list_parts(const ServiceConfig& config, const User& user, Handles& handles,
     }
     Xml part;
     part.s.clear();
-    part.open("Part").leaf("PartNumber", std::to_string(n)).leaf("ETag", "\"" + p.md5 + "\"");
-    part.leaf("Size", std::to_string(p.size)).close("Part");
+    part.open("Part").leaf("PartNumber", std::to_string(n)).leaf("ETag", "\"" + p.etag + "\"");
+    part.leaf("Size", std::to_string(p.part.size)).close("Part");
     body += part.s;
     last = n;
     ++given;
@@ -1194,29 +1104,13 @@ void list_uploads(const ServiceConfig& config, const User& user, Handles& handle
                   const std::function<void(Response)>& reply) {
   const std::string prefix = req.param("prefix") ? *req.param("prefix") : std::string();
   auto uploads = with_bucket(config, user, handles, req.bucket,
-                             [&](client::Container& c) -> Result<std::vector<std::pair<std::string, std::string>>> {
-                               std::vector<std::pair<std::string, std::string>> out;  // key, upload id
-                               const ObjectId idx = uploads_index();
-                               std::string anchor;
-                               for (bool done = false; !done;) {
-                                 RFOS_ASSIGN_OR_RETURN(client::KeyPage page,
-                                                       c.list_dkeys(idx, c.target_of(idx, {}), anchor, 1024, "k"));
-                                 for (size_t i = 0; i < page.keys.size(); ++i)
-                                   if (!page.values[i].empty() && page.values[i].starts_with(prefix))
-                                     out.emplace_back(page.values[i], page.keys[i]);
-                                 if (!page.done && page.anchor == anchor) break;
-                                 anchor = page.anchor;
-                                 done = page.done;
-                               }
-                               std::sort(out.begin(), out.end());
-                               return out;
-                             });
+                             [&](client::Container& c) { return client::NamedObjects(c).uploads(prefix); });
   if (!uploads.is_ok()) return reply(error_response(uploads.status(), resource_of(req), true));
   Xml x;
   x.open("ListMultipartUploadsResult", kNs).leaf("Bucket", req.bucket).leaf("KeyMarker", "").leaf("UploadIdMarker", "");
   x.leaf("Prefix", prefix).leaf("MaxUploads", "1000").leaf("IsTruncated", "false");
-  for (const auto& [key, id] : *uploads)
-    x.open("Upload").leaf("Key", key).leaf("UploadId", id).leaf("StorageClass", "STANDARD").close("Upload");
+  for (const client::NamedObjects::Upload& u : *uploads)
+    x.open("Upload").leaf("Key", u.name).leaf("UploadId", u.id).leaf("StorageClass", "STANDARD").close("Upload");
   x.close("ListMultipartUploadsResult");
   reply(xml_response(200, std::move(x)));
 }

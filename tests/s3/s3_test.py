@@ -477,6 +477,8 @@ class S3Test(unittest.TestCase):
         self.assertEqual([(p["PartNumber"], p["ETag"], p["Size"]) for p in listed],
                          [(i + 1, etags[i], len(parts[i])) for i in range(3)])
         self.assertIn(up, [u["UploadId"] for u in self.s3.list_multipart_uploads(Bucket=b)["Uploads"]])
+        # The staged parts are the layout's: `rfos ls` (and `rfos fs check`) take none of them for strays.
+        self.assertEqual(self.c.cli("ls", "--pool", "default", "--cont", b).stdout.decode().strip(), "")
         # Not there until completed; bad completions change nothing.
         self.assertEqual(error_code(lambda: self.s3.head_object(Bucket=b, Key="mp/obj")), "404")
         done = lambda ps: self.s3.complete_multipart_upload(Bucket=b, Key="mp/obj", UploadId=up,
