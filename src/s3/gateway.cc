@@ -132,9 +132,11 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
   using std::enable_shared_from_this<Connection<Stream>>::shared_from_this;
 
  public:
-  Connection(Gateway::Impl& gw, tcp::socket socket) requires(!kTls) : gw_(gw), stream_(std::move(socket)) {}
+  Connection(Gateway::Impl& gw, tcp::socket socket) requires(!kTls) : gw_(gw), stream_(std::move(socket)) { reserve(); }
   Connection(Gateway::Impl& gw, tcp::socket socket, asio::ssl::context& tls) requires(kTls)
-      : gw_(gw), stream_(std::move(socket), tls) {}
+      : gw_(gw), stream_(std::move(socket), tls) {
+    reserve();
+  }
   // The gateway stopping, or the last handler gone: a worker waiting on a body is let go.
   ~Connection() {
     if (download_) download_->abandon();
@@ -214,6 +216,10 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
     if (parser_->is_done()) return dispatch();
     read_small_body();
   }
+
+  // Beast reads into buffer_ as much as it has room for, up to 64 KiB: a buffer that stays small after a
+  // header would have a large body read a few KiB per system call.
+  void reserve() { buffer_.reserve(64u << 10); }
 
   // Reads the body's next bytes (up to kBodyChunk) into chunk_, then calls then(self, ec, bytes read).
   template <typename F>
