@@ -397,6 +397,8 @@ Result<NamedObjects::Listing> NamedObjects::list() {
     referenced.insert(upload_object(u.id));
     RFOS_ASSIGN_OR_RETURN(auto staged, parts(u.id));
     for (const auto& [n, p] : staged) referenced.insert(p.part.data);
+    RFOS_ASSIGN_OR_RETURN(std::vector<ObjectId> writing, parts_in_writing(u.id));
+    referenced.insert(writing.begin(), writing.end());
   }
   for (const ObjectId& oid : oids) {
     if (oid == index_object() || oid == uploads_index()) continue;
@@ -460,8 +462,9 @@ namespace rfos::client {
 
 namespace {
 
-constexpr std::string_view kUpload = "u";       // an upload's dkey: its name, attributes and start
-constexpr std::string_view kUploadParts = "p";  // ... and its parts: "%05u" of the number -> "<id> <size> <etag>"
+constexpr std::string_view kUpload = "u";         // an upload's dkey: its name, attributes and start
+constexpr std::string_view kUploadParts = "p";    // ... and its parts: "%05u" of the number -> "<id> <size> <etag>"
+constexpr std::string_view kUploadWriting = "w";  // ... and parts being written: the data object's id -> ""
 
 std::string part_key(uint32_t n) {
   char b[16];
@@ -512,15 +515,35 @@ Result<NamedObjects::Upload> NamedObjects::upload(std::string_view id) {
   return u;
 }
 
+Status NamedObjects::begin_part(std::string_view id, const ObjectId& data) {
+  return c_.put_value(upload_object(id), kUploadWriting, encode_id(data), "1");
+}
+
+Status NamedObjects::abandon_part(std::string_view id, const ObjectId& data) {
+  RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(data)));
+  return ignore_not_found(c_.punch_akey(upload_object(id), kUploadWriting, encode_id(data)));
+}
+
 Status NamedObjects::add_part(std::string_view id, uint32_t number, const Part& p, std::string_view etag) {
   const ObjectId o = upload_object(id);
   auto old = c_.get_value(o, kUploadParts, part_key(number));
   RFOS_RETURN_IF_ERROR(c_.put_value(o, kUploadParts, part_key(number),
                                     encode_id(p.data) + " " + std::to_string(p.size) + " " + std::string(etag)));
+  RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_akey(o, kUploadWriting, encode_id(p.data))));
   if (old.is_ok())
     if (auto prev = decode_part(*old); prev.is_ok() && prev->first.data != p.data)
       RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(prev->first.data)));
   return Status::ok();
+}
+
+Result<std::vector<ObjectId>> NamedObjects::parts_in_writing(std::string_view id) {
+  std::vector<ObjectId> out;
+  auto keys = c_.list_akeys(upload_object(id), kUploadWriting);
+  if (keys.status().code() == StatusCode::kNotFound) return out;
+  RFOS_RETURN_IF_ERROR(keys.status());
+  for (const std::string& k : *keys)
+    if (auto oid = decode_id(k); oid.is_ok()) out.push_back(*oid);
+  return out;
 }
 
 Result<std::map<uint32_t, NamedObjects::StagedPart>> NamedObjects::parts(std::string_view id) {
@@ -545,6 +568,8 @@ Status NamedObjects::drop_upload(std::string_view id, const std::set<ObjectId>& 
   RFOS_ASSIGN_OR_RETURN(auto staged, parts(id));
   for (const auto& [n, p] : staged)
     if (!keep.count(p.part.data)) RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(p.part.data)));
+  RFOS_ASSIGN_OR_RETURN(std::vector<ObjectId> writing, parts_in_writing(id));
+  for (const ObjectId& w : writing) RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(w)));
   RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(upload_object(id))));
   return ignore_not_found(c_.punch_dkey(uploads_index(), id));
 }

@@ -100,6 +100,10 @@ class NamedObjects {
   Status begin_upload(const Upload& upload);
   // kNotFound: no such upload.
   Result<Upload> upload(std::string_view id);
+  // A part's data object is recorded as being written (owned by the upload, dropped with it) before its bytes
+  // go in; abandon_part removes it when the writing failed.
+  Status begin_part(std::string_view id, const ObjectId& data);
+  Status abandon_part(std::string_view id, const ObjectId& data);
   // Records part `number` (its bytes already in p.data); the part recorded before under that number goes.
   Status add_part(std::string_view id, uint32_t number, const Part& p, std::string_view etag);
   Result<std::map<uint32_t, StagedPart>> parts(std::string_view id);
@@ -137,6 +141,7 @@ class NamedObjects {
                const std::function<Status(uint64_t*)>& write);
   Result<std::vector<Part>> parts_of(const ObjectId& manifest);
   static ObjectId upload_object(std::string_view id);
+  Result<std::vector<ObjectId>> parts_in_writing(std::string_view id);
   static ObjectId uploads_index();
   // Removes a data object, or an object of parts with its parts but those in `keep`.
   Status remove_data(const ObjectId& data, bool composite, const std::set<ObjectId>& keep);

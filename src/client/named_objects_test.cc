@@ -265,6 +265,11 @@ TEST_F(NamedObjectsTest, UploadsStagePartsUntilCompletedOrDropped) {
   ASSERT_TRUE(o.add_part("u1", 2, staged("second"), "e2").is_ok());
   ASSERT_TRUE(o.add_part("u1", 2, staged("second again"), "e2b").is_ok());  // replaces part 2 (its data goes)
   ASSERT_TRUE(o.add_part("u2", 1, staged("x"), "ex").is_ok());
+  // A part still being written is the upload's already (dropped with it), and not yet one of its parts.
+  NamedObjects::Part writing{NamedObjects::fresh_data_object(), 0};
+  ASSERT_TRUE(o.begin_part("u2", writing.data).is_ok());
+  ASSERT_TRUE(write_file_object(*c_, writing.data, 0, source_of("half"), 4, {}, &writing.size).is_ok());
+  EXPECT_EQ(o.parts("u2")->size(), 1u);
   auto u = o.upload("u1");
   ASSERT_TRUE(u.is_ok());
   EXPECT_EQ(u->name, "dir/big");

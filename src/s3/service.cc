@@ -264,9 +264,13 @@ void head_bucket(const ServiceConfig& config, const User& user, Handles& handles
 
 void delete_bucket(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
                    const std::function<void(Response)>& reply) {
+  // Empty: no named object, no upload, no object of other means (the API's, the bench's, a namespace's). What
+  // the layout owns beside (the data of a put under way or one that died) goes with the bucket.
   auto empty = with_bucket(config, user, handles, req.bucket, [](client::Container& c) -> Result<bool> {
-    RFOS_ASSIGN_OR_RETURN(auto objects, c.list_objects());
-    return objects.empty();
+    client::NamedObjects objects(c);
+    RFOS_ASSIGN_OR_RETURN(auto listing, objects.list());
+    RFOS_ASSIGN_OR_RETURN(auto uploads, objects.uploads(""));
+    return listing.named.empty() && listing.other.empty() && uploads.empty();
   });
   if (!empty.is_ok()) return reply(error_response(empty.status(), resource_of(req), true));
   if (!*empty)
@@ -732,13 +736,30 @@ std::optional<uint32_t> part_number(const Request& req) {
   return v;
 }
 
-// Records a part written into `data` under its number (the part uploaded before under it goes; one uploaded at
-// the same time may be left). On an error the new part's data goes.
-Status register_part(client::Container& c, const std::string& upload_id, uint32_t n, const ObjectId& data,
-                     uint64_t size, const std::string& md5) {
-  Status s = client::NamedObjects(c).add_part(upload_id, n, {data, size}, md5);
-  if (!s.is_ok()) (void)c.punch_object(data);
-  return s;
+// Writes part `n` of the upload from `source` into a data object of its own, recorded as being written first (the
+// upload's, even if this dies), then as the part (the part uploaded before under that number goes; one uploaded at
+// the same time may be left). `check` (the body's digests, a copy's source) runs once all is written and gives the
+// part's MD5 (hex); its error, or any other, abandons the part.
+Result<std::string> write_part(client::Container& c, const std::string& upload_id, uint32_t n,
+                               const client::StreamSource& source,
+                               const std::function<Result<std::string>(uint64_t)>& check) {
+  client::NamedObjects objects(c);
+  const ObjectId data = client::NamedObjects::fresh_data_object();
+  RFOS_RETURN_IF_ERROR(objects.begin_part(upload_id, data));
+  uint64_t size = 0;
+  Status s = client::write_file_object(c, data, 0, source, 16, {}, &size);
+  std::string md5;
+  if (s.is_ok()) {
+    auto m = check(size);
+    s = m.status();
+    if (m.is_ok()) md5 = std::move(m).value();
+  }
+  if (s.is_ok()) s = objects.add_part(upload_id, n, {data, size}, md5);
+  if (!s.is_ok()) {
+    (void)objects.abandon_part(upload_id, data);
+    return s;
+  }
+  return md5;
 }
 
 // --- copies --------------------------------------------------------------------------------------------------
@@ -865,8 +886,6 @@ void upload_part(const ServiceConfig& config, const User& user, Handles& handles
                                 resource_of(req)));
   std::optional<Response> failure;
   ChecksumHeader checksum;
-  const ObjectId data = client::NamedObjects::fresh_data_object();
-  uint64_t size = 0;
   auto md5 = store_body(
       config, user, handles, req,
       [&](client::Container& c, const client::StreamSource& source, const auto& finish) -> Status {
@@ -874,16 +893,7 @@ void upload_part(const ServiceConfig& config, const User& user, Handles& handles
           failure = std::move(*bad);
           return error(StatusCode::kNotFound, "no such upload");
         }
-        Status s = client::write_file_object(c, data, 0, source, 16, {}, &size);
-        std::string hex;
-        if (s.is_ok()) {
-          auto m = finish(size);
-          s = m.status();
-          if (m.is_ok()) hex = *m;
-        }
-        if (s.is_ok()) return register_part(c, upload_id, *n, data, size, hex);
-        (void)c.punch_object(data);
-        return s;
+        return write_part(c, upload_id, *n, source, finish).status();
       },
       &failure, &checksum);
   if (!md5.is_ok()) return reply(std::move(*failure));
@@ -923,17 +933,13 @@ void upload_part_copy(const ServiceConfig& config, const User& user, Handles& ha
       failure = std::move(*bad);
       return error(StatusCode::kNotFound, "no such upload");
     }
-    const ObjectId data = client::NamedObjects::fresh_data_object();
     Digest md5("md5");
-    uint64_t size = 0;
-    Status w = client::write_file_object(c, data, 0, copy_reader(src, first, length, &md5), 16, {}, &size);
-    if (w.is_ok()) w = source_unchanged(src);
-    if (!w.is_ok()) {
-      (void)c.punch_object(data);
-      return w;
-    }
-    etag = hex_of(md5.finish());
-    return register_part(c, upload_id, *n, data, size, etag);
+    RFOS_ASSIGN_OR_RETURN(
+        etag, write_part(c, upload_id, *n, copy_reader(src, first, length, &md5), [&](uint64_t) -> Result<std::string> {
+          RFOS_RETURN_IF_ERROR(source_unchanged(src));
+          return hex_of(md5.finish());
+        }));
+    return Status::ok();
   });
   if (failure) return reply(std::move(*failure));
   if (!s.is_ok()) return reply(error_response(s, res));
