@@ -191,7 +191,8 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
     user_ = std::get<const User*>(who);
     const bool has_body = !parser_->is_done();
     const bool streams = has_body && req_.method == "PUT" && !req_.key.empty();
-    if (has_body && !streams && parser_->content_length().value_or(kMaxSmallBody + 1) > kMaxSmallBody)
+    // A small body's length, where declared, is checked up front; a chunked one as it is read.
+    if (has_body && !streams && parser_->content_length() && *parser_->content_length() > kMaxSmallBody)
       return fail(error_response(400, "InvalidRequest", "This request's body is too large.", req_.path));
     if (has_body) {
       if (const std::string* e = req_.header("expect"); e && lower(*e) == "100-continue") {

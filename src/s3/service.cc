@@ -621,10 +621,9 @@ Result<std::string> store_body(const ServiceConfig& config, const User& user, Ha
   }
   if (req.upload) req.upload->abandon();
   if (!s.is_ok()) {
-    if (!code.empty())
-      *failure = error_response(code == "NotImplemented" ? 501 : 400, code, s.message(), res);
-    else
-      *failure = error_response(s, res);
+    if (!failure->has_value())  // unless `store` said what to answer (NoSuchUpload)
+      *failure = code.empty() ? error_response(s, res)
+                              : error_response(code == "NotImplemented" ? 501 : 400, code, s.message(), res);
     return s;
   }
   return etag;

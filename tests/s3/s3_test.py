@@ -513,6 +513,8 @@ class S3Test(unittest.TestCase):
         self.s3.abort_multipart_upload(Bucket=b, Key="mp/small", UploadId=up2)
         self.assertEqual(error_code(lambda: self.s3.abort_multipart_upload(Bucket=b, Key="mp/small", UploadId=up2)),
                          "NoSuchUpload")
+        self.assertEqual(error_code(lambda: self.s3.upload_part(Bucket=b, Key="mp/small", UploadId=up2, PartNumber=1,
+                                                                Body=b"late")), "NoSuchUpload")
         self.assertEqual(error_code(lambda: self.s3.head_object(Bucket=b, Key="mp/small")), "404")
         # Bad XML is refused.
         r = self.raw_request("POST", "/%s/mp/obj?uploadId=%s" % (b, up), b"<CompleteMultipartUpload><Part>")
