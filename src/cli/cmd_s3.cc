@@ -24,6 +24,9 @@ void add_s3_command(CLI::App& app, Context& ctx) {
   cmd->add_option("--workers", flags->workers, "threads making storage calls (default 8)");
   cmd->add_option("--https-cert", flags->https_cert, "serve HTTPS with this PEM certificate (chain)");
   cmd->add_option("--https-key", flags->https_key, "... and this PEM key");
+  cmd->add_option("--anonymous-user", flags->anonymous_user,
+                  "unsigned requests act as this local user (the server must trust the gateway for it; buckets "
+                  "open to EVERYONE@ by their ACL are then public); default: unsigned requests are refused");
   cmd->callback([&ctx, cmd, config, flags, file] {
     if (!file->empty() && !ctx.check(s3::load_gateway_config(*file, config.get()), "s3")) return;
     if (cmd->count("--listen")) config->listen = flags->listen;
@@ -34,6 +37,7 @@ void add_s3_command(CLI::App& app, Context& ctx) {
     if (cmd->count("--workers")) config->workers = flags->workers;
     if (cmd->count("--https-cert")) config->https_cert = flags->https_cert;
     if (cmd->count("--https-key")) config->https_key = flags->https_key;
+    if (cmd->count("--anonymous-user")) config->anonymous_user = flags->anonymous_user;
     if (config->control_address.empty()) config->control_address = ctx.addr;
     if (config->tls.empty()) config->tls = ctx.tls;
     bool created = false;

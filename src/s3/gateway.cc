@@ -112,6 +112,8 @@ class Gateway::Impl {
   std::unique_ptr<Workers> workers;
   std::thread loop;
 
+  std::unique_ptr<User> anonymous;  // who unsigned requests act as; none: they are refused
+
   const User* user_of(std::string_view access_key) const {
     for (const auto& u : users)
       if (equal_secret(u->key.access_key, access_key)) return u.get();
@@ -460,7 +462,12 @@ std::variant<const User*, Response> Gateway::Impl::authenticate(Request& req) co
       for (const auto& [k, v] : req.query)
         if (k == "AWSAccessKeyId" || k == "Signature")
           return deny(400, "InvalidRequest", "Signature Version 2 is not supported: sign with AWS Signature V4");
-      return deny(403, "AccessDenied", "Anonymous access is not allowed: sign the request (AWS Signature V4)");
+      // Unsigned: as the anonymous user where one is configured (the server's ACLs then say what it may: what
+      // EVERYONE@ is granted), refused otherwise.
+      if (!anonymous)
+        return deny(403, "AccessDenied", "Anonymous access is not allowed: sign the request (AWS Signature V4)");
+      req.payload_hash = std::string(kUnsignedPayload);
+      return anonymous.get();
     }
     auth = std::move(**a);
     req.payload_hash = std::string(kUnsignedPayload);
@@ -551,10 +558,10 @@ std::string random_key(size_t n, std::string_view alphabet) {
 }  // namespace
 
 Status load_gateway_config(const std::string& path, GatewayConfig* config) {
-  RFOS_ASSIGN_OR_RETURN(
-      YAML::Node root,
-      load_yaml_mapping(path, {"listen", "control_address", "tls_ca", "tls_cert", "tls_key", "pool", "provider",
-                               "region", "keys", "keys_file", "workers", "timeout_ms", "https_cert", "https_key"}));
+  RFOS_ASSIGN_OR_RETURN(YAML::Node root,
+                        load_yaml_mapping(path, {"listen", "control_address", "tls_ca", "tls_cert", "tls_key", "pool",
+                                                 "provider", "region", "keys", "keys_file", "workers", "timeout_ms",
+                                                 "https_cert", "https_key", "anonymous_user"}));
   if (root.IsNull()) return Status::ok();
   try {
     if (root["listen"]) config->listen = root["listen"].as<std::string>();
@@ -564,6 +571,7 @@ Status load_gateway_config(const std::string& path, GatewayConfig* config) {
     if (root["tls_key"]) config->tls.key = root["tls_key"].as<std::string>();
     if (root["pool"]) config->pool = root["pool"].as<std::string>();
     if (root["https_cert"]) config->https_cert = root["https_cert"].as<std::string>();
+    if (root["anonymous_user"]) config->anonymous_user = root["anonymous_user"].as<std::string>();
     if (root["https_key"]) config->https_key = root["https_key"].as<std::string>();
     if (root["provider"]) config->provider = root["provider"].as<std::string>();
     if (root["region"]) config->region = root["region"].as<std::string>();
@@ -645,6 +653,18 @@ Result<std::unique_ptr<Gateway>> Gateway::start(const GatewayConfig& config) {
   for (const AccessKey& k : config.keys) {
     RFOS_ASSIGN_OR_RETURN(auto u, make_user(k, *control));
     impl->users.push_back(std::move(u));
+  }
+  if (!config.anonymous_user.empty()) {
+    struct passwd pw {};
+    struct passwd* found = nullptr;
+    std::vector<char> buf(16384);
+    if (getpwnam_r(config.anonymous_user.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || !found)
+      return error(StatusCode::kInvalidArgument, "anonymous_user: no local user '" + config.anonymous_user + "'");
+    // Never with the gateway's rights (or root's): unsigned requests would have every key's.
+    if (pw.pw_uid == 0 || pw.pw_uid == geteuid())
+      return error(StatusCode::kInvalidArgument,
+                   "anonymous_user must be a user of its own (nobody), not root or the gateway's user");
+    RFOS_ASSIGN_OR_RETURN(impl->anonymous, make_user(AccessKey{"", "", config.anonymous_user}, *control));
   }
   RFOS_RETURN_IF_ERROR(control->pool_query(config.pool).status());
   if (config.https_cert.empty() != config.https_key.empty())

@@ -41,6 +41,9 @@ struct GatewayConfig {
   // HTTPS on the listener: PEM files of its certificate (chain) and key. Empty: plain HTTP.
   std::string https_cert;
   std::string https_key;
+  // Unsigned requests act as this local user (not root, not the gateway's own user: the server must trust the
+  // gateway for it), so a bucket whose ACL grants EVERYONE@ (or that user) is open to them. "": refused.
+  std::string anonymous_user;
   uint32_t workers = 8;  // threads that make storage calls
   uint32_t timeout_ms = 30000;
 };

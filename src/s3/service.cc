@@ -177,17 +177,19 @@ bool valid_bucket_name(std::string_view b) {
 
 std::string resource_of(const Request& req) { return "/" + req.bucket + (req.key.empty() ? "" : "/" + req.key); }
 
-client::ContainerOptions options(const ServiceConfig& config) {
+client::ContainerOptions options(const ServiceConfig& config, bool write = true) {
   client::ContainerOptions o;
+  o.write = write;
   o.provider = config.provider;
   o.timeout_ms = config.timeout_ms;
   return o;
 }
 
-// The bucket's handle for this user; a handle whose container went away is dropped and opened again once.
+// The bucket's handle for this user, to read it or also to write it (a user granted only r gets a read handle:
+// asking for more would be refused).
 Result<client::Container*> bucket(const ServiceConfig& config, const User& user, Handles& handles,
-                                  const std::string& name) {
-  return handles.get(user, config.pool, name, options(config));
+                                  const std::string& name, bool write) {
+  return handles.get(user, config.pool, name, options(config, write));
 }
 
 // What a cached handle whose container or session went away (destroyed and made again, expired) answers.
@@ -198,10 +200,10 @@ bool stale_handle(StatusCode code) {
 
 // A call on the bucket's handle, again on a fresh handle when the cached one's session is gone.
 template <typename F>
-auto with_bucket(const ServiceConfig& config, const User& user, Handles& handles, const std::string& name, F&& f)
-    -> decltype(f(std::declval<client::Container&>())) {
+auto with_bucket(const ServiceConfig& config, const User& user, Handles& handles, const std::string& name, bool write,
+                 F&& f) -> decltype(f(std::declval<client::Container&>())) {
   for (int attempt = 0;; ++attempt) {
-    auto c = bucket(config, user, handles, name);
+    auto c = bucket(config, user, handles, name, write);
     if (!c.is_ok()) return c.status();
     auto r = f(**c);
     StatusCode code;
@@ -266,7 +268,7 @@ void delete_bucket(const ServiceConfig& config, const User& user, Handles& handl
                    const std::function<void(Response)>& reply) {
   // Empty: no named object, no upload, no object of other means (the API's, the bench's, a namespace's). What
   // the layout owns beside (the data of a put under way or one that died) goes with the bucket.
-  auto empty = with_bucket(config, user, handles, req.bucket, [](client::Container& c) -> Result<bool> {
+  auto empty = with_bucket(config, user, handles, req.bucket, false, [](client::Container& c) -> Result<bool> {
     client::NamedObjects objects(c);
     RFOS_ASSIGN_OR_RETURN(auto listing, objects.list());
     RFOS_ASSIGN_OR_RETURN(auto uploads, objects.uploads(""));
@@ -328,7 +330,7 @@ void list_objects(const ServiceConfig& config, const User& user, Handles& handle
     after = p("marker");
     after_prefix = !delimiter.empty() && after.ends_with(delimiter);
   }
-  auto all = with_bucket(config, user, handles, req.bucket,
+  auto all = with_bucket(config, user, handles, req.bucket, false,
                          [&](client::Container& c) { return client::NamedObjects(c).list_index(prefix); });
   if (!all.is_ok()) return reply(error_response(all.status(), resource_of(req), true));
   auto enc = [&](std::string_view s) { return encoding == "url" ? uri_encode(s, true) : std::string(s); };
@@ -604,7 +606,7 @@ Result<std::string> store_body(const ServiceConfig& config, const User& user, Ha
   std::string code, etag;
   Status s;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    auto c = bucket(config, user, handles, req.bucket);
+    auto c = bucket(config, user, handles, req.bucket, true);
     if (!c.is_ok()) {
       s = c.status();
       break;
@@ -717,7 +719,7 @@ void create_upload(const ServiceConfig& config, const User& user, Handles& handl
   std::snprintf(id, sizeof(id), "%016llx%016llx", static_cast<unsigned long long>(rng()),
                 static_cast<unsigned long long>(rng()));
   const std::string upload_id = id;
-  Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) {
+  Status s = with_bucket(config, user, handles, req.bucket, true, [&](client::Container& c) {
     return client::NamedObjects(c).begin_upload({upload_id, req.key, encode_attrs(attrs), now_ms()});
   });
   if (!s.is_ok()) return reply(error_response(s, resource_of(req)));
@@ -855,7 +857,7 @@ void copy_object(const ServiceConfig& config, const User& user, Handles& handles
       if (k != "etag" && !k.starts_with("x-amz-checksum-")) attrs.emplace_back(k, v);
   }
   std::string etag;
-  Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) {
+  Status s = with_bucket(config, user, handles, req.bucket, true, [&](client::Container& c) {
     Digest md5("md5");
     client::PutOptions o;
     o.attrs = [&](uint64_t) -> Result<std::string> {
@@ -926,7 +928,7 @@ void upload_part_copy(const ServiceConfig& config, const User& user, Handles& ha
   }
   std::optional<Response> failure;
   std::string etag;
-  Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) -> Status {
+  Status s = with_bucket(config, user, handles, req.bucket, true, [&](client::Container& c) -> Status {
     failure.reset();
     if (auto bad = check_upload(c, req, upload_id)) {
       failure = std::move(*bad);
@@ -979,7 +981,7 @@ void complete_upload(const ServiceConfig& config, const User& user, Handles& han
                                   res));
   std::optional<Response> failure;
   std::string final_etag;
-  Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) -> Status {
+  Status s = with_bucket(config, user, handles, req.bucket, true, [&](client::Container& c) -> Status {
     failure.reset();
     client::NamedObjects objects(c);
     client::NamedObjects::Upload upload;
@@ -1039,7 +1041,7 @@ void complete_upload(const ServiceConfig& config, const User& user, Handles& han
 void abort_upload(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
                   const std::function<void(Response)>& reply) {
   std::optional<Response> failure;
-  Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) -> Status {
+  Status s = with_bucket(config, user, handles, req.bucket, true, [&](client::Container& c) -> Status {
     failure.reset();
     if (auto bad = check_upload(c, req, *req.param("uploadId"))) {
       failure = std::move(*bad);
@@ -1058,7 +1060,7 @@ void list_parts(const ServiceConfig& config, const User& user, Handles& handles,
                 const std::function<void(Response)>& reply) {
   std::optional<Response> failure;
   std::map<uint32_t, client::NamedObjects::StagedPart> parts;
-  Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) -> Status {
+  Status s = with_bucket(config, user, handles, req.bucket, false, [&](client::Container& c) -> Status {
     failure.reset();
     if (auto bad = check_upload(c, req, *req.param("uploadId"))) {
       failure = std::move(*bad);
@@ -1108,7 +1110,7 @@ void list_parts(const ServiceConfig& config, const User& user, Handles& handles,
 void list_uploads(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
                   const std::function<void(Response)>& reply) {
   const std::string prefix = req.param("prefix") ? *req.param("prefix") : std::string();
-  auto uploads = with_bucket(config, user, handles, req.bucket,
+  auto uploads = with_bucket(config, user, handles, req.bucket, false,
                              [&](client::Container& c) { return client::NamedObjects(c).uploads(prefix); });
   if (!uploads.is_ok()) return reply(error_response(uploads.status(), resource_of(req), true));
   Xml x;
@@ -1151,7 +1153,7 @@ void delete_objects(const ServiceConfig& config, const User& user, Handles& hand
   Xml x;
   x.open("DeleteResult", kNs);
   for (const std::string& k : keys) {
-    Status s = with_bucket(config, user, handles, req.bucket,
+    Status s = with_bucket(config, user, handles, req.bucket, true,
                            [&](client::Container& c) { return client::NamedObjects(c).remove(k); });
     if (s.is_ok() || s.code() == StatusCode::kNotFound) {
       if (!quiet) x.open("Deleted").leaf("Key", k).close("Deleted");
@@ -1169,7 +1171,7 @@ void delete_objects(const ServiceConfig& config, const User& user, Handles& hand
 void get_object(const ServiceConfig& config, const User& user, Handles& handles, const Request& req, bool head,
                 const std::function<void(Response)>& reply) {
   const std::string res = resource_of(req);
-  auto st = with_bucket(config, user, handles, req.bucket,
+  auto st = with_bucket(config, user, handles, req.bucket, false,
                         [&](client::Container& c) { return client::NamedObjects(c).stat(req.key); });
   if (!st.is_ok()) {
     if (st.status().code() == StatusCode::kNotFound)
@@ -1263,7 +1265,7 @@ void get_object(const ServiceConfig& config, const User& user, Handles& handles,
   // meanwhile removes the old data, and what was read of it may be holes; the reader then gets an error (the
   // connection cut short), never wrong bytes.
   std::string held;
-  Status s = with_bucket(config, user, handles, req.bucket, [&](client::Container& c) {
+  Status s = with_bucket(config, user, handles, req.bucket, false, [&](client::Container& c) {
     client::NamedObjects objects(c);
     Status read = objects.read_range(*st, first, length, [&](std::span<const uint8_t> b) {
       if (!held.empty()) RFOS_RETURN_IF_ERROR(ch->push_wait(std::move(held)));
@@ -1282,7 +1284,7 @@ void get_object(const ServiceConfig& config, const User& user, Handles& handles,
 
 void delete_object(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
                    const std::function<void(Response)>& reply) {
-  Status s = with_bucket(config, user, handles, req.bucket,
+  Status s = with_bucket(config, user, handles, req.bucket, true,
                          [&](client::Container& c) { return client::NamedObjects(c).remove(req.key); });
   if (!s.is_ok() && s.code() != StatusCode::kNotFound) return reply(error_response(s, resource_of(req)));
   Response r;
@@ -1448,16 +1450,29 @@ Response error_response(const Status& s, std::string_view resource, bool bucket_
   }
 }
 
+// A handle's name in the cache: the key's, the bucket's, and whether it may write.
+static std::string handle_id(const User& user, const std::string& bucket, bool write) {
+  std::string id = user.key.access_key;
+  id.push_back('\0');
+  id += bucket;
+  id.push_back('\0');
+  id.push_back(write ? 'w' : 'r');
+  return id;
+}
+
 Result<client::Container*> Handles::get(const User& user, const std::string& pool, const std::string& bucket,
                                         const client::ContainerOptions& options) {
-  std::string id = user.key.access_key + '\0' + bucket;
+  const std::string id = handle_id(user, bucket, options.write);
   auto it = conts_.find(id);
   if (it != conts_.end()) return it->second.get();
   RFOS_ASSIGN_OR_RETURN(auto c, client::Container::open(*user.control, pool, bucket, options));
   return conts_.emplace(id, std::move(c)).first->second.get();
 }
 
-void Handles::drop(const User& user, const std::string& bucket) { conts_.erase(user.key.access_key + '\0' + bucket); }
+void Handles::drop(const User& user, const std::string& bucket) {
+  conts_.erase(handle_id(user, bucket, true));
+  conts_.erase(handle_id(user, bucket, false));
+}
 
 void serve(const ServiceConfig& config, const User& user, Handles& handles, Request& req,
            const std::function<void(Response)>& reply) {

@@ -54,7 +54,8 @@ class Cluster:
         sock = os.path.join(self.dir, "control.sock")
         self.server = subprocess.Popen(
             [RFOS, "server", "--data-dir", os.path.join(self.dir, "data"), "--control-socket", sock,
-             "--targets", "2", "--target-bytes", str(1536 << 20), "--provider", "ucx+tcp"],
+             "--targets", "2", "--target-bytes", str(1536 << 20), "--provider", "ucx+tcp",
+             "--trust-agent", "root=nobody"],  # a gateway run by root may act for nobody: anonymous requests
             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = wait_line(self.server, "listening on ", "rfos server")
         self.addr = line.split("listening on ")[1].split()[0]
@@ -523,6 +524,42 @@ class S3Test(unittest.TestCase):
         # Replaced by a single PUT, then removed: nothing of the parts is left (the bucket empties).
         self.s3.put_object(Bucket=b, Key="mp/obj", Body=b"single")
         self.assertEqual(self.s3.get_object(Bucket=b, Key="mp/obj")["Body"].read(), b"single")
+
+    def test_anonymous_access_where_the_acl_allows_it(self):
+        self.bucket("public")
+        self.bucket("private")
+        for b in ("public", "private"):
+            self.s3.put_object(Bucket=b, Key="k", Body=b"for everyone" if b == "public" else b"secret")
+        self.c.cli("pool", "acl", "update", "default", "-e", "A::EVERYONE@:r")
+        self.c.cli("cont", "acl", "update", "--pool", "default", "public", "-e", "A::EVERYONE@:r")
+        # A gateway may not make root, or its own user, the anonymous one.
+        bad = subprocess.run([RFOS, "--addr", self.c.addr, "s3", "--listen", "127.0.0.1:0", "--keys-file",
+                              self.c.keys_file, "--anonymous-user", "root"], env=ENV, capture_output=True, text=True,
+                             timeout=60)
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("anonymous_user must be", bad.stderr)
+        gw = subprocess.Popen([RFOS, "--addr", self.c.addr, "s3", "--listen", "127.0.0.1:0", "--keys-file",
+                               self.c.keys_file, "--anonymous-user", "nobody"],
+                              env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            endpoint = wait_line(gw, "listening on http://", "rfos s3 (anonymous)").split("listening on ")[1].split()[0]
+            try:
+                got = urllib.request.urlopen(endpoint + "/public/k").read()
+            except urllib.error.HTTPError as e:
+                got = e.read()
+            self.assertEqual(got, b"for everyone", got)
+            for method, path, body in (("GET", "/private/k", None), ("PUT", "/public/new", b"x"),
+                                       ("DELETE", "/public/k", None)):
+                with self.assertRaises(urllib.error.HTTPError) as e:
+                    urllib.request.urlopen(urllib.request.Request(endpoint + path, data=body, method=method))
+                self.assertEqual(e.exception.code, 403, path)
+                self.assertIn(b"AccessDenied", e.exception.read())
+            self.assertEqual(self.s3.get_object(Bucket="public", Key="k")["Body"].read(), b"for everyone")
+            self.assertEqual(error_code(lambda: self.s3.head_object(Bucket="public", Key="new")), "404")
+        finally:
+            gw.terminate()
+            gw.wait()
+            gw.stdout.close()
 
     def test_a_part_cut_short_leaves_the_upload_abortable(self):
         b = self.bucket("cutpart")
