@@ -178,16 +178,12 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
                                 std::string(f.value().data(), f.value().size()));
     keep_alive_ = msg.keep_alive();
     const std::string_view target(msg.target().data(), msg.target().size());
-    const size_t q = target.find('?');
-    auto path = uri_decode(target.substr(0, q));
-    auto query = parse_query(q == std::string_view::npos ? std::string_view() : target.substr(q + 1));
-    if (!path.is_ok() || !query.is_ok() || !target.starts_with("/"))
-      return fail(error_response(400, "InvalidURI", "Couldn't parse the specified URI.", target));
-    req_.path = *path;
-    req_.query = std::move(query).value();
-    const size_t slash = req_.path.find('/', 1);
-    req_.bucket = req_.path.substr(1, slash == std::string::npos ? std::string::npos : slash - 1);
-    if (slash != std::string::npos) req_.key = req_.path.substr(slash + 1);
+    auto parsed = parse_target(target);
+    if (!parsed.is_ok()) return fail(error_response(400, "InvalidURI", "Couldn't parse the specified URI.", target));
+    req_.path = std::move(parsed->path);
+    req_.query = std::move(parsed->query);
+    req_.bucket = std::move(parsed->bucket);
+    req_.key = std::move(parsed->key);
     auto who = gw_.authenticate(req_);
     if (auto* r = std::get_if<Response>(&who)) return fail(std::move(*r));
     user_ = std::get<const User*>(who);

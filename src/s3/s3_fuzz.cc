@@ -1,11 +1,13 @@
 // Fuzz target for what an S3 client sends the gateway before any storage call: the Authorization header, the
 // query string and a presigned URL's parameters, percent-encoding, dates, aws-chunked bodies (signed and
-// unsigned, fed in pieces) and XML bodies (CompleteMultipartUpload, DeleteObjects). The first byte picks the
-// parser.
+// unsigned, fed in pieces), XML bodies (CompleteMultipartUpload, DeleteObjects), and a request's head (Beast's
+// HTTP parser, then the target split into bucket, key and query). The first byte picks the parser.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+
+#include <boost/beast/http.hpp>
 
 #include "s3/sigv4.h"
 #include "s3/xml.h"
@@ -45,7 +47,7 @@ void seed_chunked(std::string* out, bool signed_body) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const uint8_t which = data[0] % 6;
+  const uint8_t which = data[0] % 7;
   std::string_view in(reinterpret_cast<const char*>(data) + 1, size - 1);
   bool ok = false;
   switch (which) {
@@ -84,6 +86,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (ok && doc->name.empty()) std::abort();
       break;
     }
+    case 6: {
+      // A request's head as the gateway reads it: Beast's parser, then the target split into bucket and key.
+      namespace http = boost::beast::http;
+      http::request_parser<http::empty_body> parser;
+      parser.header_limit(64u << 10);
+      parser.eager(false);
+      boost::beast::error_code ec;
+      parser.put(boost::asio::buffer(in.data(), in.size()), ec);
+      if (!ec && parser.is_header_done()) {
+        auto& msg = parser.get();
+        auto t = parse_target(std::string_view(msg.target().data(), msg.target().size()));
+        ok = t.is_ok();
+        if (ok && (t->path.empty() || t->path[0] != '/')) std::abort();
+      }
+      break;
+    }
   }
   if (ok) ++rfos_fuzz_accepted;
   return 0;
@@ -113,5 +131,8 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void* ctx, const char* name, const 
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/"
       "2006-03-01/\"><Part><ETag>&quot;0123&quot;</ETag><PartNumber>1</PartNumber></Part><!-- c --><Part><ETag>"
       "<![CDATA[\"4567\"]]></ETag><PartNumber>2</PartNumber></Part></CompleteMultipartUpload>");
+  put("request", 6,
+      "PUT /bucket/dir/a%20key?partNumber=2&uploadId=abc HTTP/1.1\r\nHost: 127.0.0.1:9000\r\nx-amz-date: "
+      "20130524T000000Z\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\nContent-Length: 5\r\n\r\n");
   put("delete", 5, "<Delete><Quiet>true</Quiet><Object><Key>a&#x2F;b&#47;&amp;c</Key></Object><Object/></Delete>");
 }

@@ -172,6 +172,19 @@ Result<Params> parse_query(std::string_view raw) {
   return out;
 }
 
+Result<Target> parse_target(std::string_view target) {
+  if (!target.starts_with("/")) return malformed("a request target must start with '/'");
+  const size_t q = target.find('?');
+  Target t;
+  RFOS_ASSIGN_OR_RETURN(t.path, uri_decode(target.substr(0, q)));
+  RFOS_ASSIGN_OR_RETURN(t.query, parse_query(q == std::string_view::npos ? std::string_view() : target.substr(q + 1)));
+  if (t.path.empty() || t.path[0] != '/') return malformed("a request path must start with '/'");
+  const size_t slash = t.path.find('/', 1);
+  t.bucket = t.path.substr(1, slash == std::string::npos ? std::string::npos : slash - 1);
+  if (slash != std::string::npos) t.key = t.path.substr(slash + 1);
+  return t;
+}
+
 Result<Auth> parse_authorization(std::string_view header) {
   constexpr std::string_view kAlgo = "AWS4-HMAC-SHA256 ";
   if (!header.starts_with(kAlgo)) return malformed("the Authorization header is not AWS4-HMAC-SHA256");

@@ -54,6 +54,17 @@ using Headers = std::vector<std::pair<std::string, std::string>>;  // lowercase 
 // A query string's parameters, decoded ("a&b=1": {"a",""}, {"b","1"}).
 Result<Params> parse_query(std::string_view raw);
 
+// A request target ("/bucket/key?query", path-style) split: the decoded path, the query's parameters, and the
+// bucket and key the path names ("" for ListBuckets' "/" and for a bucket's own requests). kInvalidArgument for a
+// target that does not start with '/' or does not decode.
+struct Target {
+  std::string path;
+  Params query;
+  std::string bucket;
+  std::string key;
+};
+Result<Target> parse_target(std::string_view target);
+
 // What a request's signature says of itself.
 struct Auth {
   std::string access_key;

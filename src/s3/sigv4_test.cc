@@ -116,6 +116,21 @@ TEST(SigV4, UnsignedChunksWithATrailer) {
   }
 }
 
+TEST(SigV4, RequestTargets) {
+  auto t = parse_target("/bucket/dir/a%20key%2Bplus?uploadId=x&partNumber=2&flag");
+  ASSERT_TRUE(t.is_ok());
+  EXPECT_EQ(t->bucket, "bucket");
+  EXPECT_EQ(t->key, "dir/a key+plus");
+  EXPECT_EQ(t->query, (Params{{"uploadId", "x"}, {"partNumber", "2"}, {"flag", ""}}));
+  EXPECT_EQ(parse_target("/")->bucket, "");
+  EXPECT_EQ(parse_target("/b")->key, "");
+  EXPECT_EQ(parse_target("/b/")->key, "");
+  EXPECT_EQ(parse_target("/b/")->bucket, "b");
+  EXPECT_FALSE(parse_target("b/k").is_ok());
+  EXPECT_FALSE(parse_target("/b/%zz").is_ok());
+  EXPECT_FALSE(parse_target("/b/k?x=%4").is_ok());
+}
+
 TEST(SigV4, PresignedQueriesAndTheirRefusals) {
   auto q = parse_query(
       "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2F"
