@@ -392,8 +392,8 @@ Result<NamedObjects::Listing> NamedObjects::list() {
   std::set<ObjectId> unnamed;
   referenced.insert(index_object());
   referenced.insert(uploads_index());
-  RFOS_ASSIGN_OR_RETURN(std::vector<Upload> ups, uploads(""));
-  for (const Upload& u : ups) {
+  RFOS_ASSIGN_OR_RETURN(out.uploads, uploads(""));
+  for (const Upload& u : out.uploads) {
     referenced.insert(upload_object(u.id));
     RFOS_ASSIGN_OR_RETURN(auto staged, parts(u.id));
     for (const auto& [n, p] : staged) referenced.insert(p.part.data);

@@ -121,6 +121,7 @@ class NamedObjects {
     // Every object this layout accounts for: records, data, manifests and parts, pending data, the name index,
     // uploads and their parts (what `rfos fs check` must not take for leaked file data).
     std::set<ObjectId> owned;
+    std::vector<Upload> uploads;  // uploads(""): those under way
   };
   Result<Listing> list();
   // The names in the index that start with `prefix`, in byte order, each with its stat (attrs included): one

@@ -290,6 +290,7 @@ TEST_F(NamedObjectsTest, UploadsStagePartsUntilCompletedOrDropped) {
   ASSERT_TRUE(listing.is_ok());
   EXPECT_TRUE(listing->other.empty()) << "a staged part shows as a stray object";
   EXPECT_TRUE(listing->owned.count(parts->at(1).part.data));
+  EXPECT_EQ(listing->uploads.size(), 2u);
   // Completed: the parts become the object's, the upload goes.
   std::vector<NamedObjects::Part> chosen = {parts->at(1).part, parts->at(2).part};
   ASSERT_TRUE(o.put_parts("dir/big", chosen).is_ok());

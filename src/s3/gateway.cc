@@ -523,7 +523,9 @@ Result<std::unique_ptr<User>> make_user(const AccessKey& key, const client::Cont
   struct passwd* found = nullptr;
   std::vector<char> buf(16384);
   if (getpwnam_r(key.user.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || !found)
-    return error(StatusCode::kInvalidArgument, "access key " + key.access_key + ": no local user '" + key.user + "'");
+    return error(StatusCode::kInvalidArgument,
+                 (key.access_key.empty() ? "anonymous_user" : "access key " + key.access_key) + ": no local user '" +
+                     key.user + "'");
   int n = 64;
   std::vector<gid_t> groups(static_cast<size_t>(n));
   if (getgrouplist(pw.pw_name, pw.pw_gid, groups.data(), &n) < 0) {
@@ -532,6 +534,7 @@ Result<std::unique_ptr<User>> make_user(const AccessKey& key, const client::Cont
   }
   groups.resize(static_cast<size_t>(std::max(n, 0)));
   u->name = pw.pw_name;
+  u->uid = pw.pw_uid;
   if (pw.pw_uid == geteuid()) {
     u->control = control.clone();
   } else {
@@ -547,6 +550,31 @@ std::string random_key(size_t n, std::string_view alphabet) {
     RAND_bytes(b, sizeof(b));
     for (unsigned char c : b)
       if (out.size() < n && c < 256 - 256 % alphabet.size()) out.push_back(alphabet[c % alphabet.size()]);
+  }
+  return out;
+}
+
+// A file that holds secret keys must be its owner's alone.
+Status owner_only(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0 && (st.st_mode & 077))
+    return error(StatusCode::kPermissionDenied, path + " holds secret keys and others may read it (chmod 600)");
+  return Status::ok();
+}
+
+// A `keys:` list (of a config or a keys file): {access_key, secret_key, user}. Throws YAML::Exception as yaml-cpp
+// does; the callers turn it into kInvalidArgument.
+Result<std::vector<AccessKey>> parse_keys(const YAML::Node& keys, const std::string& path) {
+  std::vector<AccessKey> out;
+  for (const auto& k : keys) {
+    RFOS_RETURN_IF_ERROR(check_yaml_keys(k, {"access_key", "secret_key", "user"}, path, "key"));
+    AccessKey a;
+    a.access_key = k["access_key"].as<std::string>();
+    a.secret_key = k["secret_key"].as<std::string>();
+    if (k["user"]) a.user = k["user"].as<std::string>();
+    if (a.access_key.empty() || a.secret_key.size() < 8)
+      return error(StatusCode::kInvalidArgument, path + ": a key needs an access_key and a secret_key of 8+ bytes");
+    out.push_back(std::move(a));
   }
   return out;
 }
@@ -575,21 +603,8 @@ Status load_gateway_config(const std::string& path, GatewayConfig* config) {
     if (root["workers"]) config->workers = root["workers"].as<uint32_t>();
     if (root["timeout_ms"]) config->timeout_ms = root["timeout_ms"].as<uint32_t>();
     if (root["keys"]) {
-      // Secrets in the config: it must be private, as a keys file is.
-      struct stat st {};
-      if (stat(path.c_str(), &st) == 0 && (st.st_mode & 077))
-        return error(StatusCode::kPermissionDenied, path + " holds secret keys and others may read it (chmod 600)");
-      config->keys.clear();
-      for (const auto& k : root["keys"]) {
-        RFOS_RETURN_IF_ERROR(check_yaml_keys(k, {"access_key", "secret_key", "user"}, path, "key"));
-        AccessKey a;
-        a.access_key = k["access_key"].as<std::string>();
-        a.secret_key = k["secret_key"].as<std::string>();
-        if (k["user"]) a.user = k["user"].as<std::string>();
-        if (a.access_key.empty() || a.secret_key.size() < 8)
-          return error(StatusCode::kInvalidArgument, path + ": a key needs an access_key and a secret_key of 8+ bytes");
-        config->keys.push_back(std::move(a));
-      }
+      RFOS_RETURN_IF_ERROR(owner_only(path));  // secrets in the config: private, as a keys file is
+      RFOS_ASSIGN_OR_RETURN(config->keys, parse_keys(root["keys"], path));
     }
   } catch (const YAML::Exception& e) {
     return error(StatusCode::kInvalidArgument, "config file " + path + ": " + e.what());
@@ -601,13 +616,17 @@ Result<std::vector<AccessKey>> load_or_make_keys(const std::string& path, bool c
   *created = false;
   struct stat st {};
   if (stat(path.c_str(), &st) == 0) {
-    if (st.st_mode & 077)
-      return error(StatusCode::kPermissionDenied, path + " holds secret keys and others may read it (chmod 600)");
-    GatewayConfig c;
+    RFOS_RETURN_IF_ERROR(owner_only(path));
     RFOS_ASSIGN_OR_RETURN(YAML::Node root, load_yaml_mapping(path, {"keys"}));
-    (void)root;
-    RFOS_RETURN_IF_ERROR(load_gateway_config(path, &c));
-    if (!c.keys.empty() || !create) return c.keys;
+    std::vector<AccessKey> keys;
+    try {
+      if (!root.IsNull() && root["keys"]) {
+        RFOS_ASSIGN_OR_RETURN(keys, parse_keys(root["keys"], path));
+      }
+    } catch (const YAML::Exception& e) {
+      return error(StatusCode::kInvalidArgument, "keys file " + path + ": " + e.what());
+    }
+    if (!keys.empty() || !create) return keys;
   } else if (!create) {
     return error(StatusCode::kNotFound, "no keys file " + path);
   }
@@ -651,16 +670,11 @@ Result<std::unique_ptr<Gateway>> Gateway::start(const GatewayConfig& config) {
     impl->users.push_back(std::move(u));
   }
   if (!config.anonymous_user.empty()) {
-    struct passwd pw {};
-    struct passwd* found = nullptr;
-    std::vector<char> buf(16384);
-    if (getpwnam_r(config.anonymous_user.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || !found)
-      return error(StatusCode::kInvalidArgument, "anonymous_user: no local user '" + config.anonymous_user + "'");
+    RFOS_ASSIGN_OR_RETURN(impl->anonymous, make_user(AccessKey{"", "", config.anonymous_user}, *control));
     // Never with the gateway's rights (or root's): unsigned requests would have every key's.
-    if (pw.pw_uid == 0 || pw.pw_uid == geteuid())
+    if (impl->anonymous->uid == 0 || impl->anonymous->uid == geteuid())
       return error(StatusCode::kInvalidArgument,
                    "anonymous_user must be a user of its own (nobody), not root or the gateway's user");
-    RFOS_ASSIGN_OR_RETURN(impl->anonymous, make_user(AccessKey{"", "", config.anonymous_user}, *control));
   }
   RFOS_RETURN_IF_ERROR(control->pool_query(config.pool).status());
   if (config.https_cert.empty() != config.https_key.empty())

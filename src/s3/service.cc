@@ -269,10 +269,8 @@ void delete_bucket(const ServiceConfig& config, const User& user, Handles& handl
   // Empty: no named object, no upload, no object of other means (the API's, the bench's, a namespace's). What
   // the layout owns beside (the data of a put under way or one that died) goes with the bucket.
   auto empty = with_bucket(config, user, handles, req.bucket, false, [](client::Container& c) -> Result<bool> {
-    client::NamedObjects objects(c);
-    RFOS_ASSIGN_OR_RETURN(auto listing, objects.list());
-    RFOS_ASSIGN_OR_RETURN(auto uploads, objects.uploads(""));
-    return listing.named.empty() && listing.other.empty() && uploads.empty();
+    RFOS_ASSIGN_OR_RETURN(auto listing, client::NamedObjects(c).list());
+    return listing.named.empty() && listing.other.empty() && listing.uploads.empty();
   });
   if (!empty.is_ok()) return reply(error_response(empty.status(), resource_of(req), true));
   if (!*empty)
@@ -310,17 +308,12 @@ void list_objects(const ServiceConfig& config, const User& user, Handles& handle
   if (v2) {
     if (const std::string* t = req.param("continuation-token")) {
       // The token is the hex of where the last page ended: 'k' and a key, or 'p' and a common prefix.
-      std::string raw;
-      if (t->size() < 2 || t->size() % 2 || t->find_first_not_of("0123456789abcdef") != std::string::npos)
+      auto raw = from_hex(*t);
+      if (!raw || raw->empty() || ((*raw)[0] != 'k' && (*raw)[0] != 'p'))
         return reply(
             error_response(400, "InvalidArgument", "The continuation token provided is incorrect", resource_of(req)));
-      for (size_t i = 0; i < t->size(); i += 2)
-        raw.push_back(static_cast<char>(std::stoi(t->substr(i, 2), nullptr, 16)));
-      if (raw[0] != 'k' && raw[0] != 'p')
-        return reply(
-            error_response(400, "InvalidArgument", "The continuation token provided is incorrect", resource_of(req)));
-      after_prefix = raw[0] == 'p';
-      after = raw.substr(1);
+      after_prefix = (*raw)[0] == 'p';
+      after = raw->substr(1);
     } else {
       after = p("start-after");
     }
@@ -402,7 +395,7 @@ class Checksum {
     Checksum k;
     k.name_ = a;
     if (a == "sha1" || a == "sha256")
-      k.digest_ = std::make_shared<Digest>(a.c_str());
+      k.digest_ = std::make_unique<Digest>(a.c_str());
     else if (a != "crc32" && a != "crc32c")
       return std::nullopt;
     return k;
@@ -427,7 +420,7 @@ class Checksum {
  private:
   std::string name_;
   uint32_t crc_ = 0;
-  std::shared_ptr<Digest> digest_;
+  std::unique_ptr<Digest> digest_;
 };
 
 // Reads the body as the request's x-amz-content-sha256 says it comes, checking what it can as it goes.
@@ -696,18 +689,25 @@ std::optional<std::optional<Range>> parse_range(std::string_view h, uint64_t siz
 constexpr size_t kMinPartBytes = 5u << 20;  // every part but the last, as S3
 constexpr uint32_t kMaxParts = 10000;
 
-// The upload, checked against the request's key: NoSuchUpload when it is not there or is another key's.
-std::optional<Response> check_upload(client::Container& c, const Request& req, const std::string& upload_id,
-                                     client::NamedObjects::Upload* out = nullptr) {
+// The upload, checked against the request's key. When it is not there or is another key's: an error, and in
+// *failure the answer (NoSuchUpload); *failure is cleared otherwise (a call tried again on a fresh handle).
+Status check_upload(client::Container& c, const Request& req, const std::string& upload_id,
+                    std::optional<Response>* failure, client::NamedObjects::Upload* out = nullptr) {
+  failure->reset();
   auto u = client::NamedObjects(c).upload(upload_id);
-  if (!u.is_ok() && u.status().code() != StatusCode::kNotFound) return error_response(u.status(), resource_of(req));
-  if (!u.is_ok() || u->name != req.key)
-    return error_response(404, "NoSuchUpload",
-                          "The specified multipart upload does not exist. The upload ID may be invalid, or the upload "
-                          "may have been aborted or completed.",
-                          resource_of(req));
+  if (!u.is_ok() && u.status().code() != StatusCode::kNotFound) {
+    *failure = error_response(u.status(), resource_of(req));
+    return u.status();
+  }
+  if (!u.is_ok() || u->name != req.key) {
+    *failure = error_response(404, "NoSuchUpload",
+                              "The specified multipart upload does not exist. The upload ID may be invalid, or the "
+                              "upload may have been aborted or completed.",
+                              resource_of(req));
+    return error(StatusCode::kNotFound, "no such upload");
+  }
   if (out) *out = std::move(u).value();
-  return std::nullopt;
+  return Status::ok();
 }
 
 void create_upload(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
@@ -825,6 +825,13 @@ client::StreamSource copy_reader(CopySource& src, uint64_t offset, uint64_t leng
   };
 }
 
+// What a copy answers (CopyObjectResult, CopyPartResult).
+Response copy_result(std::string_view tag, const std::string& etag) {
+  Xml x;
+  x.open(tag, kNs).leaf("LastModified", iso_date(now_ms())).leaf("ETag", "\"" + etag + "\"").close(tag);
+  return xml_response(200, std::move(x));
+}
+
 // The source still names the data it was read from: a put that replaced it meanwhile may have removed what the
 // copy read as holes.
 Status source_unchanged(CopySource& src) {
@@ -870,12 +877,7 @@ void copy_object(const ServiceConfig& config, const User& user, Handles& handles
     return client::NamedObjects(c).put(req.key, copy_reader(src, 0, src.st.size, &md5), {}, o);
   });
   if (!s.is_ok()) return reply(error_response(s, res));
-  Xml x;
-  x.open("CopyObjectResult", kNs)
-      .leaf("LastModified", iso_date(now_ms()))
-      .leaf("ETag", "\"" + etag + "\"")
-      .close("CopyObjectResult");
-  reply(xml_response(200, std::move(x)));
+  reply(copy_result("CopyObjectResult", etag));
 }
 
 void upload_part(const ServiceConfig& config, const User& user, Handles& handles, Request& req,
@@ -890,10 +892,7 @@ void upload_part(const ServiceConfig& config, const User& user, Handles& handles
   auto md5 = store_body(
       config, user, handles, req,
       [&](client::Container& c, const client::StreamSource& source, const auto& finish) -> Status {
-        if (auto bad = check_upload(c, req, upload_id)) {
-          failure = std::move(*bad);
-          return error(StatusCode::kNotFound, "no such upload");
-        }
+        RFOS_RETURN_IF_ERROR(check_upload(c, req, upload_id, &failure));
         return write_part(c, upload_id, *n, source, finish).status();
       },
       &failure, &checksum);
@@ -929,11 +928,7 @@ void upload_part_copy(const ServiceConfig& config, const User& user, Handles& ha
   std::optional<Response> failure;
   std::string etag;
   Status s = with_bucket(config, user, handles, req.bucket, true, [&](client::Container& c) -> Status {
-    failure.reset();
-    if (auto bad = check_upload(c, req, upload_id)) {
-      failure = std::move(*bad);
-      return error(StatusCode::kNotFound, "no such upload");
-    }
+    RFOS_RETURN_IF_ERROR(check_upload(c, req, upload_id, &failure));
     Digest md5("md5");
     RFOS_ASSIGN_OR_RETURN(
         etag, write_part(c, upload_id, *n, copy_reader(src, first, length, &md5), [&](uint64_t) -> Result<std::string> {
@@ -944,12 +939,7 @@ void upload_part_copy(const ServiceConfig& config, const User& user, Handles& ha
   });
   if (failure) return reply(std::move(*failure));
   if (!s.is_ok()) return reply(error_response(s, res));
-  Xml x;
-  x.open("CopyPartResult", kNs)
-      .leaf("LastModified", iso_date(now_ms()))
-      .leaf("ETag", "\"" + etag + "\"")
-      .close("CopyPartResult");
-  reply(xml_response(200, std::move(x)));
+  reply(copy_result("CopyPartResult", etag));
 }
 
 void complete_upload(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
@@ -982,13 +972,9 @@ void complete_upload(const ServiceConfig& config, const User& user, Handles& han
   std::optional<Response> failure;
   std::string final_etag;
   Status s = with_bucket(config, user, handles, req.bucket, true, [&](client::Container& c) -> Status {
-    failure.reset();
     client::NamedObjects objects(c);
     client::NamedObjects::Upload upload;
-    if (auto bad = check_upload(c, req, upload_id, &upload)) {
-      failure = std::move(*bad);
-      return error(StatusCode::kNotFound, "no such upload");
-    }
+    RFOS_RETURN_IF_ERROR(check_upload(c, req, upload_id, &failure, &upload));
     RFOS_ASSIGN_OR_RETURN(auto parts, objects.parts(upload_id));
     std::vector<client::NamedObjects::Part> chosen;
     std::set<ObjectId> keep;
@@ -1012,10 +998,7 @@ void complete_upload(const ServiceConfig& config, const User& user, Handles& han
       }
       chosen.push_back(it->second.part);
       keep.insert(it->second.part.data);
-      std::string raw;
-      for (size_t h = 0; h + 1 < it->second.etag.size(); h += 2)
-        raw.push_back(static_cast<char>(std::stoi(it->second.etag.substr(h, 2), nullptr, 16)));
-      md5s += raw;
+      md5s += from_hex(it->second.etag).value_or("");  // a part's ETag is the hex MD5 this gateway took
     }
     Digest d("md5");
     d.update(md5s);
@@ -1042,11 +1025,7 @@ void abort_upload(const ServiceConfig& config, const User& user, Handles& handle
                   const std::function<void(Response)>& reply) {
   std::optional<Response> failure;
   Status s = with_bucket(config, user, handles, req.bucket, true, [&](client::Container& c) -> Status {
-    failure.reset();
-    if (auto bad = check_upload(c, req, *req.param("uploadId"))) {
-      failure = std::move(*bad);
-      return error(StatusCode::kNotFound, "no such upload");
-    }
+    RFOS_RETURN_IF_ERROR(check_upload(c, req, *req.param("uploadId"), &failure));
     return client::NamedObjects(c).drop_upload(*req.param("uploadId"), {});
   });
   if (failure) return reply(std::move(*failure));
@@ -1061,11 +1040,7 @@ void list_parts(const ServiceConfig& config, const User& user, Handles& handles,
   std::optional<Response> failure;
   std::map<uint32_t, client::NamedObjects::StagedPart> parts;
   Status s = with_bucket(config, user, handles, req.bucket, false, [&](client::Container& c) -> Status {
-    failure.reset();
-    if (auto bad = check_upload(c, req, *req.param("uploadId"))) {
-      failure = std::move(*bad);
-      return error(StatusCode::kNotFound, "no such upload");
-    }
+    RFOS_RETURN_IF_ERROR(check_upload(c, req, *req.param("uploadId"), &failure));
     RFOS_ASSIGN_OR_RETURN(parts, client::NamedObjects(c).parts(*req.param("uploadId")));
     return Status::ok();
   });

@@ -89,7 +89,8 @@ Response error_response(const Status& s, std::string_view resource, bool bucket_
 // One local user a key acts as, and its control client.
 struct User {
   AccessKey key;
-  std::string name;  // the user's name, as ACLs and owners know it
+  std::string name;           // the user's name, as ACLs and owners know it
+  uint32_t uid = UINT32_MAX;  // a named local user's (key.user); none for the gateway's own
   std::unique_ptr<client::ControlClient> control;
 };
 

@@ -83,6 +83,15 @@ std::string hex_of(std::string_view bytes) {
   return out;
 }
 
+std::optional<std::string> from_hex(std::string_view hex) {
+  if (hex.size() % 2 || hex.find_first_not_of("0123456789abcdef") != std::string_view::npos) return std::nullopt;
+  std::string out;
+  out.reserve(hex.size() / 2);
+  for (size_t i = 0; i < hex.size(); i += 2)
+    out.push_back(static_cast<char>(hex_value(hex[i]) * 16 + hex_value(hex[i + 1])));
+  return out;
+}
+
 std::string sha256(std::string_view data) {
   Digest d("sha256");
   d.update(data);

@@ -21,8 +21,9 @@
 
 namespace rfos::s3 {
 
-// Lowercase hexadecimal of bytes.
+// Lowercase hexadecimal of bytes, and back (nullopt for anything but an even count of lowercase hex digits).
 std::string hex_of(std::string_view bytes);
+std::optional<std::string> from_hex(std::string_view hex);
 std::string sha256(std::string_view data);  // raw, 32 bytes
 std::string hmac_sha256(std::string_view key, std::string_view data);
 std::string base64(std::string_view bytes);

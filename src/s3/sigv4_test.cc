@@ -155,6 +155,10 @@ TEST(SigV4, PresignedQueriesAndTheirRefusals) {
   EXPECT_EQ(*uri_decode("a%2Fb+c"), "a/b+c");
   EXPECT_EQ(uri_encode("a/b c~", true), "a/b%20c~");
   EXPECT_EQ(uri_encode("a/b", false), "a%2Fb");
+  EXPECT_EQ(*from_hex("6b00ff"), std::string("k\0\xff", 3));
+  EXPECT_EQ(*from_hex(hex_of("any bytes")), "any bytes");
+  EXPECT_FALSE(from_hex("abc").has_value());
+  EXPECT_FALSE(from_hex("AB").has_value());
   EXPECT_EQ(*parse_amz_date("19700101T000100Z"), 60);
   EXPECT_EQ(format_amz_date(60), "19700101T000100Z");
   EXPECT_FALSE(parse_amz_date("19700101T000100").is_ok());
