@@ -84,8 +84,9 @@ class Container::Impl {
   std::unique_ptr<RegistrationCache> regions;
   bool rdma_provider = false;
   uint32_t csum_chunk = 4096;
-  uint64_t read_epoch = 0;   // 0: latest; else a snapshot's epoch (read-only view)
-  bool lazy_writes = false;  // set_lazy_writes
+  uint64_t read_epoch = 0;       // 0: latest; else a snapshot's epoch (read-only view)
+  bool lazy_writes = false;      // set_lazy_writes
+  std::set<std::string> grants;  // ids of the grants made and not revoked (grant_memory)
   std::map<uint64_t, std::pair<uint64_t, std::span<uint8_t>>> reads;  // async reads to verify: offset, bytes
 
   Status writable() const {
@@ -198,6 +199,21 @@ class Container::Impl {
     return id;
   }
 
+  Result<uint64_t> granted_piece(wire::Op op, const ObjectId& oid, std::string_view dkey, std::string_view akey,
+                                 uint64_t offset, uint64_t length, const GrantRef& grant, uint64_t at) {
+    if (!within_one_piece(offset, length))
+      return error(StatusCode::kInvalidArgument, "an async I/O is 1 B .. 1 MiB within one 1 MiB-aligned range");
+    if (grant.id.size() != wire::kGrantIdBytes || grant.use.size() != wire::kGrantUseBytes ||
+        grant.scope.size() != wire::kGrantScopeBytes)
+      return error(StatusCode::kInvalidArgument, "a grant reference is 16 bytes of id, 16 of use, 32 of scope");
+    wire::Request q = make_request(op, wire::Kind::kArray, oid, dkey, akey, offset, length);
+    if (op == wire::Op::kFetch) q.epoch = read_epoch;
+    if (op == wire::Op::kUpdate && lazy_writes) q.flags |= wire::kLazy;
+    q.remote_addr = at;
+    q.grant = grant.id + grant.use + grant.scope;
+    return submit(target_of(q), q, {}, {});
+  }
+
   // Synchronous array I/O keeps up to kSyncWindow pieces in flight.
   static constexpr size_t kSyncWindow = 8;
   Status array_io(bool write, const ObjectId& oid, std::string_view dkey, std::string_view akey,
@@ -264,6 +280,19 @@ Result<std::unique_ptr<Container>> Container::open(std::unique_ptr<Impl> impl, S
 
 Container::Container(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Container::~Container() {
+  // Grants still out go first: a target must not write into or read from memory whose handle is gone (over
+  // shm, where UCX 1.13 reports no closed peer, such a transfer would never end).
+  if (!impl_->grants.empty()) {
+    std::vector<uint64_t> ids;
+    for (const std::string& g : impl_->grants) {
+      for (uint32_t t = 0; t < impl_->calls->targets(); ++t) {
+        wire::Request q = make_request(wire::Op::kGrant, wire::Kind::kArray, {}, {}, {});
+        q.grant = g + std::string(wire::kGrantScopeBytes, '\0');
+        if (auto id = impl_->submit(t, q, {}, {}); id.is_ok()) ids.push_back(*id);
+      }
+    }
+    for (uint64_t id : ids) (void)impl_->calls->wait_for(id);
+  }
   impl_->regions->clear();  // before the call engine's worker goes
 }
 const Session& Container::session() const { return impl_->session; }
@@ -354,6 +383,55 @@ Result<Ticket> Container::submit_read(const ObjectId& oid, std::string_view dkey
   if (!within_one_piece(offset, out.size()))
     return error(StatusCode::kInvalidArgument, "an async read is 1 B .. 1 MiB within one 1 MiB-aligned range");
   return impl_->read_piece(oid, dkey, akey, offset, out);
+}
+
+Status Container::grant_memory(std::span<const uint8_t> buffer, bool targets_write, std::string_view id,
+                               std::string_view scope, uint32_t ttl_ms) {
+  if (id.size() != wire::kGrantIdBytes || scope.size() != wire::kGrantScopeBytes || ttl_ms == 0 ||
+      ttl_ms > wire::kMaxGrantMs || buffer.empty())
+    return error(StatusCode::kInvalidArgument, "a grant is 16 bytes of id, 32 of scope, 1 ms .. 300 s, 1 byte or more");
+  auto it = impl_->regions->find(buffer.data(), buffer.size());
+  if (it == impl_->regions->end() || !(it->second.pinned || it->second.allocated))
+    return error(StatusCode::kInvalidArgument, "grant registered memory only (register_memory or alloc_memory)");
+  const uint64_t remote = it->second.reg.remote_base + (reinterpret_cast<uintptr_t>(buffer.data()) - it->first);
+  const std::string rkey = it->second.reg.rkey;
+  std::string grant = std::string(id) + std::string(scope);
+  impl_->grants.insert(std::string(id));  // revoked at close if not before (even if only some targets took it)
+  return impl_->to_every_target(
+      [&](uint32_t) {
+        wire::Request q = make_request(wire::Op::kGrant, wire::Kind::kArray, {}, {}, {}, ttl_ms, buffer.size());
+        q.remote_addr = remote;
+        q.rkey = rkey;
+        q.flags = targets_write ? wire::kGrantFetch : wire::kGrantUpdate;
+        q.grant = grant;
+        return q;
+      },
+      [](uint32_t, const wire::Reply&) { return Status::ok(); }, ~0u);
+}
+
+Status Container::revoke_grant(std::string_view id) {
+  if (id.size() != wire::kGrantIdBytes) return error(StatusCode::kInvalidArgument, "a grant id is 16 bytes");
+  std::string grant = std::string(id) + std::string(wire::kGrantScopeBytes, '\0');
+  Status s = impl_->to_every_target(
+      [&](uint32_t) {
+        wire::Request q = make_request(wire::Op::kGrant, wire::Kind::kArray, {}, {}, {});
+        q.grant = grant;
+        return q;
+      },
+      [](uint32_t, const wire::Reply&) { return Status::ok(); }, ~0u);
+  if (s.is_ok()) impl_->grants.erase(std::string(id));
+  return s;
+}
+
+Result<Ticket> Container::submit_read_to(const ObjectId& oid, std::string_view dkey, std::string_view akey,
+                                         uint64_t offset, uint64_t length, const GrantRef& grant, uint64_t at) {
+  return impl_->granted_piece(wire::Op::kFetch, oid, dkey, akey, offset, length, grant, at);
+}
+
+Result<Ticket> Container::submit_write_from(const ObjectId& oid, std::string_view dkey, std::string_view akey,
+                                            uint64_t offset, uint64_t length, const GrantRef& grant, uint64_t at) {
+  RFOS_RETURN_IF_ERROR(impl_->writable());
+  return impl_->granted_piece(wire::Op::kUpdate, oid, dkey, akey, offset, length, grant, at);
 }
 
 std::vector<Completion> Container::poll(size_t max, int timeout_ms) {

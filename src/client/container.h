@@ -61,6 +61,14 @@ struct Extent {
   bool operator==(const Extent&) const = default;
 };
 
+// A grant (Container::grant_memory) as a request that uses it names it: the grant's id, the use (the request of
+// another session that claims it; one per S3 request), and the scope it was made for.
+struct GrantRef {
+  std::string id;     // wire::kGrantIdBytes
+  std::string use;    // wire::kGrantUseBytes
+  std::string scope;  // wire::kGrantScopeBytes
+};
+
 struct ContainerOptions {
   bool write = true;
   DataPath data_path = DataPath::kAuto;
@@ -122,6 +130,25 @@ class Container {
   Status free_memory(const void* addr);
   size_t registered_regions() const;
   void set_data_path(DataPath path);  // for I/O submitted from now on
+
+  // Grants: this session lends registered memory (register_memory, alloc_memory) to another session's fetches or
+  // updates that name the grant: the targets move their bytes into it (`targets_write`: a GET's) or out of it (a
+  // PUT's) over this session's endpoints only (an S3 RDMA token, docs/s3.md "RDMA"). Made on every target at once;
+  // `id` is 16 random bytes, `scope` the 32-byte digest of the request it is for; it lasts ttl_ms (at most
+  // wire::kMaxGrantMs), until revoke_grant, this handle closes, or its session ends. The first request that uses it
+  // claims it for its use (GrantRef::use); no other use moves bytes with it. Keep the memory registered and this handle
+  // progressing (wait()) while the other session uses it: over tcp and shm this side serves the transfers.
+  // Errors: kInvalidArgument (memory not registered), kBusy (too many grants held), a request's.
+  Status grant_memory(std::span<const uint8_t> buffer, bool targets_write, std::string_view id, std::string_view scope,
+                      uint32_t ttl_ms);
+  Status revoke_grant(std::string_view id);
+  // An async I/O as submit_read / submit_write (1 B .. 1 MiB within one 1 MiB-aligned range), whose bytes go into
+  // or come from the granted memory at offset `at`; nothing is verified here (the target checks what it reads
+  // against its stored checksums, and checksums what it writes).
+  Result<Ticket> submit_read_to(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
+                                uint64_t length, const GrantRef& grant, uint64_t at);
+  Result<Ticket> submit_write_from(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
+                                   uint64_t length, const GrantRef& grant, uint64_t at);
 
   // Reads from now on see the container at `epoch` (a snapshot's; 0: the latest state). While it is set,
   // updates and punches are refused (kInvalidArgument): a snapshot is read-only. A read at an epoch that is

@@ -6,6 +6,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -185,6 +186,39 @@ Status read_file_range(Container& c, const ObjectId& oid, uint64_t chunk, uint64
     if (progress) progress(handed - offset);
   }
   while (!tickets.empty()) {  // the buffers must outlive what is still moving into them
+    for (const Completion& comp : c.poll(depth, 100)) tickets.erase(comp.ticket);
+  }
+  return s;
+}
+
+Status transfer_file_range(Container& c, const ObjectId& oid, uint64_t chunk, uint64_t offset, uint64_t length,
+                           bool write, const GrantRef& grant, uint64_t at, uint32_t depth) {
+  depth = std::max(depth, 1u);
+  if (chunk == 0) chunk = layout::chunk_bytes(c.session().cont.props.chunk_bytes);
+  const uint64_t end = offset + length;
+  std::set<Ticket> tickets;
+  uint64_t next = offset;
+  Status s;
+  while (s.is_ok() && (next < end || !tickets.empty())) {
+    while (tickets.size() < depth && next < end) {
+      const uint64_t len = piece_at(chunk, next, end - next);
+      const std::string dkey = layout::chunk_key(next / chunk);
+      auto t = write ? c.submit_write_from(oid, dkey, layout::kDataAkey, next, len, grant, at + (next - offset))
+                     : c.submit_read_to(oid, dkey, layout::kDataAkey, next, len, grant, at + (next - offset));
+      if (!t.is_ok()) {
+        s = t.status();
+        break;
+      }
+      tickets.insert(*t);
+      next += len;
+    }
+    if (!s.is_ok()) break;
+    for (const Completion& comp : c.poll(depth, 100)) {
+      if (!tickets.erase(comp.ticket)) continue;
+      if (!comp.status.is_ok() && s.is_ok()) s = comp.status;
+    }
+  }
+  while (!tickets.empty()) {  // none is left in flight to complete into a later call's poll
     for (const Completion& comp : c.poll(depth, 100)) tickets.erase(comp.ticket);
   }
   return s;

@@ -34,5 +34,11 @@ Status read_file_object(Container& c, const ObjectId& oid, uint64_t chunk, uint6
 // The same for the bytes [offset, offset + length) (an S3 Range).
 Status read_file_range(Container& c, const ObjectId& oid, uint64_t chunk, uint64_t offset, uint64_t length,
                        const StreamSink& sink, uint32_t depth, const StreamProgress& progress, bool sparse);
+// Moves the bytes [offset, offset + length) of `oid` between its targets and memory another session granted
+// (Container::grant_memory), starting at offset `at` in it, `depth` pieces in flight: the targets write them
+// there (a read, whose chunks must all be there), or read them from there into `oid` (`write`). The bytes never
+// pass through this process: an S3 request on the RDMA path.
+Status transfer_file_range(Container& c, const ObjectId& oid, uint64_t chunk, uint64_t offset, uint64_t length,
+                           bool write, const GrantRef& grant, uint64_t at, uint32_t depth);
 
 }  // namespace rfos::client

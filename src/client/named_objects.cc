@@ -348,25 +348,56 @@ Status NamedObjects::read_range(const ObjectStat& st, uint64_t offset, uint64_t 
   if (st.legacy) return error(StatusCode::kNotSupported, "a range of an object of the older layout");
   if (offset > st.size || length > st.size - offset) return error(StatusCode::kInvalidArgument, "a range past the end");
   if (!st.composite) return read_file_range(c_, st.data, 0, offset, length, sink, depth_, progress, false);
-  // Each part's piece of the range, in order.
+  return each_part_piece(st, offset, length, [&](const ObjectId& data, uint64_t from, uint64_t len, uint64_t done) {
+    return read_file_range(
+        c_, data, 0, from, len, sink, depth_,
+        [&](uint64_t b) {
+          if (progress) progress(done + b);
+        },
+        false);
+  });
+}
+
+Status NamedObjects::each_part_piece(
+    const ObjectStat& st, uint64_t offset, uint64_t length,
+    const std::function<Status(const ObjectId&, uint64_t, uint64_t, uint64_t)>& piece) {
   RFOS_ASSIGN_OR_RETURN(std::vector<Part> parts, parts_of(st.data));
   uint64_t part_start = 0, done = 0;
   for (const Part& p : parts) {
     const uint64_t end = offset + length, part_end = part_start + p.size;
     if (part_end > offset && part_start < end) {
       const uint64_t from = std::max(offset, part_start), to = std::min(end, part_end);
-      RFOS_RETURN_IF_ERROR(read_file_range(
-          c_, p.data, 0, from - part_start, to - from, sink, depth_,
-          [&](uint64_t b) {
-            if (progress) progress(done + b);
-          },
-          false));
+      RFOS_RETURN_IF_ERROR(piece(p.data, from - part_start, to - from, done));
       done += to - from;
     }
     part_start = part_end;
   }
   if (done != length) return error(StatusCode::kCorruption, "an object's parts do not add up to its size");
   return Status::ok();
+}
+
+Result<ObjectId> NamedObjects::put_granted(std::string_view name, uint64_t size, const GrantRef& grant,
+                                           const PutOptions& options) {
+  const ObjectId data = fresh_data_object();
+  RFOS_RETURN_IF_ERROR(store(name, data, false, options, [&](uint64_t* stored) {
+    *stored = size;
+    return write_granted(data, size, grant);
+  }));
+  return data;
+}
+
+Status NamedObjects::write_granted(const ObjectId& data, uint64_t size, const GrantRef& grant) {
+  return transfer_file_range(c_, data, 0, 0, size, true, grant, 0, depth_);
+}
+
+Status NamedObjects::read_granted(const ObjectStat& st, uint64_t offset, uint64_t length, const GrantRef& grant,
+                                  uint64_t at) {
+  if (st.legacy) return error(StatusCode::kNotSupported, "the RDMA path for an object of the older layout");
+  if (offset > st.size || length > st.size - offset) return error(StatusCode::kInvalidArgument, "a range past the end");
+  if (!st.composite) return transfer_file_range(c_, st.data, 0, offset, length, false, grant, at, depth_);
+  return each_part_piece(st, offset, length, [&](const ObjectId& data, uint64_t from, uint64_t len, uint64_t done) {
+    return transfer_file_range(c_, data, 0, from, len, false, grant, at + done, depth_);
+  });
 }
 
 Status NamedObjects::remove(std::string_view name) {

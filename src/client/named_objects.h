@@ -71,6 +71,16 @@ class NamedObjects {
   Status read_range(const ObjectStat& st, uint64_t offset, uint64_t length, const Sink& sink,
                     const Progress& progress = {});
 
+  // The RDMA path (an S3 request with a token, docs/s3.md): the bytes move between the targets and memory another
+  // session granted (Container::grant_memory), never through this process. put_granted stores `size` bytes of
+  // the grant from its start as put() does; read_granted writes [offset, offset + length) of the object into the
+  // grant at `at`; write_granted writes `size` bytes of the grant into the data object `data` (a part's).
+  // put_granted gives the id of the data object it stored.
+  Result<ObjectId> put_granted(std::string_view name, uint64_t size, const GrantRef& grant,
+                               const PutOptions& options = {});
+  Status read_granted(const ObjectStat& st, uint64_t offset, uint64_t length, const GrantRef& grant, uint64_t at);
+  Status write_granted(const ObjectId& data, uint64_t size, const GrantRef& grant);
+
   // A data object laid out as a file (file_layout.h), written by other means (an S3 multipart upload's part).
   struct Part {
     ObjectId data;
@@ -141,6 +151,10 @@ class NamedObjects {
   Status store(std::string_view name, const ObjectId& data, bool composite, const PutOptions& options,
                const std::function<Status(uint64_t*)>& write);
   Result<std::vector<Part>> parts_of(const ObjectId& manifest);
+  // Calls `piece` for each part's share of [offset, offset + length) of an object of parts, in order: the part's
+  // data object, where the share starts in it, its length, and the bytes of the range before it.
+  Status each_part_piece(const ObjectStat& st, uint64_t offset, uint64_t length,
+                         const std::function<Status(const ObjectId&, uint64_t, uint64_t, uint64_t)>& piece);
   static ObjectId upload_object(std::string_view id);
   Result<std::vector<ObjectId>> parts_in_writing(std::string_view id);
   static ObjectId uploads_index();

@@ -235,6 +235,9 @@ class UpdateTx {
   // value; 0 when the container has checksums off).
   size_t csum_count() const;
   uint32_t csum_chunk_bytes() const;
+  // The checksums of what the buffers hold now, as update_submit takes them (none with checksums off): for bytes
+  // that came with none (a target's read from memory another session granted), so damage at rest is still caught.
+  std::vector<uint32_t> own_csums() const;
   bool active() const { return state_ != nullptr; }
 
  private:

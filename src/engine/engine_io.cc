@@ -239,6 +239,14 @@ std::vector<uint32_t> buffer_csums(const UpdateState& st) {
   return computed;
 }
 
+}  // namespace
+
+std::vector<uint32_t> UpdateTx::own_csums() const {
+  return state_ && state_->cont.csum ? buffer_csums(*state_) : std::vector<uint32_t>{};
+}
+
+namespace {
+
 // The caller's checksums must match the bytes before anything is stored.
 Status verify_update(const UpdateState& st, std::span<const uint32_t> csums) {
   std::vector<uint32_t> computed = buffer_csums(st);

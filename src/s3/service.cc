@@ -1,6 +1,7 @@
 #include "s3/service.h"
 
 #include <isa-l/crc.h>
+#include <openssl/rand.h>
 
 #include <algorithm>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include "client/named_objects.h"
 #include "common/coding.h"
 #include "common/crc32c.h"
+#include "s3/rdma_token.h"
 #include "s3/xml.h"
 
 namespace rfos::s3 {
@@ -737,18 +739,19 @@ std::optional<uint32_t> part_number(const Request& req) {
   return v;
 }
 
-// Writes part `n` of the upload from `source` into a data object of its own, recorded as being written first (the
-// upload's, even if this dies), then as the part (the part uploaded before under that number goes; one uploaded at
-// the same time may be left). `check` (the body's digests, a copy's source) runs once all is written and gives the
-// part's MD5 (hex); its error, or any other, abandons the part.
-Result<std::string> write_part(client::Container& c, const std::string& upload_id, uint32_t n,
-                               const client::StreamSource& source,
+// Writes part `n` of the upload (by `write`, which gives its size) into a data object of its own, recorded as being
+// written first (the upload's, even if this dies), then as the part (the part uploaded before under that number
+// goes; one uploaded at the same time may be left). `check` (the body's digests, a copy's source) runs once all is
+// written and gives the part's ETag (32 hex digits: its MD5 where the gateway saw the bytes); its error, or any
+// other, abandons the part.
+using WriteData = std::function<Status(client::NamedObjects&, const ObjectId& data, uint64_t* size)>;
+Result<std::string> write_part(client::Container& c, const std::string& upload_id, uint32_t n, const WriteData& write,
                                const std::function<Result<std::string>(uint64_t)>& check) {
   client::NamedObjects objects(c);
   const ObjectId data = client::NamedObjects::fresh_data_object();
   RFOS_RETURN_IF_ERROR(objects.begin_part(upload_id, data));
   uint64_t size = 0;
-  Status s = client::write_file_object(c, data, 0, source, 16, {}, &size);
+  Status s = write(objects, data, &size);
   std::string md5;
   if (s.is_ok()) {
     auto m = check(size);
@@ -761,6 +764,13 @@ Result<std::string> write_part(client::Container& c, const std::string& upload_i
     return s;
   }
   return md5;
+}
+
+// A part or object written from a source (a body, a copy's reader).
+WriteData from_source(client::Container& c, const client::StreamSource& source) {
+  return [&c, source](client::NamedObjects&, const ObjectId& data, uint64_t* size) {
+    return client::write_file_object(c, data, 0, source, 16, {}, size);
+  };
 }
 
 // --- copies --------------------------------------------------------------------------------------------------
@@ -893,7 +903,7 @@ void upload_part(const ServiceConfig& config, const User& user, Handles& handles
       config, user, handles, req,
       [&](client::Container& c, const client::StreamSource& source, const auto& finish) -> Status {
         RFOS_RETURN_IF_ERROR(check_upload(c, req, upload_id, &failure));
-        return write_part(c, upload_id, *n, source, finish).status();
+        return write_part(c, upload_id, *n, from_source(c, source), finish).status();
       },
       &failure, &checksum);
   if (!md5.is_ok()) return reply(std::move(*failure));
@@ -930,11 +940,11 @@ void upload_part_copy(const ServiceConfig& config, const User& user, Handles& ha
   Status s = with_bucket(config, user, handles, req.bucket, true, [&](client::Container& c) -> Status {
     RFOS_RETURN_IF_ERROR(check_upload(c, req, upload_id, &failure));
     Digest md5("md5");
-    RFOS_ASSIGN_OR_RETURN(
-        etag, write_part(c, upload_id, *n, copy_reader(src, first, length, &md5), [&](uint64_t) -> Result<std::string> {
-          RFOS_RETURN_IF_ERROR(source_unchanged(src));
-          return hex_of(md5.finish());
-        }));
+    RFOS_ASSIGN_OR_RETURN(etag, write_part(c, upload_id, *n, from_source(c, copy_reader(src, first, length, &md5)),
+                                           [&](uint64_t) -> Result<std::string> {
+                                             RFOS_RETURN_IF_ERROR(source_unchanged(src));
+                                             return hex_of(md5.finish());
+                                           }));
     return Status::ok();
   });
   if (failure) return reply(std::move(*failure));
@@ -1143,8 +1153,138 @@ void delete_objects(const ServiceConfig& config, const User& user, Handles& hand
   reply(xml_response(200, std::move(x)));
 }
 
+// --- the RDMA path (docs/s3.md, "RDMA") -----------------------------------------------------------------------
+
+// A request that carries x-amz-rdma-token: the grant it names, and the use this request makes of it.
+struct RdmaRequest {
+  RdmaToken token;
+  client::GrantRef grant;
+};
+
+// The answer of a request the RDMA path does not serve: S3's NotImplemented, and x-amz-rdma-reply 501, so a
+// client sends it again with its body.
+Response rdma_decline(std::string_view why, std::string_view res) {
+  Response r = error_response(501, "NotImplemented", why, res);
+  r.headers.emplace_back(std::string(kRdmaReplyHeader), "501");
+  return r;
+}
+
+// The token of `req`, checked: signed, well formed, no body beside it; nullopt and *rdma set when it may go on.
+std::optional<Response> rdma_check(const Request& req, RdmaRequest* rdma) {
+  const std::string res = resource_of(req);
+  const auto& signed_headers = req.auth.signed_headers;
+  if (req.auth.access_key.empty() ||
+      std::find(signed_headers.begin(), signed_headers.end(), kRdmaTokenHeader) == signed_headers.end())
+    return error_response(403, "AccessDenied", "x-amz-rdma-token must be among the headers the request signs", res);
+  auto token = parse_rdma_token(*req.header(kRdmaTokenHeader));
+  if (!token.is_ok()) return error_response(400, "InvalidToken", token.status().message(), res);
+  const std::string* length = req.header("content-length");
+  if ((length && *length != "0") || req.header("transfer-encoding") || !req.body.empty() ||
+      req.payload_hash.starts_with("STREAMING-"))
+    return error_response(400, "InvalidRequest", "a request with x-amz-rdma-token carries no body", res);
+  for (const auto& [k, v] : req.headers)
+    if (k == "content-md5" || k.starts_with("x-amz-checksum-") || k == "x-amz-sdk-checksum-algorithm" ||
+        k == "x-amz-trailer")
+      return rdma_decline("the RDMA path takes no checksum of the body (" + k + "): its bytes never reach the gateway",
+                          res);
+  rdma->token = std::move(token).value();
+  rdma->grant.id = rdma->token.grant_id;
+  rdma->grant.use.resize(16);
+  RAND_bytes(reinterpret_cast<unsigned char*>(rdma->grant.use.data()), 16);
+  auto param = [&](std::string_view name) {
+    const std::string* v = req.param(name);
+    return v ? *v : std::string();
+  };
+  const std::string* range = req.header("range");
+  rdma->grant.scope =
+      rdma_scope(req.method, req.bucket, req.key, range ? *range : "", param("uploadId"), param("partNumber"));
+  return std::nullopt;
+}
+
+// A GET's bytes [first, first + length) of `st`, moved by the targets into the token's buffer; `r` is the answer
+// get_object made (headers), given with an empty body.
+Response rdma_read(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
+                   const client::ObjectStat& st, uint64_t first, uint64_t length, const RdmaRequest& rdma, Response r) {
+  const std::string res = resource_of(req);
+  if (length > rdma.token.length)
+    return error_response(400, "InvalidRequest",
+                          "the " + std::to_string(length) + " bytes asked for do not fit the " +
+                              std::to_string(rdma.token.length) + "-byte RDMA buffer",
+                          res);
+  if (length > 0) {
+    Status s = with_bucket(config, user, handles, req.bucket, false, [&](client::Container& c) {
+      client::NamedObjects objects(c);
+      RFOS_RETURN_IF_ERROR(objects.read_granted(st, first, length, rdma.grant, 0));
+      // As a GET's last piece: what was moved must still be the object's (a put that replaced it removes the old
+      // data, which may have read as holes).
+      auto again = objects.stat(req.key);
+      if (!again.is_ok() || again->data != st.data)
+        return error(StatusCode::kBusy, "the object was replaced while it was moved; send it again with a new token");
+      return Status::ok();
+    });
+    if (!s.is_ok()) return error_response(s, res);
+  }
+  r.headers.emplace_back(std::string(kRdmaReplyHeader), std::to_string(r.status));
+  r.headers.emplace_back(std::string(kRdmaBytesHeader), std::to_string(length));
+  r.status = 200;
+  r.length = 0;
+  return r;
+}
+
+// A PUT's bytes: all of the token's buffer, read by the targets, swapped in as a PUT's body is. The gateway never
+// sees them, so the ETag is not an MD5: the data object's id, as for an object `rfos put` stored.
+void rdma_put(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
+              const RdmaRequest& rdma, const std::function<void(Response)>& reply) {
+  Attrs attrs;
+  if (auto bad = request_attrs(req, &attrs)) return reply(std::move(*bad));
+  client::ObjectStat st;
+  Status s = with_bucket(config, user, handles, req.bucket, true, [&](client::Container& c) {
+    client::PutOptions o;
+    o.attrs = [&](uint64_t) -> Result<std::string> { return encode_attrs(attrs); };
+    auto data = client::NamedObjects(c).put_granted(req.key, rdma.token.length, rdma.grant, o);
+    if (data.is_ok()) st.data = *data;
+    return data.status();
+  });
+  if (!s.is_ok()) return reply(error_response(s, resource_of(req)));
+  Response r;
+  r.headers.emplace_back("etag", etag_of(st, {}));
+  r.headers.emplace_back(std::string(kRdmaReplyHeader), "204");
+  reply(std::move(r));
+}
+
+// An UploadPart's bytes, as rdma_put's. Its ETag is 32 random hex digits (no MD5 was taken), which
+// CompleteMultipartUpload takes as any part's.
+void rdma_upload_part(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
+                      const RdmaRequest& rdma, const std::function<void(Response)>& reply) {
+  const std::string res = resource_of(req);
+  auto n = part_number(req);
+  if (!n)
+    return reply(
+        error_response(400, "InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive", res));
+  std::optional<Response> failure;
+  std::string etag;
+  Status s = with_bucket(config, user, handles, req.bucket, true, [&](client::Container& c) -> Status {
+    RFOS_RETURN_IF_ERROR(check_upload(c, req, *req.param("uploadId"), &failure));
+    auto write = [&](client::NamedObjects& objects, const ObjectId& data, uint64_t* size) {
+      *size = rdma.token.length;
+      return objects.write_granted(data, *size, rdma.grant);
+    };
+    RFOS_ASSIGN_OR_RETURN(etag, write_part(c, *req.param("uploadId"), *n, write, [](uint64_t) -> Result<std::string> {
+                            std::string tag(16, '\0');
+                            RAND_bytes(reinterpret_cast<unsigned char*>(tag.data()), 16);
+                            return hex_of(tag);
+                          }));
+    return Status::ok();
+  });
+  if (!s.is_ok()) return reply(failure ? std::move(*failure) : error_response(s, res));
+  Response r;
+  r.headers.emplace_back("etag", "\"" + etag + "\"");
+  r.headers.emplace_back(std::string(kRdmaReplyHeader), "204");
+  reply(std::move(r));
+}
+
 void get_object(const ServiceConfig& config, const User& user, Handles& handles, const Request& req, bool head,
-                const std::function<void(Response)>& reply) {
+                const std::function<void(Response)>& reply, const RdmaRequest* rdma = nullptr) {
   const std::string res = resource_of(req);
   auto st = with_bucket(config, user, handles, req.bucket, false,
                         [&](client::Container& c) { return client::NamedObjects(c).stat(req.key); });
@@ -1225,6 +1365,7 @@ void get_object(const ServiceConfig& config, const User& user, Handles& handles,
       r.headers.emplace_back(std::string(header), *v);
     }
   }
+  if (rdma) return reply(rdma_read(config, user, handles, req, *st, first, length, *rdma, std::move(r)));
   r.length = length;
   if (head || length == 0) {
     r.headers.emplace_back("content-length", std::to_string(length));
@@ -1449,12 +1590,35 @@ void Handles::drop(const User& user, const std::string& bucket) {
   conts_.erase(handle_id(user, bucket, false));
 }
 
+// A request with x-amz-rdma-token: GetObject, PutObject and UploadPart move their bytes by the RDMA path; any
+// other is declined (never served as if the token were not there).
+void serve_rdma(const ServiceConfig& config, const User& user, Handles& handles, Request& req,
+                const std::function<void(Response)>& reply) {
+  const std::string res = resource_of(req);
+  const std::string& m = req.method;
+  const bool object = !req.bucket.empty() && !req.key.empty() && !req.header("x-amz-copy-source") &&
+                      !req.param("uploads") && (!req.param("partNumber") == !req.param("uploadId"));
+  const bool other = std::any_of(req.query.begin(), req.query.end(), [](const auto& q) {
+    return q.first != "uploadId" && q.first != "partNumber" && !q.first.starts_with("X-Amz-") &&
+           !q.first.starts_with("response-");
+  });
+  const bool part = req.param("uploadId") != nullptr;
+  if (!object || other || !(m == "PUT" || (m == "GET" && !part)))
+    return reply(rdma_decline("the RDMA path serves GetObject, PutObject and UploadPart only", res));
+  RdmaRequest rdma;
+  if (auto bad = rdma_check(req, &rdma)) return reply(std::move(*bad));
+  if (m == "GET") return get_object(config, user, handles, req, false, reply, &rdma);
+  if (part) return rdma_upload_part(config, user, handles, req, rdma, reply);
+  rdma_put(config, user, handles, req, rdma, reply);
+}
+
 void serve(const ServiceConfig& config, const User& user, Handles& handles, Request& req,
            const std::function<void(Response)>& reply) {
   const std::string res = resource_of(req);
   for (const auto& [k, v] : req.query)
     if (std::find(std::begin(kUnsupported), std::end(kUnsupported), k) != std::end(kUnsupported))
       return reply(error_response(501, "NotImplemented", "'" + k + "' is not implemented by rfos s3 yet.", res));
+  if (req.header(kRdmaTokenHeader)) return serve_rdma(config, user, handles, req, reply);
   const std::string& m = req.method;
   if (req.bucket.empty()) {
     if (m == "GET") return list_buckets(config, user, reply);

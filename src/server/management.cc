@@ -242,7 +242,7 @@ Status Management::open_store() {
 
   for (uint32_t i = 0; i < targets_.size(); ++i) {
     auto t = Target::start(i, static_cast<uint32_t>(targets_.size()), targets_[i].get(), config_, secret_, revocations_,
-                           qos_);
+                           qos_, claims_);
     if (!t.is_ok()) return error(t.status().code(), "data plane (" + config_.provider + "): " + t.status().to_string());
     data_.push_back(std::move(t).value());
   }

@@ -91,6 +91,7 @@ class Management {
   std::map<std::string, wire::SessionRecord> sessions_;
   std::shared_ptr<Revocations> revocations_ = std::make_shared<Revocations>();  // shared with the targets
   std::shared_ptr<QosLedger> qos_ = std::make_shared<QosLedger>();              // shared with the targets
+  std::shared_ptr<GrantClaims> claims_ = std::make_shared<GrantClaims>();       // shared with the targets
   static constexpr size_t kMaxSessionsPerPrincipal = 1024;
 };
 

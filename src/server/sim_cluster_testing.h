@@ -66,7 +66,7 @@ class SimCluster : public ::testing::Test {
         ASSERT_TRUE(c.is_ok() || c.code() == StatusCode::kAlreadyExists);
       }
       engines_.push_back(std::move(e).value());
-      auto t = Target::start(i, n, engines_.back().get(), config, secret_, revocations_, qos_);
+      auto t = Target::start(i, n, engines_.back().get(), config, secret_, revocations_, qos_, claims_);
       ASSERT_TRUE(t.is_ok()) << t.status().to_string();
       targets_.push_back(std::move(t).value());
     }
@@ -117,6 +117,7 @@ class SimCluster : public ::testing::Test {
   std::string secret_ = std::string(32, 's');
   std::shared_ptr<Revocations> revocations_ = std::make_shared<Revocations>();
   std::shared_ptr<QosLedger> qos_ = std::make_shared<QosLedger>();
+  std::shared_ptr<GrantClaims> claims_ = std::make_shared<GrantClaims>();
   std::vector<std::unique_ptr<engine::Engine>> engines_;
   std::vector<std::unique_ptr<Target>> targets_;
 };

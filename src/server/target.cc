@@ -257,7 +257,8 @@ void Target::Impl::handle(Incoming& in) {
   Call c{in, q, *cap, *cid, {*cid, q.oid, q.dkey, q.akey}};
   c.read_at = q.epoch ? q.epoch : engine::kEpochLatest;
   c.kind = q.kind == wire::Kind::kSingle ? engine::ValueKind::kSingle : engine::ValueKind::kArray;
-  if (bypass_media && c.kind == engine::ValueKind::kArray && (q.op == wire::Op::kUpdate || q.op == wire::Op::kFetch))
+  if (bypass_media && c.kind == engine::ValueKind::kArray && (q.op == wire::Op::kUpdate || q.op == wire::Op::kFetch) &&
+      q.grant.empty())
     return bypass(c);
   // A write delivered twice is carried out once; the copy goes unanswered (its first answer is on its way).
   if (wire::is_write(q.op) && executed.count({cap->session, q.request_id})) return;
@@ -266,8 +267,8 @@ void Target::Impl::handle(Incoming& in) {
 
 Result<std::unique_ptr<Target>> Target::start(uint32_t index, uint32_t count, engine::Engine* engine,
                                               const ServerConfig& config, const std::string& secret,
-                                              std::shared_ptr<Revocations> revocations,
-                                              std::shared_ptr<QosLedger> qos) {
+                                              std::shared_ptr<Revocations> revocations, std::shared_ptr<QosLedger> qos,
+                                              std::shared_ptr<GrantClaims> claims) {
   auto impl = std::make_unique<Impl>();
   impl->bypass_media = config.bypass_media;
   impl->session_buffers.set_share(config.session_buffer_bytes);
@@ -278,6 +279,7 @@ Result<std::unique_ptr<Target>> Target::start(uint32_t index, uint32_t count, en
   impl->secret = secret;
   impl->revocations = std::move(revocations);
   impl->qos = std::move(qos);
+  impl->claims = std::move(claims);
   transport::WorkerOptions wo;
   wo.payload_timeout_ms = config.payload_timeout_ms;
   wo.sleep_when_waits_long = true;
@@ -298,6 +300,7 @@ Result<std::unique_ptr<Target>> Target::start(uint32_t index, uint32_t count, en
   impl->worker->on_peer_failure([raw](transport::EpHandle ep, const Status&) {
     // In-flight transfers of that peer complete with errors and release their engine buffers.
     raw->drop_watchers(ep);
+    raw->drop_grants(ep);
   });
   impl->media = std::make_unique<WorkerPool>(std::max(1u, config.media_threads));
   impl->namespace_ops = std::make_unique<WorkerPool>(1);

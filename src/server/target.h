@@ -64,14 +64,34 @@ class QosLedger {
   std::map<Uuid, Tenant> tenants_;
 };
 
+// Which use claimed each grant (wire kGrant), shared by every target of the server: a grant is lent to all of
+// them, and moves bytes for the one request that used it first, whichever targets that request's pieces reach.
+//
+// Thread-safety: all methods are safe from any thread.
+class GrantClaims {
+ public:
+  // Whether `use` (by `session`) may move bytes with grant `id`: true for the first use, which claims it until
+  // `until_ms` (the grant's end), and for that use again; false for any other.
+  bool claim(std::string_view id, std::string_view use, const Uuid& session, uint64_t until_ms, uint64_t now_ms);
+
+ private:
+  struct Claim {
+    std::string use;
+    Uuid session;
+    uint64_t until_ms = 0;
+  };
+  std::mutex mu_;
+  std::map<std::string, Claim, std::less<>> claims_;
+};
+
 class Target {
  public:
   // The data plane of target `index` of `count` over `engine`, as `config` says (provider, media_threads,
   // bypass_media, payload_timeout_ms). Errors from the transport (kNotSupported: provider unavailable here).
   static Result<std::unique_ptr<Target>> start(uint32_t index, uint32_t count, engine::Engine* engine,
                                                const ServerConfig& config, const std::string& secret,
-                                               std::shared_ptr<Revocations> revocations,
-                                               std::shared_ptr<QosLedger> qos);
+                                               std::shared_ptr<Revocations> revocations, std::shared_ptr<QosLedger> qos,
+                                               std::shared_ptr<GrantClaims> claims);
   ~Target();
   // The worker address clients connect to (binary; published in the pool map).
   const std::string& address() const;

@@ -41,6 +41,8 @@ Impl::Handler Impl::handler_for(wire::Op op) {
       return &Impl::handle_namespace_read;
     case wire::Op::kWatch:
       return &Impl::handle_watch;
+    case wire::Op::kGrant:
+      return &Impl::handle_grant;
   }
   return nullptr;  // decode_request admits only the operations above
 }
@@ -190,15 +192,15 @@ Result<std::shared_ptr<Impl::KeyHold>> Impl::hold_if_absent(const engine::KeyRef
   return std::make_shared<KeyHold>(this, std::move(key));
 }
 
-Status Impl::land(Incoming& in, const wire::Request& q, std::span<const Iov> dst, transport::Done done) {
-  return q.rkey.empty() ? worker->fetch_payload(in, dst, std::move(done))
-                        : worker->get(in.reply_to, q.remote_addr, q.rkey, dst, std::move(done));
+Status Impl::land(Incoming& in, const Remote& from, std::span<const Iov> dst, transport::Done done) {
+  return from.rkey.empty() ? worker->fetch_payload(in, dst, std::move(done))
+                           : worker->get(from.via, from.addr, from.rkey, dst, std::move(done));
 }
 
-void Impl::put_then_reply(transport::EpHandle to, std::span<const Iov> src, uint64_t remote_addr,
-                          const std::string& rkey, wire::Reply r, std::shared_ptr<const void> keep) {
+void Impl::put_then_reply(transport::EpHandle to, std::span<const Iov> src, const Remote& into, wire::Reply r,
+                          std::shared_ptr<const void> keep) {
   uint64_t id = r.request_id;
-  Status s = worker->put(to, src, remote_addr, rkey, [this, to, keep, r = std::move(r)](Status put) mutable {
+  Status s = worker->put(into.via, src, into.addr, into.rkey, [this, to, keep, r = std::move(r)](Status put) mutable {
     if (!put.is_ok()) return reply_error(to, r.request_id, put);
     reply(to, std::move(r));
   });
@@ -225,7 +227,7 @@ void Impl::bypass(Call& c) {
     r.length = len;
     chunk_crcs(q.offset, {zeros.data(), len}, known->second, &r.csums);
     Iov v{zeros.data(), len};
-    if (!q.rkey.empty()) return put_then_reply(to, {&v, 1}, q.remote_addr, q.rkey, std::move(r), nullptr);
+    if (!q.rkey.empty()) return put_then_reply(to, {&v, 1}, {to, q.remote_addr, q.rkey}, std::move(r), nullptr);
     return reply(to, std::move(r), {&v, 1});
   }
   // Every bypassed update lands in the same scratch buffer: its bytes are dropped anyway.
@@ -235,7 +237,7 @@ void Impl::bypass(Call& c) {
     if (!got.is_ok()) return;  // the client died mid-transfer: nothing to answer
     reply(to, std::move(r));
   };
-  Status s = land(in, q, {&v, 1}, std::move(done));
+  Status s = land(in, {to, q.remote_addr, q.rkey}, {&v, 1}, std::move(done));
   if (!s.is_ok()) reply_error(to, c.id(), s);
 }
 
@@ -245,7 +247,10 @@ void Impl::bypass(Call& c) {
 void Impl::update(Call& c, std::shared_ptr<SessionBuffers::Charge> charge) {
   Incoming& in = c.in;
   wire::Request& q = c.q;
-  bool explicit_path = !q.rkey.empty();  // the data stays in the client's memory until the target reads it
+  auto remote = remote_of(c);
+  if (!remote.is_ok()) return reply_error(c.to(), c.id(), remote.status());
+  // On the explicit path the data stays in the client's (or the granted) memory until the target reads it.
+  bool explicit_path = !remote->rkey.empty();
   uint64_t carried = explicit_path ? q.length : in.payload_bytes;
   if (carried != q.length || (explicit_path && in.payload_bytes != 0))
     return reply_error(c.to(), c.id(),
@@ -271,18 +276,20 @@ void Impl::update(Call& c, std::shared_ptr<SessionBuffers::Charge> charge) {
   auto shared = std::make_shared<engine::UpdateTx>(std::move(tx).value());
   std::vector<Iov> dst;
   for (const engine::IoBuf& b : shared->buffers()) dst.push_back({b.data, b.len});
+  // Bytes read from granted memory came with no checksums: they are checksummed here as they landed.
   auto csums = std::make_shared<std::vector<uint32_t>>(std::move(q.csums));
-  auto landed = [this, shared, csums, epoch, held, hold, charge, done = write_done(c, epoch, held),
-                 session = c.cap.session, id = c.id()](Status got) {
+  auto landed = [this, shared, csums, granted = remote->granted, epoch, held, hold, charge,
+                 done = write_done(c, epoch, held), session = c.cap.session, id = c.id()](Status got) {
     if (!got.is_ok()) {
       inflight_epochs.erase(held);
       forget_execution(session, id);
       engine->update_abort(*shared);  // the client died mid-transfer: nothing is stored
       return;
     }
+    if (granted) *csums = shared->own_csums();
     engine->update_submit(*ring, std::move(*shared), std::move(*csums), [done, hold, charge](Status s) { done(s); });
   };
-  Status s = land(in, q, dst, std::move(landed));
+  Status s = land(in, *remote, dst, std::move(landed));
   if (!s.is_ok()) {
     inflight_epochs.erase(held);
     forget_execution(c.cap.session, c.id());
@@ -295,10 +302,12 @@ void Impl::update(Call& c, std::shared_ptr<SessionBuffers::Charge> charge) {
 // from the ring's completion (no hand-off to a media thread and back).
 void Impl::fetch(Call& c, std::shared_ptr<SessionBuffers::Charge> charge) {
   wire::Request& q = c.q;
+  auto remote = remote_of(c);
+  if (!remote.is_ok()) return reply_error(c.to(), c.id(), remote.status());
   // The client checks every chunk against its checksum (wire-format.md), so chunks the engine returns as stored
-  // are verified there, once, end to end.
-  engine::FetchOp op{c.key, c.read_at, c.kind, q.offset, q.length, true};
-  auto descriptor = std::make_shared<std::pair<uint64_t, std::string>>(q.remote_addr, std::move(q.rkey));
+  // are verified there, once, end to end; bytes written into granted memory are checked by no client, so here.
+  engine::FetchOp op{c.key, c.read_at, c.kind, q.offset, q.length, !remote->granted};
+  auto descriptor = std::make_shared<Remote>(std::move(remote).value());
   engine->fetch_submit(*ring, op, [this, to = c.to(), id = c.id(), descriptor, charge](Result<engine::FetchTx> tx) {
     if (!tx.is_ok()) return reply_error(to, id, tx.status());
     auto shared = std::make_shared<std::pair<engine::FetchTx, std::shared_ptr<SessionBuffers::Charge>>>(
@@ -312,8 +321,8 @@ void Impl::fetch(Call& c, std::shared_ptr<SessionBuffers::Charge> charge) {
     std::vector<Iov> src;
     for (const engine::IoBuf& b : fetched.buffers()) src.push_back({b.data, b.len});
     // The engine buffers (and the session's charge for them) stay until the transport is done with them.
-    if (descriptor->second.empty()) return reply(to, std::move(r), src, [shared](Status) {});
-    put_then_reply(to, src, descriptor->first, descriptor->second, std::move(r), shared);
+    if (descriptor->rkey.empty()) return reply(to, std::move(r), src, [shared](Status) {});
+    put_then_reply(to, src, *descriptor, std::move(r), shared);
   });
 }
 

@@ -54,6 +54,7 @@ class Target::Impl {
   std::string secret;
   std::shared_ptr<Revocations> revocations;
   std::shared_ptr<QosLedger> qos;
+  std::shared_ptr<GrantClaims> claims;
   std::unique_ptr<transport::Worker> worker;
   std::string address;
   std::thread thread;
@@ -139,6 +140,38 @@ class Target::Impl {
   Status namespace_payload(Call& c, std::function<void(Status, std::shared_ptr<const std::string>)> landed);
   void handle_sync(Call& c);
   void handle_watch(Call& c);
+  void handle_grant(Call& c);  // target_grants.cc
+
+  // --- grants (target_grants.cc) ---
+  // Memory a session granted (wire kGrant) for the fetches or updates of any session that name the grant to move
+  // bytes into or out of: an S3 RDMA token's buffer. The bytes move over the granting session's own endpoint, so a
+  // grant never aims this target at anyone else's memory; the first use claims it, and no other use moves bytes
+  // with it (a replayed token moves nothing); it ends at its lifetime, its revocation, its session's end, or the
+  // failure of its endpoint. Bounded, per session and in all.
+  struct Grant {
+    transport::EpHandle via = 0;
+    Uuid session;
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    std::string rkey;
+    bool fetch = false;  // fetches write into it; else updates read from it
+    std::string scope;
+    uint64_t until_ms = 0;  // wall_ms
+  };
+  static constexpr size_t kMaxGrants = 4096;
+  static constexpr size_t kMaxGrantsPerSession = 64;
+  static constexpr uint64_t kDefaultGrantMs = 60000;
+  std::unordered_map<std::string, Grant> grants;  // by id
+  // Where the bytes of a fetch or update go to or come from on the explicit path: the requester's memory (its
+  // descriptor) or memory granted by another session (its grant reference, claimed here for the request's use).
+  struct Remote {
+    transport::EpHandle via = 0;
+    uint64_t addr = 0;
+    std::string rkey;
+    bool granted = false;
+  };
+  Result<Remote> remote_of(const Call& c);
+  void drop_grants(transport::EpHandle via);
 
   // --- watchers (target_namespace.cc) ---
   // Endpoints that asked for notices of the namespace changes committed here (wire kWatch), each until its lease
@@ -184,12 +217,11 @@ class Target::Impl {
 
   // Lands an update's bytes in dst: the message's payload (rendezvous), or on the explicit path a get from the
   // client's registered memory.
-  Status land(transport::Incoming& in, const wire::Request& q, std::span<const transport::Iov> dst,
-              transport::Done done);
-  // A fetch's answer on the explicit path: write src into the client's memory, then the reply (no payload)
+  Status land(transport::Incoming& in, const Remote& from, std::span<const transport::Iov> dst, transport::Done done);
+  // A fetch's answer on the explicit path: write src into the remote memory, then the reply (no payload) to `to`
   // once the bytes are visible there. `keep` holds src's buffers until the transport is done with them.
-  void put_then_reply(transport::EpHandle to, std::span<const transport::Iov> src, uint64_t remote_addr,
-                      const std::string& rkey, wire::Reply r, std::shared_ptr<const void> keep);
+  void put_then_reply(transport::EpHandle to, std::span<const transport::Iov> src, const Remote& into, wire::Reply r,
+                      std::shared_ptr<const void> keep);
 
   // --bypass-media: the data plane without the engine. Updates land in scratch memory and are dropped; fetches
   // answer zeros with their true checksums. Everything before (decode, capability, rights, container) runs.

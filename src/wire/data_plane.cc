@@ -43,6 +43,8 @@ std::string encode_request(const Request& r) {
   put_le<uint64_t>(&s, r.remote_addr);
   put_le<uint16_t>(&s, static_cast<uint16_t>(r.rkey.size()));
   s += r.rkey;
+  put_le<uint8_t>(&s, static_cast<uint8_t>(r.grant.size()));
+  s += r.grant;
   return s;
 }
 
@@ -66,23 +68,40 @@ Result<Request> decode_request(std::string_view in) {
       !r.get_le(&q.flags) || !r.get_le(&anlen))
     return malformed("truncated");
   if (dlen > kMaxKeyBytes || alen > kMaxKeyBytes || anlen > kMaxAnchorBytes) return malformed("key too long");
-  if (q.flags & ~(kIfAbsent | kLazy)) return malformed("unknown flags");
+  if (q.flags & ~(kIfAbsent | kLazy | kGrantFetch | kGrantUpdate)) return malformed("unknown flags");
+  if ((q.flags & (kGrantFetch | kGrantUpdate)) && op != static_cast<uint8_t>(Op::kGrant))
+    return malformed("a grant's flags on another op");
   if ((q.flags & (kIfAbsent | kLazy)) && op != static_cast<uint8_t>(Op::kUpdate))
     return malformed("kIfAbsent or kLazy on a non-update");
   if ((q.op == Op::kNamespace || q.op == Op::kNamespaceRead) && (q.length == 0 || q.length > kMaxNamespaceBytes))
     return malformed("a namespace request is 1 B .. 64 KiB");
   if (q.op == Op::kWatch && q.length != 0) return malformed("a watch carries no payload");
   if (!csum_count_ok(ncsum, q.length)) return malformed("too many checksums");
-  std::string_view cap, dkey, akey, anchor, csums, rkey;
+  std::string_view cap, dkey, akey, anchor, csums, rkey, grant;
   uint16_t rklen = 0;
+  uint8_t glen = 0;
   if (!r.get_bytes(caplen, &cap) || !r.get_bytes(dlen, &dkey) || !r.get_bytes(alen, &akey) ||
       !r.get_bytes(anlen, &anchor) || !r.get_bytes(ncsum * size_t{4}, &csums) || !r.get_le(&q.remote_addr) ||
       !r.get_le(&rklen))
     return malformed("lengths do not match the message");
   if (rklen > kMaxRkeyBytes) return malformed("remote key too long");
-  if (!r.get_bytes(rklen, &rkey) || r.remaining() != 0) return malformed("lengths do not match the message");
-  if (rklen && q.op != Op::kUpdate && q.op != Op::kFetch) return malformed("a memory descriptor on a keyless op");
-  if (rklen && q.kind != Kind::kArray) return malformed("a memory descriptor on a single value");
+  if (!r.get_bytes(rklen, &rkey) || !r.get_le(&glen) || !r.get_bytes(glen, &grant) || r.remaining() != 0)
+    return malformed("lengths do not match the message");
+  const bool data_op = q.op == Op::kUpdate || q.op == Op::kFetch;
+  if (rklen && !data_op && q.op != Op::kGrant) return malformed("a memory descriptor on a keyless op");
+  if ((rklen || glen) && q.kind != Kind::kArray) return malformed("a memory descriptor on a single value");
+  if (q.op == Op::kGrant) {
+    if (glen != kGrantBytes) return malformed("a grant without its id and scope");
+    const uint32_t mode = q.flags & (kGrantFetch | kGrantUpdate);
+    const bool revoke = q.length == 0 && rklen == 0 && mode == 0;
+    if (!revoke && (q.length == 0 || rklen == 0 || (mode != kGrantFetch && mode != kGrantUpdate)))
+      return malformed("a grant names memory, a length and one way (or none of them, to revoke)");
+    if (q.offset > kMaxGrantMs) return malformed("a grant's lifetime is at most 300 s");
+  } else if (glen) {
+    if (!data_op || glen != kGrantRefBytes) return malformed("a grant reference on another op, or cut short");
+    if (rklen) return malformed("a grant reference with a memory descriptor");
+  }
+  q.grant.assign(grant);
   q.rkey.assign(rkey);
   q.capability.assign(cap);
   q.dkey.assign(dkey);

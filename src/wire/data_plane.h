@@ -17,7 +17,7 @@ namespace rfos::wire {
 
 inline constexpr uint32_t kRequestMagic = 0x31514652;  // "RFQ1"
 inline constexpr uint32_t kReplyMagic = 0x31504652;    // "RFP1"
-inline constexpr uint8_t kDataPlaneVersion = 2;        // 2: list objects answers an ObjectPage
+inline constexpr uint8_t kDataPlaneVersion = 3;        // 3: grants (kGrant, Request::grant)
 inline constexpr size_t kMaxKeyBytes = 4096;
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;
 inline constexpr size_t kMaxRkeyBytes = 1024;
@@ -47,8 +47,13 @@ enum class Op : uint8_t {
                         // (a Reply with request_id 0, payload: an encoded posix::Notice) for kWatchLeaseMs; sent
                         // again to renew. offset: the client's tag (0: none); changes whose kNamespace request
                         // carried the same tag in its offset are the client's own and not sent to it
+  kGrant = 17,          // the sender's registered memory [remote_addr, +length) (rkey) may be moved by fetches or
+                        // updates of any session that name the grant (an S3 RDMA token), over the sender's endpoint
+                        // only; grant: id + scope (kGrantBytes); offset: its lifetime in ms (<= kMaxGrantMs); flags:
+                        // kGrantFetch (fetches write into it) or kGrantUpdate (updates read from it). length 0, no
+                        // rkey, no flags: revokes the grant
 };
-inline constexpr uint8_t kMaxOp = 16;
+inline constexpr uint8_t kMaxOp = 17;
 inline constexpr uint32_t kWatchLeaseMs = 60000;
 inline constexpr size_t kMaxNamespaceBytes = 64 * 1024;
 
@@ -63,6 +68,17 @@ inline constexpr uint32_t kIfAbsent = 1;  // update: only when (dkey, akey) has 
 // update: acknowledged once in the target's log, durable at the next kSync (or durable commit) there; honoured
 // for updates small enough to stay in the index (engine::UpdateOp::lazy), durable as usual otherwise
 inline constexpr uint32_t kLazy = 2;
+inline constexpr uint32_t kGrantFetch = 4;   // kGrant: fetches naming it write into the memory (a GET's)
+inline constexpr uint32_t kGrantUpdate = 8;  // kGrant: updates naming it read from the memory (a PUT's)
+
+// Grants (kGrant): a random id, the digest of the request it is for (its scope), and, in a fetch or update that
+// uses one, the use's id: the first use claims the grant, and no other use may move bytes with it.
+inline constexpr size_t kGrantIdBytes = 16;
+inline constexpr size_t kGrantScopeBytes = 32;
+inline constexpr size_t kGrantUseBytes = 16;
+inline constexpr size_t kGrantBytes = kGrantIdBytes + kGrantScopeBytes;                      // in a kGrant
+inline constexpr size_t kGrantRefBytes = kGrantIdBytes + kGrantUseBytes + kGrantScopeBytes;  // in a fetch/update
+inline constexpr uint64_t kMaxGrantMs = 300000;
 
 enum class Kind : uint8_t { kSingle = 1, kArray = 2 };
 
@@ -84,6 +100,9 @@ struct Request {
   // update or writes on a fetch instead of moving a payload with the message. rkey "" = no descriptor.
   uint64_t remote_addr = 0;
   std::string rkey;
+  // A fetch or update through a grant (kGrantRefBytes: id, use, scope): the bytes move between the target and the
+  // memory another session granted (kGrant), remote_addr being the offset in it. In a kGrant: id and scope.
+  std::string grant;
 };
 
 struct Reply {

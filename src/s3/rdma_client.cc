@@ -1,0 +1,218 @@
+#include "s3/rdma_client.h"
+
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <ctime>
+#include <thread>
+
+#include "s3/rdma_token.h"
+
+namespace rfos::s3 {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = boost::asio::ip::tcp;
+
+namespace {
+
+std::string random_bytes(size_t n) {
+  std::string b(n, '\0');
+  RAND_bytes(reinterpret_cast<unsigned char*>(b.data()), static_cast<int>(n));
+  return b;
+}
+
+// One request and its answer over a connection of its own.
+Result<HttpReply> round_trip(const S3Endpoint& e, http::request<http::string_body>& req) {
+  try {
+    boost::asio::io_context io;
+    tcp::resolver resolver(io);
+    beast::tcp_stream stream(io);
+    stream.connect(resolver.resolve(e.host, std::to_string(e.port)));
+    http::write(stream, req);
+    beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(uint64_t{1} << 30);
+    if (req.method() == http::verb::head) parser.skip(true);
+    http::read(stream, buffer, parser);
+    const auto& res = parser.get();
+    HttpReply r;
+    r.status = res.result_int();
+    for (const auto& f : res) {
+      std::string name(f.name_string());
+      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      r.headers.emplace_back(std::move(name), std::string(f.value()));
+    }
+    r.body = res.body();
+    beast::error_code ec;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+    return r;
+  } catch (const std::exception& ex) {
+    return error(StatusCode::kIoError,
+                 std::string("S3 request to ") + e.host + ":" + std::to_string(e.port) + " failed: " + ex.what());
+  }
+}
+
+std::string xml_field(const std::string& body, std::string_view name) {
+  const std::string open = "<" + std::string(name) + ">", close = "</" + std::string(name) + ">";
+  size_t a = body.find(open);
+  if (a == std::string::npos) return {};
+  a += open.size();
+  size_t b = body.find(close, a);
+  return b == std::string::npos ? std::string() : body.substr(a, b - a);
+}
+
+}  // namespace
+
+const std::string* HttpReply::header(std::string_view name) const {
+  for (const auto& [k, v] : headers)
+    if (k == name) return &v;
+  return nullptr;
+}
+
+Status status_of(const HttpReply& r) {
+  if (r.status >= 200 && r.status < 300) return Status::ok();
+  const std::string code = xml_field(r.body, "Code");
+  const std::string what = "S3 " + std::to_string(r.status) + " " + code + ": " + xml_field(r.body, "Message");
+  StatusCode c = StatusCode::kIoError;
+  if (code == "NoSuchKey" || code == "NoSuchBucket" || code == "NoSuchUpload")
+    c = StatusCode::kNotFound;
+  else if (code == "AccessDenied" || code == "SignatureDoesNotMatch" || code == "InvalidAccessKeyId")
+    c = StatusCode::kPermissionDenied;
+  else if (r.status == 400 || r.status == 416)
+    c = StatusCode::kInvalidArgument;
+  else if (r.status == 501)
+    c = StatusCode::kNotSupported;
+  else if (r.status == 503)
+    c = StatusCode::kBusy;
+  else if (r.status == 507)
+    c = StatusCode::kNoSpace;
+  return error(c, what);
+}
+
+Result<HttpReply> RdmaClient::send(std::string_view method, std::string_view bucket, std::string_view key,
+                                   const Params& query, const Headers& headers, std::string body,
+                                   const Headers& unsigned_headers) {
+  const std::string path = "/" + std::string(bucket) + (key.empty() ? "" : "/" + std::string(key));
+  const int64_t now = static_cast<int64_t>(std::time(nullptr));
+  const std::string amz_date = format_amz_date(now);
+  const std::string payload_hash = hex_of(sha256(body));
+  Headers all = headers;
+  all.emplace_back("host", endpoint_.host + ":" + std::to_string(endpoint_.port));
+  all.emplace_back("x-amz-date", amz_date);
+  all.emplace_back("x-amz-content-sha256", payload_hash);
+  std::vector<std::string> names;
+  for (const auto& h : all) names.push_back(h.first);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  RFOS_ASSIGN_OR_RETURN(std::string canonical, canonical_request(method, path, query, all, names, payload_hash));
+  const std::string scope = amz_date.substr(0, 8) + "/" + endpoint_.region + "/s3/aws4_request";
+  const std::string signature =
+      signature_of(signing_key(endpoint_.secret_key, amz_date.substr(0, 8), endpoint_.region, "s3"),
+                   string_to_sign(amz_date, scope, canonical));
+  std::string signed_list;
+  for (const std::string& n : names) signed_list += (signed_list.empty() ? "" : ";") + n;
+
+  std::string target = uri_encode(path, true);
+  for (size_t i = 0; i < query.size(); ++i)
+    target += (i ? "&" : "?") + uri_encode(query[i].first, false) + "=" + uri_encode(query[i].second, false);
+  http::request<http::string_body> req(http::string_to_verb(std::string(method)), target, 11);
+  for (const auto& [k, v] : all) req.set(k, v);
+  for (const auto& [k, v] : unsigned_headers) req.set(k, v);
+  req.set(http::field::authorization, "AWS4-HMAC-SHA256 Credential=" + endpoint_.access_key + "/" + scope +
+                                          ", SignedHeaders=" + signed_list + ", Signature=" + signature);
+  req.body() = std::move(body);
+  req.prepare_payload();
+
+  // The exchange runs on a thread of its own while this one progresses the session: over tcp and shm the
+  // targets' reads and writes of the lent buffer need this side's worker to move.
+  std::atomic<bool> done{false};
+  Result<HttpReply> reply = error(StatusCode::kInternal, "no answer");
+  std::thread http([&] {
+    reply = round_trip(endpoint_, req);
+    done = true;
+  });
+  while (!done) session_.wait(5);
+  http.join();
+  return reply;
+}
+
+Result<std::string> RdmaClient::lend(std::span<const uint8_t> buffer, bool targets_write, std::string_view scope,
+                                     uint32_t ttl_ms, std::string* grant_id) {
+  RdmaToken t;
+  t.grant_id = random_bytes(16);
+  t.length = buffer.size();
+  RFOS_RETURN_IF_ERROR(session_.grant_memory(buffer, targets_write, t.grant_id, scope, ttl_ms));
+  if (grant_id) *grant_id = t.grant_id;
+  return format_rdma_token(t);
+}
+
+Result<HttpReply> RdmaClient::lend_and_send(std::span<const uint8_t> buffer, bool targets_write,
+                                            std::string_view method, std::string_view bucket, std::string_view key,
+                                            const Params& query, std::string_view range) {
+  if (buffer.empty()) return error(StatusCode::kInvalidArgument, "the RDMA path needs a buffer of 1 byte or more");
+  auto param = [&](std::string_view name) {
+    for (const auto& [k, v] : query)
+      if (k == name) return v;
+    return std::string();
+  };
+  const std::string scope = rdma_scope(method, bucket, key, range, param("uploadId"), param("partNumber"));
+  // Registered for this request unless the caller registered it (or memory around it) already.
+  Status registered = session_.register_memory(buffer);
+  const bool ours = registered.is_ok();
+  std::string grant_id;
+  auto token = lend(buffer, targets_write, scope, kGrantMs, &grant_id);
+  Result<HttpReply> reply = token.status();
+  if (token.is_ok()) {
+    Headers headers{{std::string(kRdmaTokenHeader), *token}};
+    if (!range.empty()) headers.emplace_back("range", std::string(range));
+    reply = send(method, bucket, key, query, headers);
+    // Nothing may move into the buffer once the caller has it back.
+    Status revoked = session_.revoke_grant(grant_id);
+    if (reply.is_ok() && !revoked.is_ok()) reply = revoked;
+  }
+  if (ours) (void)session_.unregister_memory(buffer.data());
+  return reply;
+}
+
+Result<uint64_t> RdmaClient::get_into(std::string_view bucket, std::string_view key, std::span<uint8_t> buffer,
+                                      std::string_view range) {
+  RFOS_ASSIGN_OR_RETURN(HttpReply r, lend_and_send(buffer, true, "GET", bucket, key, {}, range));
+  RFOS_RETURN_IF_ERROR(status_of(r));
+  const std::string* moved = r.header(kRdmaBytesHeader);
+  const std::string* served = r.header(kRdmaReplyHeader);
+  if (!moved || !served || (*served != "200" && *served != "206"))
+    return error(StatusCode::kNotSupported, "the gateway did not serve the RDMA path");
+  return std::stoull(*moved);
+}
+
+Result<std::string> RdmaClient::put_from(std::string_view bucket, std::string_view key,
+                                         std::span<const uint8_t> buffer) {
+  RFOS_ASSIGN_OR_RETURN(HttpReply r, lend_and_send(buffer, false, "PUT", bucket, key, {}, {}));
+  RFOS_RETURN_IF_ERROR(status_of(r));
+  const std::string* served = r.header(kRdmaReplyHeader);
+  const std::string* etag = r.header("etag");
+  if (!served || *served != "204" || !etag)
+    return error(StatusCode::kNotSupported, "the gateway did not serve the RDMA path");
+  return *etag;
+}
+
+Result<std::string> RdmaClient::upload_part_from(std::string_view bucket, std::string_view key,
+                                                 std::string_view upload_id, uint32_t part,
+                                                 std::span<const uint8_t> buffer) {
+  Params query{{"partNumber", std::to_string(part)}, {"uploadId", std::string(upload_id)}};
+  RFOS_ASSIGN_OR_RETURN(HttpReply r, lend_and_send(buffer, false, "PUT", bucket, key, query, {}));
+  RFOS_RETURN_IF_ERROR(status_of(r));
+  const std::string* served = r.header(kRdmaReplyHeader);
+  const std::string* etag = r.header("etag");
+  if (!served || *served != "204" || !etag)
+    return error(StatusCode::kNotSupported, "the gateway did not serve the RDMA path");
+  return *etag;
+}
+
+}  // namespace rfos::s3
