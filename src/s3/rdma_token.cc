@@ -21,7 +21,8 @@ Result<RdmaToken> parse_rdma_token(std::string_view s) {
   auto id = from_hex(s.substr(0, 32));
   if (!id) return bad();
   std::string_view len = s.substr(33);
-  if (len.empty() || len.size() > 13 || len.find_first_not_of("0123456789") != std::string_view::npos) return bad();
+  if (len.empty() || len.size() > 13 || len[0] == '0' || len.find_first_not_of("0123456789") != std::string_view::npos)
+    return bad();
   RdmaToken t;
   t.grant_id = std::move(*id);
   t.length = std::stoull(std::string(len));

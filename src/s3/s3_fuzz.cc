@@ -9,6 +9,7 @@
 
 #include <boost/beast/http.hpp>
 
+#include "s3/rdma_token.h"
 #include "s3/sigv4.h"
 #include "s3/xml.h"
 
@@ -47,7 +48,7 @@ void seed_chunked(std::string* out, bool signed_body) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const uint8_t which = data[0] % 7;
+  const uint8_t which = data[0] % 8;
   std::string_view in(reinterpret_cast<const char*>(data) + 1, size - 1);
   bool ok = false;
   switch (which) {
@@ -102,6 +103,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       break;
     }
+    case 7: {
+      auto t = parse_rdma_token(in);
+      ok = t.is_ok();
+      if (ok && format_rdma_token(*t) != in) std::abort();  // accepted means canonical
+      break;
+    }
   }
   if (ok) ++rfos_fuzz_accepted;
   return 0;
@@ -134,5 +141,6 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void* ctx, const char* name, const 
   put("request", 6,
       "PUT /bucket/dir/a%20key?partNumber=2&uploadId=abc HTTP/1.1\r\nHost: 127.0.0.1:9000\r\nx-amz-date: "
       "20130524T000000Z\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\nContent-Length: 5\r\n\r\n");
+  put("rdma-token", 7, "rfos1:00112233445566778899aabbccddeeff:1048576");
   put("delete", 5, "<Delete><Quiet>true</Quiet><Object><Key>a&#x2F;b&#47;&amp;c</Key></Object><Object/></Delete>");
 }

@@ -54,12 +54,25 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void*, const char*, const uint8_t*,
     if (q.op == Op::kUpdate) q.csums = {1, 2};
     if (op == 6 || op == 7 || op == 8 || op == 12) q.anchor = "resume-here";
     if (op == 1 || op == 2) q.flags = op == 1 ? kIfAbsent : 0;
+    if (q.op == Op::kGrant) {  // memory lent: a descriptor, its length, one way, a lifetime
+      q.kind = Kind::kArray;
+      q.remote_addr = 0x7f0000002000;
+      q.rkey = std::string(40, 'k');
+      q.flags = kGrantFetch;
+      q.offset = 60000;
+      q.grant = std::string(kGrantBytes, 'g');
+    }
     out("request-" + std::to_string(op), encode_request(q));
     if (op == 1 || op == 2) {  // the explicit path: a memory descriptor
       q.kind = Kind::kArray;
       q.remote_addr = 0x7f0000001000;
       q.rkey = std::string(40, 'k');
       out("request-rma-" + std::to_string(op), encode_request(q));
+      q.rkey.clear();  // through a grant: its id, the use, its scope
+      q.remote_addr = 4096;
+      q.flags = 0;
+      q.grant = std::string(kGrantRefBytes, 'r');
+      out("request-grant-" + std::to_string(op), encode_request(q));
     }
   }
   Reply r;
