@@ -9,7 +9,7 @@ Starts a server (loopback only) and `rfos s3` on 127.0.0.1, makes a bucket, then
   - curl PUT of the same file to a presigned URL (one streamed PUT: the gateway computes its MD5, the
     ETag, as S3 does) and curl GET of it to /dev/null; the object is compared (its ETag with the file's MD5).
 Prints MB/s medians and S3 / native ratios. curl, not a Python SDK, so that the client is not what binds.
-Then, where the build has it, bench/s3_rdma_bench in the same server and gateway: the RDMA path (put_from /
+Then, where the build has it, s3_rdma_bench (bench/s3_rdma_bench.cc) in the same server and gateway: the RDMA path (put_from /
 get_into a registered buffer through the gateway) against NamedObjects put / get of the same buffer in that
 process (alternating, per rep).
 """
@@ -95,7 +95,7 @@ def main():
                     print("  %-11s %8.1f   (%s)" % (k, med[k], " ".join("%.0f" % (x / 1e6) for x in v)))
                 print("  s3 / native: put %.2f, get %.2f" % (med["s3 put"] / med["native put"],
                                                              med["s3 get"] / med["native get"]))
-                rdma_bench = os.path.join(args.build, "bench", "s3_rdma_bench")
+                rdma_bench = os.path.join(args.build, "bin", "s3_rdma_bench")
                 if os.path.exists(rdma_bench):
                     subprocess.run([rdma_bench, endpoint.split("//")[-1], access, secret, "p", "bench",
                                     str(size >> 20), str(args.reps), args.provider], env=s.env, check=True)

@@ -105,10 +105,11 @@ int main(int argc, char** argv) {
       return n.status();
     });
     if (!s.is_ok()) return fail("rdma get", s);
-    if (!std::equal(want.begin(), want.end(), buf.begin())) return fail("rdma get", error(StatusCode::kCorruption, "bytes differ"));
+    if (!std::equal(want.begin(), want.end(), buf.begin()))
+      return fail("rdma get", error(StatusCode::kCorruption, "bytes differ"));
   }
-  std::printf("%s, %zu MiB objects, %d reps (medians, MB/s):\n", o.provider.empty() ? "pool's provider" : o.provider.c_str(),
-              size >> 20, reps);
+  std::printf("%s, %zu MiB objects, %d reps (medians, MB/s):\n",
+              o.provider.empty() ? "pool's provider" : o.provider.c_str(), size >> 20, reps);
   for (const auto& [k, v] : mbps) {
     std::printf("  %-11s %8.1f   (", k.c_str(), median(v));
     for (double x : v) std::printf(" %.0f", x);

@@ -67,6 +67,17 @@ std::string xml_field(const std::string& body, std::string_view name) {
   return b == std::string::npos ? std::string() : body.substr(a, b - a);
 }
 
+// A PUT's or UploadPart's answer on the RDMA path: its ETag.
+Result<std::string> put_etag(Result<HttpReply> reply) {
+  RFOS_RETURN_IF_ERROR(reply.status());
+  RFOS_RETURN_IF_ERROR(status_of(*reply));
+  const std::string* served = reply->header(kRdmaReplyHeader);
+  const std::string* etag = reply->header("etag");
+  if (!served || *served != "204" || !etag)
+    return error(StatusCode::kNotSupported, "the gateway did not serve the RDMA path");
+  return *etag;
+}
+
 }  // namespace
 
 const std::string* HttpReply::header(std::string_view name) const {
@@ -193,26 +204,14 @@ Result<uint64_t> RdmaClient::get_into(std::string_view bucket, std::string_view 
 
 Result<std::string> RdmaClient::put_from(std::string_view bucket, std::string_view key,
                                          std::span<const uint8_t> buffer) {
-  RFOS_ASSIGN_OR_RETURN(HttpReply r, lend_and_send(buffer, false, "PUT", bucket, key, {}, {}));
-  RFOS_RETURN_IF_ERROR(status_of(r));
-  const std::string* served = r.header(kRdmaReplyHeader);
-  const std::string* etag = r.header("etag");
-  if (!served || *served != "204" || !etag)
-    return error(StatusCode::kNotSupported, "the gateway did not serve the RDMA path");
-  return *etag;
+  return put_etag(lend_and_send(buffer, false, "PUT", bucket, key, {}, {}));
 }
 
 Result<std::string> RdmaClient::upload_part_from(std::string_view bucket, std::string_view key,
                                                  std::string_view upload_id, uint32_t part,
                                                  std::span<const uint8_t> buffer) {
   Params query{{"partNumber", std::to_string(part)}, {"uploadId", std::string(upload_id)}};
-  RFOS_ASSIGN_OR_RETURN(HttpReply r, lend_and_send(buffer, false, "PUT", bucket, key, query, {}));
-  RFOS_RETURN_IF_ERROR(status_of(r));
-  const std::string* served = r.header(kRdmaReplyHeader);
-  const std::string* etag = r.header("etag");
-  if (!served || *served != "204" || !etag)
-    return error(StatusCode::kNotSupported, "the gateway did not serve the RDMA path");
-  return *etag;
+  return put_etag(lend_and_send(buffer, false, "PUT", bucket, key, query, {}));
 }
 
 }  // namespace rfos::s3

@@ -54,7 +54,8 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void*, const char*, const uint8_t*,
     if (q.op == Op::kUpdate) q.csums = {1, 2};
     if (op == 6 || op == 7 || op == 8 || op == 12) q.anchor = "resume-here";
     if (op == 1 || op == 2) q.flags = op == 1 ? kIfAbsent : 0;
-    if (q.op == Op::kGrant) {  // memory lent: a descriptor, its length, one way, a lifetime
+    if (q.op == Op::kWatch) q.length = 0;  // a watch carries no payload
+    if (q.op == Op::kGrant) {              // memory lent: a descriptor, its length, one way, a lifetime
       q.kind = Kind::kArray;
       q.remote_addr = 0x7f0000002000;
       q.rkey = std::string(40, 'k');
