@@ -138,7 +138,7 @@ class Container {
   // wire::kMaxGrantMs), until revoke_grant, this handle closes, or its session ends. The first request that uses it
   // claims it for its use (GrantRef::use); no other use moves bytes with it. Keep the memory registered and this handle
   // progressing (wait()) while the other session uses it: over tcp and shm this side serves the transfers.
-  // Errors: kInvalidArgument (memory not registered), kBusy (too many grants held), a request's.
+  // Errors: kInvalidArgument (memory not registered), kNoSpace (too many grants held), a request's.
   Status grant_memory(std::span<const uint8_t> buffer, bool targets_write, std::string_view id, std::string_view scope,
                       uint32_t ttl_ms);
   Status revoke_grant(std::string_view id);

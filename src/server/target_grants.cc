@@ -36,7 +36,7 @@ void Impl::handle_grant(Call& c) {
     ++g;
   }
   if (mine >= kMaxGrantsPerSession || grants.size() >= kMaxGrants)
-    return reply_error(c.to(), c.id(), error(StatusCode::kBusy, "too many grants held; revoke some"));
+    return reply_error(c.to(), c.id(), error(StatusCode::kNoSpace, "too many grants held; revoke some"));
   Grant g;
   g.via = c.to();
   g.session = c.cap.session;
