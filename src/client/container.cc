@@ -35,6 +35,13 @@ wire::Request make_request(wire::Op op, wire::Kind kind, const ObjectId& oid, st
   return q;
 }
 
+// The request that revokes grant `id` on a target (wire kGrant, length 0).
+wire::Request revoke_request(std::string_view id) {
+  wire::Request q = make_request(wire::Op::kGrant, wire::Kind::kArray, {}, {}, {});
+  q.grant = std::string(id) + std::string(wire::kGrantScopeBytes, '\0');
+  return q;
+}
+
 bool within_one_piece(uint64_t offset, size_t len) {
   return len > 0 && len <= kMaxIoBytes && offset / kMaxIoBytes == (offset + len - 1) / kMaxIoBytes;
 }
@@ -286,8 +293,7 @@ Container::~Container() {
     std::vector<uint64_t> ids;
     for (const std::string& g : impl_->grants) {
       for (uint32_t t = 0; t < impl_->calls->targets(); ++t) {
-        wire::Request q = make_request(wire::Op::kGrant, wire::Kind::kArray, {}, {}, {});
-        q.grant = g + std::string(wire::kGrantScopeBytes, '\0');
+        wire::Request q = revoke_request(g);
         if (auto id = impl_->submit(t, q, {}, {}); id.is_ok()) ids.push_back(*id);
       }
     }
@@ -411,14 +417,8 @@ Status Container::grant_memory(std::span<const uint8_t> buffer, bool targets_wri
 
 Status Container::revoke_grant(std::string_view id) {
   if (id.size() != wire::kGrantIdBytes) return error(StatusCode::kInvalidArgument, "a grant id is 16 bytes");
-  std::string grant = std::string(id) + std::string(wire::kGrantScopeBytes, '\0');
-  Status s = impl_->to_every_target(
-      [&](uint32_t) {
-        wire::Request q = make_request(wire::Op::kGrant, wire::Kind::kArray, {}, {}, {});
-        q.grant = grant;
-        return q;
-      },
-      [](uint32_t, const wire::Reply&) { return Status::ok(); }, ~0u);
+  Status s = impl_->to_every_target([&](uint32_t) { return revoke_request(id); },
+                                    [](uint32_t, const wire::Reply&) { return Status::ok(); }, ~0u);
   if (s.is_ok()) impl_->grants.erase(std::string(id));
   return s;
 }

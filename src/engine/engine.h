@@ -118,6 +118,10 @@ struct UpdateOp {
   // with their checksums; a marker names its records until a sync), so what it overwrote shows again, as a
   // local file system loses unsynced writes.
   bool lazy = false;
+  // The caller has no checksums of the bytes (a target read them from memory another session lent it): the engine
+  // takes its own from the buffers, as for a container without end-to-end checksums, and takes none from the
+  // caller, so damage at rest is still caught on every later read.
+  bool checksum_here = false;
 };
 
 // One change of an atomic batch (Engine::apply): all of a batch's changes become visible and durable together.
@@ -235,9 +239,6 @@ class UpdateTx {
   // value; 0 when the container has checksums off).
   size_t csum_count() const;
   uint32_t csum_chunk_bytes() const;
-  // The checksums of what the buffers hold now, as update_submit takes them (none with checksums off): for bytes
-  // that came with none (a target's read from memory another session granted), so damage at rest is still caught.
-  std::vector<uint32_t> own_csums() const;
   bool active() const { return state_ != nullptr; }
 
  private:

@@ -239,14 +239,6 @@ std::vector<uint32_t> buffer_csums(const UpdateState& st) {
   return computed;
 }
 
-}  // namespace
-
-std::vector<uint32_t> UpdateTx::own_csums() const {
-  return state_ && state_->cont.csum ? buffer_csums(*state_) : std::vector<uint32_t>{};
-}
-
-namespace {
-
 // The caller's checksums must match the bytes before anything is stored.
 Status verify_update(const UpdateState& st, std::span<const uint32_t> csums) {
   std::vector<uint32_t> computed = buffer_csums(st);
@@ -259,13 +251,14 @@ Status verify_update(const UpdateState& st, std::span<const uint32_t> csums) {
 
 // update_end's first half, shared with update_submit: lays out the data writes and the index records (`w`),
 // with the caller's checksums (verified here when `verify`; update_submit verifies them while the data is
-// being written) or, for a container without checksums, the engine's own. Nothing is stored yet.
+// being written) or, for a container without checksums or an update whose caller has none (checksum_here), the
+// engine's own. Nothing is stored yet.
 Status plan_update(Engine::Impl& im, UpdateState& st, std::span<const uint32_t> csums, bool verify,
                    std::vector<blockio::IoRequest>* writes, Writer* w) {
   const UpdateOp& op = st.op;
   uint32_t chunk = st.cont.csum_chunk_bytes;
   std::vector<uint32_t> stored;
-  if (st.cont.csum) {
+  if (st.cont.csum && !op.checksum_here) {
     if (csums.size() != st.ncsum)
       return error(StatusCode::kInvalidArgument,
                    "expected " + std::to_string(st.ncsum) + " checksums, got " + std::to_string(csums.size()));
@@ -400,7 +393,7 @@ void Engine::update_submit(IoRing& ring, UpdateTx tx, std::vector<uint32_t> csum
     };
     im.commit_async(&p->writer);
   };
-  bool csum = p->state->cont.csum;
+  const bool csum = p->state->cont.csum && !p->state->op.checksum_here;  // caller's checksums to verify
   if (writes.empty()) {
     Status verified = csum ? verify_update(*p->state, csums) : Status::ok();
     return verified.is_ok() ? commit() : p->done(verified);

@@ -601,6 +601,22 @@ TEST_F(EngineTest, ZeroCopyTwoPhase) {
   ASSERT_TRUE(engine_->check().is_ok());
 }
 
+// An update whose caller has no checksums (a target's read from lent memory) is checksummed by the engine, and
+// stored checksums are what a later fetch checks: the same as the caller's would have been.
+TEST_F(EngineTest, AnUpdateWithoutTheCallersChecksumsIsChecksummedHere) {
+  std::string data = pattern(4, (1u << 20) + 100);
+  UpdateOp op{key(), 1, ValueKind::kArray, 4096, data.size()};
+  EXPECT_EQ(engine_->update(op, bytes(data), {}).code(), StatusCode::kInvalidArgument);  // checksums are owed
+  op.checksum_here = true;
+  ASSERT_TRUE(engine_->update(op, bytes(data), {}).is_ok());
+  std::vector<uint32_t> csums;
+  auto got = get_array(key(), kEpochLatest, 4096, data.size(), &csums);
+  ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+  EXPECT_EQ(*got, data);
+  EXPECT_EQ(csums, make_csums(ValueKind::kArray, 4096, bytes(data), 4096));
+  ASSERT_TRUE(engine_->check().is_ok());
+}
+
 TEST_F(EngineTest, ConcurrentWritersGroupCommit) {
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};

@@ -4,7 +4,6 @@
 
 #include <fcntl.h>
 #include <grp.h>
-#include <openssl/rand.h>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -546,9 +545,7 @@ Result<std::unique_ptr<User>> make_user(const AccessKey& key, const client::Cont
 std::string random_key(size_t n, std::string_view alphabet) {
   std::string out;
   while (out.size() < n) {
-    unsigned char b[64];
-    RAND_bytes(b, sizeof(b));
-    for (unsigned char c : b)
+    for (unsigned char c : random_bytes(64))
       if (out.size() < n && c < 256 - 256 % alphabet.size()) out.push_back(alphabet[c % alphabet.size()]);
   }
   return out;

@@ -1,7 +1,5 @@
 #include "s3/rdma_client.h"
 
-#include <openssl/rand.h>
-
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/connect.hpp>
@@ -20,12 +18,6 @@ namespace http = beast::http;
 using tcp = boost::asio::ip::tcp;
 
 namespace {
-
-std::string random_bytes(size_t n) {
-  std::string b(n, '\0');
-  RAND_bytes(reinterpret_cast<unsigned char*>(b.data()), static_cast<int>(n));
-  return b;
-}
 
 // One request and its answer over a connection of its own.
 Result<HttpReply> round_trip(const S3Endpoint& e, http::request<http::string_body>& req) {

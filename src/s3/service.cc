@@ -1,7 +1,6 @@
 #include "s3/service.h"
 
 #include <isa-l/crc.h>
-#include <openssl/rand.h>
 
 #include <algorithm>
 #include <chrono>
@@ -587,6 +586,14 @@ std::optional<Response> request_attrs(const Request& req, Attrs* attrs) {
 // request asked for one, set before `finish` returns. Tried again on a fresh handle only when it failed before
 // it read any body (a body is read once).
 using ChecksumHeader = std::optional<std::pair<std::string, std::string>>;
+// The answer of a PUT or UploadPart that stored its bytes: their ETag (quoted), and one more header where given
+// (the body's checksum; the RDMA path's reply).
+Response stored(std::string etag, const std::optional<std::pair<std::string, std::string>>& extra) {
+  Response r;
+  r.headers.emplace_back("etag", std::move(etag));
+  if (extra) r.headers.push_back(*extra);
+  return r;
+}
 using StoreBody = std::function<Status(client::Container&, const client::StreamSource&,
                                        const std::function<Result<std::string>(uint64_t)>& finish)>;
 Result<std::string> store_body(const ServiceConfig& config, const User& user, Handles& handles, Request& req,
@@ -647,10 +654,7 @@ void put_object(const ServiceConfig& config, const User& user, Handles& handles,
       },
       &failure, &checksum);
   if (!etag.is_ok()) return reply(std::move(*failure));
-  Response r;
-  r.headers.emplace_back("etag", "\"" + *etag + "\"");
-  if (checksum) r.headers.push_back(*checksum);
-  reply(std::move(r));
+  reply(stored("\"" + *etag + "\"", checksum));
 }
 
 // "bytes=A-B", "bytes=A-", "bytes=-N" against `size`: [first, last], nullopt when unsatisfiable, and no range
@@ -907,10 +911,7 @@ void upload_part(const ServiceConfig& config, const User& user, Handles& handles
       },
       &failure, &checksum);
   if (!md5.is_ok()) return reply(std::move(*failure));
-  Response r;
-  r.headers.emplace_back("etag", "\"" + *md5 + "\"");
-  if (checksum) r.headers.push_back(*checksum);
-  reply(std::move(r));
+  reply(stored("\"" + *md5 + "\"", checksum));
 }
 
 void upload_part_copy(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
@@ -1189,8 +1190,7 @@ std::optional<Response> rdma_check(const Request& req, RdmaRequest* rdma) {
                           res);
   rdma->token = std::move(token).value();
   rdma->grant.id = rdma->token.grant_id;
-  rdma->grant.use.resize(16);
-  RAND_bytes(reinterpret_cast<unsigned char*>(rdma->grant.use.data()), 16);
+  rdma->grant.use = random_bytes(16);
   auto param = [&](std::string_view name) {
     const std::string* v = req.param(name);
     return v ? *v : std::string();
@@ -1246,10 +1246,7 @@ void rdma_put(const ServiceConfig& config, const User& user, Handles& handles, c
     return data.status();
   });
   if (!s.is_ok()) return reply(error_response(s, resource_of(req)));
-  Response r;
-  r.headers.emplace_back("etag", etag_of(st, {}));
-  r.headers.emplace_back(std::string(kRdmaReplyHeader), "204");
-  reply(std::move(r));
+  reply(stored(etag_of(st, {}), std::make_pair(std::string(kRdmaReplyHeader), std::string("204"))));
 }
 
 // An UploadPart's bytes, as rdma_put's. Its ETag is 32 random hex digits (no MD5 was taken), which
@@ -1269,18 +1266,12 @@ void rdma_upload_part(const ServiceConfig& config, const User& user, Handles& ha
       *size = rdma.token.length;
       return objects.write_granted(data, *size, rdma.grant);
     };
-    RFOS_ASSIGN_OR_RETURN(etag, write_part(c, *req.param("uploadId"), *n, write, [](uint64_t) -> Result<std::string> {
-                            std::string tag(16, '\0');
-                            RAND_bytes(reinterpret_cast<unsigned char*>(tag.data()), 16);
-                            return hex_of(tag);
-                          }));
+    RFOS_ASSIGN_OR_RETURN(etag, write_part(c, *req.param("uploadId"), *n, write,
+                                           [](uint64_t) -> Result<std::string> { return hex_of(random_bytes(16)); }));
     return Status::ok();
   });
   if (!s.is_ok()) return reply(failure ? std::move(*failure) : error_response(s, res));
-  Response r;
-  r.headers.emplace_back("etag", "\"" + etag + "\"");
-  r.headers.emplace_back(std::string(kRdmaReplyHeader), "204");
-  reply(std::move(r));
+  reply(stored("\"" + etag + "\"", std::make_pair(std::string(kRdmaReplyHeader), std::string("204"))));
 }
 
 void get_object(const ServiceConfig& config, const User& user, Handles& handles, const Request& req, bool head,

@@ -3,8 +3,10 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/rand.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <ctime>
 
 namespace rfos::s3 {
@@ -104,6 +106,12 @@ std::string hmac_sha256(std::string_view key, std::string_view data) {
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
        data.size(), out, &len);
   return std::string(reinterpret_cast<char*>(out), len);
+}
+
+std::string random_bytes(size_t n) {
+  std::string b(n, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(b.data()), static_cast<int>(n)) != 1) std::abort();
+  return b;
 }
 
 std::string base64(std::string_view bytes) {

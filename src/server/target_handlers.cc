@@ -269,6 +269,7 @@ void Impl::update(Call& c, std::shared_ptr<SessionBuffers::Charge> charge) {
     return reply_error(c.to(), c.id(), error(StatusCode::kBusy, "engine buffers exhausted (injected)"));
   engine::UpdateOp op{c.key, epoch, c.kind, q.offset, q.length};
   op.lazy = q.flags & wire::kLazy;
+  op.checksum_here = remote->granted;  // bytes read from granted memory came with no checksums
   auto tx = engine->update_begin(op);
   if (!tx.is_ok()) return reply_error(c.to(), c.id(), tx.status());
   executing(c);
@@ -276,17 +277,15 @@ void Impl::update(Call& c, std::shared_ptr<SessionBuffers::Charge> charge) {
   auto shared = std::make_shared<engine::UpdateTx>(std::move(tx).value());
   std::vector<Iov> dst;
   for (const engine::IoBuf& b : shared->buffers()) dst.push_back({b.data, b.len});
-  // Bytes read from granted memory came with no checksums: they are checksummed here as they landed.
   auto csums = std::make_shared<std::vector<uint32_t>>(std::move(q.csums));
-  auto landed = [this, shared, csums, granted = remote->granted, epoch, held, hold, charge,
-                 done = write_done(c, epoch, held), session = c.cap.session, id = c.id()](Status got) {
+  auto landed = [this, shared, csums, epoch, held, hold, charge, done = write_done(c, epoch, held),
+                 session = c.cap.session, id = c.id()](Status got) {
     if (!got.is_ok()) {
       inflight_epochs.erase(held);
       forget_execution(session, id);
       engine->update_abort(*shared);  // the client died mid-transfer: nothing is stored
       return;
     }
-    if (granted) *csums = shared->own_csums();
     engine->update_submit(*ring, std::move(*shared), std::move(*csums), [done, hold, charge](Status s) { done(s); });
   };
   Status s = land(in, *remote, dst, std::move(landed));
