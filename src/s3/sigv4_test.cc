@@ -2,6 +2,7 @@
 // S3 GET Object example, and the aws-chunked upload example with its chain of chunk signatures), and its parsers'
 // refusals.
 #include "s3/sigv4.h"
+#include "s3/xml.h"
 
 #include <gtest/gtest.h>
 
@@ -162,6 +163,24 @@ TEST(SigV4, PresignedQueriesAndTheirRefusals) {
   EXPECT_EQ(*parse_amz_date("19700101T000100Z"), 60);
   EXPECT_EQ(format_amz_date(60), "19700101T000100Z");
   EXPECT_FALSE(parse_amz_date("19700101T000100").is_ok());
+}
+
+TEST(Xml, RequestBodiesAndTheirRefusals) {
+  auto doc = parse_xml(
+      "<?xml version=\"1.0\"?><s3:Delete xmlns:s3=\"x\"><Object><Key>a&amp;b&#x2F;&#47;</Key></Object><Quiet/>"
+      "</s3:Delete>");
+  ASSERT_TRUE(doc.is_ok()) << doc.status().to_string();
+  EXPECT_EQ(doc->name, "Delete");
+  ASSERT_NE(doc->child("Object"), nullptr);
+  EXPECT_EQ(doc->child("Object")->child("Key")->text, "a&b//");
+  EXPECT_NE(doc->child("Quiet"), nullptr);
+  // A name's local part may not be empty (found by s3_fuzz: "<p:>" made a root without a name).
+  EXPECT_FALSE(parse_xml("<p:></p:>").is_ok());
+  EXPECT_FALSE(parse_xml("<a><b:/></a>").is_ok());
+  EXPECT_FALSE(parse_xml("<a></b>").is_ok());
+  EXPECT_FALSE(parse_xml("<a>&unknown;</a>").is_ok());
+  EXPECT_FALSE(parse_xml("<!DOCTYPE a><a/>").is_ok());
+  EXPECT_FALSE(parse_xml("<a/><b/>").is_ok());
 }
 
 }  // namespace

@@ -50,6 +50,7 @@ class Parser {
     if (at_ == start) return bad("an element without a name");
     std::string_view n = in_.substr(start, at_ - start);
     if (size_t colon = n.rfind(':'); colon != std::string_view::npos) n.remove_prefix(colon + 1);
+    if (n.empty()) return bad("an element name with no local part ('prefix:')");
     return std::string(n);
   }
 
