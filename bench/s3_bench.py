@@ -11,12 +11,14 @@ Starts a server (loopback only) and `rfos s3` on 127.0.0.1, makes a bucket, then
 Prints MB/s medians and S3 / native ratios. curl, not a Python SDK, so that the client is not what binds.
 Then, where the build has it, s3_rdma_bench (bench/s3_rdma_bench.cc) in the same server and gateway: the RDMA path (put_from /
 get_into a registered buffer through the gateway) against NamedObjects put / get of the same buffer in that
-process (alternating, per rep).
+process, and the same RDMA path through `rfos agent` (the agent lends the app's shared buffer), alternating per rep.
 """
 import hashlib
 import os
+import pwd
 import re
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -36,6 +38,21 @@ def timed(cmd, env=None):
     t = time.monotonic()
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     return time.monotonic() - t
+
+
+def wait_for_agent(sock, agent):
+    # Ready once its socket takes a connection (it binds and listens at once); it answers nothing unasked.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if agent.poll() is not None:
+            sys.exit("rfos agent exited with %d" % agent.returncode)
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as c:
+                c.connect(sock)
+                return
+        except OSError:
+            time.sleep(0.05)
+    sys.exit("rfos agent did not listen on %s" % sock)
 
 
 def main():
@@ -60,7 +77,9 @@ def main():
                 piece = os.urandom(min(1 << 20, size - f.tell()))
                 md5.update(piece)
                 f.write(piece)
-        with Server(args.build, work, args.provider, target_bytes=max(2 << 30, 4 * size)) as s:
+        me = pwd.getpwuid(os.geteuid()).pw_name  # the agent runs as this user, for this user's bench
+        with Server(args.build, work, args.provider, target_bytes=max(2 << 30, 4 * size),
+                    extra=["--trust-agent", "%s=%s" % (me, me)]) as s:
             gw = subprocess.Popen([s.rfos, "s3", "--pool", "p", "--listen", "127.0.0.1:0", "--keys-file",
                                    os.path.join(work, "keys.yaml")], env=s.env, stdout=subprocess.PIPE, text=True)
             try:
@@ -97,8 +116,16 @@ def main():
                                                              med["s3 get"] / med["native get"]))
                 rdma_bench = os.path.join(args.build, "bin", "s3_rdma_bench")
                 if os.path.exists(rdma_bench):
-                    subprocess.run([rdma_bench, endpoint.split("//")[-1], access, secret, "p", "bench",
-                                    str(size >> 20), str(args.reps), args.provider], env=s.env, check=True)
+                    sock = os.path.join(work, "agent.sock")
+                    agent = subprocess.Popen([s.rfos, "agent", "--listen", sock, "--provider", args.provider],
+                                             env=s.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    try:
+                        wait_for_agent(sock, agent)
+                        subprocess.run([rdma_bench, endpoint.split("//")[-1], access, secret, "p", "bench",
+                                        str(size >> 20), str(args.reps), args.provider, sock], env=s.env, check=True)
+                    finally:
+                        agent.terminate()
+                        agent.wait()
             finally:
                 gw.terminate()
                 gw.wait()

@@ -4,10 +4,12 @@
 //   - "direct": the ceiling: the same pieces of a file-like object written and read by this process on the
 //     explicit path (the targets reading from and writing into the same buffer one-sidedly, 16 pieces in flight,
 //     the same checksums, computed and verified here instead of on the targets), no HTTP, no gateway, no grant;
-//   - "named": NamedObjects put / get of the buffer (what `rfos put` and `rfos get` do: messages, staged copies).
+//   - "named": NamedObjects put / get of the buffer (what `rfos put` and `rfos get` do: messages, staged copies);
+//   - "agent" (with AGENT_SOCK): put_from / get_into through `rfos agent`, the targets moving the app's shared
+//     buffer, lent by the agent's session (the offloaded client).
 // Alternating, per rep.
 //
-//   s3_rdma_bench HOST:PORT ACCESS_KEY SECRET_KEY POOL BUCKET SIZE_MIB REPS [PROVIDER]
+//   s3_rdma_bench HOST:PORT ACCESS_KEY SECRET_KEY POOL BUCKET SIZE_MIB REPS [PROVIDER [AGENT_SOCK]]
 //
 // The server is $RFOS_ADDR (or the local socket); the bucket must exist. Prints MB/s medians and the ratios.
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/agent_client.h"
 #include "client/container.h"
 #include "client/control_client.h"
 #include "client/file_layout.h"
@@ -73,6 +76,21 @@ int main(int argc, char** argv) {
   const std::vector<uint8_t> want(buf.begin(), buf.end());
   s3::RdmaClient rdma(cont, e);
   client::NamedObjects objects(cont);
+  // Through the agent: its shared buffer holds the same bytes.
+  std::unique_ptr<agent::AgentClient> app;
+  std::unique_ptr<s3::RdmaClient> offloaded;
+  if (argc > 9) {
+    agent::AgentClientOptions ao;
+    ao.buffer_bytes = size;
+    ao.entries = 16;
+    auto a = agent::AgentClient::connect(argv[9], ao);
+    if (!a.is_ok()) return fail("connect to the agent", a.status());
+    app = std::move(a).value();
+    auto h = app->open(pool, bucket, false);
+    if (!h.is_ok()) return fail("open " + bucket + " through the agent", h.status());
+    std::memcpy(app->buffer().data(), want.data(), size);
+    offloaded = std::make_unique<s3::RdmaClient>(s3::lender_of(*app, *h), e);
+  }
   std::map<std::string, std::vector<double>> mbps;
   const ObjectId direct_oid = client::NamedObjects::fresh_data_object();
   const uint64_t chunk = client::layout::chunk_bytes(cont.session().cont.props.chunk_bytes);
@@ -147,6 +165,19 @@ int main(int argc, char** argv) {
     if (!s.is_ok()) return fail("rdma get", s);
     if (!std::equal(want.begin(), want.end(), buf.begin()))
       return fail("rdma get", error(StatusCode::kCorruption, "bytes differ"));
+    if (!offloaded) continue;
+    std::span<uint8_t> shared = app->buffer().subspan(0, size);
+    s = timed("agent put", [&] { return offloaded->put_from(bucket, "agent", shared).status(); });
+    if (!s.is_ok()) return fail("agent put", s);
+    std::memset(shared.data(), 0, size);
+    s = timed("agent get", [&] {
+      auto n = offloaded->get_into(bucket, "agent", shared);
+      if (n.is_ok() && *n != size) return error(StatusCode::kInternal, "short");
+      return n.status();
+    });
+    if (!s.is_ok()) return fail("agent get", s);
+    if (!std::equal(want.begin(), want.end(), shared.begin()))
+      return fail("agent get", error(StatusCode::kCorruption, "bytes differ"));
   }
   std::printf("%s, %zu MiB objects, %d reps (medians, MB/s):\n",
               o.provider.empty() ? "pool's provider" : o.provider.c_str(), size >> 20, reps);
@@ -158,5 +189,8 @@ int main(int argc, char** argv) {
   std::printf("  rdma / direct (the ceiling): put %.2f, get %.2f\n",
               median(mbps["rdma put"]) / median(mbps["direct put"]),
               median(mbps["rdma get"]) / median(mbps["direct get"]));
+  if (offloaded)
+    std::printf("  agent / direct: put %.2f, get %.2f\n", median(mbps["agent put"]) / median(mbps["direct put"]),
+                median(mbps["agent get"]) / median(mbps["direct get"]));
   return 0;
 }

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <openssl/rand.h>
 #include <poll.h>
 #include <pwd.h>
 #include <sched.h>
@@ -23,6 +24,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "agent/protocol.h"
@@ -35,6 +37,7 @@
 #include "common/yaml_file.h"
 #include "fuse/mount.h"
 #include "posix/namespace.h"
+#include "wire/data_plane.h"
 
 namespace rfos::agent {
 
@@ -178,6 +181,7 @@ class AppConn {
         continue;
       }
       held_ = false;
+      if (!grants_.empty()) serve_grants(tickets_.empty() ? 1 : 0);
       if (!tickets_.empty()) {
         // Spin over the ring and the containers for 100 us after the last thing that happened (a wait inside a
         // container would leave new submissions unseen until its next completion); then the first container
@@ -189,8 +193,8 @@ class AppConn {
       }
       // Before the thread sleeps (or waits for the app to take its completions): the socket.
       RFOS_RETURN_IF_ERROR(read_control(&busy));
-      if (busy) continue;
-      if (!pending_.empty()) {  // the app is not taking its completions: look again soon
+      if (busy || !grants_.empty()) continue;  // no sleep while memory is lent (served above)
+      if (!pending_.empty()) {                 // the app is not taking its completions: look again soon
         pollfd p{fd_, POLLIN, 0};
         poll(&p, 1, 1);
         continue;
@@ -295,8 +299,26 @@ class AppConn {
                                error(StatusCode::kInvalidArgument, "no container handle " + std::to_string(m.handle)));
         if (it->second.cont->in_flight() > 0)
           return error_message(m.id, error(StatusCode::kBusy, "the container has I/O in flight"));
-        conts_.erase(it);
+        conts_.erase(it);  // its grants are revoked as it closes
+        std::erase_if(grants_, [&](const auto& g) { return g.second.handle == m.handle; });
         return r;
+      }
+      case MsgType::kGrant: {
+        auto id = grant(m);
+        if (!id.is_ok()) return error_message(m.id, id.status());
+        r.text = std::move(id).value();
+        return r;
+      }
+      case MsgType::kRevoke: {
+        auto it = conts_.find(m.handle);
+        if (it == conts_.end())
+          return error_message(m.id,
+                               error(StatusCode::kInvalidArgument, "no container handle " + std::to_string(m.handle)));
+        auto g = grants_.find(m.dkey);
+        if (g == grants_.end() || g->second.handle != m.handle) return r;  // gone already (or never this app's)
+        Status s = it->second.cont->revoke_grant(m.dkey);
+        grants_.erase(g);
+        return s.is_ok() ? r : error_message(m.id, s);
       }
       case MsgType::kObject:
         return object(m);
@@ -698,6 +720,52 @@ class AppConn {
     return Status::ok();
   }
 
+  // kGrant: bytes of the shared buffer lent to the targets through the handle's session for one request
+  // (client::Container::grant_memory; the S3 gateway's RDMA path, docs/s3.md): the grant's id, made here, so an
+  // app can name no other's. The app never sees the registration's key or address.
+  Result<std::string> grant(const Message& m) {
+    auto it = conts_.find(m.handle);
+    if (it == conts_.end())
+      return error(StatusCode::kInvalidArgument, "no container handle " + std::to_string(m.handle));
+    if (sealer_)
+      return error(StatusCode::kNotSupported, "tenant " + tenant_ +
+                                                  " seals its data in the agent: its memory is not lent to the "
+                                                  "targets, which would move the bytes unsealed");
+    if (!buffer_ || m.buffer_bytes == 0 || m.value > buffer_bytes_ || m.buffer_bytes > buffer_bytes_ - m.value)
+      return error(StatusCode::kInvalidArgument, "a grant lends bytes of the shared buffer only (set up the ring)");
+    if (m.epoch == 0 || m.epoch > wire::kMaxGrantMs)
+      return error(StatusCode::kInvalidArgument, "a grant lives 1 ms .. " + std::to_string(wire::kMaxGrantMs) + " ms");
+    if (grants_.size() >= kMaxGrants)
+      return error(StatusCode::kNoSpace, std::to_string(kMaxGrants) + " grants held; revoke some");
+    // A grant's bytes never pass the ring: the tenant's limits count them here, as one I/O of its length (a
+    // request over the burst waits for a full bucket and is paid for by the time after, as in the ring).
+    if (qos_)
+      while (uint64_t wait = qos_->admit(m.buffer_bytes, now_ns()))
+        std::this_thread::sleep_for(std::chrono::nanoseconds(wait));
+    std::string id(wire::kGrantIdBytes, '\0');
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(id.data()), static_cast<int>(id.size())) != 1)
+      return error(StatusCode::kInternal, "no random bytes (RAND_bytes)");
+    RFOS_RETURN_IF_ERROR(it->second.cont->grant_memory({buffer_ + m.value, m.buffer_bytes}, m.write, id, m.akey,
+                                                       static_cast<uint32_t>(m.epoch)));
+    grants_[id] = {m.handle, now_ns() / 1000000 + m.epoch};
+    return id;
+  }
+
+  // While memory is lent, the lending containers are progressed: over tcp and shm UCX emulates the targets' one-
+  // sided reads and writes with messages this side serves. Expired grants end here as they did on the targets.
+  void serve_grants(int timeout_ms) {
+    const uint64_t now_ms = now_ns() / 1000000;
+    std::erase_if(grants_, [&](const auto& g) { return g.second.until_ms <= now_ms; });
+    std::set<uint32_t> lending;
+    for (const auto& [id, g] : grants_) lending.insert(g.handle);
+    for (uint32_t h : lending) {
+      auto it = conts_.find(h);
+      if (it == conts_.end()) continue;
+      it->second.cont->wait(timeout_ms);
+      timeout_ms = 0;
+    }
+  }
+
   // A failure leaves nothing set up: the app may ask again.
   Status setup(const Message& m, std::vector<int>* fds) {
     if (ring_) return error(StatusCode::kAlreadyExists, "the ring is set up already");
@@ -984,6 +1052,12 @@ class AppConn {
   uint8_t* buffer_ = nullptr;
   size_t buffer_bytes_ = 0;
   std::map<uint32_t, Open> conts_;
+  struct Lent {
+    uint32_t handle = 0;
+    uint64_t until_ms = 0;  // of now_ns()'s clock
+  };
+  static constexpr size_t kMaxGrants = 16;
+  std::map<std::string, Lent> grants_;  // by id: the grants this app's containers made (kGrant)
   std::map<std::string, std::unique_ptr<posix::Namespace>> namespaces_;  // namespace_of's
   uint32_t next_handle_ = 1;
   std::map<std::pair<uint32_t, client::Ticket>, std::shared_ptr<Op>> tickets_;  // requests in flight

@@ -193,6 +193,32 @@ Status AgentClient::close(uint32_t handle) {
   return call(m).status();
 }
 
+Result<std::string> AgentClient::grant(uint32_t handle, std::span<const uint8_t> bytes, bool targets_write,
+                                       std::string_view scope, uint32_t ttl_ms) {
+  if (bytes.empty() || bytes.data() < buffer_ || bytes.data() + bytes.size() > buffer_ + buffer_bytes_)
+    return error(StatusCode::kInvalidArgument, "a grant lends bytes of the shared buffer only (1 or more)");
+  Message m;
+  m.type = MsgType::kGrant;
+  m.handle = handle;
+  m.value = static_cast<uint64_t>(bytes.data() - buffer_);
+  m.buffer_bytes = bytes.size();
+  m.write = targets_write;
+  m.akey = scope;
+  m.epoch = ttl_ms;
+  RFOS_ASSIGN_OR_RETURN(Message r, call(m));
+  if (r.type != MsgType::kDone || r.text.size() != 16)
+    return error(StatusCode::kInvalidArgument, "the agent's answer to a grant is not a grant's id");
+  return r.text;
+}
+
+Status AgentClient::revoke_grant(uint32_t handle, std::string_view id) {
+  Message m;
+  m.type = MsgType::kRevoke;
+  m.handle = handle;
+  m.dkey = id;
+  return call(m).status();
+}
+
 Result<uint64_t> AgentClient::array_size(uint32_t handle, const ObjectId& oid, std::string_view dkey,
                                          std::string_view akey) {
   return keys(KeyOp::kArraySize, handle, oid, dkey, akey, 0);

@@ -49,7 +49,15 @@ class AgentClient {
   std::span<uint8_t> buffer() const { return {buffer_, buffer_bytes_}; }
 
   Result<uint32_t> open(const std::string& pool, const std::string& cont, bool write);
-  Status close(uint32_t handle);  // kBusy while its I/O is in flight
+  Status close(uint32_t handle);  // kBusy while its I/O is in flight (it revokes the handle's grants)
+  // Lends `bytes` (inside buffer()) to every target through the handle's session for the one request of `scope`
+  // (32 bytes; s3::rdma_scope) for ttl_ms: the targets write into them (`targets_write`) or read from them. The
+  // grant's id (16 bytes, made by the agent), for the token that names it (the S3 gateway's RDMA path,
+  // docs/s3.md). Errors: kInvalidArgument (bytes outside buffer(), a bad scope or lifetime), kNotSupported (the
+  // tenant's data is sealed in the agent), kNoSpace (too many grants held), or the targets'.
+  Result<std::string> grant(uint32_t handle, std::span<const uint8_t> bytes, bool targets_write, std::string_view scope,
+                            uint32_t ttl_ms);
+  Status revoke_grant(uint32_t handle, std::string_view id);  // OK also when it is gone already
   Result<uint64_t> array_size(uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey);
   // An operation on an opened container's object or keys (protocol.h, KeyOp), `arg` its argument: kDone's value.
   // The bytes of values and extents go through the start of the shared buffer.

@@ -101,6 +101,15 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void*, const char*, const uint8_t*,
   m.value = static_cast<uint64_t>(ObjectOp::kGet);
   m.epoch = 5;
   out("object", encode_message(m));
+  m.type = MsgType::kGrant;
+  m.value = 4096;
+  m.buffer_bytes = 1 << 20;
+  m.akey = std::string(32, 's');
+  m.epoch = 60000;
+  out("grant", encode_message(m));
+  m.type = MsgType::kRevoke;
+  m.dkey = std::string(16, 'g');
+  out("revoke", encode_message(m));
   m.type = MsgType::kWelcome;
   m.text = "tenant";
   out("welcome", encode_message(m));

@@ -97,6 +97,18 @@ std::string encode_message(const Message& m) {
       put_le<uint64_t>(&out, m.value);
       put_le<uint64_t>(&out, m.buffer_bytes);
       break;
+    case MsgType::kGrant:
+      put_le<uint32_t>(&out, m.handle);
+      put_le<uint64_t>(&out, m.value);
+      put_le<uint64_t>(&out, m.buffer_bytes);
+      out.push_back(m.write ? 1 : 0);
+      put_string(&out, m.akey);
+      put_le<uint64_t>(&out, m.epoch);
+      break;
+    case MsgType::kRevoke:
+      put_le<uint32_t>(&out, m.handle);
+      put_string(&out, m.dkey);
+      break;
     case MsgType::kWelcome:
       put_le<uint32_t>(&out, m.version);
       put_string(&out, m.text);
@@ -161,6 +173,16 @@ Result<Message> decode_message(std::string_view bytes) {
       ok = in.get_le(&m.handle) && get_oid(&in, m.oid) && get_string(&in, &m.dkey) && get_string(&in, &m.akey) &&
            in.get_le(&m.value) && in.get_le(&m.buffer_bytes) && m.value >= 1 &&
            m.value <= static_cast<uint64_t>(KeyOp::kReadEpoch);
+      break;
+    case MsgType::kGrant: {
+      uint8_t w = 0;
+      ok = in.get_le(&m.handle) && in.get_le(&m.value) && in.get_le(&m.buffer_bytes) && in.get_le(&w) && w <= 1 &&
+           get_string(&in, &m.akey) && in.get_le(&m.epoch);
+      m.write = w == 1;
+      break;
+    }
+    case MsgType::kRevoke:
+      ok = in.get_le(&m.handle) && get_string(&in, &m.dkey);
       break;
     case MsgType::kWelcome:
       ok = in.get_le(&m.version) && get_string(&in, &m.text);

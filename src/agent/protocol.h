@@ -48,6 +48,12 @@ enum class MsgType : uint8_t {
   kObject = 8,
   kChunk = 9,  // value: bytes at the start of the shared buffer
   kNext = 10,  // the last chunk is taken: the next
+  // handle, value: an offset in the shared buffer, buffer_bytes: a length, write: the targets write into it (a
+  // GET) rather than read from it, akey: the scope (32 bytes), epoch: the lifetime in ms. Lends those bytes to
+  // every target through the handle's session for one request of that scope (client::Container::grant_memory:
+  // the S3 gateway's RDMA path, docs/s3.md); answered by kDone, text: the grant's id (16 bytes, the agent's).
+  kGrant = 11,
+  kRevoke = 12,  // handle, dkey: a grant's id; answered by kDone (also when it is gone already)
   // agent -> app
   kWelcome = 64,     // version, tenant
   kReady = 65,       // sq_entries, cq_entries, buffer_bytes (the region sizes as made)

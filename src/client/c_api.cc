@@ -17,18 +17,6 @@
 using rfos::ObjectId;
 using rfos::Status;
 
-// In agent mode (rfos_connect("agent:///path")) a container handle is a connection to the agent with its ring and
-// shared buffer: the buffer's first kStagingSlots MiB carry the bytes of I/O from memory outside it (a copy),
-// the rest is what rfos_alloc hands out (no copy).
-struct rfos_cont {
-  std::unique_ptr<rfos::client::Container> cont;
-  std::unique_ptr<rfos::agent::AgentClient> agent;
-  uint32_t handle = 0;
-  uint64_t next_ticket = 1;
-  std::map<size_t, size_t> free_ranges;  // of the shared buffer past the staging slots: offset -> length
-  std::map<size_t, size_t> allocated;    // offset -> length
-};
-
 namespace {
 thread_local std::string last_error;
 }  // namespace

@@ -1,9 +1,12 @@
-// What the C API's handles hold, shared by its parts (client/c_api.cc, posix/c_api_fs.cc).
+// What the C API's handles hold, shared by its parts (client/c_api.cc, posix/c_api_fs.cc, s3/c_api_s3.cc).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
+#include "agent/agent_client.h"
+#include "client/container.h"
 #include "client/control_client.h"
 #include "common/status.h"
 
@@ -11,6 +14,18 @@ struct rfos_client {
   std::unique_ptr<rfos::client::ControlClient> control;  // in agent mode relayed by the agent (snapshots)
   std::string agent_socket;                              // agent mode: the agent's socket (rfos_connect "agent://")
   uint32_t timeout_ms = 0;
+};
+
+// In agent mode (rfos_connect("agent:///path")) a container handle is a connection to the agent with its ring and
+// shared buffer: the buffer's first kStagingSlots MiB carry the bytes of I/O from memory outside it (a copy),
+// the rest is what rfos_alloc hands out (no copy).
+struct rfos_cont {
+  std::unique_ptr<rfos::client::Container> cont;
+  std::unique_ptr<rfos::agent::AgentClient> agent;
+  uint32_t handle = 0;
+  uint64_t next_ticket = 1;
+  std::map<size_t, size_t> free_ranges;  // of the shared buffer past the staging slots: offset -> length
+  std::map<size_t, size_t> allocated;    // offset -> length
 };
 
 namespace rfos::client::c_api {

@@ -9,6 +9,8 @@
 #include <ctime>
 #include <thread>
 
+#include "agent/agent_client.h"
+#include "client/container.h"
 #include "s3/rdma_token.h"
 
 namespace rfos::s3 {
@@ -70,7 +72,67 @@ Result<std::string> put_etag(Result<HttpReply> reply) {
   return *etag;
 }
 
+class ContainerLender final : public Lender {
+ public:
+  explicit ContainerLender(client::Container& session) : session_(session) {}
+  ~ContainerLender() override {
+    for (const auto& [id, p] : registered_) (void)session_.unregister_memory(p);
+  }
+
+  Result<std::string> lend(std::span<const uint8_t> buffer, bool targets_write, std::string_view scope,
+                           uint32_t ttl_ms) override {
+    // Registered for as long as it is lent, unless the caller registered it (or memory around it).
+    const bool ours = session_.register_memory(buffer).is_ok();
+    std::string id = random_bytes(16);
+    Status s = session_.grant_memory(buffer, targets_write, id, scope, ttl_ms);
+    if (!s.is_ok()) {
+      if (ours) (void)session_.unregister_memory(buffer.data());
+      return s;
+    }
+    if (ours) registered_[id] = buffer.data();
+    return id;
+  }
+
+  Status revoke(std::string_view id) override {
+    Status s = session_.revoke_grant(id);
+    if (auto it = registered_.find(std::string(id)); it != registered_.end()) {
+      (void)session_.unregister_memory(it->second);
+      registered_.erase(it);
+    }
+    return s;
+  }
+
+  void serve_until(const std::atomic<bool>& done) override {
+    while (!done) session_.wait(5);
+  }
+
+ private:
+  client::Container& session_;
+  std::map<std::string, const void*> registered_;  // grant id -> the memory registered for it
+};
+
+class AgentLender final : public Lender {
+ public:
+  AgentLender(agent::AgentClient& agent, uint32_t handle) : agent_(agent), handle_(handle) {}
+
+  Result<std::string> lend(std::span<const uint8_t> buffer, bool targets_write, std::string_view scope,
+                           uint32_t ttl_ms) override {
+    return agent_.grant(handle_, buffer, targets_write, scope, ttl_ms);
+  }
+  Status revoke(std::string_view id) override { return agent_.revoke_grant(handle_, id); }
+  void serve_until(const std::atomic<bool>&) override {}  // the agent's thread serves them
+
+ private:
+  agent::AgentClient& agent_;
+  uint32_t handle_;
+};
+
 }  // namespace
+
+std::unique_ptr<Lender> lender_of(client::Container& session) { return std::make_unique<ContainerLender>(session); }
+std::unique_ptr<Lender> lender_of(agent::AgentClient& agent, uint32_t handle) {
+  return std::make_unique<AgentLender>(agent, handle);
+}
 
 const std::string* HttpReply::header(std::string_view name) const {
   for (const auto& [k, v] : headers)
@@ -132,15 +194,15 @@ Result<HttpReply> RdmaClient::send(std::string_view method, std::string_view buc
   req.body() = std::move(body);
   req.prepare_payload();
 
-  // The exchange runs on a thread of its own while this one progresses the session: over tcp and shm the
-  // targets' reads and writes of the lent buffer need this side's worker to move.
+  // The exchange runs on a thread of its own while this one serves the lent memory: over tcp and shm the
+  // targets' reads and writes of it need the lending side's worker to move.
   std::atomic<bool> done{false};
   Result<HttpReply> reply = error(StatusCode::kInternal, "no answer");
   std::thread http([&] {
     reply = round_trip(endpoint_, req);
     done = true;
   });
-  while (!done) session_.wait(5);
+  lender_->serve_until(done);
   http.join();
   return reply;
 }
@@ -148,9 +210,8 @@ Result<HttpReply> RdmaClient::send(std::string_view method, std::string_view buc
 Result<std::string> RdmaClient::lend(std::span<const uint8_t> buffer, bool targets_write, std::string_view scope,
                                      uint32_t ttl_ms, std::string* grant_id) {
   RdmaToken t;
-  t.grant_id = random_bytes(16);
+  RFOS_ASSIGN_OR_RETURN(t.grant_id, lender_->lend(buffer, targets_write, scope, ttl_ms));
   t.length = buffer.size();
-  RFOS_RETURN_IF_ERROR(session_.grant_memory(buffer, targets_write, t.grant_id, scope, ttl_ms));
   if (grant_id) *grant_id = t.grant_id;
   return format_rdma_token(t);
 }
@@ -165,21 +226,14 @@ Result<HttpReply> RdmaClient::lend_and_send(std::span<const uint8_t> buffer, boo
     return std::string();
   };
   const std::string scope = rdma_scope(method, bucket, key, range, param("uploadId"), param("partNumber"));
-  // Registered for this request unless the caller registered it (or memory around it) already.
-  Status registered = session_.register_memory(buffer);
-  const bool ours = registered.is_ok();
   std::string grant_id;
-  auto token = lend(buffer, targets_write, scope, kGrantMs, &grant_id);
-  Result<HttpReply> reply = token.status();
-  if (token.is_ok()) {
-    Headers headers{{std::string(kRdmaTokenHeader), *token}};
-    if (!range.empty()) headers.emplace_back("range", std::string(range));
-    reply = send(method, bucket, key, query, headers);
-    // Nothing may move into the buffer once the caller has it back.
-    Status revoked = session_.revoke_grant(grant_id);
-    if (reply.is_ok() && !revoked.is_ok()) reply = revoked;
-  }
-  if (ours) (void)session_.unregister_memory(buffer.data());
+  RFOS_ASSIGN_OR_RETURN(std::string token, lend(buffer, targets_write, scope, kGrantMs, &grant_id));
+  Headers headers{{std::string(kRdmaTokenHeader), token}};
+  if (!range.empty()) headers.emplace_back("range", std::string(range));
+  Result<HttpReply> reply = send(method, bucket, key, query, headers);
+  // Nothing may move into the buffer once the caller has it back.
+  Status revoked = lender_->revoke(grant_id);
+  if (reply.is_ok() && !revoked.is_ok()) reply = revoked;
   return reply;
 }
 

@@ -5,19 +5,50 @@
 // the grant, sends it, serves the transfers while it waits (over tcp and shm the lending side takes part), and
 // revokes the grant when the answer came.
 //
-// Thread-safety: as the Container it lends through: one thread at a time.
+// The caller's session may be in this process (a Container) or in `rfos agent` (an AgentClient's handle: the
+// agent lends bytes of the app's shared buffer, and the app holds no key or address of it).
+//
+// Thread-safety: as the Container or AgentClient it lends through: one thread at a time.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 
-#include "client/container.h"
 #include "common/status.h"
 #include "s3/sigv4.h"
 
+namespace rfos::client {
+class Container;
+}
+namespace rfos::agent {
+class AgentClient;
+}
+
 namespace rfos::s3 {
+
+// What lends the caller's memory to the server's targets: its own session.
+class Lender {
+ public:
+  virtual ~Lender() = default;
+  // Lends `buffer` for the one request of `scope` (rdma_scope) for ttl_ms: the grant's id (16 bytes).
+  virtual Result<std::string> lend(std::span<const uint8_t> buffer, bool targets_write, std::string_view scope,
+                                   uint32_t ttl_ms) = 0;
+  virtual Status revoke(std::string_view id) = 0;
+  // Returns once `done` holds, keeping the lent memory's transfers moving where this side must take part.
+  virtual void serve_until(const std::atomic<bool>& done) = 0;
+};
+
+// In this process: grants through the Container's session, registering the buffer for as long as it is lent
+// unless the caller registered it (or memory around it) already.
+std::unique_ptr<Lender> lender_of(client::Container& session);
+// Through `rfos agent`: grants through the agent's session of an opened container handle, of bytes inside the
+// app's shared buffer (AgentClient::buffer()); the agent serves the transfers.
+std::unique_ptr<Lender> lender_of(agent::AgentClient& agent, uint32_t handle);
 
 struct S3Endpoint {
   std::string host = "127.0.0.1";
@@ -36,7 +67,9 @@ struct HttpReply {
 
 class RdmaClient {
  public:
-  RdmaClient(client::Container& session, S3Endpoint endpoint) : session_(session), endpoint_(std::move(endpoint)) {}
+  RdmaClient(std::unique_ptr<Lender> lender, S3Endpoint endpoint)
+      : lender_(std::move(lender)), endpoint_(std::move(endpoint)) {}
+  RdmaClient(client::Container& session, S3Endpoint endpoint) : RdmaClient(lender_of(session), std::move(endpoint)) {}
 
   // The object, or its `range` (a Range header's value: "bytes=A-B", "bytes=A-", "bytes=-N"), into the start of
   // `buffer`: the bytes moved. Errors: the gateway's, as codes (kNotFound: NoSuchKey or NoSuchBucket;
@@ -62,13 +95,12 @@ class RdmaClient {
   static constexpr uint32_t kGrantMs = 60000;
 
  private:
-  // Lends `buffer` for one request (registering it for the while, unless it is already), sends it, then revokes
-  // the grant: the answer.
+  // Lends `buffer` for one request, sends it, then revokes the grant: the answer.
   Result<HttpReply> lend_and_send(std::span<const uint8_t> buffer, bool targets_write, std::string_view method,
                                   std::string_view bucket, std::string_view key, const Params& query,
                                   std::string_view range);
 
-  client::Container& session_;
+  std::unique_ptr<Lender> lender_;
   S3Endpoint endpoint_;
 };
 

@@ -2,17 +2,25 @@
 // ucx+shm: GET, ranged GET into the middle of a buffer, PUT and UploadPart through tokens, with the bytes moved
 // by the targets to and from the caller's buffer; and the tokens a hostile caller could send (replayed, altered,
 // forged, garbage, expired, of a closed session, for the other direction), each refused with nothing moved.
+// The same through `rfos agent` (the agent lends the app's shared buffer; the app holds no key) and through the
+// C API (include/rfos/rfos_s3.h) in both modes.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <set>
 #include <thread>
 #include <vector>
 
+#include "agent/agent.h"
+#include "agent/agent_client.h"
 #include "client/container.h"
 #include "client/control_client.h"
 #include "engine/engine_testing.h"
+#include "rfos/rfos.h"
+#include "rfos/rfos_s3.h"
 #include "s3/gateway.h"
 #include "s3/rdma_client.h"
 #include "s3/rdma_token.h"
@@ -41,7 +49,9 @@ std::string xml_field(const std::string& body, const std::string& name) {
 class S3Rdma : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    server_ = std::make_unique<testing::ServerProcess>(dir_.path(), std::vector<std::string>{"--provider", GetParam()});
+    // Trusting this process's user (root) as an agent for itself: the agent cases.
+    server_ = std::make_unique<testing::ServerProcess>(
+        dir_.path(), std::vector<std::string>{"--provider", GetParam(), "--trust-agent", "root=root"});
     ASSERT_TRUE(server_->start());
     control_ = ControlClient::create(server_->address());
     ASSERT_TRUE(control_->pool_create("p").is_ok());
@@ -318,6 +328,128 @@ TEST_P(S3Rdma, WhatItCannotServeItDeclinesOrRefuses) {
   r = send("PUT", "d", {}, {{"x-amz-rdma-token", token}, {"x-amz-checksum-crc32", "AAAAAA=="}});
   EXPECT_EQ(r.status, 501u) << r.body;
   EXPECT_TRUE(get_plain("d") == std::string(data.begin(), data.end()));
+}
+
+// An agent on a socket in the test's directory; `sealing_key`: its one tenant (root's apps) seals its data.
+std::unique_ptr<agent::Agent> start_agent(const std::string& dir, const std::string& control,
+                                          const std::string& provider, bool sealing = false) {
+  agent::AgentConfig c;
+  c.control_address = control;
+  c.provider = provider;
+  c.listen = dir + "/agent.sock";
+  c.timeout_ms = 20000;
+  c.state_dir = dir + "/agent-state";
+  if (sealing) {
+    std::string key = dir + "/tenant.key";
+    std::ofstream(key) << std::string(64, 'c');
+    chmod(key.c_str(), 0600);
+    c.tenants = {{"sealed", {"root"}, {}, key, 1, {}}};
+  }
+  auto a = agent::Agent::start(c);
+  EXPECT_TRUE(a.is_ok()) << a.status().to_string();
+  return a.is_ok() ? std::move(a).value() : nullptr;
+}
+
+std::unique_ptr<agent::AgentClient> connect_app(const std::string& dir) {
+  agent::AgentClientOptions o;
+  o.buffer_bytes = 16 << 20;
+  o.entries = 16;
+  auto c = agent::AgentClient::connect(dir + "/agent.sock", o);
+  EXPECT_TRUE(c.is_ok()) << c.status().to_string();
+  return c.is_ok() ? std::move(c).value() : nullptr;
+}
+
+TEST_P(S3Rdma, ThroughTheAgentTheTargetsMoveTheAppsSharedBuffer) {
+  auto agent = start_agent(dir_.path(), server_->address(), GetParam());
+  ASSERT_TRUE(agent);
+  auto app = connect_app(dir_.path());
+  ASSERT_TRUE(app);
+  auto h = app->open("p", "bkt", false);  // the app's session in the agent: any container it may open
+  ASSERT_TRUE(h.is_ok()) << h.status().to_string();
+  RdmaClient rdma(s3::lender_of(*app, *h), endpoint_);
+  auto buf = app->buffer();
+  std::vector<uint8_t> data = pattern(kObject, 21);
+  std::memcpy(buf.data(), data.data(), data.size());
+  auto etag = rdma.put_from("bkt", "via-agent", buf.subspan(0, kObject));
+  ASSERT_TRUE(etag.is_ok()) << etag.status().to_string();
+  EXPECT_TRUE(get_plain("via-agent") == std::string(data.begin(), data.end()));
+  // Into another place of the shared buffer, whole and a range.
+  auto into = buf.subspan(8 << 20, kObject);
+  std::fill(into.begin(), into.end(), 0);
+  auto n = rdma.get_into("bkt", "via-agent", into);
+  ASSERT_TRUE(n.is_ok()) << n.status().to_string();
+  EXPECT_EQ(*n, kObject);
+  EXPECT_EQ(std::memcmp(into.data(), data.data(), kObject), 0);
+  n = rdma.get_into("bkt", "via-agent", into.subspan(0, 1000), "bytes=2000000-2000999");
+  ASSERT_TRUE(n.is_ok()) << n.status().to_string();
+  EXPECT_EQ(std::memcmp(into.data(), data.data() + 2000000, 1000), 0);
+  // Memory outside the shared buffer is not the agent's to lend: refused, nothing sent.
+  std::vector<uint8_t> mine(1000);
+  EXPECT_EQ(rdma.get_into("bkt", "via-agent", mine).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(app->grant(*h, buf.subspan(buf.size() - 10, 10), true, std::string(32, 's'), 1000).status().code(),
+            StatusCode::kOk);
+  EXPECT_EQ(app->grant(*h + 100, buf.subspan(0, 10), true, std::string(32, 's'), 1000).status().code(),
+            StatusCode::kInvalidArgument);  // a handle the app was never given
+  // A grant ends with the handle that made it: its token moves nothing after the app closes the handle.
+  std::fill(into.begin(), into.end(), 0xCD);
+  std::string token;
+  {
+    auto t = rdma.lend(into.subspan(0, kObject), true, s3::rdma_scope("GET", "bkt", "via-agent", "", "", ""), 60000,
+                       nullptr);
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    token = *t;
+  }
+  ASSERT_TRUE(app->close(*h).is_ok());
+  HttpReply r = send("GET", "via-agent", {}, {{"x-amz-rdma-token", token}});
+  EXPECT_EQ(r.status, 403u) << r.body;
+  EXPECT_TRUE(std::all_of(into.begin(), into.begin() + kObject, [](uint8_t b) { return b == 0xCD; }));
+}
+
+TEST_P(S3Rdma, ASealingTenantsAgentLendsNothing) {
+  auto agent = start_agent(dir_.path(), server_->address(), GetParam(), true);
+  ASSERT_TRUE(agent);
+  auto app = connect_app(dir_.path());
+  ASSERT_TRUE(app);
+  auto h = app->open("p", "bkt", false);
+  ASSERT_TRUE(h.is_ok()) << h.status().to_string();
+  // The targets would write the stored (sealed) bytes into the app's buffer, or store its plaintext unsealed.
+  RdmaClient rdma(s3::lender_of(*app, *h), endpoint_);
+  EXPECT_EQ(rdma.put_from("bkt", "sealed", app->buffer().subspan(0, 4096)).status().code(), StatusCode::kNotSupported);
+  EXPECT_EQ(send("HEAD", "sealed").status, 404u);
+}
+
+TEST_P(S3Rdma, TheCApiLendsInProcessAndThroughTheAgent) {
+  auto agent = start_agent(dir_.path(), server_->address(), GetParam());
+  ASSERT_TRUE(agent);
+  rfos_s3_endpoint_t s3{"127.0.0.1", endpoint_.port, "AKRDMATEST", "rdma-test-secret", nullptr};
+  std::vector<uint8_t> data = pattern(kObject, 31);
+  for (const std::string& addr : {server_->address(), "agent://" + dir_.path() + "/agent.sock"}) {
+    SCOPED_TRACE(addr);
+    rfos_client_t* client = nullptr;
+    ASSERT_EQ(rfos_connect(addr.c_str(), 20000, &client), 0) << rfos_last_error();
+    rfos_cont_t* cont = nullptr;
+    ASSERT_EQ(rfos_cont_open(client, "p", "bkt", 0, GetParam().c_str(), &cont), 0) << rfos_last_error();
+    void* mem = nullptr;
+    ASSERT_EQ(rfos_alloc(cont, 2 * kObject, &mem), 0) << rfos_last_error();
+    auto* bytes = static_cast<uint8_t*>(mem);
+    std::memcpy(bytes, data.data(), kObject);
+    char etag[RFOS_S3_ETAG_LEN];
+    ASSERT_EQ(rfos_s3_put_from(cont, &s3, "bkt", "c-api", bytes, kObject, etag, sizeof(etag)), 0) << rfos_last_error();
+    EXPECT_EQ(etag[0], '"');
+    EXPECT_TRUE(get_plain("c-api") == std::string(data.begin(), data.end()));
+    uint64_t moved = 0;
+    ASSERT_EQ(rfos_s3_get_into(cont, &s3, "bkt", "c-api", bytes + kObject, kObject, "bytes=-4096", &moved), 0)
+        << rfos_last_error();
+    EXPECT_EQ(moved, 4096u);
+    EXPECT_EQ(std::memcmp(bytes + kObject, data.data() + kObject - 4096, 4096), 0);
+    EXPECT_EQ(rfos_s3_get_into(cont, &s3, "bkt", "no-such-key", bytes, kObject, nullptr, &moved), -ENOENT);
+    EXPECT_EQ(rfos_s3_put_from(cont, &s3, "bkt", "nothing", bytes, kObject, etag, 4), -EINVAL);          // no room
+    EXPECT_EQ(rfos_s3_get_into(cont, &s3, "bkt", "nothing", bytes, kObject, nullptr, &moved), -ENOENT);  // not sent
+    EXPECT_EQ(rfos_s3_put_from(cont, nullptr, "bkt", "c-api", bytes, kObject, nullptr, 0), -EINVAL);
+    EXPECT_EQ(rfos_free(cont, mem), 0);
+    rfos_cont_close(cont);
+    rfos_disconnect(client);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Providers, S3Rdma, ::testing::Values("ucx+tcp", "ucx+shm"),
