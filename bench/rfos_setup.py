@@ -8,6 +8,7 @@ Traffic stays on loopback (UCX_NET_DEVICES=lo, FI_*_IFACE=lo); the control socke
 import argparse
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -71,6 +72,26 @@ class Server:
 
     def cli(self, *argv, check=False):
         return subprocess.run([self.rfos] + list(argv), env=self.env, capture_output=True, text=True, check=check)
+
+    @contextlib.contextmanager
+    def gateway(self):
+        """`rfos s3` on pool p (127.0.0.1, a free port, a key pair of its own) until the block ends; yields
+        (its process, endpoint URL, access key, secret key)."""
+        gw = subprocess.Popen([self.rfos, "s3", "--pool", "p", "--listen", "127.0.0.1:0", "--keys-file",
+                               os.path.join(self.work, "s3-keys.yaml")], env=self.env, stdout=subprocess.PIPE,
+                              text=True)
+        try:
+            out = ""
+            while "secret key:" not in out:
+                line = gw.stdout.readline()
+                if not line:
+                    sys.exit("rfos s3 did not start")
+                out += line
+            yield (gw, re.search(r"listening on (\S+)", out).group(1), re.search(r"access key: (\S+)", out).group(1),
+                   re.search(r"secret key: (\S+)", out).group(1))
+        finally:
+            gw.terminate()
+            gw.wait()
 
     @contextlib.contextmanager
     def mount(self, point, extra=()):

@@ -16,7 +16,6 @@ process, and the same RDMA path through `rfos agent` (the agent lends the app's 
 import hashlib
 import os
 import pwd
-import re
 import shutil
 import socket
 import statistics
@@ -80,18 +79,7 @@ def main():
         me = pwd.getpwuid(os.geteuid()).pw_name  # the agent runs as this user, for this user's bench
         with Server(args.build, work, args.provider, target_bytes=max(2 << 30, 4 * size),
                     extra=["--trust-agent", "%s=%s" % (me, me)]) as s:
-            gw = subprocess.Popen([s.rfos, "s3", "--pool", "p", "--listen", "127.0.0.1:0", "--keys-file",
-                                   os.path.join(work, "keys.yaml")], env=s.env, stdout=subprocess.PIPE, text=True)
-            try:
-                out = ""
-                while "secret key:" not in out:
-                    line = gw.stdout.readline()
-                    if not line:
-                        sys.exit("rfos s3 did not start")
-                    out += line
-                endpoint = re.search(r"listening on (\S+)", out).group(1)
-                access = re.search(r"access key: (\S+)", out).group(1)
-                secret = re.search(r"secret key: (\S+)", out).group(1)
+            with s.gateway() as (gw, endpoint, access, secret):
                 s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=access,
                                   aws_secret_access_key=secret,
                                   config=Config(s3={"addressing_style": "path"}, signature_version="s3v4"))
@@ -126,9 +114,6 @@ def main():
                     finally:
                         agent.terminate()
                         agent.wait()
-            finally:
-                gw.terminate()
-                gw.wait()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

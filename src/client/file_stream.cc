@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -19,6 +20,22 @@ namespace {
 uint64_t piece_at(uint64_t chunk, uint64_t offset, uint64_t left) {
   return layout::piece_length(chunk, offset, layout::piece_length(kMaxIoBytes, offset, left));
 }
+
+// `depth` piece buffers of kMaxIoBytes, each allocated when first used and never zeroed: a small object costs
+// one buffer and the pages it touches, not depth MiB of zeroed memory (which was most of a 4 KiB S3 GET's time).
+// Each buffer is one thread's at a time; the vector never moves.
+class PieceBuffers {
+ public:
+  explicit PieceBuffers(size_t depth) : bufs_(depth) {}
+  uint8_t* operator[](size_t i) {
+    if (!bufs_[i]) bufs_[i].reset(new uint8_t[kMaxIoBytes]);
+    return bufs_[i].get();
+  }
+  size_t size() const { return bufs_.size(); }
+
+ private:
+  std::vector<std::unique_ptr<uint8_t[]>> bufs_;
+};
 }  // namespace
 
 // The source is read on a thread of its own into `depth` buffers, while this thread keeps the filled ones
@@ -31,7 +48,7 @@ Status write_file_object(Container& c, const ObjectId& data, uint64_t chunk, con
     size_t buf = 0;
     size_t len = 0;
   };
-  std::vector<std::vector<uint8_t>> bufs(depth, std::vector<uint8_t>(kMaxIoBytes));
+  PieceBuffers bufs(depth);
   std::mutex mu;
   std::condition_variable cv;
   std::deque<size_t> empty;
@@ -54,7 +71,7 @@ Status write_file_object(Container& c, const ObjectId& data, uint64_t chunk, con
       size_t want = static_cast<size_t>(piece_at(chunk, at, kMaxIoBytes)), got = 0;
       Status st;
       while (got < want) {
-        auto n = source({bufs[b].data() + got, want - got});
+        auto n = source({bufs[b] + got, want - got});
         if (!n.is_ok()) {
           st = n.status();
           break;
@@ -89,8 +106,7 @@ Status write_file_object(Container& c, const ObjectId& data, uint64_t chunk, con
     }
     for (const Filled& f : ready) {
       if (!s.is_ok()) break;
-      auto t = c.submit_write(data, layout::chunk_key(offset / chunk), layout::kDataAkey, offset,
-                              {bufs[f.buf].data(), f.len});
+      auto t = c.submit_write(data, layout::chunk_key(offset / chunk), layout::kDataAkey, offset, {bufs[f.buf], f.len});
       if (!t.is_ok()) {
         s = t.status();
         break;
@@ -138,7 +154,7 @@ Status read_file_range(Container& c, const ObjectId& oid, uint64_t chunk, uint64
   depth = std::max(depth, 1u);
   const uint64_t size = offset + length;
   if (chunk == 0) chunk = layout::chunk_bytes(c.session().cont.props.chunk_bytes);
-  std::vector<std::vector<uint8_t>> bufs(depth, std::vector<uint8_t>(kMaxIoBytes));
+  PieceBuffers bufs(depth);
   std::vector<size_t> free_bufs;
   for (size_t i = 0; i < bufs.size(); ++i) free_bufs.push_back(i);
   struct Piece {
@@ -154,7 +170,7 @@ Status read_file_range(Container& c, const ObjectId& oid, uint64_t chunk, uint64
     while (!free_bufs.empty() && next < size) {
       size_t len = static_cast<size_t>(piece_at(chunk, next, size - next));
       size_t b = free_bufs.back();
-      auto t = c.submit_read(oid, layout::chunk_key(next / chunk), layout::kDataAkey, next, {bufs[b].data(), len});
+      auto t = c.submit_read(oid, layout::chunk_key(next / chunk), layout::kDataAkey, next, {bufs[b], len});
       if (!t.is_ok()) {
         s = t.status();
         break;
@@ -170,7 +186,7 @@ Status read_file_range(Container& c, const ObjectId& oid, uint64_t chunk, uint64
       if (it == tickets.end()) continue;
       Piece& p = pieces[it->second];
       if (sparse && comp.status.code() == StatusCode::kNotFound)
-        std::memset(bufs[p.buf].data(), 0, p.len);  // a chunk never written: a hole
+        std::memset(bufs[p.buf], 0, p.len);  // a chunk never written: a hole
       else if (!comp.status.is_ok() && s.is_ok())
         s = comp.status;
       p.arrived = true;
@@ -179,7 +195,7 @@ Status read_file_range(Container& c, const ObjectId& oid, uint64_t chunk, uint64
     while (s.is_ok() && !pieces.empty() && pieces.begin()->first == handed && pieces.begin()->second.arrived) {
       Piece p = pieces.begin()->second;
       pieces.erase(pieces.begin());
-      s = sink({bufs[p.buf].data(), p.len});
+      s = sink({bufs[p.buf], p.len});
       handed += p.len;
       free_bufs.push_back(p.buf);
     }

@@ -171,17 +171,11 @@ Result<HttpReply> RdmaClient::send(std::string_view method, std::string_view buc
   all.emplace_back("host", endpoint_.host + ":" + std::to_string(endpoint_.port));
   all.emplace_back("x-amz-date", amz_date);
   all.emplace_back("x-amz-content-sha256", payload_hash);
-  std::vector<std::string> names;
-  for (const auto& h : all) names.push_back(h.first);
-  std::sort(names.begin(), names.end());
-  names.erase(std::unique(names.begin(), names.end()), names.end());
-  RFOS_ASSIGN_OR_RETURN(std::string canonical, canonical_request(method, path, query, all, names, payload_hash));
-  const std::string scope = amz_date.substr(0, 8) + "/" + endpoint_.region + "/s3/aws4_request";
-  const std::string signature =
-      signature_of(signing_key(endpoint_.secret_key, amz_date.substr(0, 8), endpoint_.region, "s3"),
-                   string_to_sign(amz_date, scope, canonical));
-  std::string signed_list;
-  for (const std::string& n : names) signed_list += (signed_list.empty() ? "" : ";") + n;
+  RFOS_ASSIGN_OR_RETURN(
+      std::string authorization,
+      authorization_for(method, path, query, all, payload_hash, endpoint_.access_key,
+                        signing_key(endpoint_.secret_key, amz_date.substr(0, 8), endpoint_.region, "s3"), amz_date,
+                        endpoint_.region));
 
   std::string target = uri_encode(path, true);
   for (size_t i = 0; i < query.size(); ++i)
@@ -189,8 +183,7 @@ Result<HttpReply> RdmaClient::send(std::string_view method, std::string_view buc
   http::request<http::string_body> req(http::string_to_verb(std::string(method)), target, 11);
   for (const auto& [k, v] : all) req.set(k, v);
   for (const auto& [k, v] : unsigned_headers) req.set(k, v);
-  req.set(http::field::authorization, "AWS4-HMAC-SHA256 Credential=" + endpoint_.access_key + "/" + scope +
-                                          ", SignedHeaders=" + signed_list + ", Signature=" + signature);
+  req.set(http::field::authorization, authorization);
   req.body() = std::move(body);
   req.prepare_payload();
 

@@ -351,6 +351,22 @@ std::string signing_key(std::string_view secret, std::string_view date, std::str
 
 std::string signature_of(std::string_view key, std::string_view to_sign) { return hex_of(hmac_sha256(key, to_sign)); }
 
+Result<std::string> authorization_for(std::string_view method, std::string_view path, const Params& query,
+                                      const Headers& headers, std::string_view payload_hash,
+                                      std::string_view access_key, std::string_view key, std::string_view amz_date,
+                                      std::string_view region) {
+  std::vector<std::string> names;
+  for (const auto& h : headers) names.push_back(h.first);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  RFOS_ASSIGN_OR_RETURN(std::string canonical, canonical_request(method, path, query, headers, names, payload_hash));
+  const std::string scope = std::string(amz_date.substr(0, 8)) + "/" + std::string(region) + "/s3/aws4_request";
+  std::string signed_list;
+  for (const std::string& n : names) signed_list += (signed_list.empty() ? "" : ";") + n;
+  return "AWS4-HMAC-SHA256 Credential=" + std::string(access_key) + "/" + scope + ", SignedHeaders=" + signed_list +
+         ", Signature=" + signature_of(key, string_to_sign(amz_date, scope, canonical));
+}
+
 ChunkDecoder::ChunkDecoder(std::string key, std::string amz_date, std::string scope, std::string seed_signature)
     : signed_(true),
       key_(std::move(key)),

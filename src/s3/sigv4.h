@@ -103,6 +103,12 @@ std::string signing_key(std::string_view secret, std::string_view date, std::str
                         std::string_view service);
 // hex(HMAC(key, string_to_sign)).
 std::string signature_of(std::string_view key, std::string_view to_sign);
+// A client's side: the Authorization header of a request whose `headers` (lowercase names, host, x-amz-date and
+// x-amz-content-sha256 among them) are all signed, with `key` the day's signing_key for the S3 service.
+Result<std::string> authorization_for(std::string_view method, std::string_view path, const Params& query,
+                                      const Headers& headers, std::string_view payload_hash,
+                                      std::string_view access_key, std::string_view key, std::string_view amz_date,
+                                      std::string_view region);
 
 // The payload hash values x-amz-content-sha256 may take beside a hex SHA-256.
 inline constexpr std::string_view kUnsignedPayload = "UNSIGNED-PAYLOAD";

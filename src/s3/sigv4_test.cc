@@ -45,6 +45,16 @@ TEST(SigV4, TheS3GetObjectExample) {
             {"x-amz-date", "20130524T000000Z"},
             {"user-agent", "not signed"}};
   EXPECT_EQ(sign("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", *a, "GET", "/test.txt", {}, h, kEmptyHash), a->signature);
+  // A client's side: the whole header, every header given signed.
+  Headers sent(h.begin(), h.end() - 1);
+  auto header = authorization_for(
+      "GET", "/test.txt", {}, sent, kEmptyHash, "AKIAIOSFODNN7EXAMPLE",
+      signing_key("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "20130524", "us-east-1", "s3"), a->amz_date, "us-east-1");
+  ASSERT_TRUE(header.is_ok()) << header.status().to_string();
+  EXPECT_EQ(*header,
+            "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, "
+            "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
+            "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41");
   // A signed header the request lacks is an error, not a signature.
   h.erase(h.begin() + 1);
   EXPECT_FALSE(canonical_request("GET", "/test.txt", {}, h, a->signed_headers, kEmptyHash).is_ok());
