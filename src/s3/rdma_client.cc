@@ -75,8 +75,11 @@ Result<std::string> put_etag(Result<HttpReply> reply) {
 class ContainerLender final : public Lender {
  public:
   explicit ContainerLender(client::Container& session) : session_(session) {}
-  ~ContainerLender() override {
-    for (const auto& [id, p] : registered_) (void)session_.unregister_memory(p);
+  ~ContainerLender() override {  // what is still lent ends before its memory is unregistered
+    for (const auto& [id, p] : registered_) {
+      (void)session_.revoke_grant(id);
+      (void)session_.unregister_memory(p);
+    }
   }
 
   Result<std::string> lend(std::span<const uint8_t> buffer, bool targets_write, std::string_view scope,

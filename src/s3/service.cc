@@ -12,6 +12,7 @@
 #include "client/named_objects.h"
 #include "common/coding.h"
 #include "common/crc32c.h"
+#include "s3/crc64.h"
 #include "s3/rdma_token.h"
 #include "s3/xml.h"
 
@@ -385,11 +386,11 @@ void list_objects(const ServiceConfig& config, const User& user, Handles& handle
 
 // --- objects -------------------------------------------------------------------------------------------------
 
-// An x-amz-checksum-* algorithm over a body: CRC32 (ISA-L, zlib's), CRC32C, SHA1, SHA256; its value base64 of
-// the big-endian CRC or the digest, as S3 gives it.
+// An x-amz-checksum-* algorithm over a body: CRC32 (ISA-L, zlib's), CRC32C, CRC64NVME, SHA1, SHA256; its value
+// base64 of the big-endian CRC or the digest, as S3 gives it.
 class Checksum {
  public:
-  // nullopt for an algorithm this gateway does not compute (CRC64NVME).
+  // nullopt for an algorithm this gateway does not compute.
   static std::optional<Checksum> of(std::string_view alg) {
     std::string a(alg);
     for (char& c : a) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -397,7 +398,7 @@ class Checksum {
     k.name_ = a;
     if (a == "sha1" || a == "sha256")
       k.digest_ = std::make_unique<Digest>(a.c_str());
-    else if (a != "crc32" && a != "crc32c")
+    else if (a != "crc32" && a != "crc32c" && a != "crc64nvme")
       return std::nullopt;
     return k;
   }
@@ -407,20 +408,25 @@ class Checksum {
     if (digest_)
       digest_->update(b);
     else if (name_ == "crc32")
-      crc_ = crc32_gzip_refl(crc_, reinterpret_cast<const unsigned char*>(b.data()), b.size());
+      crc_ = crc32_gzip_refl(static_cast<uint32_t>(crc_), reinterpret_cast<const unsigned char*>(b.data()), b.size());
+    else if (name_ == "crc64nvme")
+      crc_ = crc64nvme(crc_, b.data(), b.size());
     else
-      crc_ = crc32c_extend(crc_, b.data(), b.size());
+      crc_ = crc32c_extend(static_cast<uint32_t>(crc_), b.data(), b.size());
   }
   std::string finish() {
     if (digest_) return base64(digest_->finish());
     std::string be;
-    put_be32(&be, crc_);
+    if (name_ == "crc64nvme")
+      put_be64(&be, crc_);
+    else
+      put_be32(&be, static_cast<uint32_t>(crc_));
     return base64(be);
   }
 
  private:
   std::string name_;
-  uint32_t crc_ = 0;
+  uint64_t crc_ = 0;
   std::unique_ptr<Digest> digest_;
 };
 

@@ -2,6 +2,7 @@
 // S3 GET Object example, and the aws-chunked upload example with its chain of chunk signatures), and its parsers'
 // refusals.
 #include "s3/sigv4.h"
+#include "s3/crc64.h"
 #include "s3/xml.h"
 
 #include <gtest/gtest.h>
@@ -173,6 +174,18 @@ TEST(SigV4, PresignedQueriesAndTheirRefusals) {
   EXPECT_EQ(*parse_amz_date("19700101T000100Z"), 60);
   EXPECT_EQ(format_amz_date(60), "19700101T000100Z");
   EXPECT_FALSE(parse_amz_date("19700101T000100").is_ok());
+}
+
+TEST(Checksums, Crc64NvmeCheckValueAndPieces) {
+  EXPECT_EQ(crc64nvme(0, "123456789", 9), 0xAE8B14860A799888ull);  // the catalogue's check value
+  EXPECT_EQ(crc64nvme(0, "", 0), 0u);
+  std::string data(100003, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + (i >> 7));
+  const uint64_t whole = crc64nvme(0, data.data(), data.size());
+  for (size_t cut : {size_t{1}, size_t{7}, size_t{8}, size_t{4097}, data.size() - 3})  // any split, any alignment
+    EXPECT_EQ(crc64nvme(crc64nvme(0, data.data(), cut), data.data() + cut, data.size() - cut), whole) << cut;
+  data[5000] ^= 1;
+  EXPECT_NE(crc64nvme(0, data.data(), data.size()), whole);
 }
 
 TEST(Xml, RequestBodiesAndTheirRefusals) {
