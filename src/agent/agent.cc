@@ -293,13 +293,11 @@ class AppConn {
         return r;
       }
       case MsgType::kClose: {
-        auto it = conts_.find(m.handle);
-        if (it == conts_.end())
-          return error_message(m.id,
-                               error(StatusCode::kInvalidArgument, "no container handle " + std::to_string(m.handle)));
-        if (it->second.cont->in_flight() > 0)
+        auto c = container(m.handle);
+        if (!c.is_ok()) return error_message(m.id, c.status());
+        if ((*c)->in_flight() > 0)
           return error_message(m.id, error(StatusCode::kBusy, "the container has I/O in flight"));
-        conts_.erase(it);  // its grants are revoked as it closes
+        conts_.erase(m.handle);  // its grants are revoked as it closes
         std::erase_if(grants_, [&](const auto& g) { return g.second.handle == m.handle; });
         return r;
       }
@@ -310,13 +308,11 @@ class AppConn {
         return r;
       }
       case MsgType::kRevoke: {
-        auto it = conts_.find(m.handle);
-        if (it == conts_.end())
-          return error_message(m.id,
-                               error(StatusCode::kInvalidArgument, "no container handle " + std::to_string(m.handle)));
+        auto c = container(m.handle);
+        if (!c.is_ok()) return error_message(m.id, c.status());
         auto g = grants_.find(m.dkey);
         if (g == grants_.end() || g->second.handle != m.handle) return r;  // gone already (or never this app's)
-        Status s = it->second.cont->revoke_grant(m.dkey);
+        Status s = (*c)->revoke_grant(m.dkey);
         grants_.erase(g);
         return s.is_ok() ? r : error_message(m.id, s);
       }
@@ -347,10 +343,8 @@ class AppConn {
   // An operation on an opened container's object or keys (protocol.h, KeyOp): its answer's value. Bytes go
   // through the start of the shared buffer, copied out before they are used (the app can change them).
   Result<uint64_t> keys(const Message& m) {
-    auto it = conts_.find(m.handle);
-    if (it == conts_.end())
-      return error(StatusCode::kInvalidArgument, "no container handle " + std::to_string(m.handle));
-    client::Container& c = *it->second.cont;
+    RFOS_ASSIGN_OR_RETURN(client::Container * opened, container(m.handle));
+    client::Container& c = *opened;
     ObjectId oid;
     std::memcpy(&oid.hi, m.oid, 8);
     std::memcpy(&oid.lo, m.oid + 8, 8);
@@ -724,9 +718,7 @@ class AppConn {
   // (client::Container::grant_memory; the S3 gateway's RDMA path, docs/s3.md): the grant's id, made here, so an
   // app can name no other's. The app never sees the registration's key or address.
   Result<std::string> grant(const Message& m) {
-    auto it = conts_.find(m.handle);
-    if (it == conts_.end())
-      return error(StatusCode::kInvalidArgument, "no container handle " + std::to_string(m.handle));
+    RFOS_ASSIGN_OR_RETURN(client::Container * c, container(m.handle));
     if (sealer_)
       return error(StatusCode::kNotSupported, "tenant " + tenant_ +
                                                   " seals its data in the agent: its memory is not lent to the "
@@ -745,8 +737,8 @@ class AppConn {
     std::string id(wire::kGrantIdBytes, '\0');
     if (RAND_bytes(reinterpret_cast<unsigned char*>(id.data()), static_cast<int>(id.size())) != 1)
       return error(StatusCode::kInternal, "no random bytes (RAND_bytes)");
-    RFOS_RETURN_IF_ERROR(it->second.cont->grant_memory({buffer_ + m.value, m.buffer_bytes}, m.write, id, m.akey,
-                                                       static_cast<uint32_t>(m.epoch)));
+    RFOS_RETURN_IF_ERROR(
+        c->grant_memory({buffer_ + m.value, m.buffer_bytes}, m.write, id, m.akey, static_cast<uint32_t>(m.epoch)));
     grants_[id] = {m.handle, now_ns() / 1000000 + m.epoch};
     return id;
   }
@@ -764,6 +756,13 @@ class AppConn {
       it->second.cont->wait(timeout_ms);
       timeout_ms = 0;
     }
+  }
+
+  // A container handle the app opened (and has not closed): the app names only its own.
+  Result<client::Container*> container(uint32_t handle) {
+    auto it = conts_.find(handle);
+    if (it == conts_.end()) return error(StatusCode::kInvalidArgument, "no container handle " + std::to_string(handle));
+    return it->second.cont.get();
   }
 
   // A failure leaves nothing set up: the app may ask again.
@@ -872,9 +871,8 @@ class AppConn {
       pending_.push_back({e.user_data, 0, 0, 0});
       return Status::ok();
     }
-    auto it = conts_.find(e.cont);
-    if (it == conts_.end()) return error(StatusCode::kInvalidArgument, "no container handle");
-    client::Container& c = *it->second.cont;
+    RFOS_ASSIGN_OR_RETURN(client::Container * opened, container(e.cont));
+    client::Container& c = *opened;
     ObjectId oid;
     std::memcpy(&oid.hi, e.oid, 8);
     std::memcpy(&oid.lo, e.oid + 8, 8);
