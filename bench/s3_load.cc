@@ -9,9 +9,6 @@
 // --iodepth is the number of connections, each with one request in flight. A read first writes the --nrfiles
 // objects it reads (not timed). With --gateway-pid the gateway's CPU time over the run (/proc/PID/stat) is
 // reported per request, beside this process's own.
-#include <sys/resource.h>
-
-#include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <boost/asio/connect.hpp>
@@ -21,12 +18,12 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/proc_stat.h"
 #include "s3/sigv4.h"
 
 namespace asio = boost::asio;
@@ -185,31 +182,6 @@ class Load {
   Tally tally_;
 };
 
-double cpu_seconds_of(int pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  size_t close = stat.rfind(')');  // the command may hold spaces; fields 14 and 15 (utime, stime) come after it
-  if (close == std::string::npos) return 0;
-  std::vector<std::string> fields;
-  std::string field;
-  for (char c : stat.substr(close + 2)) {
-    if (c == ' ') {
-      fields.push_back(field);
-      field.clear();
-    } else {
-      field += c;
-    }
-  }
-  if (fields.size() < 13) return 0;
-  return double(std::stoull(fields[11]) + std::stoull(fields[12])) / double(sysconf(_SC_CLK_TCK));
-}
-
-double own_cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
 double percentile(std::vector<double>& v, double p) {
   if (v.empty()) return 0;
   size_t i = std::min(v.size() - 1, static_cast<size_t>(p * double(v.size())));
@@ -263,12 +235,13 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  const double gw0 = o.gateway_pid ? cpu_seconds_of(o.gateway_pid) : 0, me0 = own_cpu_seconds();
+  const double gw0 = o.gateway_pid ? rfos::cpu_seconds_of(o.gateway_pid) : 0, me0 = rfos::cpu_seconds_of_self();
   const auto t0 = Clock::now();
   Tally t = load.run(read ? http::verb::get : http::verb::put, o.iodepth, 0,
                      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.runtime)));
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double gw = o.gateway_pid ? cpu_seconds_of(o.gateway_pid) - gw0 : 0, me = own_cpu_seconds() - me0;
+  const double gw = o.gateway_pid ? rfos::cpu_seconds_of(o.gateway_pid) - gw0 : 0,
+               me = rfos::cpu_seconds_of_self() - me0;
   const double iops = double(t.ops) / secs, mib = iops * double(o.bs) / double(1 << 20);
   const double p50 = percentile(t.lat_us, 0.5), p99 = percentile(t.lat_us, 0.99);
   const double gw_us = t.ops ? gw / double(t.ops) * 1e6 : 0, me_us = t.ops ? me / double(t.ops) * 1e6 : 0;

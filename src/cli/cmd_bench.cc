@@ -10,7 +10,6 @@
 // for libfabric) and prints the ratio. The JSON follows fio's layout
 // (jobs[].read / jobs[].write with io_bytes, bw_bytes, iops, runtime, clat_ns.percentile), so tools that parse fio
 // parse it.
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -115,18 +114,6 @@ class AgentQueue final : public IoQueue {
   uint32_t handle_;
   uint64_t next_ = 1;
 };
-
-double cpu_seconds_of_self() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
-// User and system CPU seconds of another process, or -1.
-double cpu_seconds_of(uint32_t pid) {
-  auto ticks = proc_stat_fields(pid, {14, 15});
-  return ticks.empty() ? -1 : double(ticks[0] + ticks[1]) / sysconf(_SC_CLK_TCK);
-}
 
 struct JobResult {
   Status status;

@@ -345,10 +345,7 @@ Status NamedObjects::read(const ObjectStat& st, const Sink& sink, const Progress
 
 Status NamedObjects::read_range(const ObjectStat& st, uint64_t offset, uint64_t length, const Sink& sink,
                                 const Progress& progress) {
-  if (st.legacy) return error(StatusCode::kNotSupported, "a range of an object of the older layout");
-  if (offset > st.size || length > st.size - offset) return error(StatusCode::kInvalidArgument, "a range past the end");
-  if (!st.composite) return read_file_range(c_, st.data, 0, offset, length, sink, depth_, progress, false);
-  return each_part_piece(st, offset, length, [&](const ObjectId& data, uint64_t from, uint64_t len, uint64_t done) {
+  return each_piece(st, offset, length, [&](const ObjectId& data, uint64_t from, uint64_t len, uint64_t done) {
     return read_file_range(
         c_, data, 0, from, len, sink, depth_,
         [&](uint64_t b) {
@@ -358,9 +355,11 @@ Status NamedObjects::read_range(const ObjectStat& st, uint64_t offset, uint64_t 
   });
 }
 
-Status NamedObjects::each_part_piece(
-    const ObjectStat& st, uint64_t offset, uint64_t length,
-    const std::function<Status(const ObjectId&, uint64_t, uint64_t, uint64_t)>& piece) {
+Status NamedObjects::each_piece(const ObjectStat& st, uint64_t offset, uint64_t length,
+                                const std::function<Status(const ObjectId&, uint64_t, uint64_t, uint64_t)>& piece) {
+  if (st.legacy) return error(StatusCode::kNotSupported, "a range of an object of the older layout");
+  if (offset > st.size || length > st.size - offset) return error(StatusCode::kInvalidArgument, "a range past the end");
+  if (!st.composite) return piece(st.data, offset, length, 0);
   RFOS_ASSIGN_OR_RETURN(std::vector<Part> parts, parts_of(st.data));
   uint64_t part_start = 0, done = 0;
   for (const Part& p : parts) {
@@ -392,10 +391,7 @@ Status NamedObjects::write_granted(const ObjectId& data, uint64_t size, const Gr
 
 Status NamedObjects::read_granted(const ObjectStat& st, uint64_t offset, uint64_t length, const GrantRef& grant,
                                   uint64_t at) {
-  if (st.legacy) return error(StatusCode::kNotSupported, "the RDMA path for an object of the older layout");
-  if (offset > st.size || length > st.size - offset) return error(StatusCode::kInvalidArgument, "a range past the end");
-  if (!st.composite) return transfer_file_range(c_, st.data, 0, offset, length, false, grant, at, depth_);
-  return each_part_piece(st, offset, length, [&](const ObjectId& data, uint64_t from, uint64_t len, uint64_t done) {
+  return each_piece(st, offset, length, [&](const ObjectId& data, uint64_t from, uint64_t len, uint64_t done) {
     return transfer_file_range(c_, data, 0, from, len, false, grant, at + done, depth_);
   });
 }

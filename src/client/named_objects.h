@@ -151,10 +151,11 @@ class NamedObjects {
   Status store(std::string_view name, const ObjectId& data, bool composite, const PutOptions& options,
                const std::function<Status(uint64_t*)>& write);
   Result<std::vector<Part>> parts_of(const ObjectId& manifest);
-  // Calls `piece` for each part's share of [offset, offset + length) of an object of parts, in order: the part's
-  // data object, where the share starts in it, its length, and the bytes of the range before it.
-  Status each_part_piece(const ObjectStat& st, uint64_t offset, uint64_t length,
-                         const std::function<Status(const ObjectId&, uint64_t, uint64_t, uint64_t)>& piece);
+  // Calls `piece` for each data object's share of [offset, offset + length) of the object, in order (the one data
+  // object, or each part's): the data object, where the share starts in it, its length, and the bytes of the range
+  // before it. kNotSupported for an object of the older layout, kInvalidArgument for a range past the end.
+  Status each_piece(const ObjectStat& st, uint64_t offset, uint64_t length,
+                    const std::function<Status(const ObjectId&, uint64_t, uint64_t, uint64_t)>& piece);
   static ObjectId upload_object(std::string_view id);
   Result<std::vector<ObjectId>> parts_in_writing(std::string_view id);
   static ObjectId uploads_index();

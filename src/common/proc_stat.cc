@@ -1,5 +1,8 @@
 #include "common/proc_stat.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -24,6 +27,17 @@ std::vector<uint64_t> proc_stat_fields(uint64_t pid, std::initializer_list<int> 
     out.push_back(std::strtoull(p + 1, nullptr, 10));
   }
   return out;
+}
+
+double cpu_seconds_of(uint64_t pid) {
+  auto ticks = proc_stat_fields(pid, {14, 15});
+  return ticks.empty() ? -1 : double(ticks[0] + ticks[1]) / double(sysconf(_SC_CLK_TCK));
+}
+
+double cpu_seconds_of_self() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
 }  // namespace rfos

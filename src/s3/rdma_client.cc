@@ -12,6 +12,7 @@
 #include "agent/agent_client.h"
 #include "client/container.h"
 #include "s3/rdma_token.h"
+#include "s3/xml.h"
 
 namespace rfos::s3 {
 
@@ -50,15 +51,6 @@ Result<HttpReply> round_trip(const S3Endpoint& e, http::request<http::string_bod
     return error(StatusCode::kIoError,
                  std::string("S3 request to ") + e.host + ":" + std::to_string(e.port) + " failed: " + ex.what());
   }
-}
-
-std::string xml_field(const std::string& body, std::string_view name) {
-  const std::string open = "<" + std::string(name) + ">", close = "</" + std::string(name) + ">";
-  size_t a = body.find(open);
-  if (a == std::string::npos) return {};
-  a += open.size();
-  size_t b = body.find(close, a);
-  return b == std::string::npos ? std::string() : body.substr(a, b - a);
 }
 
 // A PUT's or UploadPart's answer on the RDMA path: its ETag.
@@ -145,8 +137,13 @@ const std::string* HttpReply::header(std::string_view name) const {
 
 Status status_of(const HttpReply& r) {
   if (r.status >= 200 && r.status < 300) return Status::ok();
-  const std::string code = xml_field(r.body, "Code");
-  const std::string what = "S3 " + std::to_string(r.status) + " " + code + ": " + xml_field(r.body, "Message");
+  // S3's <Error><Code>..</Code><Message>..</Message>..</Error> (a body that is not one leaves them empty).
+  std::string code, message;
+  if (auto doc = parse_xml(r.body); doc.is_ok()) {
+    if (const XmlElement* c = doc->child("Code")) code = c->text;
+    if (const XmlElement* m = doc->child("Message")) message = m->text;
+  }
+  const std::string what = "S3 " + std::to_string(r.status) + " " + code + ": " + message;
   StatusCode c = StatusCode::kIoError;
   if (code == "NoSuchKey" || code == "NoSuchBucket" || code == "NoSuchUpload")
     c = StatusCode::kNotFound;

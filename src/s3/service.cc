@@ -741,6 +741,12 @@ void create_upload(const ServiceConfig& config, const User& user, Handles& handl
   reply(xml_response(200, std::move(x)));
 }
 
+// S3's answer to a part number part_number did not take.
+Response bad_part_number(const Request& req) {
+  return error_response(400, "InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive",
+                        resource_of(req));
+}
+
 std::optional<uint32_t> part_number(const Request& req) {
   const std::string* n = req.param("partNumber");
   if (!n || n->empty() || n->size() > 5 || n->find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
@@ -852,11 +858,16 @@ Response copy_result(std::string_view tag, const std::string& etag) {
   return xml_response(200, std::move(x));
 }
 
-// The source still names the data it was read from: a put that replaced it meanwhile may have removed what the
-// copy read as holes.
+// Whether `key` still names `data` once its bytes were read: a put that replaced it meanwhile may have removed what
+// was read as holes (a GET's last piece, a copy's source, the RDMA path's transfer wait for this).
+bool still_names(client::NamedObjects& objects, std::string_view key, const ObjectId& data) {
+  auto again = objects.stat(key);
+  return again.is_ok() && again->data == data;
+}
+
 Status source_unchanged(CopySource& src) {
-  auto again = client::NamedObjects(*src.cont).stat(src.key);
-  if (!again.is_ok() || again->data != src.st.data)
+  client::NamedObjects objects(*src.cont);
+  if (!still_names(objects, src.key, src.st.data))
     return error(StatusCode::kBusy, "the copy's source was replaced while it was read: copy again");
   return Status::ok();
 }
@@ -904,9 +915,7 @@ void upload_part(const ServiceConfig& config, const User& user, Handles& handles
                  const std::function<void(Response)>& reply) {
   const std::string upload_id = *req.param("uploadId");
   auto n = part_number(req);
-  if (!n)
-    return reply(error_response(400, "InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive",
-                                resource_of(req)));
+  if (!n) return reply(bad_part_number(req));
   std::optional<Response> failure;
   ChecksumHeader checksum;
   auto md5 = store_body(
@@ -925,9 +934,7 @@ void upload_part_copy(const ServiceConfig& config, const User& user, Handles& ha
   const std::string res = resource_of(req);
   const std::string upload_id = *req.param("uploadId");
   auto n = part_number(req);
-  if (!n)
-    return reply(
-        error_response(400, "InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive", res));
+  if (!n) return reply(bad_part_number(req));
   CopySource src;
   if (auto bad = open_copy_source(config, user, req, &src)) return reply(std::move(*bad));
   uint64_t first = 0, length = src.st.size;
@@ -1221,10 +1228,7 @@ Response rdma_read(const ServiceConfig& config, const User& user, Handles& handl
     Status s = with_bucket(config, user, handles, req.bucket, false, [&](client::Container& c) {
       client::NamedObjects objects(c);
       RFOS_RETURN_IF_ERROR(objects.read_granted(st, first, length, rdma.grant, 0));
-      // As a GET's last piece: what was moved must still be the object's (a put that replaced it removes the old
-      // data, which may have read as holes).
-      auto again = objects.stat(req.key);
-      if (!again.is_ok() || again->data != st.data)
+      if (!still_names(objects, req.key, st.data))
         return error(StatusCode::kBusy, "the object was replaced while it was moved; send it again with a new token");
       return Status::ok();
     });
@@ -1261,9 +1265,7 @@ void rdma_upload_part(const ServiceConfig& config, const User& user, Handles& ha
                       const RdmaRequest& rdma, const std::function<void(Response)>& reply) {
   const std::string res = resource_of(req);
   auto n = part_number(req);
-  if (!n)
-    return reply(
-        error_response(400, "InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive", res));
+  if (!n) return reply(bad_part_number(req));
   std::optional<Response> failure;
   std::string etag;
   Status s = with_bucket(config, user, handles, req.bucket, true, [&](client::Container& c) -> Status {
@@ -1386,8 +1388,7 @@ void get_object(const ServiceConfig& config, const User& user, Handles& handles,
       return Status::ok();
     });
     if (!read.is_ok()) return read;
-    auto again = objects.stat(req.key);
-    if (!again.is_ok() || again->data != st->data)
+    if (!still_names(objects, req.key, st->data))
       return error(StatusCode::kNotFound, "the object was replaced while it was read");
     return Status::ok();
   });
