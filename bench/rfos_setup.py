@@ -74,11 +74,11 @@ class Server:
         return subprocess.run([self.rfos] + list(argv), env=self.env, capture_output=True, text=True, check=check)
 
     @contextlib.contextmanager
-    def gateway(self):
-        """`rfos s3` on pool p (127.0.0.1, a free port, a key pair of its own) until the block ends; yields
-        (its process, endpoint URL, access key, secret key)."""
+    def gateway(self, extra=()):
+        """`rfos s3` on pool p (127.0.0.1, a free port, a key pair of its own, `extra` flags) until the block
+        ends; yields (its process, endpoint URL, access key, secret key)."""
         gw = subprocess.Popen([self.rfos, "s3", "--pool", "p", "--listen", "127.0.0.1:0", "--keys-file",
-                               os.path.join(self.work, "s3-keys.yaml")], env=self.env, stdout=subprocess.PIPE,
+                               os.path.join(self.work, "s3-keys.yaml")] + list(extra), env=self.env, stdout=subprocess.PIPE,
                               text=True)
         try:
             out = ""

@@ -21,22 +21,75 @@ uint64_t piece_at(uint64_t chunk, uint64_t offset, uint64_t left) {
   return layout::piece_length(chunk, offset, layout::piece_length(kMaxIoBytes, offset, left));
 }
 
-// `depth` piece buffers of kMaxIoBytes, each allocated when first used and never zeroed: a small object costs
-// one buffer and the pages it touches, not depth MiB of zeroed memory (which was most of a 4 KiB S3 GET's time).
-// Each buffer is one thread's at a time; the vector never moves.
+// Piece buffers kept between streams. A stream takes its buffers from here and gives them back when it ends:
+// a stream of one small object (an S3 GET) then writes into pages already mapped, where a fresh buffer had every
+// page faulted in and zeroed by the kernel, and the fabric's registration cache finds the buffer again. Up to
+// kKept buffers are kept (a gateway's workers streaming at once), the rest freed.
+class BufferPool {
+ public:
+  static BufferPool& process() {
+    static BufferPool* pool = new BufferPool;  // never destroyed: streams may end on threads that outlive main
+    return *pool;
+  }
+  std::unique_ptr<uint8_t[]> take() {
+    {
+      std::lock_guard lock(mu_);
+      if (!free_.empty()) {
+        auto b = std::move(free_.back());
+        free_.pop_back();
+        return b;
+      }
+    }
+    return std::unique_ptr<uint8_t[]>(new uint8_t[kMaxIoBytes]);  // never zeroed: every use writes what it reads
+  }
+  void give(std::unique_ptr<uint8_t[]> b) {
+    std::lock_guard lock(mu_);
+    if (free_.size() < kKept) free_.push_back(std::move(b));
+  }
+
+ private:
+  static constexpr size_t kKept = 32;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<uint8_t[]>> free_;
+};
+
+// `depth` piece buffers of kMaxIoBytes, each taken from the pool when first used: a small object costs one
+// buffer, not depth MiB of memory (zeroed, it was most of a 4 KiB S3 GET's time). Each buffer is one thread's
+// at a time; the vector never moves.
 class PieceBuffers {
  public:
   explicit PieceBuffers(size_t depth) : bufs_(depth) {}
+  ~PieceBuffers() {
+    for (auto& b : bufs_)
+      if (b) BufferPool::process().give(std::move(b));
+  }
+  PieceBuffers(const PieceBuffers&) = delete;
+  PieceBuffers& operator=(const PieceBuffers&) = delete;
   uint8_t* operator[](size_t i) {
-    if (!bufs_[i]) bufs_[i].reset(new uint8_t[kMaxIoBytes]);
+    if (!bufs_[i]) bufs_[i] = BufferPool::process().take();
     return bufs_[i].get();
   }
+  // Buffer i, handed to a sink; its slot takes another when next used.
+  std::unique_ptr<uint8_t[]> release(size_t i) { return std::move(bufs_[i]); }
   size_t size() const { return bufs_.size(); }
 
  private:
   std::vector<std::unique_ptr<uint8_t[]>> bufs_;
 };
 }  // namespace
+
+StreamPiece::~StreamPiece() {
+  if (buf_) BufferPool::process().give(std::move(buf_));
+}
+
+StreamPiece& StreamPiece::operator=(StreamPiece&& o) noexcept {
+  if (this != &o) {
+    if (buf_) BufferPool::process().give(std::move(buf_));
+    buf_ = std::move(o.buf_);
+    len_ = std::exchange(o.len_, 0);
+  }
+  return *this;
+}
 
 // The source is read on a thread of its own into `depth` buffers, while this thread keeps the filled ones
 // moving: the next input is read while earlier pieces are on their way.
@@ -151,6 +204,12 @@ Status read_file_object(Container& c, const ObjectId& oid, uint64_t chunk, uint6
 
 Status read_file_range(Container& c, const ObjectId& oid, uint64_t chunk, uint64_t offset, uint64_t length,
                        const StreamSink& sink, uint32_t depth, const StreamProgress& progress, bool sparse) {
+  return read_file_range(c, oid, chunk, offset, length,
+                         PieceSink([&](StreamPiece piece) { return sink(piece.bytes()); }), depth, progress, sparse);
+}
+
+Status read_file_range(Container& c, const ObjectId& oid, uint64_t chunk, uint64_t offset, uint64_t length,
+                       const PieceSink& sink, uint32_t depth, const StreamProgress& progress, bool sparse) {
   depth = std::max(depth, 1u);
   const uint64_t size = offset + length;
   if (chunk == 0) chunk = layout::chunk_bytes(c.session().cont.props.chunk_bytes);
@@ -195,7 +254,7 @@ Status read_file_range(Container& c, const ObjectId& oid, uint64_t chunk, uint64
     while (s.is_ok() && !pieces.empty() && pieces.begin()->first == handed && pieces.begin()->second.arrived) {
       Piece p = pieces.begin()->second;
       pieces.erase(pieces.begin());
-      s = sink({bufs[p.buf], p.len});
+      s = sink(StreamPiece(bufs.release(p.buf), p.len));
       handed += p.len;
       free_bufs.push_back(p.buf);
     }

@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
+#include <utility>
 
 #include "client/container.h"
 
@@ -18,6 +20,25 @@ namespace rfos::client {
 using StreamSource = std::function<Result<size_t>(std::span<uint8_t> buf)>;
 // Takes the next bytes of the output, in order.
 using StreamSink = std::function<Status(std::span<const uint8_t> bytes)>;
+// A piece of a stream's output, owned by whoever holds it: its buffer goes back to the streams' pool when the
+// piece is destroyed. A sink that keeps a piece (to hand it to another thread) lets the stream go on with
+// another buffer, and the bytes are never copied.
+class StreamPiece {
+ public:
+  StreamPiece() = default;
+  StreamPiece(std::unique_ptr<uint8_t[]> buf, size_t len) : buf_(std::move(buf)), len_(len) {}
+  ~StreamPiece();
+  StreamPiece(StreamPiece&& o) noexcept : buf_(std::move(o.buf_)), len_(std::exchange(o.len_, 0)) {}
+  StreamPiece& operator=(StreamPiece&& o) noexcept;
+  std::span<const uint8_t> bytes() const { return {buf_.get(), len_}; }
+  size_t size() const { return len_; }
+
+ private:
+  std::unique_ptr<uint8_t[]> buf_;
+  size_t len_ = 0;
+};
+// Takes the next piece of the output, in order.
+using PieceSink = std::function<Status(StreamPiece piece)>;
 // Told the bytes moved so far (from the calling thread).
 using StreamProgress = std::function<void(uint64_t bytes)>;
 
@@ -34,6 +55,9 @@ Status read_file_object(Container& c, const ObjectId& oid, uint64_t chunk, uint6
 // The same for the bytes [offset, offset + length) (an S3 Range).
 Status read_file_range(Container& c, const ObjectId& oid, uint64_t chunk, uint64_t offset, uint64_t length,
                        const StreamSink& sink, uint32_t depth, const StreamProgress& progress, bool sparse);
+// ... each piece handed over with its buffer.
+Status read_file_range(Container& c, const ObjectId& oid, uint64_t chunk, uint64_t offset, uint64_t length,
+                       const PieceSink& sink, uint32_t depth, const StreamProgress& progress, bool sparse);
 // Moves the bytes [offset, offset + length) of `oid` between its targets and memory another session granted
 // (Container::grant_memory), starting at offset `at` in it, `depth` pieces in flight: the targets write them
 // there (a read, whose chunks must all be there), or read them from there into `oid` (`write`). The bytes never

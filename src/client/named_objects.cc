@@ -355,6 +355,12 @@ Status NamedObjects::read_range(const ObjectStat& st, uint64_t offset, uint64_t 
   });
 }
 
+Status NamedObjects::read_range_pieces(const ObjectStat& st, uint64_t offset, uint64_t length, const PieceSink& sink) {
+  return each_piece(st, offset, length, [&](const ObjectId& data, uint64_t from, uint64_t len, uint64_t) {
+    return read_file_range(c_, data, 0, from, len, sink, depth_, {}, false);
+  });
+}
+
 Status NamedObjects::each_piece(const ObjectStat& st, uint64_t offset, uint64_t length,
                                 const std::function<Status(const ObjectId&, uint64_t, uint64_t, uint64_t)>& piece) {
   if (st.legacy) return error(StatusCode::kNotSupported, "a range of an object of the older layout");

@@ -265,7 +265,7 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
         self->req_upload_->finish(error(StatusCode::kShutdown, "the client's body ended early: " + ec.message()));
         return;
       }
-      self->req_upload_->push(std::string(self->chunk_.data(), got));
+      self->req_upload_->push(Chunk(std::string(self->chunk_.data(), got)));
       self->pump_body();
     });
   }
@@ -354,9 +354,9 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
     if (auto chunk = download_->pop()) {
       if (chunk->size() > left_) return close();  // more than the length said: never send it
       left_ -= chunk->size();
-      auto buf = std::make_shared<std::string>(std::move(*chunk));
+      auto buf = std::make_shared<Chunk>(std::move(*chunk));
       beast::get_lowest_layer(stream_).expires_after(kIdle);
-      return asio::async_write(stream_, asio::buffer(*buf),
+      return asio::async_write(stream_, asio::buffer(buf->view().data(), buf->size()),
                                [self = shared_from_this(), buf](beast::error_code ec, size_t) {
                                  if (ec) {
                                    self->download_->abandon();

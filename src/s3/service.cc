@@ -488,7 +488,8 @@ class BodyReader {
         end_ = true;
         break;
       }
-      RFOS_ASSIGN_OR_RETURN(std::string chunk, req_.upload->pop_wait());
+      RFOS_ASSIGN_OR_RETURN(Chunk popped, req_.upload->pop_wait());
+      std::string chunk = std::move(popped).take();
       pending_.clear();
       at_ = 0;
       if (chunk.empty()) {
@@ -1379,12 +1380,13 @@ void get_object(const ServiceConfig& config, const User& user, Handles& handles,
   // The last piece is held back until the name still names the same data: a put that replaced the object
   // meanwhile removes the old data, and what was read of it may be holes; the reader then gets an error (the
   // connection cut short), never wrong bytes.
-  std::string held;
+  // Each piece goes to the socket from the buffer it was read into.
+  Chunk held;
   Status s = with_bucket(config, user, handles, req.bucket, false, [&](client::Container& c) {
     client::NamedObjects objects(c);
-    Status read = objects.read_range(*st, first, length, [&](std::span<const uint8_t> b) {
-      if (!held.empty()) RFOS_RETURN_IF_ERROR(ch->push_wait(std::move(held)));
-      held.assign(reinterpret_cast<const char*>(b.data()), b.size());
+    Status read = objects.read_range_pieces(*st, first, length, [&](client::StreamPiece piece) {
+      if (held.size() != 0) RFOS_RETURN_IF_ERROR(ch->push_wait(std::move(held)));
+      held = Chunk(std::move(piece));
       return Status::ok();
     });
     if (!read.is_ok()) return read;
@@ -1451,7 +1453,7 @@ void Channel::wake_locked(std::unique_lock<std::mutex>& lock) {
   lock.lock();
 }
 
-Status Channel::push_wait(std::string chunk) {
+Status Channel::push_wait(Chunk chunk) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return abandoned_ || bytes_ < limit_; });
   if (abandoned_) return error(StatusCode::kShutdown, "the client went away");
@@ -1461,32 +1463,32 @@ Status Channel::push_wait(std::string chunk) {
   return Status::ok();
 }
 
-Result<std::string> Channel::pop_wait() {
+Result<Chunk> Channel::pop_wait() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return !chunks_.empty() || finished_; });
   if (chunks_.empty()) {
     if (!finished_->is_ok()) return *finished_;
-    return std::string();
+    return Chunk();
   }
-  std::string c = std::move(chunks_.front());
+  Chunk c = std::move(chunks_.front());
   chunks_.pop_front();
   bytes_ -= c.size();
   wake_locked(lock);
   return c;
 }
 
-void Channel::push(std::string chunk) {
+void Channel::push(Chunk chunk) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (chunk.empty()) return;
+  if (chunk.size() == 0) return;
   bytes_ += chunk.size();
   chunks_.push_back(std::move(chunk));
   cv_.notify_all();
 }
 
-std::optional<std::string> Channel::pop() {
+std::optional<Chunk> Channel::pop() {
   std::lock_guard<std::mutex> lock(mu_);
   if (chunks_.empty()) return std::nullopt;
-  std::string c = std::move(chunks_.front());
+  Chunk c = std::move(chunks_.front());
   chunks_.pop_front();
   bytes_ -= c.size();
   cv_.notify_all();

@@ -17,6 +17,7 @@
 
 #include "client/container.h"
 #include "client/control_client.h"
+#include "client/file_stream.h"
 #include "s3/gateway.h"
 #include "s3/sigv4.h"
 
@@ -24,6 +25,26 @@ namespace rfos::s3 {
 
 // A body's bytes between a thread that may wait (a worker) and one that must not (the event loop), at most
 // about `limit` bytes queued. The waiting side calls wake() (set by the loop) when the loop may go on.
+// A chunk of a body between the loop and a worker: bytes read from a socket (a PUT's), or a stream's piece read
+// from the targets (a GET's), which goes to the socket from the buffer it was read into.
+class Chunk {
+ public:
+  Chunk() = default;
+  explicit Chunk(std::string bytes) : bytes_(std::move(bytes)) {}
+  explicit Chunk(client::StreamPiece piece) : piece_(std::move(piece)) {}
+  std::string_view view() const {
+    if (piece_.size() == 0) return bytes_;
+    return {reinterpret_cast<const char*>(piece_.bytes().data()), piece_.size()};
+  }
+  size_t size() const { return view().size(); }
+  // The bytes as a string (a PUT's chunk: moved, not copied).
+  std::string take() && { return piece_.size() == 0 ? std::move(bytes_) : std::string(view()); }
+
+ private:
+  std::string bytes_;
+  client::StreamPiece piece_;
+};
+
 class Channel {
  public:
   explicit Channel(size_t limit) : limit_(limit) {}
@@ -31,11 +52,11 @@ class Channel {
 
   // The waiting side. push_wait: kAborted-like kShutdown once the other side gave up; pop_wait: "" at the end
   // (the producer finished OK), the producer's error if it failed.
-  Status push_wait(std::string chunk);
-  Result<std::string> pop_wait();
+  Status push_wait(Chunk chunk);
+  Result<Chunk> pop_wait();
   // The loop's side: never waits.
-  void push(std::string chunk);
-  std::optional<std::string> pop();
+  void push(Chunk chunk);
+  std::optional<Chunk> pop();
   bool full() const;
   // The producer is done (OK) or failed; the consumer gives up (abandon).
   void finish(Status s);
@@ -49,7 +70,7 @@ class Channel {
   const size_t limit_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> chunks_;
+  std::deque<Chunk> chunks_;
   size_t bytes_ = 0;
   std::optional<Status> finished_;
   bool abandoned_ = false;
