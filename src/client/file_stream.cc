@@ -82,6 +82,13 @@ StreamPiece::~StreamPiece() {
   if (buf_) BufferPool::process().give(std::move(buf_));
 }
 
+StreamPiece StreamPiece::copy_of(std::string_view bytes) {
+  auto buf = BufferPool::process().take();
+  const size_t n = std::min(bytes.size(), kMaxIoBytes);
+  std::memcpy(buf.get(), bytes.data(), n);
+  return StreamPiece(std::move(buf), n);
+}
+
 StreamPiece& StreamPiece::operator=(StreamPiece&& o) noexcept {
   if (this != &o) {
     if (buf_) BufferPool::process().give(std::move(buf_));

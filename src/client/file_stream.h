@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <utility>
 
 #include "client/container.h"
@@ -30,6 +31,8 @@ class StreamPiece {
   ~StreamPiece();
   StreamPiece(StreamPiece&& o) noexcept : buf_(std::move(o.buf_)), len_(std::exchange(o.len_, 0)) {}
   StreamPiece& operator=(StreamPiece&& o) noexcept;
+  // A piece holding a copy of `bytes` (kMaxIoBytes at most), in a buffer of the pool.
+  static StreamPiece copy_of(std::string_view bytes);
   std::span<const uint8_t> bytes() const { return {buf_.get(), len_}; }
   size_t size() const { return len_; }
 

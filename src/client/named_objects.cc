@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -54,19 +55,28 @@ Result<ObjectId> decode_id(std::string_view s) {
 }
 
 // "<id> <size>[ m<mtime ms>[ <attrs>]]", or "M<mtime ms>" for an object of parts (its id a manifest's): the
-// attrs, any bytes, last.
+// attrs, any bytes, last. An object kept in its record: "<id> <size> i<mtime ms> <attrs><bytes>", its `size`
+// bytes last (after attrs that may be empty).
 struct DataRef {
   ObjectId oid;
   uint64_t size = 0;
   uint64_t mtime_ms = 0;
   bool composite = false;
   std::string attrs;
+  bool inlined = false;
+  std::string bytes;
 };
 
 std::string encode_object(const ObjectId& oid, uint64_t size, uint64_t mtime_ms, bool composite,
                           std::string_view attrs) {
   std::string s = encode_id(oid) + " " + std::to_string(size) + (composite ? " M" : " m") + std::to_string(mtime_ms);
   if (!attrs.empty()) s.append(" ").append(attrs);
+  return s;
+}
+
+std::string encode_inline(const ObjectId& oid, std::string_view bytes, uint64_t mtime_ms, std::string_view attrs) {
+  std::string s = encode_id(oid) + " " + std::to_string(bytes.size()) + " i" + std::to_string(mtime_ms) + " ";
+  s.append(attrs).append(bytes);
   return s;
 }
 
@@ -90,17 +100,30 @@ Result<DataRef> decode_object(std::string_view s) {
     std::string_view rest = s.substr(end + 1);
     size_t next = std::min(rest.find(' '), rest.size());
     std::string_view mtime = rest.substr(0, next);
-    if (mtime.size() < 2 || mtime.size() > 20 || (mtime[0] != 'm' && mtime[0] != 'M') ||
+    if (mtime.size() < 2 || mtime.size() > 20 || (mtime[0] != 'm' && mtime[0] != 'M' && mtime[0] != 'i') ||
         mtime.find_first_not_of("0123456789", 1) != std::string_view::npos)
       return error(StatusCode::kCorruption, "a name record is malformed");
     r.mtime_ms = std::stoull(std::string(mtime.substr(1)));
     r.composite = mtime[0] == 'M';
+    r.inlined = mtime[0] == 'i';
     if (next < rest.size()) r.attrs = rest.substr(next + 1);
+    if (r.inlined) {
+      if (next == rest.size() || r.attrs.size() < r.size)
+        return error(StatusCode::kCorruption, "a name record holds fewer bytes than its object's size");
+      r.bytes = r.attrs.substr(r.attrs.size() - r.size);
+      r.attrs.resize(r.attrs.size() - r.size);
+    }
   }
   return r;
 }
 
 Status ignore_not_found(Status s) { return s.code() == StatusCode::kNotFound ? Status::ok() : s; }
+
+Status inline_range(const ObjectStat& st, uint64_t offset, uint64_t length) {
+  if (st.bytes.size() != st.size) return error(StatusCode::kInvalidArgument, "a stat without its object's bytes");
+  if (offset > st.size || length > st.size - offset) return error(StatusCode::kInvalidArgument, "a range past the end");
+  return Status::ok();
+}
 
 }  // namespace
 
@@ -170,9 +193,31 @@ Status NamedObjects::lock_swap(const ObjectId& record, const ObjectId& data) {
 
 Status NamedObjects::put(std::string_view name, const Source& source, const Progress& progress,
                          const PutOptions& options) {
+  // The first kInlineBytes + 1 bytes tell whether the object fits its record.
+  std::string head(kInlineBytes + 1, '\0');
+  size_t got = 0;
+  while (got < head.size()) {
+    RFOS_ASSIGN_OR_RETURN(size_t n, source({reinterpret_cast<uint8_t*>(head.data()) + got, head.size() - got}));
+    if (n == 0) {
+      head.resize(got);
+      RFOS_RETURN_IF_ERROR(store_inline(name, head, options));
+      if (progress) progress(got);
+      return Status::ok();
+    }
+    got += n;
+  }
+  // Larger: a data object, its first bytes those already read.
+  size_t replayed = 0;
+  auto rest = [&](std::span<uint8_t> buf) -> Result<size_t> {
+    if (replayed == head.size()) return source(buf);
+    const size_t n = std::min(buf.size(), head.size() - replayed);
+    std::memcpy(buf.data(), head.data() + replayed, n);
+    replayed += n;
+    return n;
+  };
   const ObjectId data = fresh_data_object();
   return store(name, data, false, options,
-               [&](uint64_t* size) { return write_file_object(c_, data, 0, source, depth_, progress, size); });
+               [&](uint64_t* size) { return write_file_object(c_, data, 0, rest, depth_, progress, size); });
 }
 
 Status NamedObjects::put_parts(std::string_view name, std::span<const Part> parts, const PutOptions& options) {
@@ -257,13 +302,48 @@ Status NamedObjects::store(std::string_view name, const ObjectId& data, bool com
     (void)c_.punch_akey(record, kMeta, pending);
     return s;
   }
+  Status listed = after_swap(record, name, data, composite, old, object, legacy);
+  RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_akey(record, kMeta, pending)));
+  return listed;
+}
+
+Status NamedObjects::store_inline(std::string_view name, std::string_view bytes, const PutOptions& options) {
+  if (name.empty()) return error(StatusCode::kInvalidArgument, "an object needs a name");
+  const ObjectId record = record_of(name);
+  const ObjectId data = fresh_data_object();  // the object's identity only: no object of this id is written
+  std::string attrs;
+  if (options.attrs) {
+    RFOS_ASSIGN_OR_RETURN(attrs, options.attrs(bytes.size()));
+  }
+  RFOS_RETURN_IF_ERROR(lock_swap(record, data));
+  auto old = c_.get_value(record, kMeta, kObject);
+  Status s = old.is_ok() || old.status().code() == StatusCode::kNotFound ? Status::ok() : old.status();
+  bool legacy = false;
+  if (s.is_ok() && !old.is_ok()) {  // a new name (listings map records to names by "name"), or the older layout
+    auto size = c_.get_value(record, kMeta, kLegacySize);
+    legacy = size.is_ok();
+    if (!legacy && size.status().code() != StatusCode::kNotFound) s = size.status();
+    if (s.is_ok()) s = c_.put_value(record, kMeta, kName, name);
+  }
+  const uint64_t mtime = now_ms();
+  if (s.is_ok()) s = c_.put_value(record, kMeta, kObject, encode_inline(data, bytes, mtime, attrs));
+  if (!s.is_ok()) {
+    (void)c_.punch_akey(record, kMeta, kSwapLock);
+    return s;
+  }
+  return after_swap(record, name, data, false, old, encode_object(data, bytes.size(), mtime, false, attrs), legacy);
+}
+
+Status NamedObjects::after_swap(const ObjectId& record, std::string_view name, const ObjectId& data, bool composite,
+                                const Result<std::string>& old, std::string_view listed_value, bool legacy) {
   // Listed from here on (a put that dies before leaves it pending, and unlisted or listed as it was).
-  Status listed = c_.put_value(index_object(), name, kIndexAkey, object);
-  // The old data goes. Where that fails, it is left pending (replaced: "0", or "r" for an object of parts), for
-  // the next put or remove of the name to clear. Parts the new object took over from the old stay.
+  Status listed = c_.put_value(index_object(), name, kIndexAkey, listed_value);
+  // The old data goes (an object kept in its record has none). Where that fails, it is left pending (replaced: "0", or
+  // "r" for an object of parts), for the next put or remove of the name to clear. Parts the new object took over from
+  // the old stay.
   if (old.is_ok()) {
     auto prev = decode_object(*old);
-    if (prev.is_ok() && prev->oid != data) {
+    if (prev.is_ok() && prev->oid != data && !prev->inlined) {
       std::set<ObjectId> keep;
       if (composite && prev->composite) {
         auto now = parts_of(data);
@@ -290,7 +370,6 @@ Status NamedObjects::store(std::string_view name, const ObjectId& data, bool com
       if (d != kMeta) RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_dkey(record, d)));
     RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_akey(record, kMeta, kLegacySize)));
   }
-  RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_akey(record, kMeta, pending)));
   return listed;
 }
 
@@ -307,6 +386,8 @@ Result<ObjectStat> NamedObjects::stat_of(const ObjectId& record, std::string_vie
     st.mtime_ms = o.mtime_ms;
     st.composite = o.composite;
     st.attrs = std::move(o.attrs);
+    st.inlined = o.inlined;
+    st.bytes = std::move(o.bytes);
     return st;
   }
   if (object.status().code() != StatusCode::kNotFound) return object.status();
@@ -339,12 +420,18 @@ Status NamedObjects::read(const ObjectStat& st, const Sink& sink, const Progress
     }
     return Status::ok();
   }
-  if (st.composite) return read_range(st, 0, st.size, sink, progress);
+  if (st.composite || st.inlined) return read_range(st, 0, st.size, sink, progress);
   return read_file_object(c_, st.data, 0, st.size, sink, depth_, progress, false);
 }
 
 Status NamedObjects::read_range(const ObjectStat& st, uint64_t offset, uint64_t length, const Sink& sink,
                                 const Progress& progress) {
+  if (st.inlined) {
+    RFOS_RETURN_IF_ERROR(inline_range(st, offset, length));
+    if (length > 0) RFOS_RETURN_IF_ERROR(sink({reinterpret_cast<const uint8_t*>(st.bytes.data()) + offset, length}));
+    if (progress) progress(length);
+    return Status::ok();
+  }
   return each_piece(st, offset, length, [&](const ObjectId& data, uint64_t from, uint64_t len, uint64_t done) {
     return read_file_range(
         c_, data, 0, from, len, sink, depth_,
@@ -356,6 +443,10 @@ Status NamedObjects::read_range(const ObjectStat& st, uint64_t offset, uint64_t 
 }
 
 Status NamedObjects::read_range_pieces(const ObjectStat& st, uint64_t offset, uint64_t length, const PieceSink& sink) {
+  if (st.inlined) {
+    RFOS_RETURN_IF_ERROR(inline_range(st, offset, length));
+    return length == 0 ? Status::ok() : sink(StreamPiece::copy_of(std::string_view(st.bytes).substr(offset, length)));
+  }
   return each_piece(st, offset, length, [&](const ObjectId& data, uint64_t from, uint64_t len, uint64_t) {
     return read_file_range(c_, data, 0, from, len, sink, depth_, {}, false);
   });
@@ -397,6 +488,10 @@ Status NamedObjects::write_granted(const ObjectId& data, uint64_t size, const Gr
 
 Status NamedObjects::read_granted(const ObjectStat& st, uint64_t offset, uint64_t length, const GrantRef& grant,
                                   uint64_t at) {
+  if (st.inlined)
+    return error(StatusCode::kNotSupported, "an object of " + std::to_string(kInlineBytes) +
+                                                " bytes or less is kept in its record, not in an object the targets "
+                                                "move by RDMA");
   return each_piece(st, offset, length, [&](const ObjectId& data, uint64_t from, uint64_t len, uint64_t done) {
     return transfer_file_range(c_, data, 0, from, len, false, grant, at + done, depth_);
   });
@@ -414,7 +509,7 @@ Status NamedObjects::remove(std::string_view name) {
   // is gone.
   RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_dkey(index_object(), name)));
   RFOS_RETURN_IF_ERROR(clear_pending(record, UINT64_MAX));
-  if (st.is_ok() && !st->legacy) RFOS_RETURN_IF_ERROR(remove_data(st->data, st->composite, {}));
+  if (st.is_ok() && !st->legacy && !st->inlined) RFOS_RETURN_IF_ERROR(remove_data(st->data, st->composite, {}));
   return ignore_not_found(c_.punch_object(record));
 }
 

@@ -1,5 +1,6 @@
 // Named objects in a container, as `rfos put/get/rm/stat/ls` see them (and, later, an S3 bucket): a name maps
-// to a data object laid out as every file-like object is (file_layout.h).
+// to a data object laid out as every file-like object is (file_layout.h), or, for an object of up to
+// kInlineBytes, to the bytes themselves, kept in its record.
 //
 // The name's record is an object of its own (its id a hash of the name), whose dkey "meta" holds single values:
 // "name", "object" (the data object's id and size, one value so that they change together) and, while a put is
@@ -10,6 +11,10 @@
 // removal of what it replaced are one put's at a time (a lock value), so the last swap wins and nothing is
 // left behind. A put that dies half-way leaves its pending data, which a remove of the name clears at once and a
 // put a day later. docs/object-layout.md has the whole picture.
+//
+// A small object (kInlineBytes at most) has no data object: its bytes are in the record's "object" value, so
+// a read costs one request, the value's, and a put writes no data to remove after a failure (it takes the swap's
+// lock, reads the object it replaces, writes the record and the index, and unlocks).
 //
 // Beside the records, one index object (object class S1: one target) lists every name put under this layout:
 // a dkey per name, its value the record's "object" value, written after the swap and removed before the record,
@@ -42,6 +47,10 @@ struct ObjectStat {
   uint64_t mtime_ms = 0;   // when its put swapped it in (0: stored before rfos kept it)
   std::string attrs;       // what its put attached (PutOptions::attrs; an S3 object's metadata); "" for none
   bool composite = false;  // an object of parts (put_parts): `data` is its manifest
+  // Stored in its record (kInlineBytes at most): `bytes` are all of it, and `data` names no object (it is the
+  // put's id, an object's identity as S3's RDMA path and a GET's re-check compare it).
+  bool inlined = false;
+  std::string bytes;
 };
 
 struct PutOptions {
@@ -55,6 +64,8 @@ class NamedObjects {
   using Source = StreamSource;
   using Sink = StreamSink;
   using Progress = StreamProgress;
+  // The largest object put() keeps in its record.
+  static constexpr uint64_t kInlineBytes = 16u << 10;
 
   // `depth`: pieces in flight at once (each at most one engine piece, 1 MiB).
   explicit NamedObjects(Container& c, uint32_t depth = 16) : c_(c), depth_(depth ? depth : 1) {}
@@ -136,8 +147,9 @@ class NamedObjects {
     std::vector<Upload> uploads;  // uploads(""): those under way
   };
   Result<Listing> list();
-  // The names in the index that start with `prefix`, in byte order, each with its stat (attrs included): one
-  // request per 1024 names. Objects stored before the index existed are not in it until put again.
+  // The names in the index that start with `prefix`, in byte order, each with its stat (attrs included, never
+  // an inline object's bytes: stat() the name to read it): one request per 1024 names. Objects stored before the index
+  // existed are not in it until put again.
   Result<std::vector<ObjectStat>> list_index(std::string_view prefix = {});
 
   // The record object of `name`.
@@ -152,6 +164,13 @@ class NamedObjects {
   // Writes `data` (write gives the size), then swaps it in under `name` (put and put_parts).
   Status store(std::string_view name, const ObjectId& data, bool composite, const PutOptions& options,
                const std::function<Status(uint64_t*)>& write);
+  // A put of `bytes` (kInlineBytes at most) into the record itself.
+  Status store_inline(std::string_view name, std::string_view bytes, const PutOptions& options);
+  // The swap's second half, once the record names the new object (`object` its value, `listed` its index
+  // entry's) and `old` was read under the lock: lists it, removes the data it replaced, unlocks, and clears
+  // the older layout's data. What listing the name gave.
+  Status after_swap(const ObjectId& record, std::string_view name, const ObjectId& data, bool composite,
+                    const Result<std::string>& old, std::string_view listed, bool legacy);
   Result<std::vector<Part>> parts_of(const ObjectId& manifest);
   // Calls `piece` for each data object's share of [offset, offset + length) of the object, in order (the one data
   // object, or each part's): the data object, where the share starts in it, its length, and the bytes of the range

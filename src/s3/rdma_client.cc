@@ -6,6 +6,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cstring>
 #include <ctime>
 #include <thread>
 
@@ -233,6 +234,20 @@ Result<HttpReply> RdmaClient::lend_and_send(std::span<const uint8_t> buffer, boo
 Result<uint64_t> RdmaClient::get_into(std::string_view bucket, std::string_view key, std::span<uint8_t> buffer,
                                       std::string_view range) {
   RFOS_ASSIGN_OR_RETURN(HttpReply r, lend_and_send(buffer, true, "GET", bucket, key, {}, range));
+  const std::string* declined = r.header(kRdmaReplyHeader);
+  if (r.status == 501 && declined && *declined == "501") {
+    // A small object, kept in its name's record, comes in a reply's body instead, copied into the buffer.
+    Headers headers;
+    if (!range.empty()) headers.emplace_back("range", std::string(range));
+    RFOS_ASSIGN_OR_RETURN(r, send("GET", bucket, key, {}, headers));
+    RFOS_RETURN_IF_ERROR(status_of(r));
+    if (r.body.size() > buffer.size())
+      return error(StatusCode::kInvalidArgument, "the " + std::to_string(r.body.size()) +
+                                                     " bytes asked for do not fit the " +
+                                                     std::to_string(buffer.size()) + "-byte buffer");
+    std::memcpy(buffer.data(), r.body.data(), r.body.size());
+    return r.body.size();
+  }
   RFOS_RETURN_IF_ERROR(status_of(r));
   const std::string* moved = r.header(kRdmaBytesHeader);
   const std::string* served = r.header(kRdmaReplyHeader);

@@ -74,7 +74,8 @@ class RdmaClient {
   // The object, or its `range` (a Range header's value: "bytes=A-B", "bytes=A-", "bytes=-N"), into the start of
   // `buffer`: the bytes moved. Errors: the gateway's, as codes (kNotFound: NoSuchKey or NoSuchBucket;
   // kPermissionDenied: AccessDenied; kInvalidArgument: the object does not fit; kNotSupported: the gateway
-  // declined the RDMA path), or the transport's.
+  // declined the RDMA path), or the transport's. An object the gateway keeps in its name's record (NamedObjects::
+  // kInlineBytes at most), which it declines to move by RDMA, is fetched over HTTP and copied into the buffer.
   Result<uint64_t> get_into(std::string_view bucket, std::string_view key, std::span<uint8_t> buffer,
                             std::string_view range = {});
   // All of `buffer` (1 byte or more) as the object `key`: its ETag (quoted).

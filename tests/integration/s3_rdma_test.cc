@@ -151,10 +151,16 @@ TEST_P(S3Rdma, PutFromAndGetIntoMoveWholeObjects) {
   ASSERT_TRUE(n.is_ok()) << n.status().to_string();
   EXPECT_EQ(*n, kObject);
   EXPECT_TRUE(back == data);
-  // And the other way: a plain PUT, read over RDMA into a larger buffer.
+  // And the other way: a plain PUT, read into a larger buffer. 5000 bytes are kept in the name's record, which
+  // the targets do not move: a token for it is declined, nothing moved, and get_into GETs it over HTTP instead.
   std::vector<uint8_t> small = pattern(5000, 2);
   put_plain("b", small);
   std::vector<uint8_t> big(1u << 20, 0xEE);
+  HttpReply declined = with_token("GET", "b", "b", big, true);
+  EXPECT_EQ(declined.status, 501u) << declined.body;
+  ASSERT_NE(declined.header("x-amz-rdma-reply"), nullptr);
+  EXPECT_EQ(*declined.header("x-amz-rdma-reply"), "501");
+  EXPECT_TRUE(std::all_of(big.begin(), big.end(), [](uint8_t b) { return b == 0xEE; }));
   n = client_->get_into("bkt", "b", big);
   ASSERT_TRUE(n.is_ok()) << n.status().to_string();
   EXPECT_EQ(*n, small.size());
