@@ -10,7 +10,7 @@
 // "pending.<id>" while it writes, so puts of one name at once never touch each other's data; the swap and the
 // removal of what it replaced are one put's at a time (a lock value), so the last swap wins and nothing is
 // left behind. A put that dies half-way leaves its pending data, which a remove of the name clears at once and a
-// put a day later. docs/object-layout.md has the whole picture.
+// put of a data object a day later. docs/object-layout.md has the whole picture.
 //
 // A small object (kInlineBytes at most) has no data object: its bytes are in the record's "object" value, so
 // a read costs one request, the value's, and a put writes no data to remove after a failure (it takes the swap's
