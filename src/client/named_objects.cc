@@ -142,9 +142,9 @@ ObjectId NamedObjects::record_of(std::string_view name) {
   return placement::with_class(oid, placement::ObjectClass::kSX);
 }
 
-Status NamedObjects::clear_pending(const ObjectId& record, uint64_t started_before_ms) {
+Result<std::vector<std::string>> NamedObjects::clear_pending(const ObjectId& record, uint64_t started_before_ms) {
   auto akeys = c_.list_akeys(record, kMeta);
-  if (akeys.status().code() == StatusCode::kNotFound) return Status::ok();
+  if (akeys.status().code() == StatusCode::kNotFound) return std::vector<std::string>{};
   RFOS_RETURN_IF_ERROR(akeys.status());
   for (const std::string& a : *akeys) {
     std::string id;
@@ -174,7 +174,7 @@ Status NamedObjects::clear_pending(const ObjectId& record, uint64_t started_befo
     if (auto oid = decode_id(id); oid.is_ok()) RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(*oid)));
     RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_akey(record, kMeta, a)));
   }
-  return Status::ok();
+  return std::move(akeys).value();
 }
 
 Status NamedObjects::lock_swap(const ObjectId& record, const ObjectId& data) {
@@ -262,12 +262,16 @@ Status NamedObjects::store(std::string_view name, const ObjectId& data, bool com
   if (name.empty()) return error(StatusCode::kInvalidArgument, "an object needs a name");
   const ObjectId record = record_of(name);
   const uint64_t started = now_ms();
-  RFOS_RETURN_IF_ERROR(clear_pending(record, started - std::min(started, kStalePendingMs)));
-  const bool legacy = c_.get_value(record, kMeta, kLegacySize).is_ok();
+  // What the record holds tells, with no request of its own, whether it is of the older layout and whether it
+  // has its name already (a replacement: the name is not written again).
+  RFOS_ASSIGN_OR_RETURN(std::vector<std::string> akeys,
+                        clear_pending(record, started - std::min(started, kStalePendingMs)));
+  const bool legacy = std::find(akeys.begin(), akeys.end(), kLegacySize) != akeys.end();
+  const bool named = std::find(akeys.begin(), akeys.end(), kName) != akeys.end();
   const std::string pending = std::string(kPendingPrefix) + encode_id(data);
   // A composite put owns only its manifest until the swap: its parts are still the upload's.
   RFOS_RETURN_IF_ERROR(c_.put_value(record, kMeta, pending, (composite ? "c" : "") + std::to_string(started)));
-  Status s = c_.put_value(record, kMeta, kName, name);
+  Status s = named ? Status::ok() : c_.put_value(record, kMeta, kName, name);
   uint64_t size = 0;
   if (s.is_ok()) s = write(&size);
   std::string attrs;
@@ -508,7 +512,7 @@ Status NamedObjects::remove(std::string_view name) {
   // Unlisted first: a remove that dies half-way leaves an object that is not listed, never a listed one that
   // is gone.
   RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_dkey(index_object(), name)));
-  RFOS_RETURN_IF_ERROR(clear_pending(record, UINT64_MAX));
+  RFOS_RETURN_IF_ERROR(clear_pending(record, UINT64_MAX).status());
   if (st.is_ok() && !st->legacy && !st->inlined) RFOS_RETURN_IF_ERROR(remove_data(st->data, st->composite, {}));
   return ignore_not_found(c_.punch_object(record));
 }

@@ -158,8 +158,9 @@ class NamedObjects {
   static ObjectId index_object();
 
  private:
-  // Removes the data of puts pending since before `started_before_ms` (and the older layout's pending).
-  Status clear_pending(const ObjectId& record, uint64_t started_before_ms);
+  // Removes the data of puts pending since before `started_before_ms` (and the older layout's pending); the akeys
+  // the record's "meta" held when listed (none: no record).
+  Result<std::vector<std::string>> clear_pending(const ObjectId& record, uint64_t started_before_ms);
   Status lock_swap(const ObjectId& record, const ObjectId& data);
   // Writes `data` (write gives the size), then swaps it in under `name` (put and put_parts).
   Status store(std::string_view name, const ObjectId& data, bool composite, const PutOptions& options,

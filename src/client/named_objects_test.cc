@@ -207,6 +207,11 @@ TEST_F(NamedObjectsTest, AReplacementIsAllOrNothing) {
   ASSERT_TRUE(o.put("model", source_of(third)).is_ok());
   EXPECT_TRUE(*get(o, "model") == third);
   EXPECT_EQ(object_count(), objects - 1);  // 100 bytes live in the record: no data object
+  // Replacements kept the name (the first put wrote it; they found it there and did not write it again).
+  auto listing = o.list();
+  ASSERT_TRUE(listing.is_ok());
+  ASSERT_EQ(listing->named.size(), 1u);
+  EXPECT_EQ(listing->named[0].name, "model");
   // A first put that fails leaves no name behind.
   EXPECT_FALSE(o.put("never", source_of(second, 100000, 1 << 20, error(StatusCode::kIoError, "x"))).is_ok());
   EXPECT_EQ(o.stat("never").status().code(), StatusCode::kNotFound);
