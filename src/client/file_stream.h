@@ -21,13 +21,18 @@ namespace rfos::client {
 using StreamSource = std::function<Result<size_t>(std::span<uint8_t> buf)>;
 // Takes the next bytes of the output, in order.
 using StreamSink = std::function<Status(std::span<const uint8_t> bytes)>;
+// Told the bytes moved so far (from the calling thread).
+using StreamProgress = std::function<void(uint64_t bytes)>;
+class StreamPiece;
+// Takes the next piece of the output, in order.
+using PieceSink = std::function<Status(StreamPiece piece)>;
+
 // A piece of a stream's output, owned by whoever holds it: its buffer goes back to the streams' pool when the
 // piece is destroyed. A sink that keeps a piece (to hand it to another thread) lets the stream go on with
 // another buffer, and the bytes are never copied.
 class StreamPiece {
  public:
   StreamPiece() = default;
-  StreamPiece(std::unique_ptr<uint8_t[]> buf, size_t len) : buf_(std::move(buf)), len_(len) {}
   ~StreamPiece();
   StreamPiece(StreamPiece&& o) noexcept : buf_(std::move(o.buf_)), len_(std::exchange(o.len_, 0)) {}
   StreamPiece& operator=(StreamPiece&& o) noexcept;
@@ -37,13 +42,13 @@ class StreamPiece {
   size_t size() const { return len_; }
 
  private:
+  // Only the pool's buffers (kMaxIoBytes each), which the destructor gives back to it.
+  StreamPiece(std::unique_ptr<uint8_t[]> buf, size_t len) : buf_(std::move(buf)), len_(len) {}
+  friend Status read_file_range(Container& c, const ObjectId& oid, uint64_t chunk, uint64_t offset, uint64_t length,
+                                const PieceSink& sink, uint32_t depth, const StreamProgress& progress, bool sparse);
   std::unique_ptr<uint8_t[]> buf_;
   size_t len_ = 0;
 };
-// Takes the next piece of the output, in order.
-using PieceSink = std::function<Status(StreamPiece piece)>;
-// Told the bytes moved so far (from the calling thread).
-using StreamProgress = std::function<void(uint64_t bytes)>;
 
 // Writes all of `source` into `oid` from offset 0, laid out in `chunk`-byte chunks (0: the container's chunk
 // size), `depth` pieces (1 MiB each at most) in flight; *size gets the bytes written. On an error some pieces

@@ -23,8 +23,6 @@
 
 namespace rfos::s3 {
 
-// A body's bytes between a thread that may wait (a worker) and one that must not (the event loop), at most
-// about `limit` bytes queued. The waiting side calls wake() (set by the loop) when the loop may go on.
 // A chunk of a body between the loop and a worker: bytes read from a socket (a PUT's), or a stream's piece read
 // from the targets (a GET's), which goes to the socket from the buffer it was read into.
 class Chunk {
@@ -45,6 +43,8 @@ class Chunk {
   client::StreamPiece piece_;
 };
 
+// A body's bytes between a thread that may wait (a worker) and one that must not (the event loop), at most
+// about `limit` bytes queued. The waiting side calls wake() (set by the loop) when the loop may go on.
 class Channel {
  public:
   explicit Channel(size_t limit) : limit_(limit) {}
