@@ -593,7 +593,7 @@ class AppConn {
       case ObjectOp::kStat: {
         RFOS_ASSIGN_OR_RETURN(client::ObjectStat st, objects.stat(m.text));
         done->value = st.size;
-        done->text = st.data.to_string() + (st.legacy ? " legacy" : "");
+        done->text = st.data.to_string() + (st.legacy ? " legacy" : st.inlined ? " inline" : "");
         return Status::ok();
       }
       case ObjectOp::kRemove:

@@ -33,6 +33,12 @@ struct ObjectArgs {
   bool quiet = false;
 };
 
+// After a named object's id in `rfos stat`: how it is stored, where that is not a data object of that id.
+const char* object_note(bool legacy, bool inlined) {
+  if (legacy) return " (older layout)";
+  return inlined ? " (no object of this id: the bytes are kept in the name's record)" : "";
+}
+
 void add_target_options(CLI::App* cmd, ObjectArgs& a, bool key = true) {
   cmd->add_option("--pool", a.pool, "pool label or uuid")->capture_default_str();
   cmd->add_option("--cont", a.cont, "container label or uuid")->capture_default_str();
@@ -355,7 +361,7 @@ void add_object_commands(CLI::App& app, Context& ctx) {
                     (unsigned long long)r->value, object.c_str(), mode_or_legacy.c_str(), uid.c_str(), gid.c_str());
       else
         std::printf("name: %s\nsize: %llu\nobject: %s%s\n", stat_args->key.c_str(), (unsigned long long)r->value,
-                    object.c_str(), mode_or_legacy == "legacy" ? " (older layout)" : "");
+                    object.c_str(), object_note(mode_or_legacy == "legacy", mode_or_legacy == "inline"));
       return;
     }
     if (is_path(stat_args->key)) {
@@ -375,7 +381,7 @@ void add_object_commands(CLI::App& app, Context& ctx) {
     auto st = client::NamedObjects(**cont).stat(stat_args->key);
     if (!ctx.check(st.status(), "stat")) return;
     std::printf("name: %s\nsize: %llu\nobject: %s%s\n", st->name.c_str(), (unsigned long long)st->size,
-                st->data.to_string().c_str(), st->legacy ? " (older layout)" : "");
+                st->data.to_string().c_str(), object_note(st->legacy, st->inlined));
   });
 }
 

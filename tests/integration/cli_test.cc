@@ -171,6 +171,15 @@ TEST(Cli, CommandsThroughTheAgent) {
     EXPECT_TRUE(slurp(out) == data) << key;
     EXPECT_NE(sh(rfos + " stat " + key).out.find("size: " + std::to_string(data.size())), std::string::npos);
   }
+  // A small object is kept in its name's record, and stat says so, through the agent as without it.
+  std::string small_in = dir.path() + "/small.bin";
+  std::ofstream(small_in, std::ios::binary) << data.substr(0, 100);
+  EXPECT_EQ(sh(rfos + " put -q small.bin " + small_in).code, 0);
+  EXPECT_EQ(sh(rfos + " get -q small.bin " + out).code, 0);
+  EXPECT_TRUE(slurp(out) == data.substr(0, 100));
+  for (const std::string& client : {rfos, std::string(RFOS_BINARY) + " --addr " + server.address()})
+    EXPECT_NE(sh(client + " stat small.bin").out.find("the bytes are kept in the name's record"), std::string::npos)
+        << client;
   // The native client reads what went through the agent.
   EXPECT_EQ(sh(std::string(RFOS_BINARY) + " --addr " + server.address() + " get -q through-agent.bin " + out).code, 0);
   EXPECT_TRUE(slurp(out) == data);
