@@ -430,9 +430,15 @@ Status NamedObjects::read(const ObjectStat& st, const Sink& sink, const Progress
 
 Status NamedObjects::read_range(const ObjectStat& st, uint64_t offset, uint64_t length, const Sink& sink,
                                 const Progress& progress) {
+  return read_range_pieces(
+      st, offset, length, [&](StreamPiece piece) { return sink(piece.bytes()); }, progress);
+}
+
+Status NamedObjects::read_range_pieces(const ObjectStat& st, uint64_t offset, uint64_t length, const PieceSink& sink,
+                                       const Progress& progress) {
   if (st.inlined) {
     RFOS_RETURN_IF_ERROR(inline_range(st, offset, length));
-    if (length > 0) RFOS_RETURN_IF_ERROR(sink({reinterpret_cast<const uint8_t*>(st.bytes.data()) + offset, length}));
+    if (length > 0) RFOS_RETURN_IF_ERROR(sink(StreamPiece::copy_of(std::string_view(st.bytes).substr(offset, length))));
     if (progress) progress(length);
     return Status::ok();
   }
@@ -443,16 +449,6 @@ Status NamedObjects::read_range(const ObjectStat& st, uint64_t offset, uint64_t 
           if (progress) progress(done + b);
         },
         false);
-  });
-}
-
-Status NamedObjects::read_range_pieces(const ObjectStat& st, uint64_t offset, uint64_t length, const PieceSink& sink) {
-  if (st.inlined) {
-    RFOS_RETURN_IF_ERROR(inline_range(st, offset, length));
-    return length == 0 ? Status::ok() : sink(StreamPiece::copy_of(std::string_view(st.bytes).substr(offset, length)));
-  }
-  return each_piece(st, offset, length, [&](const ObjectId& data, uint64_t from, uint64_t len, uint64_t) {
-    return read_file_range(c_, data, 0, from, len, sink, depth_, {}, false);
   });
 }
 

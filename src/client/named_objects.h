@@ -82,7 +82,8 @@ class NamedObjects {
   Status read_range(const ObjectStat& st, uint64_t offset, uint64_t length, const Sink& sink,
                     const Progress& progress = {});
   // ... each piece handed over with its buffer (client/file_stream.h), which the sink may keep.
-  Status read_range_pieces(const ObjectStat& st, uint64_t offset, uint64_t length, const PieceSink& sink);
+  Status read_range_pieces(const ObjectStat& st, uint64_t offset, uint64_t length, const PieceSink& sink,
+                           const Progress& progress = {});
 
   // The RDMA path (an S3 request with a token, docs/s3.md): the bytes move between the targets and memory another
   // session granted (Container::grant_memory), never through this process. put_granted stores `size` bytes of

@@ -1234,6 +1234,8 @@ Response rdma_read(const ServiceConfig& config, const User& user, Handles& handl
         return error(StatusCode::kBusy, "the object was replaced while it was moved; send it again with a new token");
       return Status::ok();
     });
+    // What the targets cannot move (an object kept in its name's record) is declined: the client GETs it plainly.
+    if (s.code() == StatusCode::kNotSupported) return rdma_decline(s.message(), res);
     if (!s.is_ok()) return error_response(s, res);
   }
   r.headers.emplace_back(std::string(kRdmaReplyHeader), std::to_string(r.status));
@@ -1366,11 +1368,6 @@ void get_object(const ServiceConfig& config, const User& user, Handles& handles,
       r.headers.emplace_back(std::string(header), *v);
     }
   }
-  if (rdma && st->inlined)
-    return reply(rdma_decline("an object of " + std::to_string(client::NamedObjects::kInlineBytes) +
-                                  " bytes or less is kept in its name's record, which the targets do not move by "
-                                  "RDMA: GET it without a token",
-                              res));
   if (rdma) return reply(rdma_read(config, user, handles, req, *st, first, length, *rdma, std::move(r)));
   r.length = length;
   if (head || length == 0) {
