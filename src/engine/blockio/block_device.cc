@@ -316,7 +316,10 @@ void AsyncRing::submit(std::vector<IoRequest> requests, std::function<void(Statu
 void AsyncRing::push(Batch* b, size_t i) {
   const IoRequest& r = b->requests[i];
   uint32_t read_bytes = r.write ? 0 : r.len - b->done[i];
-  if (read_bytes > 0 && read_bytes_ > 0 && dev_->read_window_ > 0 && read_bytes_ + read_bytes > dev_->read_window_) {
+  // A read behind a waiting one waits too, though it might fit: smaller reads passing a large one could keep
+  // the window from ever emptying for it.
+  bool over_window = read_bytes_ > 0 && dev_->read_window_ > 0 && read_bytes_ + read_bytes > dev_->read_window_;
+  if (read_bytes > 0 && (!windowed_.empty() || over_window)) {
     windowed_.push_back({b, i});
     return;
   }
