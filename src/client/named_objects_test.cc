@@ -218,6 +218,42 @@ TEST_F(NamedObjectsTest, AReplacementIsAllOrNothing) {
   EXPECT_EQ(object_count(), objects - 1);
 }
 
+// A reader holds the name's `object` it read (ObjectStat) while a put replaces the object and removes its data: the
+// data it then reads is missing (kNotFound), never holes, so S3's GET need not read the name again after its bytes.
+TEST_F(NamedObjectsTest, TheDataOfAReplacedObjectReadsAsMissingNeverAsHoles) {
+  NamedObjects o(*c_, 4);
+  const std::string first = random_bytes((2 << 20) + 5000, 30);
+  ASSERT_TRUE(o.put("m", source_of(first)).is_ok());
+  auto old = o.stat("m");
+  ASSERT_TRUE(old.is_ok());
+  // Parts of an object, replaced too.
+  NamedObjects::Part part{NamedObjects::fresh_data_object(), 0};
+  ASSERT_TRUE(write_file_object(*c_, part.data, 0, source_of(first), 4, {}, &part.size).is_ok());
+  const std::vector<NamedObjects::Part> parts = {part};
+  ASSERT_TRUE(o.put_parts("p", parts, {}).is_ok());
+  auto old_parts = o.stat("p");
+  ASSERT_TRUE(old_parts.is_ok());
+  ASSERT_TRUE(old_parts->composite);
+  std::string read_before;
+  ASSERT_TRUE(o.read_range(*old, 0, old->size, [&](std::span<const uint8_t> b) {
+                 read_before.append(reinterpret_cast<const char*>(b.data()), b.size());
+                 return Status::ok();
+               }).is_ok());
+  EXPECT_TRUE(read_before == first);
+  ASSERT_TRUE(o.put("m", source_of(random_bytes(3 << 20, 31))).is_ok());
+  ASSERT_TRUE(o.put("p", source_of(random_bytes(100, 32))).is_ok());
+  for (const ObjectStat& st : {*old, *old_parts})
+    for (auto [off, len] : std::vector<std::pair<uint64_t, uint64_t>>{{0, 10}, {(2 << 20) + 1, 4000}, {0, st.size}}) {
+      size_t bytes = 0;
+      Status s = o.read_range_pieces(st, off, len, [&](StreamPiece piece) {
+        bytes += piece.size();
+        return Status::ok();
+      });
+      EXPECT_EQ(s.code(), StatusCode::kNotFound) << off << "+" << len << ": " << s.to_string();
+      EXPECT_LT(bytes, len) << "a whole range was read from removed data";
+    }
+}
+
 // A client that dies half-way through a put leaves its data pending under the name: readers still see the old
 // object, ls shows nothing strange, and the next put (or rm) of the name clears it.
 TEST_F(NamedObjectsTest, APutThatDiedIsClearedByTheNext) {

@@ -834,6 +834,17 @@ std::optional<Response> open_copy_source(const ServiceConfig& config, const User
 }
 
 // [offset, offset + length) of the source as a StreamSource, a piece (1 MiB at most) per call, each hashed.
+// A read of an object's data after its name was read: `read`, or where the data is gone (kNotFound), the error
+// that a put replaced the object (or a delete removed it) meanwhile, which a client retries (503). Nothing is
+// checked after a read succeeds: a data object is written whole before its name points to it and never changes
+// after, and a read of a chunk that was removed fails instead of reading as a hole (one target's removal of
+// its part is atomic), so bytes that were read are the old object's, whole (docs/object-layout.md).
+Status replaced_under(Status read, std::string_view what) {
+  if (read.code() != StatusCode::kNotFound) return read;
+  return error(StatusCode::kBusy,
+               std::string(what) + " was replaced or removed while it was read: " + read.message() + "; ask again");
+}
+
 client::StreamSource copy_reader(CopySource& src, uint64_t offset, uint64_t length, Digest* md5) {
   auto pos = std::make_shared<uint64_t>(offset);
   const uint64_t end = offset + length;
@@ -841,11 +852,14 @@ client::StreamSource copy_reader(CopySource& src, uint64_t offset, uint64_t leng
     size_t n = static_cast<size_t>(std::min<uint64_t>({buf.size(), client::kMaxIoBytes, end - *pos}));
     if (n == 0) return size_t{0};
     size_t got = 0;
-    RFOS_RETURN_IF_ERROR(client::NamedObjects(*src.cont).read_range(src.st, *pos, n, [&](std::span<const uint8_t> b) {
-      std::memcpy(buf.data() + got, b.data(), b.size());
-      got += b.size();
-      return Status::ok();
-    }));
+    RFOS_RETURN_IF_ERROR(replaced_under(client::NamedObjects(*src.cont).read_range(src.st, *pos, n,
+                                                                                   [&](std::span<const uint8_t> b) {
+                                                                                     std::memcpy(buf.data() + got,
+                                                                                                 b.data(), b.size());
+                                                                                     got += b.size();
+                                                                                     return Status::ok();
+                                                                                   }),
+                                        "the copy's source"));
     md5->update(std::string_view(reinterpret_cast<const char*>(buf.data()), got));
     *pos += got;
     return got;
@@ -857,21 +871,6 @@ Response copy_result(std::string_view tag, const std::string& etag) {
   Xml x;
   x.open(tag, kNs).leaf("LastModified", iso_date(now_ms())).leaf("ETag", "\"" + etag + "\"").close(tag);
   return xml_response(200, std::move(x));
-}
-
-// Whether `key` still names `data` once its bytes were read: a put that replaced it meanwhile may have removed what
-// was read as holes (a GET's last piece, a copy's source, the RDMA path's transfer wait for this).
-bool still_names(client::NamedObjects& objects, std::string_view key, const ObjectId& data) {
-  auto again = objects.stat(key);
-  return again.is_ok() && again->data == data;
-}
-
-Status source_unchanged(CopySource& src) {
-  if (src.st.inlined) return Status::ok();  // its bytes came with its name, in one read
-  client::NamedObjects objects(*src.cont);
-  if (!still_names(objects, src.key, src.st.data))
-    return error(StatusCode::kBusy, "the copy's source was replaced while it was read: copy again");
-  return Status::ok();
 }
 
 void copy_object(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
@@ -901,7 +900,6 @@ void copy_object(const ServiceConfig& config, const User& user, Handles& handles
     Digest md5("md5");
     client::PutOptions o;
     o.attrs = [&](uint64_t) -> Result<std::string> {
-      RFOS_RETURN_IF_ERROR(source_unchanged(src));
       etag = hex_of(md5.finish());
       Attrs all = attrs;
       all.emplace_back("etag", etag);
@@ -957,10 +955,7 @@ void upload_part_copy(const ServiceConfig& config, const User& user, Handles& ha
     RFOS_RETURN_IF_ERROR(check_upload(c, req, upload_id, &failure));
     Digest md5("md5");
     RFOS_ASSIGN_OR_RETURN(etag, write_part(c, upload_id, *n, from_source(c, copy_reader(src, first, length, &md5)),
-                                           [&](uint64_t) -> Result<std::string> {
-                                             RFOS_RETURN_IF_ERROR(source_unchanged(src));
-                                             return hex_of(md5.finish());
-                                           }));
+                                           [&](uint64_t) -> Result<std::string> { return hex_of(md5.finish()); }));
     return Status::ok();
   });
   if (failure) return reply(std::move(*failure));
@@ -1229,10 +1224,7 @@ Response rdma_read(const ServiceConfig& config, const User& user, Handles& handl
   if (length > 0) {
     Status s = with_bucket(config, user, handles, req.bucket, false, [&](client::Container& c) {
       client::NamedObjects objects(c);
-      RFOS_RETURN_IF_ERROR(objects.read_granted(st, first, length, rdma.grant, 0));
-      if (!still_names(objects, req.key, st.data))
-        return error(StatusCode::kBusy, "the object was replaced while it was moved; send it again with a new token");
-      return Status::ok();
+      return replaced_under(objects.read_granted(st, first, length, rdma.grant, 0), "the object");
     });
     // What the targets cannot move (an object kept in its name's record) is declined: the client GETs it plainly.
     if (s.code() == StatusCode::kNotSupported) return rdma_decline(s.message(), res);
@@ -1385,24 +1377,14 @@ void get_object(const ServiceConfig& config, const User& user, Handles& handles,
   auto ch = std::make_shared<Channel>(4u << 20);
   r.download = ch;
   reply(std::move(r));
-  // The last piece is held back until the name still names the same data: a put that replaced the object
-  // meanwhile removes the old data, and what was read of it may be holes; the reader then gets an error (the
-  // connection cut short), never wrong bytes.
-  // Each piece goes to the socket from the buffer it was read into.
-  Chunk held;
+  // Each piece goes to the socket from the buffer it was read into. A put that replaces the object meanwhile
+  // (replaced_under) cuts the connection short: the reader sees a short body, never wrong bytes.
   Status s = with_bucket(config, user, handles, req.bucket, false, [&](client::Container& c) {
-    client::NamedObjects objects(c);
-    Status read = objects.read_range_pieces(*st, first, length, [&](client::StreamPiece piece) {
-      if (held.size() != 0) RFOS_RETURN_IF_ERROR(ch->push_wait(std::move(held)));
-      held = Chunk(std::move(piece));
-      return Status::ok();
-    });
-    if (!read.is_ok()) return read;
-    if (!still_names(objects, req.key, st->data))
-      return error(StatusCode::kNotFound, "the object was replaced while it was read");
-    return Status::ok();
+    return replaced_under(
+        client::NamedObjects(c).read_range_pieces(
+            *st, first, length, [&](client::StreamPiece piece) { return ch->push_wait(Chunk(std::move(piece))); }),
+        "the object");
   });
-  if (s.is_ok()) s = ch->push_wait(std::move(held));
   ch->finish(s);
 }
 
