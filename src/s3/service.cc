@@ -386,6 +386,9 @@ void list_objects(const ServiceConfig& config, const User& user, Handles& handle
 
 // --- objects -------------------------------------------------------------------------------------------------
 
+// A body's x-amz-checksum-*: its header ("x-amz-checksum-crc32", ...) and value.
+using ChecksumHeader = std::optional<std::pair<std::string, std::string>>;
+
 // An x-amz-checksum-* algorithm over a body: CRC32 (ISA-L, zlib's), CRC32C, CRC64NVME, SHA1, SHA256; its value
 // base64 of the big-endian CRC or the digest, as S3 gives it.
 class Checksum {
@@ -414,14 +417,16 @@ class Checksum {
     else
       crc_ = crc32c_extend(static_cast<uint32_t>(crc_), b.data(), b.size());
   }
-  std::string finish() {
-    if (digest_) return base64(digest_->finish());
+  std::string finish() { return base64(finish_raw()); }
+  // The big-endian CRC or the digest.
+  std::string finish_raw() {
+    if (digest_) return digest_->finish();
     std::string be;
     if (name_ == "crc64nvme")
       put_be64(&be, crc_);
     else
       put_be32(&be, static_cast<uint32_t>(crc_));
-    return base64(be);
+    return be;
   }
 
  private:
@@ -592,7 +597,6 @@ std::optional<Response> request_attrs(const Request& req, Attrs* attrs) {
 // stored and checked, or the S3 error; *checksum gets the body's x-amz-checksum-* (header, value) where the
 // request asked for one, set before `finish` returns. Tried again on a fresh handle only when it failed before
 // it read any body (a body is read once).
-using ChecksumHeader = std::optional<std::pair<std::string, std::string>>;
 // The answer of a PUT or UploadPart that stored its bytes: their ETag (quoted), and one more header where given
 // (the body's checksum; the RDMA path's reply).
 Response stored(std::string etag, const std::optional<std::pair<std::string, std::string>>& extra) {
@@ -702,6 +706,82 @@ std::optional<std::optional<Range>> parse_range(std::string_view h, uint64_t siz
 constexpr size_t kMinPartBytes = 5u << 20;  // every part but the last, as S3
 constexpr uint32_t kMaxParts = 10000;
 
+// A multipart upload's checksum, as CreateMultipartUpload asks for it (x-amz-checksum-algorithm, and
+// x-amz-checksum-type COMPOSITE or FULL_OBJECT): kept in the upload's attributes (kAlgAttr, kTypeAttr) until
+// completion, taken of every part, and at completion made the object's as S3 makes it: COMPOSITE, the algorithm
+// over the parts' checksums one after another, "-<parts>" after it (CRC32, CRC32C, SHA1, SHA256); FULL_OBJECT,
+// the CRC of the whole object, combined from the parts' CRCs and sizes (CRC32, CRC32C, CRC64NVME).
+struct UploadChecksum {
+  std::string alg;   // "crc32", ...; empty: none asked for
+  std::string type;  // "COMPOSITE" or "FULL_OBJECT"
+};
+constexpr std::string_view kAlgAttr = "x-amz-checksum-algorithm", kTypeAttr = "x-amz-checksum-type";
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// The XML element of a checksum: ChecksumCRC32, ...
+std::string checksum_element(std::string_view alg) { return "Checksum" + upper(std::string(alg)); }
+
+// From CreateMultipartUpload's headers into *out; the S3 error for what S3 does not make.
+std::optional<Response> upload_checksum(const Request& req, UploadChecksum* out) {
+  const std::string* alg = req.header("x-amz-checksum-algorithm");
+  const std::string* type = req.header("x-amz-checksum-type");
+  if (!alg && !type) return std::nullopt;
+  if (!alg)
+    return error_response(400, "InvalidRequest", "x-amz-checksum-type needs x-amz-checksum-algorithm",
+                          resource_of(req));
+  std::string a = *alg;
+  for (char& c : a) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const bool crc = a == "crc32" || a == "crc32c", digest = a == "sha1" || a == "sha256";
+  std::string t = type ? upper(*type) : a == "crc64nvme" ? "FULL_OBJECT" : "COMPOSITE";
+  const bool ok = t == "COMPOSITE" ? crc || digest : t == "FULL_OBJECT" && (crc || a == "crc64nvme");
+  if (!ok)
+    return error_response(400, "InvalidRequest",
+                          "The " + upper(a) + " algorithm does not make a " + t + " checksum of an object of parts",
+                          resource_of(req));
+  *out = {a, t};
+  return std::nullopt;
+}
+
+UploadChecksum upload_checksum_of(const Attrs& upload_attrs) {
+  const std::string *alg = attr(upload_attrs, kAlgAttr), *type = attr(upload_attrs, kTypeAttr);
+  return alg && type ? UploadChecksum{*alg, *type} : UploadChecksum{};
+}
+
+// A staged part's record holds its ETag (32 hex digits) and, where its request or its upload asked for one, its
+// checksum: "<etag> <alg>:<base64>".
+struct PartTag {
+  std::string etag, alg, value;
+};
+PartTag part_tag(std::string_view stored) {
+  PartTag t;
+  const size_t sp = stored.find(' '), colon = stored.find(':', sp);
+  t.etag = stored.substr(0, sp);
+  if (sp != std::string_view::npos && colon != std::string_view::npos) {
+    t.alg = stored.substr(sp + 1, colon - sp - 1);
+    t.value = stored.substr(colon + 1);
+  }
+  return t;
+}
+std::string part_tag_text(const std::string& etag, const ChecksumHeader& checksum) {
+  return checksum ? etag + " " + checksum->first.substr(15) + ":" + checksum->second : etag;
+}
+
+// A part's checksum for its upload, in `checksum` (none where the part's request named none): the S3 error, in
+// *failure, where it is of another algorithm than the upload's.
+Status check_part_checksum(const Request& req, const UploadChecksum& uc, const ChecksumHeader& checksum,
+                           std::optional<Response>* failure) {
+  if (uc.alg.empty() || !checksum || checksum->first.substr(15) == uc.alg) return Status::ok();
+  *failure = error_response(400, "InvalidRequest",
+                            "Checksum Type mismatch occurred, expected checksum Type: " + uc.alg +
+                                ", actual checksum Type: " + checksum->first.substr(15),
+                            resource_of(req));
+  return error(StatusCode::kInvalidArgument, "checksum type mismatch");
+}
+
 // The upload, checked against the request's key. When it is not there or is another key's: an error, and in
 // *failure the answer (NoSuchUpload); *failure is cleared otherwise (a call tried again on a fresh handle).
 Status check_upload(client::Container& c, const Request& req, const std::string& upload_id,
@@ -727,6 +807,12 @@ void create_upload(const ServiceConfig& config, const User& user, Handles& handl
                    const std::function<void(Response)>& reply) {
   Attrs attrs;
   if (auto bad = request_attrs(req, &attrs)) return reply(std::move(*bad));
+  UploadChecksum uc;
+  if (auto bad = upload_checksum(req, &uc)) return reply(std::move(*bad));
+  if (!uc.alg.empty()) {
+    attrs.emplace_back(kAlgAttr, uc.alg);
+    attrs.emplace_back(kTypeAttr, uc.type);
+  }
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   char id[40];
   std::snprintf(id, sizeof(id), "%016llx%016llx", static_cast<unsigned long long>(rng()),
@@ -739,7 +825,12 @@ void create_upload(const ServiceConfig& config, const User& user, Handles& handl
   Xml x;
   x.open("InitiateMultipartUploadResult", kNs).leaf("Bucket", req.bucket).leaf("Key", req.key);
   x.leaf("UploadId", upload_id).close("InitiateMultipartUploadResult");
-  reply(xml_response(200, std::move(x)));
+  Response r = xml_response(200, std::move(x));
+  if (!uc.alg.empty()) {
+    r.headers.emplace_back(std::string(kAlgAttr), upper(uc.alg));
+    r.headers.emplace_back(std::string(kTypeAttr), uc.type);
+  }
+  reply(std::move(r));
 }
 
 // S3's answer to a part number part_number did not take.
@@ -845,10 +936,11 @@ Status replaced_under(Status read, std::string_view what) {
                std::string(what) + " was replaced or removed while it was read: " + read.message() + "; ask again");
 }
 
-client::StreamSource copy_reader(CopySource& src, uint64_t offset, uint64_t length, Digest* md5) {
+client::StreamSource copy_reader(CopySource& src, uint64_t offset, uint64_t length, Digest* md5,
+                                 Checksum* checksum = nullptr) {
   auto pos = std::make_shared<uint64_t>(offset);
   const uint64_t end = offset + length;
-  return [&src, pos, end, md5](std::span<uint8_t> buf) -> Result<size_t> {
+  return [&src, pos, end, md5, checksum](std::span<uint8_t> buf) -> Result<size_t> {
     size_t n = static_cast<size_t>(std::min<uint64_t>({buf.size(), client::kMaxIoBytes, end - *pos}));
     if (n == 0) return size_t{0};
     size_t got = 0;
@@ -861,15 +953,18 @@ client::StreamSource copy_reader(CopySource& src, uint64_t offset, uint64_t leng
                                                                                    }),
                                         "the copy's source"));
     md5->update(std::string_view(reinterpret_cast<const char*>(buf.data()), got));
+    if (checksum) checksum->update(std::string_view(reinterpret_cast<const char*>(buf.data()), got));
     *pos += got;
     return got;
   };
 }
 
-// What a copy answers (CopyObjectResult, CopyPartResult).
-Response copy_result(std::string_view tag, const std::string& etag) {
+// What a copy answers (CopyObjectResult, CopyPartResult), with the copy's checksum where one was taken.
+Response copy_result(std::string_view tag, const std::string& etag, const ChecksumHeader& checksum = {}) {
   Xml x;
-  x.open(tag, kNs).leaf("LastModified", iso_date(now_ms())).leaf("ETag", "\"" + etag + "\"").close(tag);
+  x.open(tag, kNs).leaf("LastModified", iso_date(now_ms())).leaf("ETag", "\"" + etag + "\"");
+  if (checksum) x.leaf(checksum_element(checksum->first.substr(15)), checksum->second);
+  x.close(tag);
   return xml_response(200, std::move(x));
 }
 
@@ -921,8 +1016,16 @@ void upload_part(const ServiceConfig& config, const User& user, Handles& handles
   auto md5 = store_body(
       config, user, handles, req,
       [&](client::Container& c, const client::StreamSource& source, const auto& finish) -> Status {
-        RFOS_RETURN_IF_ERROR(check_upload(c, req, upload_id, &failure));
-        return write_part(c, upload_id, *n, from_source(c, source), finish).status();
+        client::NamedObjects::Upload upload;
+        RFOS_RETURN_IF_ERROR(check_upload(c, req, upload_id, &failure, &upload));
+        const UploadChecksum uc = upload_checksum_of(decode_attrs(upload.attrs));
+        return write_part(c, upload_id, *n, from_source(c, source),
+                          [&](uint64_t size) -> Result<std::string> {
+                            RFOS_ASSIGN_OR_RETURN(std::string md5, finish(size));
+                            RFOS_RETURN_IF_ERROR(check_part_checksum(req, uc, checksum, &failure));
+                            return part_tag_text(md5, checksum);
+                          })
+            .status();
       },
       &failure, &checksum);
   if (!md5.is_ok()) return reply(std::move(*failure));
@@ -951,16 +1054,27 @@ void upload_part_copy(const ServiceConfig& config, const User& user, Handles& ha
   }
   std::optional<Response> failure;
   std::string etag;
+  ChecksumHeader checksum;
   Status s = with_bucket(config, user, handles, req.bucket, true, [&](client::Container& c) -> Status {
-    RFOS_RETURN_IF_ERROR(check_upload(c, req, upload_id, &failure));
+    client::NamedObjects::Upload upload;
+    RFOS_RETURN_IF_ERROR(check_upload(c, req, upload_id, &failure, &upload));
+    // The part's checksum where its upload asked for one: taken of the bytes as they are copied.
+    const UploadChecksum uc = upload_checksum_of(decode_attrs(upload.attrs));
+    std::optional<Checksum> sum;
+    if (!uc.alg.empty()) sum = Checksum::of(uc.alg);
     Digest md5("md5");
-    RFOS_ASSIGN_OR_RETURN(etag, write_part(c, upload_id, *n, from_source(c, copy_reader(src, first, length, &md5)),
-                                           [&](uint64_t) -> Result<std::string> { return hex_of(md5.finish()); }));
+    auto reader = copy_reader(src, first, length, &md5, sum ? &*sum : nullptr);
+    RFOS_ASSIGN_OR_RETURN(std::string tag,
+                          write_part(c, upload_id, *n, from_source(c, reader), [&](uint64_t) -> Result<std::string> {
+                            etag = hex_of(md5.finish());
+                            if (sum) checksum.emplace(sum->header(), sum->finish());
+                            return part_tag_text(etag, checksum);
+                          }));
     return Status::ok();
   });
   if (failure) return reply(std::move(*failure));
   if (!s.is_ok()) return reply(error_response(s, res));
-  reply(copy_result("CopyPartResult", etag));
+  reply(copy_result("CopyPartResult", etag, checksum));
 }
 
 void complete_upload(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
@@ -973,7 +1087,12 @@ void complete_upload(const ServiceConfig& config, const User& user, Handles& han
                                 "The XML you provided was not well-formed or did not validate against our published "
                                 "schema.",
                                 res));
-  std::vector<std::pair<uint32_t, std::string>> listed;  // number, ETag
+  struct Listed {
+    uint32_t number;
+    std::string etag;
+    std::vector<std::pair<std::string, std::string>> checksums;  // (algorithm, value) the client gave
+  };
+  std::vector<Listed> listed;
   for (const XmlElement& p : doc->children) {
     if (p.name != "Part") continue;
     const XmlElement *num = p.child("PartNumber"), *etag = p.child("ETag");
@@ -982,52 +1101,108 @@ void complete_upload(const ServiceConfig& config, const User& user, Handles& han
       return reply(error_response(400, "MalformedXML", "A Part needs a PartNumber and an ETag.", res));
     std::string e = etag->text;
     if (e.size() >= 2 && e.front() == '"' && e.back() == '"') e = e.substr(1, e.size() - 2);
-    listed.emplace_back(static_cast<uint32_t>(std::stoul(num->text)), e);
+    Listed l{static_cast<uint32_t>(std::stoul(num->text)), e, {}};
+    for (const char* alg : {"crc32", "crc32c", "crc64nvme", "sha1", "sha256"})
+      if (const XmlElement* c = p.child(checksum_element(alg))) l.checksums.emplace_back(alg, c->text);
+    listed.push_back(std::move(l));
   }
   if (listed.empty()) return reply(error_response(400, "MalformedXML", "You must specify at least one part.", res));
   for (size_t i = 1; i < listed.size(); ++i)
-    if (listed[i].first <= listed[i - 1].first)
+    if (listed[i].number <= listed[i - 1].number)
       return reply(error_response(400, "InvalidPartOrder",
                                   "The list of parts was not in ascending order. Parts must be ordered by part number.",
                                   res));
   std::optional<Response> failure;
   std::string final_etag;
+  ChecksumHeader checksum;
+  std::string checksum_type;
   Status s = with_bucket(config, user, handles, req.bucket, true, [&](client::Container& c) -> Status {
     client::NamedObjects objects(c);
     client::NamedObjects::Upload upload;
     RFOS_RETURN_IF_ERROR(check_upload(c, req, upload_id, &failure, &upload));
     RFOS_ASSIGN_OR_RETURN(auto parts, objects.parts(upload_id));
+    const UploadChecksum uc = upload_checksum_of(decode_attrs(upload.attrs));
+    auto refuse = [&](Response r) {
+      failure = std::move(r);
+      return error(StatusCode::kInvalidArgument, "refused");
+    };
+    for (const Listed& l : listed) {
+      auto it = parts.find(l.number);
+      const PartTag tag = it == parts.end() ? PartTag{} : part_tag(it->second.etag);
+      bool sums_match = true;  // each checksum the client gave is the one the part was stored with
+      for (const auto& [alg, value] : l.checksums) sums_match = sums_match && alg == tag.alg && value == tag.value;
+      if (it == parts.end() || tag.etag != l.etag || !sums_match)
+        return refuse(error_response(400, "InvalidPart",
+                                     "One or more of the specified parts could not be found. The part may not have "
+                                     "been uploaded, or the specified entity tag may not match the part's entity "
+                                     "tag.",
+                                     res));
+      if (!uc.alg.empty() && tag.alg != uc.alg)
+        return refuse(error_response(400, "InvalidRequest",
+                                     "The upload was created using a " + uc.alg + " checksum; part " +
+                                         std::to_string(l.number) + " was uploaded without one",
+                                     res));
+    }
+    std::string md5s, sums;
+    uint64_t crc = 0;
+    std::optional<Checksum> composite;
+    if (uc.type == "COMPOSITE") composite = Checksum::of(uc.alg);
+    const int width = uc.alg == "crc64nvme" ? 64 : 32;
+    const uint64_t poly = uc.alg == "crc32" ? kCrc32Poly : uc.alg == "crc32c" ? kCrc32cPoly : kCrc64NvmePoly;
     std::vector<client::NamedObjects::Part> chosen;
     std::set<ObjectId> keep;
-    std::string md5s;
-    for (const auto& [n, etag] : listed) {
-      auto it = parts.find(n);
-      if (it == parts.end() || it->second.etag != etag) {
-        failure = error_response(400, "InvalidPart",
-                                 "One or more of the specified parts could not be found. The part may not have been "
-                                 "uploaded, or the specified entity tag may not match the part's entity tag.",
-                                 res);
-        return error(StatusCode::kInvalidArgument, "invalid part");
-      }
-    }
     for (size_t i = 0; i < listed.size(); ++i) {
-      auto it = parts.find(listed[i].first);
-      if (i + 1 < listed.size() && it->second.part.size < kMinPartBytes) {
-        failure =
-            error_response(400, "EntityTooSmall", "Your proposed upload is smaller than the minimum allowed size", res);
-        return error(StatusCode::kInvalidArgument, "too small");
-      }
+      auto it = parts.find(listed[i].number);
+      if (i + 1 < listed.size() && it->second.part.size < kMinPartBytes)
+        return refuse(error_response(400, "EntityTooSmall",
+                                     "Your proposed upload is smaller than the minimum allowed size", res));
       chosen.push_back(it->second.part);
       keep.insert(it->second.part.data);
-      md5s += from_hex(it->second.etag).value_or("");  // a part's ETag is the hex MD5 this gateway took
+      const PartTag tag = part_tag(it->second.etag);
+      md5s += from_hex(tag.etag).value_or("");  // a part's ETag is the hex MD5 this gateway took
+      if (uc.alg.empty()) continue;
+      auto raw = from_base64(tag.value);  // the gateway's own: what it computed of the part
+      if (!raw || raw->size() != (uc.type == "FULL_OBJECT" ? size_t(width / 8) : raw->size()))
+        return error(StatusCode::kCorruption, "a part's stored checksum is malformed");
+      if (composite) {
+        composite->update(*raw);
+      } else {
+        uint64_t part_crc = width == 64 ? get_be64(raw->data()) : get_be32(raw->data());
+        crc = i == 0 ? part_crc : crc_combine(crc, part_crc, it->second.part.size, poly, width);
+      }
     }
     Digest d("md5");
     d.update(md5s);
     final_etag = hex_of(d.finish()) + "-" + std::to_string(listed.size());
+    if (!uc.alg.empty()) {
+      std::string value;
+      if (composite) {
+        value = composite->finish() + "-" + std::to_string(listed.size());
+      } else {
+        std::string be;
+        if (width == 64)
+          put_be64(&be, crc);
+        else
+          put_be32(&be, static_cast<uint32_t>(crc));
+        value = base64(be);
+      }
+      checksum.emplace("x-amz-checksum-" + uc.alg, value);
+      checksum_type = uc.type;
+      // The whole object's checksum the client may send with the completion (FULL_OBJECT's): it must agree.
+      if (const std::string* given = req.header(checksum->first); given && *given != value)
+        return refuse(error_response(400, "BadDigest",
+                                     "The " + uc.alg + " you specified did not match the calculated checksum.", res));
+    }
     client::PutOptions o;
     o.attrs = [&](uint64_t) -> Result<std::string> {
-      Attrs all = decode_attrs(upload.attrs);
+      Attrs all;
+      for (auto& [k, v] : decode_attrs(upload.attrs))
+        if (k != kAlgAttr && k != kTypeAttr) all.emplace_back(k, v);
       all.emplace_back("etag", final_etag);
+      if (checksum) {
+        all.push_back(*checksum);
+        all.emplace_back(kTypeAttr, checksum_type);
+      }
       return encode_attrs(all);
     };
     RFOS_RETURN_IF_ERROR(objects.put_parts(req.key, chosen, o));
@@ -1038,7 +1213,10 @@ void complete_upload(const ServiceConfig& config, const User& user, Handles& han
   if (!s.is_ok()) return reply(error_response(s, res));
   Xml x;
   x.open("CompleteMultipartUploadResult", kNs).leaf("Location", res).leaf("Bucket", req.bucket);
-  x.leaf("Key", req.key).leaf("ETag", "\"" + final_etag + "\"").close("CompleteMultipartUploadResult");
+  x.leaf("Key", req.key).leaf("ETag", "\"" + final_etag + "\"");
+  if (checksum)
+    x.leaf(checksum_element(checksum->first.substr(15)), checksum->second).leaf("ChecksumType", checksum_type);
+  x.close("CompleteMultipartUploadResult");
   reply(xml_response(200, std::move(x)));
 }
 
@@ -1060,8 +1238,9 @@ void list_parts(const ServiceConfig& config, const User& user, Handles& handles,
                 const std::function<void(Response)>& reply) {
   std::optional<Response> failure;
   std::map<uint32_t, client::NamedObjects::StagedPart> parts;
+  client::NamedObjects::Upload upload;
   Status s = with_bucket(config, user, handles, req.bucket, false, [&](client::Container& c) -> Status {
-    RFOS_RETURN_IF_ERROR(check_upload(c, req, *req.param("uploadId"), &failure));
+    RFOS_RETURN_IF_ERROR(check_upload(c, req, *req.param("uploadId"), &failure, &upload));
     RFOS_ASSIGN_OR_RETURN(parts, client::NamedObjects(c).parts(*req.param("uploadId")));
     return Status::ok();
   });
@@ -1078,6 +1257,8 @@ void list_parts(const ServiceConfig& config, const User& user, Handles& handles,
   Xml x;
   x.open("ListPartsResult", kNs).leaf("Bucket", req.bucket).leaf("Key", req.key);
   x.leaf("UploadId", *req.param("uploadId")).leaf("PartNumberMarker", std::to_string(marker));
+  if (const UploadChecksum uc = upload_checksum_of(decode_attrs(upload.attrs)); !uc.alg.empty())
+    x.leaf("ChecksumAlgorithm", upper(uc.alg)).leaf("ChecksumType", uc.type);
   std::string body;
   size_t given = 0;
   uint32_t last = marker;
@@ -1090,8 +1271,11 @@ void list_parts(const ServiceConfig& config, const User& user, Handles& handles,
     }
     Xml part;
     part.s.clear();
-    part.open("Part").leaf("PartNumber", std::to_string(n)).leaf("ETag", "\"" + p.etag + "\"");
-    part.leaf("Size", std::to_string(p.part.size)).close("Part");
+    const PartTag tag = part_tag(p.etag);
+    part.open("Part").leaf("PartNumber", std::to_string(n)).leaf("ETag", "\"" + tag.etag + "\"");
+    part.leaf("Size", std::to_string(p.part.size));
+    if (!tag.alg.empty()) part.leaf(checksum_element(tag.alg), tag.value);
+    part.close("Part");
     body += part.s;
     last = n;
     ++given;

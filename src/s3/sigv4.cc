@@ -122,6 +122,20 @@ std::string base64(std::string_view bytes) {
   return out;
 }
 
+std::optional<std::string> from_base64(std::string_view text) {
+  if (text.size() % 4 != 0) return std::nullopt;
+  std::string out(text.size() / 4 * 3, '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(text.size()));
+  if (n < 0) return std::nullopt;
+  // EVP_DecodeBlock keeps the zero bytes the padding stands for, and takes blanks and sloppy padding: what
+  // encodes back to the same text is canonical.
+  size_t pad = text.ends_with("==") ? 2 : text.ends_with("=") ? 1 : 0;
+  out.resize(static_cast<size_t>(n) - pad);
+  if (base64(out) != text) return std::nullopt;
+  return out;
+}
+
 bool equal_secret(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }

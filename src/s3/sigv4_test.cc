@@ -1,8 +1,13 @@
 // Signature V4 against the worked examples of AWS's documentation (the signature test suite's get-vanilla, the
 // S3 GET Object example, and the aws-chunked upload example with its chain of chunk signatures), and its parsers'
 // refusals.
-#include "s3/sigv4.h"
+#include <isa-l/crc.h>
+
+#include <functional>
+
+#include "common/crc32c.h"
 #include "s3/crc64.h"
+#include "s3/sigv4.h"
 #include "s3/xml.h"
 
 #include <gtest/gtest.h>
@@ -186,6 +191,45 @@ TEST(Checksums, Crc64NvmeCheckValueAndPieces) {
     EXPECT_EQ(crc64nvme(crc64nvme(0, data.data(), cut), data.data() + cut, data.size() - cut), whole) << cut;
   data[5000] ^= 1;
   EXPECT_NE(crc64nvme(0, data.data(), data.size()), whole);
+}
+
+TEST(Checksums, CombinedCrcsAreTheWholeOnes) {
+  std::string data(70001, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + (i >> 9));
+  const std::string_view d(data);
+  struct Crc {
+    uint64_t poly;
+    int width;
+    std::function<uint64_t(std::string_view)> of;
+  };
+  const Crc crcs[] = {
+      {kCrc64NvmePoly, 64, [](std::string_view b) { return crc64nvme(0, b.data(), b.size()); }},
+      {kCrc32Poly, 32,
+       [](std::string_view b) {
+         return uint64_t{crc32_gzip_refl(0, reinterpret_cast<const unsigned char*>(b.data()), b.size())};
+       }},
+      {kCrc32cPoly, 32, [](std::string_view b) { return uint64_t{crc32c_extend(0, b.data(), b.size())}; }},
+  };
+  for (const Crc& c : crcs)
+    for (size_t cut : {size_t{0}, size_t{1}, size_t{4096}, size_t{65536}, data.size()}) {
+      EXPECT_EQ(crc_combine(c.of(d.substr(0, cut)), c.of(d.substr(cut)), data.size() - cut, c.poly, c.width), c.of(d))
+          << c.poly << " cut at " << cut;
+    }
+  // Three pieces, as three parts.
+  const Crc& c = crcs[1];
+  uint64_t acc = c.of(d.substr(0, 100));
+  acc = crc_combine(acc, c.of(d.substr(100, 30000)), 30000, c.poly, c.width);
+  acc = crc_combine(acc, c.of(d.substr(30100)), data.size() - 30100, c.poly, c.width);
+  EXPECT_EQ(acc, c.of(d));
+}
+
+TEST(Base64, StrictDecoding) {
+  for (std::string s :
+       {std::string(), std::string("f"), std::string("fo"), std::string("foo"), std::string("\0\xff\x10\x80", 4)})
+    EXPECT_EQ(from_base64(base64(s)), s);
+  EXPECT_EQ(from_base64("AAAAAA=="), std::string(4, '\0'));
+  for (const char* bad : {"A", "AAA", "AA=A", "A===", "AAAAAA=", "AB==", "AA A", "AAAA\n", "!!!!"})
+    EXPECT_FALSE(from_base64(bad).has_value()) << bad;
 }
 
 TEST(Xml, RequestBodiesAndTheirRefusals) {

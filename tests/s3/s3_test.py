@@ -8,6 +8,7 @@ bad digests and cut-off uploads, each of which must change nothing.
 Real processes on loopback: an `rfos server` (ucx+tcp pinned to lo) and `rfos s3` on 127.0.0.1.
 Needs Debian's python3-boto3, awscli, rclone and s3cmd (scripts/install-deps); fails, saying so, without them.
 """
+import base64
 import datetime
 import hashlib
 import hmac
@@ -23,6 +24,7 @@ import unittest
 import urllib.error
 import urllib.parse
 import urllib.request
+import zlib
 
 try:
     import boto3
@@ -652,6 +654,78 @@ class S3Test(unittest.TestCase):
             self.assertEqual(r.status, status, r.read())
         got = self.s3.head_object(Bucket=b, Key="crc64", ChecksumMode="ENABLED")
         self.assertEqual(got["ResponseMetadata"]["HTTPHeaders"].get("x-amz-checksum-crc64nvme"), want)
+
+    def test_multipart_checksums(self):
+        b = self.bucket("mpsums")
+        parts = [os.urandom(5 << 20), os.urandom(1000)]
+        crc32 = lambda d: base64.b64encode(zlib.crc32(d).to_bytes(4, "big")).decode()
+        # COMPOSITE (the default for CRC32 and SHA256): the algorithm over the parts' checksums, "-<parts>".
+        for alg, raw in (("CRC32", lambda d: zlib.crc32(d).to_bytes(4, "big")),
+                         ("SHA256", lambda d: hashlib.sha256(d).digest())):
+            key = "composite-" + alg
+            up = self.s3.create_multipart_upload(Bucket=b, Key=key, ChecksumAlgorithm=alg)
+            self.assertEqual(up["ChecksumAlgorithm"], alg)
+            done = []
+            for i, data in enumerate(parts):
+                r = self.s3.upload_part(Bucket=b, Key=key, UploadId=up["UploadId"], PartNumber=i + 1, Body=data,
+                                        ChecksumAlgorithm=alg)
+                self.assertEqual(r["Checksum" + alg], base64.b64encode(raw(data)).decode())
+                done.append({"PartNumber": i + 1, "ETag": r["ETag"], "Checksum" + alg: r["Checksum" + alg]})
+            listed = self.s3.list_parts(Bucket=b, Key=key, UploadId=up["UploadId"])
+            self.assertEqual(listed["ChecksumAlgorithm"], alg)
+            self.assertEqual([p["Checksum" + alg] for p in listed["Parts"]], [d["Checksum" + alg] for d in done])
+            # A part's checksum that is not the one it was stored with: refused, the upload still there.
+            wrong = [dict(done[0], **{"Checksum" + alg: done[1]["Checksum" + alg]}), done[1]]
+            self.assertEqual(error_code(lambda: self.s3.complete_multipart_upload(
+                Bucket=b, Key=key, UploadId=up["UploadId"], MultipartUpload={"Parts": wrong})), "InvalidPart")
+            r = self.s3.complete_multipart_upload(Bucket=b, Key=key, UploadId=up["UploadId"],
+                                                  MultipartUpload={"Parts": done})
+            want = base64.b64encode(raw(b"".join(raw(d) for d in parts))).decode() + "-2"
+            self.assertEqual(r["Checksum" + alg], want)
+            got = self.s3.head_object(Bucket=b, Key=key, ChecksumMode="ENABLED")
+            self.assertEqual(got["Checksum" + alg], want)
+            self.assertEqual(got["ResponseMetadata"]["HTTPHeaders"]["x-amz-checksum-type"], "COMPOSITE")
+            self.assertNotIn("Checksum" + alg, self.s3.head_object(Bucket=b, Key=key))
+            self.assertEqual(self.s3.get_object(Bucket=b, Key=key, ChecksumMode="ENABLED")["Body"].read(),
+                             b"".join(parts))
+        # FULL_OBJECT (asked for with x-amz-checksum-type, which this botocore does not know): the CRC of the whole
+        # object, combined from the parts'; a part copied from an object gets its checksum too.
+        self.s3.put_object(Bucket=b, Key="source", Body=parts[1])
+
+        def full_object(request, **kwargs):
+            request.headers["x-amz-checksum-type"] = "FULL_OBJECT"
+        client = self.c.client()
+        client.meta.events.register("before-sign.s3.CreateMultipartUpload", full_object)
+        up = client.create_multipart_upload(Bucket=b, Key="full", ChecksumAlgorithm="CRC32")
+        self.assertEqual(up["ResponseMetadata"]["HTTPHeaders"]["x-amz-checksum-type"], "FULL_OBJECT")
+        first = self.s3.upload_part(Bucket=b, Key="full", UploadId=up["UploadId"], PartNumber=1, Body=parts[0],
+                                    ChecksumAlgorithm="CRC32")
+        second = self.s3.upload_part_copy(Bucket=b, Key="full", UploadId=up["UploadId"], PartNumber=2,
+                                          CopySource={"Bucket": b, "Key": "source"})["CopyPartResult"]
+        self.assertEqual(second["ChecksumCRC32"], crc32(parts[1]))
+        r = self.s3.complete_multipart_upload(
+            Bucket=b, Key="full", UploadId=up["UploadId"],
+            MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": first["ETag"]},
+                                       {"PartNumber": 2, "ETag": second["ETag"]}]})
+        self.assertEqual(r["ChecksumCRC32"], crc32(b"".join(parts)))
+        got = self.s3.head_object(Bucket=b, Key="full", ChecksumMode="ENABLED")
+        self.assertEqual(got["ChecksumCRC32"], crc32(b"".join(parts)))
+        self.assertEqual(got["ResponseMetadata"]["HTTPHeaders"]["x-amz-checksum-type"], "FULL_OBJECT")
+        # botocore checks a whole object's checksum as it reads the body.
+        self.assertEqual(self.s3.get_object(Bucket=b, Key="full", ChecksumMode="ENABLED")["Body"].read(),
+                         b"".join(parts))
+        # Refusals: a pair S3 does not make, a part of another algorithm, a part without one; nothing is made.
+        self.assertEqual(error_code(lambda: client.create_multipart_upload(Bucket=b, Key="no", ChecksumAlgorithm="SHA1")),
+                         "InvalidRequest")
+        up = self.s3.create_multipart_upload(Bucket=b, Key="no", ChecksumAlgorithm="CRC32")["UploadId"]
+        self.assertEqual(error_code(lambda: self.s3.upload_part(Bucket=b, Key="no", UploadId=up, PartNumber=1,
+                                                                Body=b"x", ChecksumAlgorithm="SHA1")), "InvalidRequest")
+        e = self.s3.upload_part(Bucket=b, Key="no", UploadId=up, PartNumber=1, Body=b"x")["ETag"]
+        self.assertEqual(error_code(lambda: self.s3.complete_multipart_upload(
+            Bucket=b, Key="no", UploadId=up, MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": e}]})),
+            "InvalidRequest")
+        self.assertEqual(error_code(lambda: self.s3.head_object(Bucket=b, Key="no")), "404")
+        self.s3.abort_multipart_upload(Bucket=b, Key="no", UploadId=up)
 
     def test_rclone_and_s3cmd(self):
         tree = tempfile.mkdtemp(dir=self.c.dir)
