@@ -80,6 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     case 4:
       ok = uri_decode(in).is_ok() && parse_amz_date(in.substr(0, 16)).is_ok();
+      if (auto b = from_base64(in); b && base64(*b) != in) std::abort();  // accepted means canonical
       break;
     case 5: {
       auto doc = parse_xml(in);
