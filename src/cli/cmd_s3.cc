@@ -19,6 +19,8 @@ void add_s3_command(CLI::App& app, Context& ctx) {
   cmd->add_option("--pool", flags->pool, "the pool whose containers are the buckets (default 'default')");
   cmd->add_option("--provider", flags->provider, "data-plane provider (default: the pool's)");
   cmd->add_option("--region", flags->region, "the region clients sign for (default us-east-1)");
+  cmd->add_option("--domain", flags->domains,
+                  "serve virtual-hosted-style requests: a Host of BUCKET.DOMAIN names the bucket (repeatable)");
   cmd->add_option("--keys-file", flags->keys_file,
                   "where the key pair made at the first start lives (default ~/.config/rfos/s3-keys.yaml)");
   cmd->add_option("--workers", flags->workers, "threads making storage calls (default 8)");
@@ -33,6 +35,7 @@ void add_s3_command(CLI::App& app, Context& ctx) {
     if (cmd->count("--pool")) config->pool = flags->pool;
     if (cmd->count("--provider")) config->provider = flags->provider;
     if (cmd->count("--region")) config->region = flags->region;
+    if (cmd->count("--domain")) config->domains = flags->domains;
     if (cmd->count("--keys-file")) config->keys_file = flags->keys_file;
     if (cmd->count("--workers")) config->workers = flags->workers;
     if (cmd->count("--https-cert")) config->https_cert = flags->https_cert;

@@ -183,6 +183,11 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
     req_.query = std::move(parsed->query);
     req_.bucket = std::move(parsed->bucket);
     req_.key = std::move(parsed->key);
+    if (const std::string* host = req_.header("host"))
+      if (auto bucket = bucket_of_host(*host, gw_.config.domains)) {
+        req_.bucket = std::move(*bucket);
+        req_.key = req_.path.substr(1);
+      }
     auto who = gw_.authenticate(req_);
     if (auto* r = std::get_if<Response>(&who)) return fail(std::move(*r));
     user_ = std::get<const User*>(who);
@@ -582,7 +587,7 @@ Status load_gateway_config(const std::string& path, GatewayConfig* config) {
   RFOS_ASSIGN_OR_RETURN(YAML::Node root,
                         load_yaml_mapping(path, {"listen", "control_address", "tls_ca", "tls_cert", "tls_key", "pool",
                                                  "provider", "region", "keys", "keys_file", "workers", "timeout_ms",
-                                                 "https_cert", "https_key", "anonymous_user"}));
+                                                 "https_cert", "https_key", "anonymous_user", "domains"}));
   if (root.IsNull()) return Status::ok();
   try {
     if (root["listen"]) config->listen = root["listen"].as<std::string>();
@@ -596,6 +601,9 @@ Status load_gateway_config(const std::string& path, GatewayConfig* config) {
     if (root["https_key"]) config->https_key = root["https_key"].as<std::string>();
     if (root["provider"]) config->provider = root["provider"].as<std::string>();
     if (root["region"]) config->region = root["region"].as<std::string>();
+    if (root["domains"])
+      config->domains = root["domains"].IsSequence() ? root["domains"].as<std::vector<std::string>>()
+                                                     : std::vector<std::string>{root["domains"].as<std::string>()};
     if (root["keys_file"]) config->keys_file = root["keys_file"].as<std::string>();
     if (root["workers"]) config->workers = root["workers"].as<uint32_t>();
     if (root["timeout_ms"]) config->timeout_ms = root["timeout_ms"].as<uint32_t>();

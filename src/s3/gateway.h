@@ -34,6 +34,10 @@ struct GatewayConfig {
   std::string pool = "default";  // where buckets are containers
   std::string provider;          // data plane; "": the pool's
   std::string region = "us-east-1";
+  // Virtual-hosted-style requests: a Host of "<bucket>.<domain>" for one of these names the bucket, and the
+  // path is all key (the DNS names must lead to the gateway: a wildcard record, or /etc/hosts). Path-style
+  // requests work either way.
+  std::vector<std::string> domains;
   std::vector<AccessKey> keys;
   // With no keys configured: where the gateway keeps the key pair it makes at its first start (0600 in a 0700
   // directory). "": $HOME/.config/rfos/s3-keys.yaml.

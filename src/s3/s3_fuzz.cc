@@ -81,6 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 4:
       ok = uri_decode(in).is_ok() && parse_amz_date(in.substr(0, 16)).is_ok();
       if (auto b = from_base64(in); b && base64(*b) != in) std::abort();  // accepted means canonical
+      if (auto b = bucket_of_host(in, {"s3.test", "localhost"}); b && b->empty()) std::abort();
       break;
     case 5: {
       auto doc = parse_xml(in);

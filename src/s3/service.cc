@@ -388,6 +388,9 @@ void list_objects(const ServiceConfig& config, const User& user, Handles& handle
 
 // A body's x-amz-checksum-*: its header ("x-amz-checksum-crc32", ...) and value.
 using ChecksumHeader = std::optional<std::pair<std::string, std::string>>;
+// An object's checksum type beside it (FULL_OBJECT: of its bytes; COMPOSITE: of its parts' checksums), and an
+// upload's algorithm until its completion.
+constexpr std::string_view kAlgAttr = "x-amz-checksum-algorithm", kTypeAttr = "x-amz-checksum-type";
 
 // An x-amz-checksum-* algorithm over a body: CRC32 (ISA-L, zlib's), CRC32C, CRC64NVME, SHA1, SHA256; its value
 // base64 of the big-endian CRC or the digest, as S3 gives it.
@@ -658,7 +661,10 @@ void put_object(const ServiceConfig& config, const User& user, Handles& handles,
           RFOS_ASSIGN_OR_RETURN(std::string md5, finish(size));
           Attrs all = attrs;
           all.emplace_back("etag", md5);
-          if (checksum) all.push_back(*checksum);
+          if (checksum) {
+            all.push_back(*checksum);
+            all.emplace_back(kTypeAttr, "FULL_OBJECT");
+          }
           return encode_attrs(all);
         };
         return client::NamedObjects(c).put(req.key, source, {}, o);
@@ -715,8 +721,6 @@ struct UploadChecksum {
   std::string alg;   // "crc32", ...; empty: none asked for
   std::string type;  // "COMPOSITE" or "FULL_OBJECT"
 };
-constexpr std::string_view kAlgAttr = "x-amz-checksum-algorithm", kTypeAttr = "x-amz-checksum-type";
-
 std::string upper(std::string s) {
   for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return s;

@@ -216,6 +216,21 @@ Result<Target> parse_target(std::string_view target) {
   return t;
 }
 
+std::optional<std::string> bucket_of_host(std::string_view host, const std::vector<std::string>& domains) {
+  if (host.empty() || host.front() == '[') return std::nullopt;  // an IPv6 literal names no bucket
+  if (const size_t colon = host.rfind(':'); colon != std::string_view::npos) host = host.substr(0, colon);
+  std::string h(host);
+  for (char& c : h) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const std::string& domain : domains) {
+    if (domain.empty() || h.size() < domain.size() + 2 || h[h.size() - domain.size() - 1] != '.') continue;
+    bool same = true;
+    for (size_t i = 0; i < domain.size() && same; ++i)
+      same = h[h.size() - domain.size() + i] == std::tolower(static_cast<unsigned char>(domain[i]));
+    if (same) return h.substr(0, h.size() - domain.size() - 1);
+  }
+  return std::nullopt;
+}
+
 Result<Auth> parse_authorization(std::string_view header) {
   constexpr std::string_view kAlgo = "AWS4-HMAC-SHA256 ";
   if (!header.starts_with(kAlgo)) return malformed("the Authorization header is not AWS4-HMAC-SHA256");

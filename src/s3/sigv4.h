@@ -69,6 +69,9 @@ struct Target {
   std::string key;
 };
 Result<Target> parse_target(std::string_view target);
+// Virtual-hosted-style addressing: the bucket a Host header names as "<bucket>.<domain>[:port]" for one of
+// `domains` (compared without case, as DNS names are); nullopt for any other host (path-style: the path names it).
+std::optional<std::string> bucket_of_host(std::string_view host, const std::vector<std::string>& domains);
 
 // What a request's signature says of itself.
 struct Auth {

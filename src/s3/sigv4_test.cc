@@ -148,6 +148,19 @@ TEST(SigV4, RequestTargets) {
   EXPECT_FALSE(parse_target("/b/k?x=%4").is_ok());
 }
 
+TEST(SigV4, VirtualHostedBuckets) {
+  const std::vector<std::string> domains = {"s3.example.com", "localhost"};
+  EXPECT_EQ(bucket_of_host("data.s3.example.com", domains), "data");
+  EXPECT_EQ(bucket_of_host("My.Data.S3.Example.COM:9000", domains), "my.data");
+  EXPECT_EQ(bucket_of_host("b.localhost:9000", domains), "b");
+  EXPECT_EQ(bucket_of_host("s3.example.com", domains), std::nullopt);  // the service itself: path-style
+  EXPECT_EQ(bucket_of_host(".s3.example.com", domains), std::nullopt);
+  EXPECT_EQ(bucket_of_host("datas3.example.com", domains), std::nullopt);
+  EXPECT_EQ(bucket_of_host("127.0.0.1:9000", domains), std::nullopt);
+  EXPECT_EQ(bucket_of_host("[::1]:9000", domains), std::nullopt);
+  EXPECT_EQ(bucket_of_host("data.s3.example.com", {}), std::nullopt);
+}
+
 TEST(SigV4, PresignedQueriesAndTheirRefusals) {
   auto q = parse_query(
       "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2F"

@@ -65,7 +65,8 @@ class Cluster:
         self.keys_file = os.path.join(self.dir, "keys", "s3-keys.yaml")
         self.gateway_log = open(os.path.join(self.dir, "gateway.log"), "w+")
         self.gateway = subprocess.Popen(
-            [RFOS, "--addr", self.addr, "s3", "--listen", "127.0.0.1:0", "--keys-file", self.keys_file],
+            [RFOS, "--addr", self.addr, "s3", "--listen", "127.0.0.1:0", "--keys-file", self.keys_file,
+             "--domain", "s3.test"],
             env=ENV, stdout=subprocess.PIPE, stderr=self.gateway_log, text=True)
         line = wait_line(self.gateway, "listening on http://", "rfos s3")
         self.endpoint = line.split("listening on ")[1].split()[0]
@@ -613,6 +614,7 @@ class S3Test(unittest.TestCase):
             got = self.s3.get_object(Bucket=b, Key=alg, ChecksumMode="ENABLED")
             self.assertEqual(got["Body"].read(), data)  # botocore checks the checksum it is given
             self.assertEqual(got["Checksum" + alg], r["Checksum" + alg])
+            self.assertEqual(got["ResponseMetadata"]["HTTPHeaders"]["x-amz-checksum-type"], "FULL_OBJECT")
             self.assertNotIn("Checksum" + alg, self.s3.get_object(Bucket=b, Key=alg))
         # A wrong value is BadDigest, and the object stays as it was.
         r = self.raw_put("/%s/CRC32" % b, b"other bytes", {"x-amz-checksum-crc32": "AAAAAA=="},
@@ -726,6 +728,40 @@ class S3Test(unittest.TestCase):
             "InvalidRequest")
         self.assertEqual(error_code(lambda: self.s3.head_object(Bucket=b, Key="no")), "404")
         self.s3.abort_multipart_upload(Bucket=b, Key="no", UploadId=up)
+
+    def test_virtual_hosted_buckets(self):
+        # The gateway serves the domain s3.test (--domain): a Host of "<bucket>.s3.test" names the bucket. The names
+        # lead to it by a resolver given to this process, as a wildcard DNS record would lead real clients.
+        real = socket.getaddrinfo
+
+        def resolve(host, *args, **kwargs):
+            return real("127.0.0.1" if host == "s3.test" or host.endswith(".s3.test") else host, *args, **kwargs)
+        socket.getaddrinfo = resolve
+        try:
+            v = boto3.client("s3", endpoint_url="http://s3.test:%d" % self.c.port, region_name="us-east-1",
+                             aws_access_key_id=self.c.access, aws_secret_access_key=self.c.secret,
+                             config=Config(s3={"addressing_style": "virtual"}, retries={"max_attempts": 1},
+                                           signature_version="s3v4"))
+            v.create_bucket(Bucket="vhosted")
+            v.put_object(Bucket="vhosted", Key="dir/a key", Body=b"virtual")
+            self.assertEqual(v.get_object(Bucket="vhosted", Key="dir/a key")["Body"].read(), b"virtual")
+            self.assertEqual(self.s3.get_object(Bucket="vhosted", Key="dir/a key")["Body"].read(), b"virtual")
+            self.assertEqual([o["Key"] for o in v.list_objects_v2(Bucket="vhosted")["Contents"]], ["dir/a key"])
+            self.assertIn("vhosted", [b["Name"] for b in v.list_buckets()["Buckets"]])  # s3.test itself: path-style
+            url = v.generate_presigned_url("get_object", Params={"Bucket": "vhosted", "Key": "dir/a key"})
+            self.assertTrue(url.startswith("http://vhosted.s3.test:"), url)
+            self.assertEqual(urllib.request.urlopen(url).read(), b"virtual")
+            # A signature made for one bucket's host does not pass for another's.
+            self.bucket("other")
+            r = http.client.HTTPConnection("127.0.0.1", self.c.port)
+            r.request("GET", urllib.parse.urlsplit(url).path + "?" + urllib.parse.urlsplit(url).query,
+                      headers={"Host": "other.s3.test:%d" % self.c.port})
+            self.assertEqual(r.getresponse().status, 403)
+            v.delete_object(Bucket="vhosted", Key="dir/a key")
+            v.delete_bucket(Bucket="vhosted")
+            self.assertNotIn("vhosted", [b["Name"] for b in self.s3.list_buckets()["Buckets"]])
+        finally:
+            socket.getaddrinfo = real
 
     def test_rclone_and_s3cmd(self):
         tree = tempfile.mkdtemp(dir=self.c.dir)
