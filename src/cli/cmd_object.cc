@@ -274,7 +274,7 @@ void add_object_commands(CLI::App& app, Context& ctx) {
       auto found = app.is_ok() ? (*app)->object_call(agent::ObjectOp::kStat, a.pool, a.cont, a.key)
                                : Result<agent::Message>(app.status());
       if (!ctx.check(found.status(), "get")) return;
-      st = client::ObjectStat{a.key, found->value, {}, false, 0, {}};
+      st = client::ObjectStat{a.key, found->value, {}, false, 0, {}, false, false, {}};
     } else if (is_path(a.key)) {
       m = open_ns(ctx, a);
       if (!ctx.check(m.status(), "get")) return;
@@ -282,7 +282,7 @@ void add_object_commands(CLI::App& app, Context& ctx) {
       if (file.is_ok() && !posix::Namespace::permits(*file, posix::Cred::of_process(), R_OK))
         file = error(StatusCode::kPermissionDenied, a.key + ": no read permission");
       if (!ctx.check(file.status(), "get")) return;
-      st = client::ObjectStat{a.key, file->size, file->oid, false, 0, {}};
+      st = client::ObjectStat{a.key, file->size, file->oid, false, 0, {}, false, false, {}};
     } else {
       cont = open_cont(ctx, a, false);
       if (!ctx.check(cont.status(), "get")) return;

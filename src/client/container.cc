@@ -501,6 +501,28 @@ Status Container::punch_extent(const ObjectId& oid, std::string_view dkey, std::
   return impl_->roundtrip(impl_->target_of(q), q, {}, {}, nullptr);
 }
 
+std::vector<Status> Container::update_keys(std::span<const KeyUpdate> updates) {
+  std::vector<Status> out(updates.size(), Status::ok());
+  if (Status w = impl_->writable(); !w.is_ok()) return std::vector<Status>(updates.size(), w);
+  std::vector<std::pair<size_t, uint64_t>> ids;
+  for (size_t i = 0; i < updates.size(); ++i) {
+    const KeyUpdate& u = updates[i];
+    const bool put = u.kind == KeyUpdate::Kind::kPut;
+    wire::Request q =
+        put ? make_request(wire::Op::kUpdate, wire::Kind::kSingle, u.oid, u.dkey, u.akey, 0, u.value.size())
+            : make_request(wire::Op::kPunchAkey, wire::Kind::kArray, u.oid, u.dkey, u.akey);
+    if (put) q.csums.push_back(crc32c(u.value.data(), u.value.size()));
+    Iov v{const_cast<char*>(u.value.data()), u.value.size()};
+    auto id = impl_->submit(impl_->target_of(q), q, put ? std::span<const Iov>(&v, 1) : std::span<const Iov>(), {});
+    if (id.is_ok())
+      ids.emplace_back(i, *id);
+    else
+      out[i] = id.status();
+  }
+  for (auto [i, id] : ids) out[i] = impl_->calls->wait_for(id).done.status;  // every one, so none is left in flight
+  return out;
+}
+
 Status Container::insert_value(const ObjectId& oid, std::string_view dkey, std::string_view akey,
                                std::string_view value) {
   RFOS_RETURN_IF_ERROR(impl_->writable());

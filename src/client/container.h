@@ -162,6 +162,15 @@ class Container {
   Status punch_akey(const ObjectId& oid, std::string_view dkey, std::string_view akey);
   Status punch_extent(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
                       uint64_t length);
+  // Single-value puts and akey punches sent all at once, each then waited for: one round trip where as many in a
+  // row would be several. They land in no order among themselves (each on its key's target, on its own), so a
+  // caller puts in one batch only what may land in any order, or fail alone. Each one's status, in order.
+  struct KeyUpdate {
+    enum class Kind { kPut, kPunchAkey } kind = Kind::kPut;
+    ObjectId oid;
+    std::string_view dkey, akey, value;  // value: kPut's
+  };
+  std::vector<Status> update_keys(std::span<const KeyUpdate> updates);
   // Stores a single value only when (dkey, akey) has none: kAlreadyExists otherwise. Of racing inserts from
   // any number of clients exactly one succeeds (the key's target serializes them).
   Status insert_value(const ObjectId& oid, std::string_view dkey, std::string_view akey, std::string_view value);

@@ -146,6 +146,20 @@ Result<std::vector<std::string>> NamedObjects::clear_pending(const ObjectId& rec
   auto akeys = c_.list_akeys(record, kMeta);
   if (akeys.status().code() == StatusCode::kNotFound) return std::vector<std::string>{};
   RFOS_RETURN_IF_ERROR(akeys.status());
+  // The data the record names, read once a pending entry is found to be stale: a put that died after its swap
+  // but before it dropped its entry left it naming that data, which stays; only the entry goes.
+  std::optional<ObjectId> live;
+  bool looked = false;
+  auto names_live = [&](const ObjectId& oid) -> Result<bool> {
+    if (!looked) {
+      auto object = c_.get_value(record, kMeta, kObject);
+      if (!object.is_ok() && object.status().code() != StatusCode::kNotFound) return object.status();
+      if (object.is_ok())
+        if (auto ref = decode_object(*object); ref.is_ok()) live = ref->oid;
+      looked = true;
+    }
+    return live == oid;
+  };
   for (const std::string& a : *akeys) {
     std::string id;
     if (a == kPending) {
@@ -171,7 +185,10 @@ Result<std::vector<std::string>> NamedObjects::clear_pending(const ObjectId& rec
     } else {
       continue;
     }
-    if (auto oid = decode_id(id); oid.is_ok()) RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(*oid)));
+    if (auto oid = decode_id(id); oid.is_ok()) {
+      RFOS_ASSIGN_OR_RETURN(bool in_use, names_live(*oid));
+      if (!in_use) RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(*oid)));
+    }
     RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_akey(record, kMeta, a)));
   }
   return std::move(akeys).value();
@@ -306,9 +323,7 @@ Status NamedObjects::store(std::string_view name, const ObjectId& data, bool com
     (void)c_.punch_akey(record, kMeta, pending);
     return s;
   }
-  Status listed = after_swap(record, name, data, composite, old, object, legacy);
-  RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_akey(record, kMeta, pending)));
-  return listed;
+  return after_swap(record, name, data, composite, old, object, legacy, pending);
 }
 
 Status NamedObjects::store_inline(std::string_view name, std::string_view bytes, const PutOptions& options) {
@@ -335,38 +350,47 @@ Status NamedObjects::store_inline(std::string_view name, std::string_view bytes,
     (void)c_.punch_akey(record, kMeta, kSwapLock);
     return s;
   }
-  return after_swap(record, name, data, false, old, encode_object(data, bytes.size(), mtime, false, attrs), legacy);
+  return after_swap(record, name, data, false, old, encode_object(data, bytes.size(), mtime, false, attrs), legacy, {});
 }
 
 Status NamedObjects::after_swap(const ObjectId& record, std::string_view name, const ObjectId& data, bool composite,
-                                const Result<std::string>& old, std::string_view listed_value, bool legacy) {
-  // Listed from here on (a put that dies before leaves it pending, and unlisted or listed as it was).
-  Status listed = c_.put_value(index_object(), name, kIndexAkey, listed_value);
-  // The old data goes (an object kept in its record has none). Where that fails, it is left pending (replaced: "0", or
-  // "r" for an object of parts), for the next put or remove of the name to clear. Parts the new object took over from
-  // the old stay.
-  if (old.is_ok()) {
-    auto prev = decode_object(*old);
-    if (prev.is_ok() && prev->oid != data && !prev->inlined) {
-      std::set<ObjectId> keep;
-      if (composite && prev->composite) {
-        auto now = parts_of(data);
-        if (!now.is_ok())
-          keep.insert(prev->oid);  // cannot tell which parts are shared: keep the old ones
-        else
-          for (const Part& p : *now) keep.insert(p.data);
-      }
-      const std::string was = std::string(kPendingPrefix) + encode_id(prev->oid);
-      Status gone = c_.put_value(record, kMeta, was, prev->composite ? "r" : "0");
-      if (gone.is_ok() && !keep.count(prev->oid)) gone = remove_data(prev->oid, prev->composite, keep);
-      if (gone.is_ok()) gone = ignore_not_found(c_.punch_akey(record, kMeta, was));
-      if (!gone.is_ok()) {
-        (void)c_.punch_akey(record, kMeta, kSwapLock);
-        return gone;
-      }
+                                const Result<std::string>& old, std::string_view listed_value, bool legacy,
+                                std::string_view pending) {
+  using Update = Container::KeyUpdate;
+  // The data the swap replaced (an object kept in its record has none), with the mark that it is to go.
+  std::optional<DataRef> prev;
+  if (old.is_ok())
+    if (auto p = decode_object(*old); p.is_ok() && p->oid != data && !p->inlined) prev = *p;
+  const std::string was = prev ? std::string(kPendingPrefix) + encode_id(prev->oid) : std::string();
+  // Two batches, each one round trip, what is in one landing in any order: first the listing (listed from here on;
+  // a put that dies before leaves it unlisted or listed as it was) and the mark on the replaced data ("0", or "r"
+  // for an object of parts: where its removal fails or dies, the next put or remove of the name clears it); then,
+  // once that data is gone, the lock, the mark and this put's own pending entry (until then it names the data the
+  // record now names, which clear_pending leaves alone).
+  std::vector<Update> first = {{Update::Kind::kPut, index_object(), name, kIndexAkey, listed_value}};
+  if (prev) first.push_back({Update::Kind::kPut, record, kMeta, was, prev->composite ? "r" : "0"});
+  const std::vector<Status> firsts = c_.update_keys(first);
+  const Status listed = firsts[0];
+  Status gone = prev ? firsts[1] : Status::ok();
+  if (prev && gone.is_ok()) {
+    std::set<ObjectId> keep;  // parts the new object took over from the old stay
+    if (composite && prev->composite) {
+      auto now = parts_of(data);
+      if (!now.is_ok())
+        keep.insert(prev->oid);  // cannot tell which parts are shared: keep the old ones
+      else
+        for (const Part& p : *now) keep.insert(p.data);
     }
+    if (!keep.count(prev->oid)) gone = remove_data(prev->oid, prev->composite, keep);
   }
-  RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_akey(record, kMeta, kSwapLock)));
+  std::vector<Update> last = {{Update::Kind::kPunchAkey, record, kMeta, kSwapLock, {}}};
+  if (prev && gone.is_ok()) last.push_back({Update::Kind::kPunchAkey, record, kMeta, was, {}});
+  if (!pending.empty()) last.push_back({Update::Kind::kPunchAkey, record, kMeta, pending, {}});
+  Status ended = Status::ok();
+  for (const Status& s : c_.update_keys(last))
+    if (ended.is_ok()) ended = ignore_not_found(s);
+  RFOS_RETURN_IF_ERROR(gone);
+  RFOS_RETURN_IF_ERROR(ended);
   // An object of the older layout kept its data under the record: every dkey but meta.
   if (legacy) {
     RFOS_ASSIGN_OR_RETURN(std::vector<std::string> dkeys, c_.list_dkeys(record));
@@ -574,7 +598,8 @@ Result<std::vector<ObjectStat>> NamedObjects::list_index(std::string_view prefix
     for (size_t i = 0; i < page.keys.size(); ++i) {
       if (!page.keys[i].starts_with(prefix) || page.values[i].empty()) continue;
       RFOS_ASSIGN_OR_RETURN(DataRef o, decode_object(page.values[i]));
-      out.push_back(ObjectStat{page.keys[i], o.size, o.oid, false, o.mtime_ms, std::move(o.attrs), o.composite});
+      out.push_back(
+          ObjectStat{page.keys[i], o.size, o.oid, false, o.mtime_ms, std::move(o.attrs), o.composite, false, {}});
     }
     anchor = std::move(page.anchor);
     done = page.done;

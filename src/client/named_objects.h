@@ -48,7 +48,7 @@ struct ObjectStat {
   std::string attrs;       // what its put attached (PutOptions::attrs; an S3 object's metadata); "" for none
   bool composite = false;  // an object of parts (put_parts): `data` is its manifest
   // Stored in its record (kInlineBytes at most): `bytes` are all of it, and `data` names no object (it is the
-  // put's id, an object's identity as S3's RDMA path and a GET's re-check compare it).
+  // put's id: the object's identity, as `rfos put` shows it).
   bool inlined = false;
   std::string bytes;
 };
@@ -170,9 +170,10 @@ class NamedObjects {
   Status store_inline(std::string_view name, std::string_view bytes, const PutOptions& options);
   // The swap's second half, once the record names the new object (`object` its value, `listed` its index
   // entry's) and `old` was read under the lock: lists it, removes the data it replaced, unlocks, and clears
-  // the older layout's data. What listing the name gave.
+  // the older layout's data; `pending`, the put's own pending entry, goes with the lock ("" where it made none).
+  // What listing the name gave.
   Status after_swap(const ObjectId& record, std::string_view name, const ObjectId& data, bool composite,
-                    const Result<std::string>& old, std::string_view listed, bool legacy);
+                    const Result<std::string>& old, std::string_view listed, bool legacy, std::string_view pending);
   Result<std::vector<Part>> parts_of(const ObjectId& manifest);
   // Calls `piece` for each data object's share of [offset, offset + length) of the object, in order (the one data
   // object, or each part's): the data object, where the share starts in it, its length, and the bytes of the range

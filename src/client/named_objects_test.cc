@@ -308,6 +308,34 @@ TEST_F(NamedObjectsTest, APutThatDiedIsClearedByTheNext) {
   EXPECT_EQ(object_count(), 0u);
 }
 
+// A put that died after its swap but before it dropped its pending entry left that entry naming the data its
+// record now names. A day later the entry is stale, and the next put clears it: the entry goes, the data stays
+// (it is the object readers get until that put swaps).
+TEST_F(NamedObjectsTest, AStalePendingEntryOfTheLiveDataLeavesTheData) {
+  NamedObjects o(*c_, 4);
+  const std::string live = random_bytes(1 << 20, 40), next = random_bytes(2 << 20, 41);
+  ASSERT_TRUE(o.put("ckpt", source_of(live)).is_ok());
+  auto st = o.stat("ckpt");
+  ASSERT_TRUE(st.is_ok());
+  char id[40];
+  std::snprintf(id, sizeof(id), "%016llx%016llx", static_cast<unsigned long long>(st->data.hi),
+                static_cast<unsigned long long>(st->data.lo));
+  const ObjectId record = NamedObjects::record_of("ckpt");
+  ASSERT_TRUE(c_->put_value(record, "meta", std::string("pending.") + id, "1").is_ok());  // started at 1 ms
+  // A put whose input fails clears the stale entry first and then changes nothing: the object is whole.
+  EXPECT_FALSE(o.put("ckpt", source_of(next, 100, 1 << 20, error(StatusCode::kIoError, "x"))).is_ok());
+  auto akeys = c_->list_akeys(record, "meta");
+  ASSERT_TRUE(akeys.is_ok());
+  EXPECT_EQ(std::count(akeys->begin(), akeys->end(), std::string("pending.") + id), 0) << "the stale entry stayed";
+  auto back = get(o, "ckpt");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_TRUE(*back == live);
+  ASSERT_TRUE(o.put("ckpt", source_of(next)).is_ok());
+  EXPECT_TRUE(*get(o, "ckpt") == next);
+  ASSERT_TRUE(o.remove("ckpt").is_ok());
+  EXPECT_EQ(object_count(), 0u);
+}
+
 // An object made of parts written elsewhere (an S3 multipart upload): read whole and by ranges across parts,
 // replaced by one that shares a part (which stays), removed with all its parts.
 TEST_F(NamedObjectsTest, ObjectsOfParts) {
