@@ -142,23 +142,39 @@ ObjectId NamedObjects::record_of(std::string_view name) {
   return placement::with_class(oid, placement::ObjectClass::kSX);
 }
 
-Result<std::vector<std::string>> NamedObjects::clear_pending(const ObjectId& record, uint64_t started_before_ms) {
+Result<std::vector<std::string>> NamedObjects::clear_pending(const ObjectId& record, uint64_t started_before_ms,
+                                                             bool spare_live) {
   auto akeys = c_.list_akeys(record, kMeta);
   if (akeys.status().code() == StatusCode::kNotFound) return std::vector<std::string>{};
   RFOS_RETURN_IF_ERROR(akeys.status());
-  // The data the record names, read once a pending entry is found to be stale: a put that died after its swap
-  // but before it dropped its entry left it naming that data, which stays; only the entry goes.
-  std::optional<ObjectId> live;
-  bool looked = false;
-  auto names_live = [&](const ObjectId& oid) -> Result<bool> {
-    if (!looked) {
+  // What the record names (its data object, and an object of parts' parts), read once an entry is found to be
+  // stale. A put that died after its swap but before it dropped its entry left it naming that data, and one that
+  // died before it removed the object it replaced left that marked, with parts the new object may have taken over:
+  // those stay, and only the entries go.
+  struct Live {
+    std::set<ObjectId> data;  // the data object (an object of parts' manifest) and its parts
+    bool parts_known = true;  // false: an object of parts whose manifest could not be read
+  };
+  std::optional<Live> live;
+  auto live_data = [&]() -> Result<Live> {
+    if (live) return *live;
+    Live l;
+    if (spare_live) {
       auto object = c_.get_value(record, kMeta, kObject);
       if (!object.is_ok() && object.status().code() != StatusCode::kNotFound) return object.status();
-      if (object.is_ok())
-        if (auto ref = decode_object(*object); ref.is_ok()) live = ref->oid;
-      looked = true;
+      auto ref = object.is_ok() ? decode_object(*object) : Result<DataRef>(error(StatusCode::kNotFound, ""));
+      if (ref.is_ok() && !ref->inlined) {
+        l.data.insert(ref->oid);
+        if (ref->composite) {
+          auto parts = parts_of(ref->oid);
+          l.parts_known = parts.is_ok();
+          if (parts.is_ok())
+            for (const Part& p : *parts) l.data.insert(p.data);
+        }
+      }
     }
-    return live == oid;
+    live = l;
+    return l;
   };
   for (const std::string& a : *akeys) {
     std::string id;
@@ -170,8 +186,12 @@ Result<std::vector<std::string>> NamedObjects::clear_pending(const ObjectId& rec
       auto v = c_.get_value(record, kMeta, a);
       if (!v.is_ok()) continue;
       id = a.substr(kPendingPrefix.size());
-      if (*v == "r") {  // a replaced object of parts: its parts go too
-        if (auto oid = decode_id(id); oid.is_ok()) RFOS_RETURN_IF_ERROR(remove_data(*oid, true, {}));
+      if (*v == "r") {  // a replaced object of parts: its parts go too, but those the record's object took over
+        if (auto oid = decode_id(id); oid.is_ok()) {
+          RFOS_ASSIGN_OR_RETURN(Live l, live_data());
+          if (!l.parts_known) continue;  // cannot tell which parts are shared: the mark stays for a later look
+          if (!l.data.count(*oid)) RFOS_RETURN_IF_ERROR(remove_data(*oid, true, l.data));
+        }
         RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_akey(record, kMeta, a)));
         continue;
       }
@@ -186,8 +206,8 @@ Result<std::vector<std::string>> NamedObjects::clear_pending(const ObjectId& rec
       continue;
     }
     if (auto oid = decode_id(id); oid.is_ok()) {
-      RFOS_ASSIGN_OR_RETURN(bool in_use, names_live(*oid));
-      if (!in_use) RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(*oid)));
+      RFOS_ASSIGN_OR_RETURN(Live l, live_data());
+      if (!l.data.count(*oid)) RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_object(*oid)));
     }
     RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_akey(record, kMeta, a)));
   }
@@ -282,7 +302,7 @@ Status NamedObjects::store(std::string_view name, const ObjectId& data, bool com
   // What the record holds tells, with no request of its own, whether it is of the older layout and whether it
   // has its name already (a replacement: the name is not written again).
   RFOS_ASSIGN_OR_RETURN(std::vector<std::string> akeys,
-                        clear_pending(record, started - std::min(started, kStalePendingMs)));
+                        clear_pending(record, started - std::min(started, kStalePendingMs), true));
   const bool legacy = std::find(akeys.begin(), akeys.end(), kLegacySize) != akeys.end();
   const bool named = std::find(akeys.begin(), akeys.end(), kName) != akeys.end();
   const std::string pending = std::string(kPendingPrefix) + encode_id(data);
@@ -532,7 +552,7 @@ Status NamedObjects::remove(std::string_view name) {
   // Unlisted first: a remove that dies half-way leaves an object that is not listed, never a listed one that
   // is gone.
   RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_dkey(index_object(), name)));
-  RFOS_RETURN_IF_ERROR(clear_pending(record, UINT64_MAX).status());
+  RFOS_RETURN_IF_ERROR(clear_pending(record, UINT64_MAX, false).status());
   if (st.is_ok() && !st->legacy && !st->inlined) RFOS_RETURN_IF_ERROR(remove_data(st->data, st->composite, {}));
   return ignore_not_found(c_.punch_object(record));
 }

@@ -159,9 +159,10 @@ class NamedObjects {
   static ObjectId index_object();
 
  private:
-  // Removes the data of puts pending since before `started_before_ms` (and the older layout's pending); the akeys
-  // the record's "meta" held when listed (none: no record).
-  Result<std::vector<std::string>> clear_pending(const ObjectId& record, uint64_t started_before_ms);
+  // Removes the data of puts pending since before `started_before_ms` (and the older layout's pending), and what
+  // replaced data is marked; with `spare_live`, none of the data the record names (a put's: the object stays),
+  // without (a remove's: all goes). The akeys the record's "meta" held when listed (none: no record).
+  Result<std::vector<std::string>> clear_pending(const ObjectId& record, uint64_t started_before_ms, bool spare_live);
   Status lock_swap(const ObjectId& record, const ObjectId& data);
   // Writes `data` (write gives the size), then swaps it in under `name` (put and put_parts).
   Status store(std::string_view name, const ObjectId& data, bool composite, const PutOptions& options,

@@ -336,6 +336,33 @@ TEST_F(NamedObjectsTest, AStalePendingEntryOfTheLiveDataLeavesTheData) {
   EXPECT_EQ(object_count(), 0u);
 }
 
+// A put that died after its swap but before it removed the object of parts it replaced left that marked ("r");
+// the next put clears it, but a part the record's object took over (a completion tried again) stays.
+TEST_F(NamedObjectsTest, AMarkedObjectOfPartsLeavesThePartsTheLiveOneShares) {
+  NamedObjects o(*c_, 4);
+  const std::vector<std::string> data = {random_bytes(1 << 20, 50), random_bytes(4000, 51), random_bytes(3000, 52)};
+  std::vector<NamedObjects::Part> p;
+  for (const std::string& d : data) {
+    p.push_back({NamedObjects::fresh_data_object(), 0});
+    ASSERT_TRUE(write_file_object(*c_, p.back().data, 0, source_of(d), 4, {}, &p.back().size).is_ok());
+  }
+  // The replaced object of parts {0, 1}, still there (as under "other"), and the live one {0, 2}.
+  const std::vector<NamedObjects::Part> before = {p[0], p[1]}, now = {p[0], p[2]};
+  ASSERT_TRUE(o.put_parts("other", before, {}).is_ok());
+  ASSERT_TRUE(o.put_parts("big", now, {}).is_ok());
+  auto replaced = o.stat("other");
+  ASSERT_TRUE(replaced.is_ok());
+  char id[40];
+  std::snprintf(id, sizeof(id), "%016llx%016llx", static_cast<unsigned long long>(replaced->data.hi),
+                static_cast<unsigned long long>(replaced->data.lo));
+  ASSERT_TRUE(c_->put_value(NamedObjects::record_of("big"), "meta", std::string("pending.") + id, "r").is_ok());
+  EXPECT_FALSE(o.put("big", source_of(data[0], 100, 20000, error(StatusCode::kIoError, "x"))).is_ok());
+  auto back = get(o, "big");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_TRUE(*back == data[0] + data[2]);
+  EXPECT_FALSE(get(o, "other").is_ok()) << "the marked object's own part stayed";
+}
+
 // An object made of parts written elsewhere (an S3 multipart upload): read whole and by ranges across parts,
 // replaced by one that shares a part (which stays), removed with all its parts.
 TEST_F(NamedObjectsTest, ObjectsOfParts) {

@@ -438,6 +438,14 @@ class Checksum {
   std::unique_ptr<Digest> digest_;
 };
 
+// Whether a request's body comes with a checksum: its value in a header, one named by x-amz-trailer, or only
+// its algorithm (x-amz-sdk-checksum-algorithm), as BodyReader::start takes them.
+bool names_checksum(const Request& req) {
+  for (const auto& [k, v] : req.headers)
+    if (k.starts_with("x-amz-checksum-") && k != "x-amz-checksum-algorithm" && k != "x-amz-checksum-type") return true;
+  return req.header("x-amz-trailer") || req.header("x-amz-sdk-checksum-algorithm");
+}
+
 // Reads the body as the request's x-amz-content-sha256 says it comes, checking what it can as it goes.
 class BodyReader {
  public:
@@ -1023,9 +1031,18 @@ void upload_part(const ServiceConfig& config, const User& user, Handles& handles
         client::NamedObjects::Upload upload;
         RFOS_RETURN_IF_ERROR(check_upload(c, req, upload_id, &failure, &upload));
         const UploadChecksum uc = upload_checksum_of(decode_attrs(upload.attrs));
-        return write_part(c, upload_id, *n, from_source(c, source),
+        // A part of an upload with a checksum, whose request names none: the gateway takes it of the bytes.
+        std::optional<Checksum> own;
+        if (!uc.alg.empty() && !names_checksum(req)) own = Checksum::of(uc.alg);
+        client::StreamSource summed = [&](std::span<uint8_t> b) -> Result<size_t> {
+          RFOS_ASSIGN_OR_RETURN(size_t got, source(b));
+          own->update(std::string_view(reinterpret_cast<const char*>(b.data()), got));
+          return got;
+        };
+        return write_part(c, upload_id, *n, from_source(c, own ? summed : source),
                           [&](uint64_t size) -> Result<std::string> {
                             RFOS_ASSIGN_OR_RETURN(std::string md5, finish(size));
+                            if (own) checksum.emplace(own->header(), own->finish());
                             RFOS_RETURN_IF_ERROR(check_part_checksum(req, uc, checksum, &failure));
                             return part_tag_text(md5, checksum);
                           })
@@ -1453,7 +1470,15 @@ void rdma_upload_part(const ServiceConfig& config, const User& user, Handles& ha
   std::optional<Response> failure;
   std::string etag;
   Status s = with_bucket(config, user, handles, req.bucket, true, [&](client::Container& c) -> Status {
-    RFOS_RETURN_IF_ERROR(check_upload(c, req, *req.param("uploadId"), &failure));
+    client::NamedObjects::Upload upload;
+    RFOS_RETURN_IF_ERROR(check_upload(c, req, *req.param("uploadId"), &failure, &upload));
+    if (!upload_checksum_of(decode_attrs(upload.attrs)).alg.empty()) {
+      failure = rdma_decline(
+          "this upload keeps a checksum of every part, and the RDMA path's bytes never reach the "
+          "gateway to take it",
+          res);
+      return error(StatusCode::kNotSupported, "a checksummed upload");
+    }
     auto write = [&](client::NamedObjects& objects, const ObjectId& data, uint64_t* size) {
       *size = rdma.token.length;
       return objects.write_granted(data, *size, rdma.grant);
@@ -1567,11 +1592,17 @@ void get_object(const ServiceConfig& config, const User& user, Handles& handles,
   reply(std::move(r));
   // Each piece goes to the socket from the buffer it was read into. A put that replaces the object meanwhile
   // (replaced_under) cuts the connection short: the reader sees a short body, never wrong bytes.
-  Status s = with_bucket(config, user, handles, req.bucket, false, [&](client::Container& c) {
-    return replaced_under(
-        client::NamedObjects(c).read_range_pieces(
-            *st, first, length, [&](client::StreamPiece piece) { return ch->push_wait(Chunk(std::move(piece))); }),
-        "the object");
+  uint64_t sent = 0;
+  Status s = with_bucket(config, user, handles, req.bucket, false, [&](client::Container& c) -> Status {
+    auto push = [&](client::StreamPiece piece) {
+      sent += piece.size();
+      return ch->push_wait(Chunk(std::move(piece)));
+    };
+    Status read = replaced_under(client::NamedObjects(c).read_range_pieces(*st, first, length, push), "the object");
+    // A handle gone stale after bytes went out is not tried again: the client would get them twice.
+    if (sent > 0 && stale_handle(read.code()))
+      return error(StatusCode::kIoError, read.message() + " (after " + std::to_string(sent) + " bytes were sent)");
+    return read;
   });
   ch->finish(s);
 }
