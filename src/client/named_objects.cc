@@ -383,15 +383,18 @@ Status NamedObjects::after_swap(const ObjectId& record, std::string_view name, c
     if (auto p = decode_object(*old); p.is_ok() && p->oid != data && !p->inlined) prev = *p;
   const std::string was = prev ? std::string(kPendingPrefix) + encode_id(prev->oid) : std::string();
   // Two batches, each one round trip, what is in one landing in any order: first the listing (listed from here on;
-  // a put that dies before leaves it unlisted or listed as it was) and the mark on the replaced data ("0", or "r"
-  // for an object of parts: where its removal fails or dies, the next put or remove of the name clears it); then,
-  // once that data is gone, the lock, the mark and this put's own pending entry (until then it names the data the
-  // record now names, which clear_pending leaves alone).
+  // a put that dies before leaves it unlisted or listed as it was), the mark on the replaced data ("0", or "r"
+  // for an object of parts: where its removal fails or dies, the next put or remove of the name clears it) and
+  // the end of this put's own pending entry (the record names its data now; it goes before the lock, since the
+  // next put to take the lock marks this data under the same key); then, once the replaced data is gone, the
+  // lock and the mark.
   std::vector<Update> first = {{Update::Kind::kPut, index_object(), name, kIndexAkey, listed_value}};
   if (prev) first.push_back({Update::Kind::kPut, record, kMeta, was, prev->composite ? "r" : "0"});
+  if (!pending.empty()) first.push_back({Update::Kind::kPunchAkey, record, kMeta, pending, {}});
   const std::vector<Status> firsts = c_.update_keys(first);
   const Status listed = firsts[0];
   Status gone = prev ? firsts[1] : Status::ok();
+  Status ended = pending.empty() ? Status::ok() : ignore_not_found(firsts.back());
   if (prev && gone.is_ok()) {
     std::set<ObjectId> keep;  // parts the new object took over from the old stay
     if (composite && prev->composite) {
@@ -405,8 +408,6 @@ Status NamedObjects::after_swap(const ObjectId& record, std::string_view name, c
   }
   std::vector<Update> last = {{Update::Kind::kPunchAkey, record, kMeta, kSwapLock, {}}};
   if (prev && gone.is_ok()) last.push_back({Update::Kind::kPunchAkey, record, kMeta, was, {}});
-  if (!pending.empty()) last.push_back({Update::Kind::kPunchAkey, record, kMeta, pending, {}});
-  Status ended = Status::ok();
   for (const Status& s : c_.update_keys(last))
     if (ended.is_ok()) ended = ignore_not_found(s);
   RFOS_RETURN_IF_ERROR(gone);
