@@ -395,19 +395,23 @@ Status NamedObjects::after_swap(const ObjectId& record, std::string_view name, c
   const Status listed = firsts[0];
   Status gone = prev ? firsts[1] : Status::ok();
   Status ended = pending.empty() ? Status::ok() : ignore_not_found(firsts.back());
+  bool left_marked = false;  // the replaced data stays, marked, for the next put or remove of the name
   if (prev && gone.is_ok()) {
     std::set<ObjectId> keep;  // parts the new object took over from the old stay
+    bool shared_known = true;
     if (composite && prev->composite) {
       auto now = parts_of(data);
-      if (!now.is_ok())
-        keep.insert(prev->oid);  // cannot tell which parts are shared: keep the old ones
-      else
+      shared_known = now.is_ok();  // where it cannot tell which parts are shared, the old ones stay
+      if (now.is_ok())
         for (const Part& p : *now) keep.insert(p.data);
     }
-    if (!keep.count(prev->oid)) gone = remove_data(prev->oid, prev->composite, keep);
+    if (shared_known)
+      gone = remove_data(prev->oid, prev->composite, keep);
+    else
+      left_marked = true;
   }
   std::vector<Update> last = {{Update::Kind::kPunchAkey, record, kMeta, kSwapLock, {}}};
-  if (prev && gone.is_ok()) last.push_back({Update::Kind::kPunchAkey, record, kMeta, was, {}});
+  if (prev && gone.is_ok() && !left_marked) last.push_back({Update::Kind::kPunchAkey, record, kMeta, was, {}});
   for (const Status& s : c_.update_keys(last))
     if (ended.is_ok()) ended = ignore_not_found(s);
   RFOS_RETURN_IF_ERROR(gone);
