@@ -17,8 +17,8 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <boost/asio/connect.hpp>
-#include <boost/asio/read.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>

@@ -358,11 +358,8 @@ Result<uint64_t> Container::array_size(const ObjectId& oid, std::string_view dke
 }
 
 Status Container::put_value(const ObjectId& oid, std::string_view dkey, std::string_view akey, std::string_view value) {
-  RFOS_RETURN_IF_ERROR(impl_->writable());
-  wire::Request q = make_request(wire::Op::kUpdate, wire::Kind::kSingle, oid, dkey, akey, 0, value.size());
-  q.csums.push_back(crc32c(value.data(), value.size()));
-  Iov v{const_cast<char*>(value.data()), value.size()};
-  return impl_->roundtrip(impl_->target_of(q), q, {&v, 1}, {}, nullptr);
+  const KeyUpdate u{KeyUpdate::Kind::kPut, oid, dkey, akey, value};
+  return update_keys({&u, 1})[0];
 }
 
 Result<std::string> Container::get_value(const ObjectId& oid, std::string_view dkey, std::string_view akey) {
@@ -489,9 +486,8 @@ Status Container::punch_dkey(const ObjectId& oid, std::string_view dkey) {
 }
 
 Status Container::punch_akey(const ObjectId& oid, std::string_view dkey, std::string_view akey) {
-  RFOS_RETURN_IF_ERROR(impl_->writable());
-  wire::Request q = make_request(wire::Op::kPunchAkey, wire::Kind::kArray, oid, dkey, akey);
-  return impl_->roundtrip(impl_->target_of(q), q, {}, {}, nullptr);
+  const KeyUpdate u{KeyUpdate::Kind::kPunchAkey, oid, dkey, akey, {}};
+  return update_keys({&u, 1})[0];
 }
 
 Status Container::punch_extent(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,

@@ -171,7 +171,8 @@ class NamedObjects {
   Status store_inline(std::string_view name, std::string_view bytes, const PutOptions& options);
   // The swap's second half, once the record names the new object (`object` its value, `listed` its index
   // entry's) and `old` was read under the lock: lists it, removes the data it replaced, unlocks, and clears
-  // the older layout's data; `pending`, the put's own pending entry, goes with the lock ("" where it made none).
+  // the older layout's data; `pending`, the put's own pending entry, goes with the listing, before the lock (""
+  // where it made none).
   // What listing the name gave.
   Status after_swap(const ObjectId& record, std::string_view name, const ObjectId& data, bool composite,
                     const Result<std::string>& old, std::string_view listed, bool legacy, std::string_view pending);

@@ -39,6 +39,15 @@ NamedObjects::Source source_of(const std::string& data, size_t step = 100000, si
   };
 }
 
+// The record's akey of a put pending (or a data object marked replaced) on `data`, as docs/object-layout.md gives it:
+// "pending.<32 hex digits>".
+std::string pending_key(const ObjectId& data) {
+  char id[40];
+  std::snprintf(id, sizeof(id), "%016llx%016llx", static_cast<unsigned long long>(data.hi),
+                static_cast<unsigned long long>(data.lo));
+  return std::string("pending.") + id;
+}
+
 class NamedObjectsTest : public server::testing::SimCluster {
  protected:
   void SetUp() override {
@@ -317,16 +326,14 @@ TEST_F(NamedObjectsTest, AStalePendingEntryOfTheLiveDataLeavesTheData) {
   ASSERT_TRUE(o.put("ckpt", source_of(live)).is_ok());
   auto st = o.stat("ckpt");
   ASSERT_TRUE(st.is_ok());
-  char id[40];
-  std::snprintf(id, sizeof(id), "%016llx%016llx", static_cast<unsigned long long>(st->data.hi),
-                static_cast<unsigned long long>(st->data.lo));
   const ObjectId record = NamedObjects::record_of("ckpt");
-  ASSERT_TRUE(c_->put_value(record, "meta", std::string("pending.") + id, "1").is_ok());  // started at 1 ms
+  const std::string entry = pending_key(st->data);
+  ASSERT_TRUE(c_->put_value(record, "meta", entry, "1").is_ok());  // started at 1 ms
   // A put whose input fails clears the stale entry first and then changes nothing: the object is whole.
   EXPECT_FALSE(o.put("ckpt", source_of(next, 100, 1 << 20, error(StatusCode::kIoError, "x"))).is_ok());
   auto akeys = c_->list_akeys(record, "meta");
   ASSERT_TRUE(akeys.is_ok());
-  EXPECT_EQ(std::count(akeys->begin(), akeys->end(), std::string("pending.") + id), 0) << "the stale entry stayed";
+  EXPECT_EQ(std::count(akeys->begin(), akeys->end(), entry), 0) << "the stale entry stayed";
   auto back = get(o, "ckpt");
   ASSERT_TRUE(back.is_ok()) << back.status().to_string();
   EXPECT_TRUE(*back == live);
@@ -352,10 +359,7 @@ TEST_F(NamedObjectsTest, AMarkedObjectOfPartsLeavesThePartsTheLiveOneShares) {
   ASSERT_TRUE(o.put_parts("big", now, {}).is_ok());
   auto replaced = o.stat("other");
   ASSERT_TRUE(replaced.is_ok());
-  char id[40];
-  std::snprintf(id, sizeof(id), "%016llx%016llx", static_cast<unsigned long long>(replaced->data.hi),
-                static_cast<unsigned long long>(replaced->data.lo));
-  ASSERT_TRUE(c_->put_value(NamedObjects::record_of("big"), "meta", std::string("pending.") + id, "r").is_ok());
+  ASSERT_TRUE(c_->put_value(NamedObjects::record_of("big"), "meta", pending_key(replaced->data), "r").is_ok());
   EXPECT_FALSE(o.put("big", source_of(data[0], 100, 20000, error(StatusCode::kIoError, "x"))).is_ok());
   auto back = get(o, "big");
   ASSERT_TRUE(back.is_ok()) << back.status().to_string();

@@ -37,12 +37,6 @@ constexpr size_t kMaxSmallBody = 4u << 20;        // a request body read whole (
 constexpr int64_t kMaxSkewS = 15 * 60;            // as S3
 constexpr auto kIdle = std::chrono::seconds(60);  // a connection silent this long is closed
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 // A worker thread's loop: jobs in order of arrival, each with this thread's container handles.
 class Workers {
  public:
@@ -173,7 +167,7 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
     req_.method = std::string(msg.method_string());
     head_ = msg.method() == http::verb::head;
     for (const auto& f : msg)
-      req_.headers.emplace_back(lower(std::string_view(f.name_string().data(), f.name_string().size())),
+      req_.headers.emplace_back(ascii_lower(std::string_view(f.name_string().data(), f.name_string().size())),
                                 std::string(f.value().data(), f.value().size()));
     keep_alive_ = msg.keep_alive();
     const std::string_view target(msg.target().data(), msg.target().size());
@@ -197,7 +191,7 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
     if (has_body && !streams && parser_->content_length() && *parser_->content_length() > kMaxSmallBody)
       return fail(error_response(400, "InvalidRequest", "This request's body is too large.", req_.path));
     if (has_body) {
-      if (const std::string* e = req_.header("expect"); e && lower(*e) == "100-continue") {
+      if (const std::string* e = req_.header("expect"); e && ascii_lower(*e) == "100-continue") {
         auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
         return http::async_write(stream_, *cont,
                                  [self = shared_from_this(), cont, streams](beast::error_code ec, size_t) {

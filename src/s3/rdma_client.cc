@@ -40,9 +40,7 @@ Result<HttpReply> round_trip(const S3Endpoint& e, http::request<http::string_bod
     HttpReply r;
     r.status = res.result_int();
     for (const auto& f : res) {
-      std::string name(f.name_string());
-      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-      r.headers.emplace_back(std::move(name), std::string(f.value()));
+      r.headers.emplace_back(ascii_lower(std::string(f.name_string())), std::string(f.value()));
     }
     r.body = res.body();
     beast::error_code ec;

@@ -388,6 +388,15 @@ void list_objects(const ServiceConfig& config, const User& user, Handles& handle
 
 // A body's x-amz-checksum-*: its header ("x-amz-checksum-crc32", ...) and value.
 using ChecksumHeader = std::optional<std::pair<std::string, std::string>>;
+constexpr std::string_view kChecksumPrefix = "x-amz-checksum-";
+// The algorithm a checksum's header names ("crc32", ...).
+std::string alg_of(const std::pair<std::string, std::string>& checksum) {
+  return checksum.first.substr(kChecksumPrefix.size());
+}
+// A header that carries a checksum's value (not x-amz-checksum-algorithm or -type, which name one).
+bool checksum_value_header(std::string_view k) {
+  return k.starts_with(kChecksumPrefix) && k != "x-amz-checksum-algorithm" && k != "x-amz-checksum-type";
+}
 // An object's checksum type beside it (FULL_OBJECT: of its bytes; COMPOSITE: of its parts' checksums), and an
 // upload's algorithm until its completion.
 constexpr std::string_view kAlgAttr = "x-amz-checksum-algorithm", kTypeAttr = "x-amz-checksum-type";
@@ -398,8 +407,7 @@ class Checksum {
  public:
   // nullopt for an algorithm this gateway does not compute.
   static std::optional<Checksum> of(std::string_view alg) {
-    std::string a(alg);
-    for (char& c : a) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string a = ascii_lower(alg);
     Checksum k;
     k.name_ = a;
     if (a == "sha1" || a == "sha256")
@@ -409,7 +417,7 @@ class Checksum {
     return k;
   }
   const std::string& name() const { return name_; }  // "crc32", ...
-  std::string header() const { return "x-amz-checksum-" + name_; }
+  std::string header() const { return std::string(kChecksumPrefix) + name_; }
   void update(std::string_view b) {
     if (digest_)
       digest_->update(b);
@@ -419,6 +427,17 @@ class Checksum {
       crc_ = crc64nvme(crc_, b.data(), b.size());
     else
       crc_ = crc32c_extend(static_cast<uint32_t>(crc_), b.data(), b.size());
+  }
+  // FULL_OBJECT of parts: as if bytes whose CRC is `be` (big-endian, a part's) followed, `len` of them, what
+  // this took (CRCs of no bytes are 0, so the first part needs no case of its own). false where `be` is not
+  // this CRC's size, or this is a digest.
+  bool follow_with(std::string_view be, uint64_t len) {
+    const size_t bytes = name_ == "crc64nvme" ? 8 : 4;
+    if (digest_ || be.size() != bytes) return false;
+    const uint64_t part = bytes == 8 ? get_be64(be.data()) : get_be32(be.data());
+    const uint64_t poly = name_ == "crc32" ? kCrc32Poly : name_ == "crc32c" ? kCrc32cPoly : kCrc64NvmePoly;
+    crc_ = crc_combine(crc_, part, len, poly, static_cast<int>(bytes * 8));
+    return true;
   }
   std::string finish() { return base64(finish_raw()); }
   // The big-endian CRC or the digest.
@@ -442,7 +461,7 @@ class Checksum {
 // its algorithm (x-amz-sdk-checksum-algorithm), as BodyReader::start takes them.
 bool names_checksum(const Request& req) {
   for (const auto& [k, v] : req.headers)
-    if (k.starts_with("x-amz-checksum-") && k != "x-amz-checksum-algorithm" && k != "x-amz-checksum-type") return true;
+    if (checksum_value_header(k)) return true;
   return req.header("x-amz-trailer") || req.header("x-amz-sdk-checksum-algorithm");
 }
 
@@ -472,8 +491,8 @@ class BodyReader {
     // its algorithm named (computed and kept, nothing to check).
     std::string alg;
     for (const auto& [k, v] : req_.headers)
-      if (k.starts_with("x-amz-checksum-") && k != "x-amz-checksum-algorithm" && k != "x-amz-checksum-type") {
-        alg = k.substr(15);
+      if (checksum_value_header(k)) {
+        alg = k.substr(kChecksumPrefix.size());
         expected_ = v;
       }
     if (const std::string* t = req_.header("x-amz-trailer")) {
@@ -745,8 +764,7 @@ std::optional<Response> upload_checksum(const Request& req, UploadChecksum* out)
   if (!alg)
     return error_response(400, "InvalidRequest", "x-amz-checksum-type needs x-amz-checksum-algorithm",
                           resource_of(req));
-  std::string a = *alg;
-  for (char& c : a) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string a = ascii_lower(*alg);
   const bool crc = a == "crc32" || a == "crc32c", digest = a == "sha1" || a == "sha256";
   std::string t = type ? upper(*type) : a == "crc64nvme" ? "FULL_OBJECT" : "COMPOSITE";
   const bool ok = t == "COMPOSITE" ? crc || digest : t == "FULL_OBJECT" && (crc || a == "crc64nvme");
@@ -779,17 +797,17 @@ PartTag part_tag(std::string_view stored) {
   return t;
 }
 std::string part_tag_text(const std::string& etag, const ChecksumHeader& checksum) {
-  return checksum ? etag + " " + checksum->first.substr(15) + ":" + checksum->second : etag;
+  return checksum ? etag + " " + alg_of(*checksum) + ":" + checksum->second : etag;
 }
 
 // A part's checksum for its upload, in `checksum` (none where the part's request named none): the S3 error, in
 // *failure, where it is of another algorithm than the upload's.
 Status check_part_checksum(const Request& req, const UploadChecksum& uc, const ChecksumHeader& checksum,
                            std::optional<Response>* failure) {
-  if (uc.alg.empty() || !checksum || checksum->first.substr(15) == uc.alg) return Status::ok();
+  if (uc.alg.empty() || !checksum || alg_of(*checksum) == uc.alg) return Status::ok();
   *failure = error_response(400, "InvalidRequest",
                             "Checksum Type mismatch occurred, expected checksum Type: " + uc.alg +
-                                ", actual checksum Type: " + checksum->first.substr(15),
+                                ", actual checksum Type: " + alg_of(*checksum),
                             resource_of(req));
   return error(StatusCode::kInvalidArgument, "checksum type mismatch");
 }
@@ -975,7 +993,7 @@ client::StreamSource copy_reader(CopySource& src, uint64_t offset, uint64_t leng
 Response copy_result(std::string_view tag, const std::string& etag, const ChecksumHeader& checksum = {}) {
   Xml x;
   x.open(tag, kNs).leaf("LastModified", iso_date(now_ms())).leaf("ETag", "\"" + etag + "\"");
-  if (checksum) x.leaf(checksum_element(checksum->first.substr(15)), checksum->second);
+  if (checksum) x.leaf(checksum_element(alg_of(*checksum)), checksum->second);
   x.close(tag);
   return xml_response(200, std::move(x));
 }
@@ -1164,12 +1182,11 @@ void complete_upload(const ServiceConfig& config, const User& user, Handles& han
                                          std::to_string(l.number) + " was uploaded without one",
                                      res));
     }
-    std::string md5s, sums;
-    uint64_t crc = 0;
-    std::optional<Checksum> composite;
-    if (uc.type == "COMPOSITE") composite = Checksum::of(uc.alg);
-    const int width = uc.alg == "crc64nvme" ? 64 : 32;
-    const uint64_t poly = uc.alg == "crc32" ? kCrc32Poly : uc.alg == "crc32c" ? kCrc32cPoly : kCrc64NvmePoly;
+    std::string md5s;
+    // The object's checksum: of the parts' checksums (COMPOSITE), or the whole object's CRC (FULL_OBJECT).
+    std::optional<Checksum> sum;
+    if (!uc.alg.empty()) sum = Checksum::of(uc.alg);
+    const bool composite = uc.type == "COMPOSITE";
     std::vector<client::NamedObjects::Part> chosen;
     std::set<ObjectId> keep;
     for (size_t i = 0; i < listed.size(); ++i) {
@@ -1181,33 +1198,21 @@ void complete_upload(const ServiceConfig& config, const User& user, Handles& han
       keep.insert(it->second.part.data);
       const PartTag tag = part_tag(it->second.etag);
       md5s += from_hex(tag.etag).value_or("");  // a part's ETag is the hex MD5 this gateway took
-      if (uc.alg.empty()) continue;
+      if (!sum) continue;
       auto raw = from_base64(tag.value);  // the gateway's own: what it computed of the part
-      if (!raw || raw->size() != (uc.type == "FULL_OBJECT" ? size_t(width / 8) : raw->size()))
-        return error(StatusCode::kCorruption, "a part's stored checksum is malformed");
-      if (composite) {
-        composite->update(*raw);
-      } else {
-        uint64_t part_crc = width == 64 ? get_be64(raw->data()) : get_be32(raw->data());
-        crc = i == 0 ? part_crc : crc_combine(crc, part_crc, it->second.part.size, poly, width);
-      }
+      bool taken = raw.has_value();
+      if (taken && composite)
+        sum->update(*raw);
+      else if (taken)
+        taken = sum->follow_with(*raw, it->second.part.size);
+      if (!taken) return error(StatusCode::kCorruption, "a part's stored checksum is malformed");
     }
     Digest d("md5");
     d.update(md5s);
     final_etag = hex_of(d.finish()) + "-" + std::to_string(listed.size());
-    if (!uc.alg.empty()) {
-      std::string value;
-      if (composite) {
-        value = composite->finish() + "-" + std::to_string(listed.size());
-      } else {
-        std::string be;
-        if (width == 64)
-          put_be64(&be, crc);
-        else
-          put_be32(&be, static_cast<uint32_t>(crc));
-        value = base64(be);
-      }
-      checksum.emplace("x-amz-checksum-" + uc.alg, value);
+    if (sum) {
+      const std::string value = sum->finish() + (composite ? "-" + std::to_string(listed.size()) : "");
+      checksum.emplace(sum->header(), value);
       checksum_type = uc.type;
       // The whole object's checksum the client may send with the completion (FULL_OBJECT's): it must agree.
       if (const std::string* given = req.header(checksum->first); given && *given != value)
@@ -1235,8 +1240,7 @@ void complete_upload(const ServiceConfig& config, const User& user, Handles& han
   Xml x;
   x.open("CompleteMultipartUploadResult", kNs).leaf("Location", res).leaf("Bucket", req.bucket);
   x.leaf("Key", req.key).leaf("ETag", "\"" + final_etag + "\"");
-  if (checksum)
-    x.leaf(checksum_element(checksum->first.substr(15)), checksum->second).leaf("ChecksumType", checksum_type);
+  if (checksum) x.leaf(checksum_element(alg_of(*checksum)), checksum->second).leaf("ChecksumType", checksum_type);
   x.close("CompleteMultipartUploadResult");
   reply(xml_response(200, std::move(x)));
 }

@@ -122,6 +122,12 @@ std::string base64(std::string_view bytes) {
   return out;
 }
 
+std::string ascii_lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
 std::optional<std::string> from_base64(std::string_view text) {
   if (text.size() % 4 != 0) return std::nullopt;
   std::string out(text.size() / 4 * 3, '\0');
@@ -219,14 +225,11 @@ Result<Target> parse_target(std::string_view target) {
 std::optional<std::string> bucket_of_host(std::string_view host, const std::vector<std::string>& domains) {
   if (host.empty() || host.front() == '[') return std::nullopt;  // an IPv6 literal names no bucket
   if (const size_t colon = host.rfind(':'); colon != std::string_view::npos) host = host.substr(0, colon);
-  std::string h(host);
-  for (char& c : h) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string h = ascii_lower(host);
   for (const std::string& domain : domains) {
-    if (domain.empty() || h.size() < domain.size() + 2 || h[h.size() - domain.size() - 1] != '.') continue;
-    bool same = true;
-    for (size_t i = 0; i < domain.size() && same; ++i)
-      same = h[h.size() - domain.size() + i] == std::tolower(static_cast<unsigned char>(domain[i]));
-    if (same) return h.substr(0, h.size() - domain.size() - 1);
+    const std::string suffix = "." + ascii_lower(domain);
+    if (!domain.empty() && h.size() > suffix.size() && h.ends_with(suffix))
+      return h.substr(0, h.size() - suffix.size());
   }
   return std::nullopt;
 }
@@ -471,9 +474,8 @@ Status ChunkDecoder::feed(std::string_view in, std::string* out) {
           size_t colon = line.find(':');
           if (colon == std::string::npos || colon == 0 || trailers_.size() >= 16)
             return fail(StatusCode::kInvalidArgument, "a malformed trailer");
-          std::string name = line.substr(0, colon);
-          std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-          trailers_.emplace_back(std::move(name), std::string(trim(std::string_view(line).substr(colon + 1))));
+          trailers_.emplace_back(ascii_lower(std::string_view(line).substr(0, colon)),
+                                 std::string(trim(std::string_view(line).substr(colon + 1))));
         }
         break;
       }

@@ -27,6 +27,8 @@ std::optional<std::string> from_hex(std::string_view hex);
 std::string sha256(std::string_view data);  // raw, 32 bytes
 std::string hmac_sha256(std::string_view key, std::string_view data);
 std::string base64(std::string_view bytes);
+// ASCII letters lowercased (header names, algorithm names, host names).
+std::string ascii_lower(std::string_view s);
 // Strict: nullopt unless `text` is canonical base64 (padded, nothing else in it) of some bytes.
 std::optional<std::string> from_base64(std::string_view text);
 // n bytes from OpenSSL's generator (ids, nonces).
