@@ -25,7 +25,8 @@ typedef struct rfos_client rfos_client_t;
 typedef struct rfos_cont rfos_cont_t;
 
 typedef struct {
-  uint64_t hi; /* the top 8 bits name the object class: 1 = S1 (one target), 2 = SX (striped) */
+  uint64_t hi; /* the top 8 bits name the object class: 1 = S1 (one target), 2 = SX (striped); with the top
+                  bit also set (0x81, 0x82) the object keeps its dkeys in byte order (no NUL byte in them) */
   uint64_t lo;
 } rfos_oid_t;
 

@@ -535,9 +535,9 @@ Status Container::insert_value(const ObjectId& oid, std::string_view dkey, std::
 }
 
 Result<KeyPage> Container::list_dkeys(const ObjectId& oid, uint32_t target, const std::string& anchor, size_t max,
-                                      std::string_view value_akey) {
+                                      std::string_view value_akey, std::string_view prefix) {
   if (target >= impl_->calls->targets()) return error(StatusCode::kInvalidArgument, "no such target");
-  wire::Request q = make_request(wire::Op::kListDkeys, wire::Kind::kArray, oid, {}, value_akey, 0, max);
+  wire::Request q = make_request(wire::Op::kListDkeys, wire::Kind::kArray, oid, prefix, value_akey, 0, max);
   q.anchor = anchor;
   q.epoch = impl_->read_epoch;
   std::string page;

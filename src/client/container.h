@@ -175,9 +175,11 @@ class Container {
   // any number of clients exactly one succeeds (the key's target serializes them).
   Status insert_value(const ObjectId& oid, std::string_view dkey, std::string_view akey, std::string_view value);
   // dkeys of an object on one target, a page at a time: pass the returned anchor back until `done`.
-  // With value_akey set, each dkey comes with its single value under that akey ("" where none).
+  // With value_akey set, each dkey comes with its single value under that akey ("" where none); with `prefix`,
+  // only the dkeys that start with it. An object of ordered dkeys (ObjectId::kOrderedDkeys) lists them in byte
+  // order, and its anchor is where a page starts, inclusive: any key may start one.
   Result<KeyPage> list_dkeys(const ObjectId& oid, uint32_t target, const std::string& anchor, size_t max,
-                             std::string_view value_akey = {});
+                             std::string_view value_akey = {}, std::string_view prefix = {});
   // Every dkey of an object over all targets, in key order.
   Result<std::vector<std::string>> list_dkeys(const ObjectId& oid);
   Result<std::vector<std::string>> list_akeys(const ObjectId& oid, std::string_view dkey);

@@ -119,6 +119,22 @@ Result<DataRef> decode_object(std::string_view s) {
 
 Status ignore_not_found(Status s) { return s.code() == StatusCode::kNotFound ? Status::ok() : s; }
 
+// A name is a dkey of the index, which keeps them in byte order: 1..4096 bytes, no NUL.
+Status check_name(std::string_view name) {
+  if (name.empty()) return error(StatusCode::kInvalidArgument, "an object needs a name");
+  if (name.size() > NamedObjects::kNameMaxBytes)
+    return error(StatusCode::kInvalidArgument,
+                 "a name is " + std::to_string(NamedObjects::kNameMaxBytes) + " bytes at most");
+  if (name.find('\0') != std::string_view::npos)
+    return error(StatusCode::kInvalidArgument, "a name may not hold a NUL byte");
+  return Status::ok();
+}
+
+// An index entry's value for an object: its record's "object" value, without the bytes of one kept there.
+std::string listed_value(const ObjectStat& st) {
+  return encode_object(st.data, st.size, st.mtime_ms, st.composite, st.attrs);
+}
+
 Status inline_range(const ObjectStat& st, uint64_t offset, uint64_t length) {
   if (st.bytes.size() != st.size) return error(StatusCode::kInvalidArgument, "a stat without its object's bytes");
   if (offset > st.size || length > st.size - offset) return error(StatusCode::kInvalidArgument, "a range past the end");
@@ -134,6 +150,10 @@ ObjectId NamedObjects::fresh_data_object() {
 
 ObjectId NamedObjects::index_object() {
   // No name hashes here: record_of mixes its hashes, this id is a constant of its own.
+  return placement::with_class(ObjectId{0, 0x72666f736e616d65ull}, placement::ObjectClass::kS1, true);  // "rfosname"
+}
+
+ObjectId NamedObjects::legacy_index_object() {
   return placement::with_class(ObjectId{0, 0x72666f73696e6478ull}, placement::ObjectClass::kS1);  // "rfosindx"
 }
 
@@ -296,7 +316,7 @@ Status NamedObjects::remove_data(const ObjectId& data, bool composite, const std
 
 Status NamedObjects::store(std::string_view name, const ObjectId& data, bool composite, const PutOptions& options,
                            const std::function<Status(uint64_t*)>& write) {
-  if (name.empty()) return error(StatusCode::kInvalidArgument, "an object needs a name");
+  RFOS_RETURN_IF_ERROR(check_name(name));
   const ObjectId record = record_of(name);
   const uint64_t started = now_ms();
   // What the record holds tells, with no request of its own, whether it is of the older layout and whether it
@@ -347,7 +367,7 @@ Status NamedObjects::store(std::string_view name, const ObjectId& data, bool com
 }
 
 Status NamedObjects::store_inline(std::string_view name, std::string_view bytes, const PutOptions& options) {
-  if (name.empty()) return error(StatusCode::kInvalidArgument, "an object needs a name");
+  RFOS_RETURN_IF_ERROR(check_name(name));
   const ObjectId record = record_of(name);
   const ObjectId data = fresh_data_object();  // the object's identity only: no object of this id is written
   std::string attrs;
@@ -555,8 +575,9 @@ Status NamedObjects::remove(std::string_view name) {
     if (!akeys.is_ok() || akeys->empty()) return st.status();
   }
   // Unlisted first: a remove that dies half-way leaves an object that is not listed, never a listed one that
-  // is gone.
-  RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_dkey(index_object(), name)));
+  // is gone. (A name with a NUL byte, put before names were checked, is in no index this version reads.)
+  if (name.find('\0') == std::string_view::npos)
+    RFOS_RETURN_IF_ERROR(ignore_not_found(c_.punch_dkey(index_object(), name)));
   RFOS_RETURN_IF_ERROR(clear_pending(record, UINT64_MAX, false).status());
   if (st.is_ok() && !st->legacy && !st->inlined) RFOS_RETURN_IF_ERROR(remove_data(st->data, st->composite, {}));
   return ignore_not_found(c_.punch_object(record));
@@ -568,6 +589,7 @@ Result<NamedObjects::Listing> NamedObjects::list() {
   std::set<ObjectId>& referenced = out.owned;
   std::set<ObjectId> unnamed;
   referenced.insert(index_object());
+  referenced.insert(legacy_index_object());
   referenced.insert(uploads_index());
   RFOS_ASSIGN_OR_RETURN(out.uploads, uploads(""));
   for (const Upload& u : out.uploads) {
@@ -578,7 +600,7 @@ Result<NamedObjects::Listing> NamedObjects::list() {
     referenced.insert(writing.begin(), writing.end());
   }
   for (const ObjectId& oid : oids) {
-    if (oid == index_object() || oid == uploads_index()) continue;
+    if (oid == index_object() || oid == legacy_index_object() || oid == uploads_index()) continue;
     auto name = c_.get_value(oid, kMeta, kName);
     if (!name.is_ok()) {
       if (name.status().code() != StatusCode::kNotFound) return name.status();
@@ -612,25 +634,119 @@ Result<NamedObjects::Listing> NamedObjects::list() {
 
 namespace rfos::client {
 
-Result<std::vector<ObjectStat>> NamedObjects::list_index(std::string_view prefix) {
+Result<NamedObjects::IndexPage> NamedObjects::list_index(std::string_view prefix, std::string_view from, size_t max) {
+  Status settled = settle_index();
+  // A read-only (or snapshot) handle may not move an earlier index.
+  if (settled.code() == StatusCode::kPermissionDenied || settled.code() == StatusCode::kInvalidArgument)
+    return merged_index_page(prefix, from, max);
+  RFOS_RETURN_IF_ERROR(settled);
+  return index_page(prefix, from, max);
+}
+
+Status NamedObjects::settle_index() {
+  RFOS_ASSIGN_OR_RETURN(bool left, legacy_index_left());
+  return left ? move_legacy_index() : Status::ok();
+}
+
+Result<NamedObjects::IndexPage> NamedObjects::index_page(std::string_view prefix, std::string_view from, size_t max) {
   const ObjectId index = index_object();
   const uint32_t target = c_.target_of(index, {});
-  std::vector<ObjectStat> out;
+  IndexPage out;
+  std::string anchor(from);
+  while (out.names.size() < max) {
+    const size_t want = std::min<size_t>(max - out.names.size(), 1024);
+    RFOS_ASSIGN_OR_RETURN(KeyPage page, c_.list_dkeys(index, target, anchor, want, kIndexAkey, prefix));
+    for (size_t i = 0; i < page.keys.size(); ++i) {
+      if (page.values[i].empty()) continue;
+      RFOS_ASSIGN_OR_RETURN(DataRef o, decode_object(page.values[i]));
+      out.names.push_back(
+          ObjectStat{page.keys[i], o.size, o.oid, false, o.mtime_ms, std::move(o.attrs), o.composite, false, {}});
+    }
+    if (page.done) {
+      out.done = true;
+      return out;
+    }
+    if (page.anchor == anchor) return error(StatusCode::kInternal, "index listing made no progress");
+    anchor = std::move(page.anchor);
+  }
+  out.next = std::move(anchor);
+  return out;
+}
+
+std::string NamedObjects::past(std::string_view prefix) {
+  std::string s(prefix);
+  while (!s.empty() && static_cast<unsigned char>(s.back()) == 0xff) s.pop_back();
+  if (!s.empty()) s.back() = static_cast<char>(static_cast<unsigned char>(s.back()) + 1);
+  return s;
+}
+
+Result<bool> NamedObjects::legacy_index_left() {
+  const ObjectId old = legacy_index_object();
+  RFOS_ASSIGN_OR_RETURN(KeyPage page, c_.list_dkeys(old, c_.target_of(old, {}), {}, 1));
+  return !page.keys.empty();
+}
+
+Status NamedObjects::each_legacy_entry(std::string_view prefix, const std::function<Status(const ObjectStat&)>& f) {
+  const ObjectId old = legacy_index_object();
+  const uint32_t target = c_.target_of(old, {});
   std::string anchor;
   for (bool done = false; !done;) {
-    RFOS_ASSIGN_OR_RETURN(KeyPage page, c_.list_dkeys(index, target, anchor, 1024, kIndexAkey));
+    RFOS_ASSIGN_OR_RETURN(KeyPage page, c_.list_dkeys(old, target, anchor, 1024, {}, prefix));
     if (!page.done && page.anchor == anchor) return error(StatusCode::kInternal, "index listing made no progress");
-    for (size_t i = 0; i < page.keys.size(); ++i) {
-      if (!page.keys[i].starts_with(prefix) || page.values[i].empty()) continue;
-      RFOS_ASSIGN_OR_RETURN(DataRef o, decode_object(page.values[i]));
-      out.push_back(
-          ObjectStat{page.keys[i], o.size, o.oid, false, o.mtime_ms, std::move(o.attrs), o.composite, false, {}});
+    for (const std::string& name : page.keys) {
+      // The record decides: a name removed since (a remove no longer looks at this index) is left out, as is
+      // one whose record is unreadable (rfos fs check reports it) and one with a NUL byte, which the index cannot
+      // hold (such names are no longer taken).
+      if (name.find('\0') != std::string::npos) continue;
+      auto st = stat(name);
+      const StatusCode code = st.status().code();
+      if (code == StatusCode::kNotFound || code == StatusCode::kCorruption || (st.is_ok() && st->legacy)) continue;
+      RFOS_RETURN_IF_ERROR(st.status());
+      RFOS_RETURN_IF_ERROR(f(*st));
     }
     anchor = std::move(page.anchor);
     done = page.done;
   }
-  // The engine orders keys by length first; listings are in byte order.
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return Status::ok();
+}
+
+Status NamedObjects::move_legacy_index() {
+  RFOS_RETURN_IF_ERROR(each_legacy_entry({}, [&](const ObjectStat& st) {
+    // Where a put listed the name in the new index already, its entry stays.
+    Status s = c_.insert_value(index_object(), st.name, kIndexAkey, listed_value(st));
+    if (s.code() == StatusCode::kAlreadyExists) return Status::ok();
+    RFOS_RETURN_IF_ERROR(s);
+    // A remove between the stat and the insert found no entry to drop: the entry goes again.
+    auto again = stat(st.name);
+    if (again.status().code() != StatusCode::kNotFound) return again.status();
+    return ignore_not_found(c_.punch_dkey(index_object(), st.name));
+  }));
+  return ignore_not_found(c_.punch_object(legacy_index_object()));
+}
+
+Result<NamedObjects::IndexPage> NamedObjects::merged_index_page(std::string_view prefix, std::string_view from,
+                                                                size_t max) {
+  // Every name with the prefix in both indexes (the newer one's entry where both have one), in byte order.
+  std::map<std::string, ObjectStat> all;
+  RFOS_RETURN_IF_ERROR(each_legacy_entry(prefix, [&](const ObjectStat& st) {
+    all.emplace(st.name, st);
+    return Status::ok();
+  }));
+  for (std::string at(from);;) {
+    RFOS_ASSIGN_OR_RETURN(IndexPage page, index_page(prefix, at, 1024));
+    for (ObjectStat& st : page.names) all.insert_or_assign(st.name, std::move(st));
+    if (page.done) break;
+    at = std::move(page.next);
+  }
+  IndexPage out;
+  for (auto it = all.lower_bound(std::string(from)); it != all.end(); ++it) {
+    if (out.names.size() == max) {
+      out.next = it->first;
+      return out;
+    }
+    out.names.push_back(std::move(it->second));
+  }
+  out.done = true;
   return out;
 }
 
@@ -672,7 +788,8 @@ ObjectId NamedObjects::uploads_index() {
 }
 
 Status NamedObjects::begin_upload(const Upload& u) {
-  if (u.id.empty() || u.name.empty()) return error(StatusCode::kInvalidArgument, "an upload needs an id and a name");
+  if (u.id.empty()) return error(StatusCode::kInvalidArgument, "an upload needs an id");
+  RFOS_RETURN_IF_ERROR(check_name(u.name));
   const ObjectId o = upload_object(u.id);
   if (!u.attrs.empty()) RFOS_RETURN_IF_ERROR(c_.put_value(o, kUpload, "attrs", u.attrs));
   RFOS_RETURN_IF_ERROR(c_.put_value(o, kUpload, "started", std::to_string(u.started_ms)));

@@ -16,9 +16,12 @@
 // a read costs one request, the value's, and a put writes no data to remove after a failure (it takes the swap's
 // lock, reads the object it replaces, writes the record and the index, and unlocks).
 //
-// Beside the records, one index object (object class S1: one target) lists every name put under this layout:
-// a dkey per name, its value the record's "object" value, written after the swap and removed before the record,
-// so listings (S3's ListObjects) cost a request per page of names rather than one per object.
+// Beside the records, one index object (object class S1: one target, its dkeys in byte order:
+// ObjectId::kOrderedDkeys) lists every name put under this layout: a dkey per name, its value the record's
+// "object" value, written after the swap and removed before the record, so a listing (S3's ListObjects) is a
+// request per page of names, starting where the page does and stopping at the end of its prefix, however many
+// names the container holds. Names are 1..4096 bytes without a NUL byte. An index of an earlier version (its names
+// by length) moves into this one at the first listing by a session that may write; until then listings merge both.
 //
 // Objects stored by rfos before this layout (their data under the record itself, dkeys the decimal chunk index,
 // the size in "size") are still read, listed and removed; a put replaces one.
@@ -148,15 +151,31 @@ class NamedObjects {
     std::vector<Upload> uploads;  // uploads(""): those under way
   };
   Result<Listing> list();
-  // The names in the index that start with `prefix`, in byte order, each with its stat (attrs included, never
-  // an inline object's bytes: stat() the name to read it): one request per 1024 names. Objects stored before the index
-  // existed are not in it until put again.
-  Result<std::vector<ObjectStat>> list_index(std::string_view prefix = {});
+  // A page of the names in the index that start with `prefix`, in byte order, from `from` on (inclusive: "" for
+  // the first page, after(name) to leave `name` out, or any name, such as the end of a prefix to skip), each with
+  // its stat (attrs included, never an inline object's bytes: stat() the name to read it): at most `max` names
+  // and a request per 1024 of them, plus one that looks for an index of an earlier version. Objects stored before
+  // the index existed are not in it until put again.
+  struct IndexPage {
+    std::vector<ObjectStat> names;
+    bool done = false;
+    std::string next;  // where the next page starts, when not done
+  };
+  Result<IndexPage> list_index(std::string_view prefix, std::string_view from, size_t max);
+  // Moves the names an index of an earlier version holds into the index, and removes it: a request that finds
+  // none, where none is left. A gateway calls it as it opens a bucket to write, so that read-only listings need
+  // not merge the two. kPermissionDenied on a read-only handle.
+  Status settle_index();
+  // The least name after `name` (any string): names hold no NUL, so `name` up to its first NUL and a 0x01 byte.
+  static std::string after(std::string_view name) { return std::string(name.substr(0, name.find('\0'))) + '\x01'; }
+  // The least name after every name that starts with `prefix` ("" where there is none: it is all 0xff bytes).
+  static std::string past(std::string_view prefix);
 
   // The record object of `name`.
   static ObjectId record_of(std::string_view name);
   // The index object.
   static ObjectId index_object();
+  static constexpr size_t kNameMaxBytes = 4096;
 
  private:
   // Removes the data of puts pending since before `started_before_ms` (and the older layout's pending), and what
@@ -188,6 +207,16 @@ class NamedObjects {
   // Removes a data object, or an object of parts with its parts but those in `keep`.
   Status remove_data(const ObjectId& data, bool composite, const std::set<ObjectId>& keep);
   Result<ObjectStat> stat_of(const ObjectId& record, std::string_view name);
+  // The index of an earlier version, whose dkeys are in length order, and whether it holds a name.
+  static ObjectId legacy_index_object();
+  Result<bool> legacy_index_left();
+  // Calls `f` with the stat of each name with `prefix` the earlier index lists whose record still names an object.
+  Status each_legacy_entry(std::string_view prefix, const std::function<Status(const ObjectStat&)>& f);
+  // Moves the earlier index's names into the index and removes it. kPermissionDenied on a read-only handle.
+  Status move_legacy_index();
+  // list_index's page from the index alone, and from both (a read-only handle, before the move).
+  Result<IndexPage> index_page(std::string_view prefix, std::string_view from, size_t max);
+  Result<IndexPage> merged_index_page(std::string_view prefix, std::string_view from, size_t max);
 
   Container& c_;
   uint32_t depth_;

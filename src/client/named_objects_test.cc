@@ -12,6 +12,7 @@
 
 #include "client/file_layout.h"
 #include "client/file_stream.h"
+#include "placement/placement.h"
 #include "server/sim_cluster_testing.h"
 
 namespace rfos::client {
@@ -62,6 +63,27 @@ class NamedObjectsTest : public server::testing::SimCluster {
       return Status::ok();
     });
     if (!s.is_ok()) return s;
+    return out;
+  }
+  // Every name of the index with `prefix`, a page of `page` at a time.
+  std::vector<ObjectStat> listed(NamedObjects& o, std::string_view prefix = {}, size_t page = 2) {
+    std::vector<ObjectStat> out;
+    std::string from;
+    for (int pages = 0; pages < 100; ++pages) {
+      auto got = o.list_index(prefix, from, page);
+      EXPECT_TRUE(got.is_ok()) << got.status().to_string();
+      if (!got.is_ok()) break;
+      EXPECT_LE(got->names.size(), page);
+      std::move(got->names.begin(), got->names.end(), std::back_inserter(out));
+      if (got->done) return out;
+      from = got->next;
+    }
+    ADD_FAILURE() << "the listing did not end";
+    return out;
+  }
+  static std::vector<std::string> names_of(const std::vector<ObjectStat>& stats) {
+    std::vector<std::string> out;
+    for (const ObjectStat& st : stats) out.push_back(st.name);
     return out;
   }
   size_t object_count() {
@@ -132,12 +154,11 @@ TEST_F(NamedObjectsTest, SmallObjectsLiveInTheirRecords) {
                }).is_ok());
   EXPECT_TRUE(pieces == small.substr(7, 9000));
   // Listed without its bytes.
-  auto listed = o.list_index("s");
-  ASSERT_TRUE(listed.is_ok());
-  ASSERT_EQ(listed->size(), 1u);
-  EXPECT_EQ(listed->at(0).size, small.size());
-  EXPECT_EQ(listed->at(0).attrs, st->attrs);
-  EXPECT_TRUE(listed->at(0).bytes.empty());
+  auto index = listed(o, "s");
+  ASSERT_EQ(index.size(), 1u);
+  EXPECT_EQ(index.at(0).size, small.size());
+  EXPECT_EQ(index.at(0).attrs, st->attrs);
+  EXPECT_TRUE(index.at(0).bytes.empty());
 
   // One byte more: a data object, its first bytes those put() read to decide.
   const std::string big = random_bytes(NamedObjects::kInlineBytes + 1, 31);
@@ -172,32 +193,94 @@ TEST_F(NamedObjectsTest, TheIndexListsNamesInByteOrderWithTheirAttributes) {
     };
     ASSERT_TRUE(o.put(name, source_of(name + name), {}, opts).is_ok()) << name;
   }
-  auto all = o.list_index();
-  ASSERT_TRUE(all.is_ok()) << all.status().to_string();
-  std::vector<std::string> names;
-  for (const auto& st : *all) names.push_back(st.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"a", "a/x", "a/yy", "aa", "b"}));
-  EXPECT_EQ((*all)[2].size, 8u);
-  EXPECT_EQ((*all)[2].attrs, "attrs of a/yy 8");
+  auto all = listed(o);
+  EXPECT_EQ(names_of(all), (std::vector<std::string>{"a", "a/x", "a/yy", "aa", "b"}));
+  ASSERT_EQ(all.size(), 5u);
+  EXPECT_EQ(all[2].size, 8u);
+  EXPECT_EQ(all[2].attrs, "attrs of a/yy 8");
   EXPECT_EQ(o.stat("a/yy")->attrs, "attrs of a/yy 8");
-  auto some = o.list_index("a/");
-  ASSERT_TRUE(some.is_ok());
-  ASSERT_EQ(some->size(), 2u);
-  EXPECT_EQ((*some)[0].name, "a/x");
+  EXPECT_EQ(names_of(listed(o, "a/")), (std::vector<std::string>{"a/x", "a/yy"}));
+  // A page starts at any name (inclusive), after one, or past every name under a prefix; it stops at the end of
+  // its prefix.
+  auto page = o.list_index({}, "a/y", 2);
+  ASSERT_TRUE(page.is_ok());
+  EXPECT_EQ(names_of(page->names), (std::vector<std::string>{"a/yy", "aa"}));
+  EXPECT_FALSE(page->done);
+  EXPECT_EQ(names_of(o.list_index({}, page->next, 2)->names), std::vector<std::string>{"b"});
+  EXPECT_EQ(names_of(o.list_index({}, NamedObjects::after("a/x"), 1)->names), std::vector<std::string>{"a/yy"});
+  EXPECT_EQ(names_of(o.list_index({}, NamedObjects::past("a/"), 10)->names), (std::vector<std::string>{"aa", "b"}));
+  EXPECT_EQ(NamedObjects::past("a\xff\xff"), "b");
+  EXPECT_EQ(NamedObjects::past("\xff"), "");
+  auto in_a = o.list_index("a/", "a/xz", 10);
+  ASSERT_TRUE(in_a.is_ok());
+  EXPECT_TRUE(in_a->done);
+  EXPECT_EQ(names_of(in_a->names), std::vector<std::string>{"a/yy"});
   // A put whose attributes fail is abandoned: the old object and its entry stay as they were.
   PutOptions failing;
   failing.attrs = [](uint64_t) -> Result<std::string> { return error(StatusCode::kChecksumMismatch, "bad digest"); };
   EXPECT_EQ(o.put("a/yy", source_of("other bytes"), {}, failing).code(), StatusCode::kChecksumMismatch);
   EXPECT_EQ(*get(o, "a/yy"), "a/yya/yy");
-  EXPECT_EQ(o.list_index("a/yy")->at(0).attrs, "attrs of a/yy 8");
+  EXPECT_EQ(listed(o, "a/yy").at(0).attrs, "attrs of a/yy 8");
   // A replacement without attributes, and a removal, show in the index; the index is no object of its own.
   ASSERT_TRUE(o.put("b", source_of("x")).is_ok());
-  EXPECT_EQ(o.list_index("b")->at(0).attrs, "");
-  EXPECT_EQ(o.list_index("b")->at(0).size, 1u);
+  EXPECT_EQ(listed(o, "b").at(0).attrs, "");
+  EXPECT_EQ(listed(o, "b").at(0).size, 1u);
   ASSERT_TRUE(o.remove("a").is_ok());
-  EXPECT_EQ(o.list_index()->size(), 4u);
+  EXPECT_EQ(listed(o).size(), 4u);
   EXPECT_TRUE(o.list()->other.empty());
   EXPECT_EQ(o.list()->named.size(), 4u);
+}
+
+TEST_F(NamedObjectsTest, ANameTheIndexCannotKeepIsRefusedBeforeAnythingIsWritten) {
+  NamedObjects o(*c_, 4);
+  const std::string nul("a\0b", 3);
+  EXPECT_EQ(o.put(nul, source_of("x")).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(o.put(nul, source_of(random_bytes(NamedObjects::kInlineBytes + 1, 3))).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(o.put(std::string(NamedObjects::kNameMaxBytes + 1, 'n'), source_of("x")).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(o.begin_upload({"u1", nul, "", 1}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(object_count(), 0u);
+  EXPECT_EQ(o.remove(nul).code(), StatusCode::kNotFound);  // not refused: one put before names were checked goes
+  EXPECT_EQ(NamedObjects::after(nul), "a\x01");           // the least name after it: none holds a NUL
+  ASSERT_TRUE(o.put(std::string(NamedObjects::kNameMaxBytes, 'n'), source_of("x")).is_ok());
+  EXPECT_EQ(listed(o).size(), 1u);
+}
+
+// The index of an earlier version kept its names by length; a listing through a read-only handle merges it,
+// checked against the records, and the first listing by a handle that may write moves it into the index.
+TEST_F(NamedObjectsTest, AnIndexOfAnEarlierVersionIsListedThenMoved) {
+  NamedObjects o(*c_, 4);
+  for (const char* name : {"new-b", "old-a", "old-c", "old-gone", "both"})
+    ASSERT_TRUE(o.put(name, source_of(std::string(name) + " bytes")).is_ok());
+  // As an earlier version left them: "old-*" and "both" listed in the earlier index only, or in both, and
+  // "old-gone" removed since by this version (which no longer looks at the earlier index).
+  const ObjectId earlier = placement::with_class(ObjectId{0, 0x72666f73696e6478ull}, placement::ObjectClass::kS1);
+  for (const char* name : {"old-a", "old-c", "old-gone", "both"}) {
+    auto v = c_->get_value(NamedObjects::index_object(), name, "o");
+    ASSERT_TRUE(v.is_ok());
+    ASSERT_TRUE(c_->put_value(earlier, name, "o", *v).is_ok());
+    if (std::string_view(name) != "both") {
+      ASSERT_TRUE(c_->punch_dkey(NamedObjects::index_object(), name).is_ok());
+    }
+  }
+  ASSERT_TRUE(o.remove("old-gone").is_ok());
+  const std::vector<std::string> want = {"both", "new-b", "old-a", "old-c"};
+
+  auto reader = open(session(wire::Capability::kRead));
+  ASSERT_TRUE(reader);
+  NamedObjects ro(*reader, 4);
+  EXPECT_EQ(names_of(listed(ro)), want);
+  EXPECT_EQ(names_of(listed(ro, "old-")), (std::vector<std::string>{"old-a", "old-c"}));
+  EXPECT_EQ(listed(ro, "old-a").at(0).size, std::string("old-a bytes").size());
+  EXPECT_FALSE(c_->list_dkeys(earlier).value().empty()) << "a read-only listing moved nothing";
+
+  EXPECT_EQ(names_of(listed(o)), want);
+  EXPECT_TRUE(c_->list_dkeys(earlier).value().empty());
+  EXPECT_EQ(names_of(listed(ro)), want);
+  ASSERT_TRUE(o.remove("old-a").is_ok());
+  EXPECT_EQ(names_of(listed(ro)), (std::vector<std::string>{"both", "new-b", "old-c"}));
+  EXPECT_TRUE(o.list()->other.empty());
 }
 
 TEST_F(NamedObjectsTest, AReplacementIsAllOrNothing) {
@@ -388,7 +471,7 @@ TEST_F(NamedObjectsTest, ObjectsOfParts) {
   ASSERT_TRUE(st.is_ok());
   EXPECT_TRUE(st->composite);
   EXPECT_EQ(st->size, all.size());
-  EXPECT_EQ(o.list_index("big")->at(0).attrs, "etag-3");
+  EXPECT_EQ(listed(o, "big").at(0).attrs, "etag-3");
   for (auto [off, len] :
        std::vector<std::pair<size_t, size_t>>{{0, 10}, {(1 << 20) + 50, 6000}, {1000, all.size() - 1000}}) {
     std::string out;

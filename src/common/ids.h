@@ -23,12 +23,19 @@ struct Uuid {
   auto operator<=>(const Uuid&) const = default;
 };
 
-// An object id: 128 bits; the top 8 bits of `hi` name the object class (placement and protection).
+// An object id: 128 bits; the top 8 bits of `hi` name the object class (placement and protection), of which the
+// highest says how the engine keeps the object's dkeys (kOrderedDkeys).
 struct ObjectId {
+  // The object's dkeys are kept in byte order, so a listing of them comes sorted and may start at any key and stop
+  // at the end of a prefix (a name index); such dkeys may not hold a NUL byte. Other objects' dkeys are ordered by
+  // length first. Part of the id, so fixed for the object's life.
+  static constexpr uint64_t kOrderedDkeys = 1ull << 63;
+
   uint64_t hi = 0;
   uint64_t lo = 0;
   auto operator<=>(const ObjectId&) const = default;
   std::string to_string() const;  // "hi.lo" in hex
+  bool ordered_dkeys() const { return (hi & kOrderedDkeys) != 0; }
 };
 
 }  // namespace rfos

@@ -60,6 +60,8 @@ std::string akey_prefix(const KeyRef& key) {
 Status validate_key(const KeyRef& key, bool need_akey) {
   if (key.dkey.empty() || key.dkey.size() > kKeyMaxBytes)
     return error(StatusCode::kInvalidArgument, "dkey must be 1.." + std::to_string(kKeyMaxBytes) + " bytes");
+  if (key.oid.ordered_dkeys() && key.dkey.find('\0') != std::string_view::npos)
+    return error(StatusCode::kInvalidArgument, "a dkey of an object of ordered dkeys may not hold a NUL byte");
   if (need_akey && (key.akey.empty() || key.akey.size() > kKeyMaxBytes))
     return error(StatusCode::kInvalidArgument, "akey must be 1.." + std::to_string(kKeyMaxBytes) + " bytes");
   return Status::ok();

@@ -357,13 +357,17 @@ class Engine {
 
   // ---- enumeration, at an epoch, resumable ----
   Result<std::vector<ObjectId>> list_objects(uint32_t cont, Epoch epoch, Anchor* anchor, size_t max);
+  // An object's dkeys: by length first, or in byte order for an object of ordered dkeys
+  // (ObjectId::kOrderedDkeys), whose anchor's position is also where a listing may start (the first dkey at or
+  // after it; the next page's is the last dkey given and a 0x01 byte).
   Result<std::vector<std::string>> list_dkeys(uint32_t cont, const ObjectId& oid, Epoch epoch, Anchor* anchor,
                                               size_t max);
-  // The same, and for each dkey the single value of `value_akey` that a fetch at `epoch` would return, where the
-  // scan that found the dkey met it first (a directory's entries: one akey per dkey); nullopt where it did not
-  // (another akey first, an array, a checksum to look into): fetch that one. `values` may be null.
+  // The same, only dkeys that start with `prefix` (an object of ordered dkeys: the scan starts at the prefix and
+  // ends where it does), and for each dkey the single value of `value_akey` that a fetch at `epoch` would return,
+  // where the scan that found the dkey met it first (a directory's entries: one akey per dkey); nullopt where it
+  // did not (another akey first, an array, a checksum to look into): fetch that one. `values` may be null.
   Result<std::vector<std::string>> list_dkeys(uint32_t cont, const ObjectId& oid, Epoch epoch, Anchor* anchor,
-                                              size_t max, std::string_view value_akey,
+                                              size_t max, std::string_view prefix, std::string_view value_akey,
                                               std::vector<std::optional<std::string>>* values);
   Result<std::vector<std::string>> list_akeys(uint32_t cont, const ObjectId& oid, std::string_view dkey, Epoch epoch,
                                               Anchor* anchor, size_t max);

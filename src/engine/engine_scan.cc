@@ -225,44 +225,76 @@ std::optional<std::string> visible_single(rocksdb::Iterator* it, std::string_vie
   return std::string(r.data);
 }
 
-// Generic resumable key enumeration below `parent`: keys are the u16-length-prefixed names after `tag`. With
-// `values`, each name's value of akey `value_akey` where the scan met it first (visible_single).
+// Generic resumable key enumeration below `parent`: keys are the names after `tag`, u16-length-prefixed, or
+// NUL-terminated for the dkeys of an object of ordered dkeys. Only names that start with `prefix`. With `values`,
+// each name's value of akey `value_akey` where the scan met it first (visible_single).
+//
+// The anchor's position is the last name given, for names in length order; for ordered dkeys it is where the
+// next page starts, inclusive: the last name and a 0x01 byte (the least name after it, as names hold no NUL), or
+// any name the caller chooses to start from (past a whole prefix, for a listing that skips one).
 Result<std::vector<std::string>> list_names(Engine::Impl* im, const std::string& parent, char tag, Epoch epoch,
-                                            Version floor, Anchor* anchor, size_t max, std::string_view value_akey = {},
+                                            Version floor, Anchor* anchor, size_t max, std::string_view prefix = {},
+                                            std::string_view value_akey = {},
                                             std::vector<std::optional<std::string>>* values = nullptr) {
   std::vector<std::string> out;
   if (anchor->done || max == 0) return out;
+  const bool ordered =
+      tag == kDkeyTag && parent.size() == kObjectPrefixBytes && (static_cast<uint8_t>(parent[5]) & 0x80);
   std::unique_ptr<rocksdb::Iterator> it(im->db->NewIterator(rocksdb::ReadOptions()));
-  std::string pos = parent + tag;
-  if (!anchor->position.empty()) {
-    pos = parent;
-    pos.push_back(tag);
+  const std::string tag_prefix = parent + tag;
+  std::string pos = tag_prefix;
+  if (ordered) {
+    pos += std::max<std::string_view>(anchor->position, prefix);
+  } else if (!anchor->position.empty()) {
     put_be16(&pos, static_cast<uint16_t>(anchor->position.size()));
     pos += anchor->position;
     pos = prefix_successor(pos);
   }
-  std::string tag_prefix = parent + tag;
   // One seek for the page: from each name the scan steps on to the next (skip_past), since names lie side by
-  // side and a name usually has a few records.
+  // side and a name usually has a few records. A page steps over at most kStepsPerName * max names it does not
+  // give (punched, or without the prefix), then ends short of `max` but not done, so no request holds the
+  // target's thread for long however many such names lie in the way.
+  constexpr size_t kStepsPerName = 64;
+  size_t stepped = 0;
+  bool short_page = false;
   it->Seek(pos);
   while (out.size() < max) {
     if (!it->Valid() || !starts_with(it->key(), tag_prefix)) break;
-    rocksdb::Slice k = it->key();
-    if (k.size() < tag_prefix.size() + 2) return error(StatusCode::kCorruption, "malformed key");
-    size_t len = get_be16(k.data() + tag_prefix.size());
-    if (k.size() < tag_prefix.size() + 2 + len) return error(StatusCode::kCorruption, "malformed key");
-    std::string child(k.data(), tag_prefix.size() + 2 + len);
-    std::string name(k.data() + tag_prefix.size() + 2, len);
-    // The child's own punch floor is found by any_visible's scan (its punches lead its records).
-    if (Engine::Impl::any_visible_here(it.get(), child, epoch, floor)) {
-      out.push_back(name);
-      anchor->position = name;
+    std::string_view k = it->key().ToStringView().substr(tag_prefix.size());
+    size_t name_at = 2, len = 0;
+    if (ordered) {
+      name_at = 0;
+      len = k.find('\0');
+      if (len == std::string_view::npos) return error(StatusCode::kCorruption, "malformed key");
+    } else {
+      if (k.size() < 2) return error(StatusCode::kCorruption, "malformed key");
+      len = get_be16(k.data());
+      if (k.size() < 2 + len) return error(StatusCode::kCorruption, "malformed key");
+    }
+    std::string name(k.substr(name_at, len));
+    std::string child = tag_prefix + std::string(k.substr(0, name_at + len + (ordered ? 1 : 0)));
+    bool given = false;
+    if (!name.starts_with(prefix)) {
+      if (ordered) {  // past the prefix: nothing after it has it
+        anchor->done = true;
+        break;
+      }
+    } else if (Engine::Impl::any_visible_here(it.get(), child, epoch, floor)) {
+      // The child's own punch floor is found by any_visible's scan (its punches lead its records).
+      anchor->position = ordered ? name + '\x01' : name;
       if (values) values->push_back(visible_single(it.get(), value_akey));
+      out.push_back(std::move(name));
+      given = true;
+    }
+    if (!given && ++stepped > kStepsPerName * max) {
+      anchor->position = ordered ? name + '\x01' : name;
+      short_page = true;
+      break;
     }
     Engine::Impl::skip_past(it.get(), child);
   }
   RFOS_RETURN_IF_ERROR(from_rocks(it->status(), "index scan"));
-  if (out.size() < max) anchor->done = true;
+  if (out.size() < max && !short_page) anchor->done = true;
   return out;
 }
 
@@ -294,11 +326,11 @@ Result<std::vector<ObjectId>> Engine::list_objects(uint32_t cont, Epoch epoch, A
 
 Result<std::vector<std::string>> Engine::list_dkeys(uint32_t cont, const ObjectId& oid, Epoch epoch, Anchor* anchor,
                                                     size_t max) {
-  return list_dkeys(cont, oid, epoch, anchor, max, {}, nullptr);
+  return list_dkeys(cont, oid, epoch, anchor, max, {}, {}, nullptr);
 }
 
 Result<std::vector<std::string>> Engine::list_dkeys(uint32_t cont, const ObjectId& oid, Epoch epoch, Anchor* anchor,
-                                                    size_t max, std::string_view value_akey,
+                                                    size_t max, std::string_view prefix, std::string_view value_akey,
                                                     std::vector<std::optional<std::string>>* values) {
   RFOS_RETURN_IF_ERROR(impl_->open_for_read(cont, epoch).status());
   std::string obj = object_prefix(cont, oid);
@@ -308,7 +340,7 @@ Result<std::vector<std::string>> Engine::list_dkeys(uint32_t cont, const ObjectI
     floor = Impl::punch_floor(it.get(), obj, epoch);
   }
   if (values) values->clear();
-  return list_names(impl_.get(), obj, kDkeyTag, epoch, floor, anchor, max, value_akey, values);
+  return list_names(impl_.get(), obj, kDkeyTag, epoch, floor, anchor, max, prefix, value_akey, values);
 }
 
 Result<std::vector<std::string>> Engine::list_akeys(uint32_t cont, const ObjectId& oid, std::string_view dkey,

@@ -124,8 +124,13 @@ struct Runner {
     engine = target.engine.get();
     cid = target.cid;
   }
-  Model::AKey pick() { return {rnd(3) + 1, "dkey" + std::to_string(rnd(4)), "akey" + std::to_string(rnd(3))}; }
-  KeyRef ref(const Model::AKey& k) { return {cid, ObjectId{0, std::get<0>(k)}, std::get<1>(k), std::get<2>(k)}; }
+  Model::AKey pick() {
+    static const char* const kDkeys[] = {"dkey0", "dk1", "dkey2x", "d3"};  // byte order differs from length order
+    return {rnd(3) + 1, kDkeys[rnd(4)], "akey" + std::to_string(rnd(3))};
+  }
+  // Object 2 keeps its dkeys in byte order; the others by length first.
+  static ObjectId oid_of(uint64_t n) { return {n == 2 ? ObjectId::kOrderedDkeys : 0, n}; }
+  KeyRef ref(const Model::AKey& k) { return {cid, oid_of(std::get<0>(k)), std::get<1>(k), std::get<2>(k)}; }
   Epoch read_epoch() {
     switch (rnd(4)) {
       case 0:
@@ -174,7 +179,7 @@ struct Runner {
                      (level <= 1 || std::get<2>(mk) == std::get<2>(k));
         if (under && model.akey_visible(mk, cur)) visible = true;
       }
-      ObjectId oid{0, std::get<0>(k)};
+      ObjectId oid = oid_of(std::get<0>(k));
       if (level == 0) s = engine->punch_object(cid, oid, cur);
       if (level == 1) s = engine->punch_dkey(cid, oid, std::get<1>(k), cur);
       if (level == 2) s = engine->punch_akey(ref(k), cur);
@@ -252,13 +257,18 @@ struct Runner {
     } else {  // enumerate dkeys in pages
       Epoch e = read_epoch();
       std::set<std::string> want = model.dkeys(std::get<0>(k), e), got;
+      std::vector<std::string> in_order;
       Anchor a;
       while (!a.done) {
-        auto page = engine->list_dkeys(cid, ObjectId{0, std::get<0>(k)}, e, &a, 1 + rnd(3));
+        auto page = engine->list_dkeys(cid, oid_of(std::get<0>(k)), e, &a, 1 + rnd(3));
         ASSERT_TRUE(page.is_ok());
         got.insert(page->begin(), page->end());
+        in_order.insert(in_order.end(), page->begin(), page->end());
       }
       ASSERT_EQ(got, want);
+      if (oid_of(std::get<0>(k)).ordered_dkeys()) {
+        ASSERT_EQ(in_order, std::vector<std::string>(want.begin(), want.end()));
+      }
     }
   }
 };

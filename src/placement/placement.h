@@ -2,7 +2,8 @@
 // and the dkey, computed by every client: no lookup service on the data path. Jump consistent hash (Lamping &
 // Veach), so growing the map moves only 1/n of the keys.
 //
-// Object classes (top 8 bits of oid.hi): S1 keeps a whole object on one target; SX stripes its dkeys over all.
+// Object classes (top 8 bits of oid.hi, but the highest, ObjectId::kOrderedDkeys): S1 keeps a whole object on one
+// target; SX stripes its dkeys over all.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -17,11 +18,12 @@ namespace rfos::placement {
 enum class ObjectClass : uint8_t { kS1 = 1, kSX = 2 };
 
 inline ObjectClass object_class(const ObjectId& oid) {
-  return static_cast<ObjectClass>(oid.hi >> 56) == ObjectClass::kS1 ? ObjectClass::kS1 : ObjectClass::kSX;
+  return static_cast<ObjectClass>((oid.hi >> 56) & 0x7f) == ObjectClass::kS1 ? ObjectClass::kS1 : ObjectClass::kSX;
 }
 
-inline ObjectId with_class(ObjectId oid, ObjectClass c) {
-  oid.hi = (oid.hi & ((1ull << 56) - 1)) | (uint64_t(c) << 56);
+// The id with its class set to `c` (and dkeys in byte order where `ordered`).
+inline ObjectId with_class(ObjectId oid, ObjectClass c, bool ordered = false) {
+  oid.hi = (oid.hi & ((1ull << 56) - 1)) | (uint64_t(c) << 56) | (ordered ? ObjectId::kOrderedDkeys : 0);
   return oid;
 }
 

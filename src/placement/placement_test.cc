@@ -13,6 +13,13 @@ TEST(Placement, S1KeepsAnObjectOnOneTarget) {
   EXPECT_EQ(object_class(oid), ObjectClass::kS1);
   uint32_t t = target_of(oid, "a", 8);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(target_of(oid, std::to_string(i), 8), t);
+  // Ordered dkeys are the class byte's top bit: the class stays S1, the object on one target.
+  ObjectId ordered = with_class({12345, 678}, ObjectClass::kS1, true);
+  EXPECT_TRUE(ordered.ordered_dkeys());
+  EXPECT_FALSE(oid.ordered_dkeys());
+  EXPECT_EQ(object_class(ordered), ObjectClass::kS1);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(target_of(ordered, std::to_string(i), 8), target_of(ordered, "a", 8));
+  EXPECT_FALSE(with_class(ordered, ObjectClass::kSX).ordered_dkeys());
 }
 
 TEST(Placement, SXSpreadsDkeysEvenly) {

@@ -1,6 +1,7 @@
 #include "s3/service.h"
 
 #include <isa-l/crc.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
@@ -48,7 +49,12 @@ std::string xml_escape(std::string_view s) {
         out += "&apos;";
         break;
       default:
-        out.push_back(c);
+        // XML 1.0 has no way to write the other control characters, not even as references: a key that holds one
+        // (listed without encoding-type=url, or named in an error) shows U+FFFD there, so the document parses.
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r')
+          out += "\xEF\xBF\xBD";
+        else
+          out.push_back(c);
     }
   }
   return out;
@@ -325,35 +331,60 @@ void list_objects(const ServiceConfig& config, const User& user, Handles& handle
     after = p("marker");
     after_prefix = !delimiter.empty() && after.ends_with(delimiter);
   }
-  auto all = with_bucket(config, user, handles, req.bucket, false,
-                         [&](client::Container& c) { return client::NamedObjects(c).list_index(prefix); });
-  if (!all.is_ok()) return reply(error_response(all.status(), resource_of(req), true));
+  // The first name to look at: past the key (or the common prefix and every key under it) the last page ended
+  // with.
+  std::string from;
+  bool done = false;
+  if (after_prefix) {
+    from = client::NamedObjects::past(after);
+    done = from.empty();  // every name after it starts with it
+  } else if (!after.empty()) {
+    from = client::NamedObjects::after(after);
+  }
   auto enc = [&](std::string_view s) { return encoding == "url" ? uri_encode(s, true) : std::string(s); };
 
-  std::vector<const client::ObjectStat*> contents;
+  std::vector<client::ObjectStat> contents;
   std::vector<std::string> prefixes;
   std::string last;  // the last key or common prefix given
   bool last_prefix = false;
   bool truncated = false;
-  for (const client::ObjectStat& st : *all) {
-    if (max_keys == 0) break;
-    if (!after.empty() && (st.name <= after || (after_prefix && st.name.starts_with(after)))) continue;
-    std::string_view rest = std::string_view(st.name).substr(prefix.size());
-    size_t d = delimiter.empty() ? std::string_view::npos : rest.find(delimiter);
-    std::string cp =
-        d == std::string_view::npos ? std::string() : prefix + std::string(rest.substr(0, d + delimiter.size()));
-    if (!cp.empty() && !prefixes.empty() && prefixes.back() == cp) continue;  // its prefix is given already
-    if (contents.size() + prefixes.size() >= max_keys) {
-      truncated = true;
-      break;
+  // A page of names at a time from the index, in byte order: one more than the keys still to give (to tell
+  // whether the listing is truncated), or a full page where a delimiter folds names into common prefixes; a page
+  // that ends inside a common prefix goes on past it.
+  while (!done && !truncated && max_keys > 0) {
+    const size_t want = delimiter.empty() ? max_keys - contents.size() + 1 : kMaxKeys;
+    auto page = with_bucket(config, user, handles, req.bucket, false, [&](client::Container& c) {
+      return client::NamedObjects(c).list_index(prefix, from, want);
+    });
+    if (!page.is_ok()) return reply(error_response(page.status(), resource_of(req), true));
+    bool inside_prefix = false;  // the page's last name was folded into the last common prefix
+    for (client::ObjectStat& st : page->names) {
+      std::string_view rest = std::string_view(st.name).substr(prefix.size());
+      size_t d = delimiter.empty() ? std::string_view::npos : rest.find(delimiter);
+      std::string cp =
+          d == std::string_view::npos ? std::string() : prefix + std::string(rest.substr(0, d + delimiter.size()));
+      inside_prefix = !cp.empty() && !prefixes.empty() && prefixes.back() == cp;
+      if (inside_prefix) continue;  // its prefix is given already
+      if (contents.size() + prefixes.size() >= max_keys) {
+        truncated = true;
+        break;
+      }
+      last_prefix = !cp.empty();
+      if (cp.empty()) {
+        last = st.name;
+        contents.push_back(std::move(st));
+      } else {
+        last = cp;
+        prefixes.push_back(std::move(cp));
+        inside_prefix = true;
+      }
     }
-    last_prefix = !cp.empty();
-    if (cp.empty()) {
-      contents.push_back(&st);
-      last = st.name;
+    if (truncated || page->done) break;
+    if (inside_prefix) {  // past every name under the common prefix
+      from = client::NamedObjects::past(prefixes.back());
+      if (from.empty()) break;
     } else {
-      prefixes.push_back(cp);
-      last = cp;
+      from = std::move(page->next);
     }
   }
   const char* root = v2 ? "ListBucketResult" : "ListBucketResult";
@@ -372,10 +403,10 @@ void list_objects(const ServiceConfig& config, const User& user, Handles& handle
   if (!delimiter.empty()) x.leaf("Delimiter", enc(delimiter));
   if (!encoding.empty()) x.leaf("EncodingType", encoding);
   x.leaf("IsTruncated", truncated ? "true" : "false");
-  for (const client::ObjectStat* st : contents) {
-    Attrs a = decode_attrs(st->attrs);
-    x.open("Contents").leaf("Key", enc(st->name)).leaf("LastModified", iso_date(st->mtime_ms));
-    x.leaf("ETag", etag_of(*st, a)).leaf("Size", std::to_string(st->size)).leaf("StorageClass", "STANDARD");
+  for (const client::ObjectStat& st : contents) {
+    Attrs a = decode_attrs(st.attrs);
+    x.open("Contents").leaf("Key", enc(st.name)).leaf("LastModified", iso_date(st.mtime_ms));
+    x.leaf("ETag", etag_of(st, a)).leaf("Size", std::to_string(st.size)).leaf("StorageClass", "STANDARD");
     if (!v2) x.open("Owner").leaf("ID", user.name).leaf("DisplayName", user.name).close("Owner");
     x.close("Contents");
   }
@@ -1795,6 +1826,10 @@ Result<client::Container*> Handles::get(const User& user, const std::string& poo
   auto it = conts_.find(id);
   if (it != conts_.end()) return it->second.get();
   RFOS_ASSIGN_OR_RETURN(auto c, client::Container::open(*user.control, pool, bucket, options));
+  // A bucket's name index of an earlier version moves once a handle may write (listings merge it until then).
+  if (options.write)
+    if (Status s = client::NamedObjects(*c).settle_index(); !s.is_ok())
+      spdlog::warn("bucket {}: the name index of an earlier version stays: {}", bucket, s.to_string());
   return conts_.emplace(id, std::move(c)).first->second.get();
 }
 

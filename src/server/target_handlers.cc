@@ -82,7 +82,7 @@ void Impl::handle_list_keys(Call& c) {
   size_t max = std::clamp<uint64_t>(q.length, 1, 1024);
   wire::KeyPage page;
   if (q.op == wire::Op::kListDkeys && !q.akey.empty()) {  // with each dkey's value of that akey
-    auto pairs = dkeys_with_values(c.cid, q.oid, q.akey, c.read_at, &anchor, max);
+    auto pairs = dkeys_with_values(c.cid, q.oid, q.akey, c.read_at, &anchor, max, q.dkey);
     if (!pairs.is_ok()) return reply_error(c.to(), c.id(), pairs.status());
     page.with_values = true;
     for (auto& [k, v] : *pairs) {
@@ -90,8 +90,9 @@ void Impl::handle_list_keys(Call& c) {
       page.values.push_back(std::move(v));
     }
   } else {
-    auto keys = q.op == wire::Op::kListDkeys ? engine->list_dkeys(c.cid, q.oid, c.read_at, &anchor, max)
-                                             : engine->list_akeys(c.cid, q.oid, q.dkey, c.read_at, &anchor, max);
+    auto keys = q.op == wire::Op::kListDkeys
+                    ? engine->list_dkeys(c.cid, q.oid, c.read_at, &anchor, max, q.dkey, {}, nullptr)
+                    : engine->list_akeys(c.cid, q.oid, q.dkey, c.read_at, &anchor, max);
     if (!keys.is_ok()) return reply_error(c.to(), c.id(), keys.status());
     page.keys = std::move(keys).value();
   }
@@ -105,9 +106,11 @@ void Impl::handle_list_keys(Call& c) {
 Result<std::vector<std::pair<std::string, std::string>>> Impl::dkeys_with_values(uint32_t cid, const ObjectId& oid,
                                                                                  std::string_view akey,
                                                                                  engine::Epoch epoch,
-                                                                                 engine::Anchor* anchor, size_t max) {
+                                                                                 engine::Anchor* anchor, size_t max,
+                                                                                 std::string_view prefix) {
   std::vector<std::optional<std::string>> found;
-  RFOS_ASSIGN_OR_RETURN(std::vector<std::string> keys, engine->list_dkeys(cid, oid, epoch, anchor, max, akey, &found));
+  RFOS_ASSIGN_OR_RETURN(std::vector<std::string> keys,
+                        engine->list_dkeys(cid, oid, epoch, anchor, max, prefix, akey, &found));
   std::vector<std::pair<std::string, std::string>> out;
   out.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {

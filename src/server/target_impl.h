@@ -195,12 +195,13 @@ class Target::Impl {
   void update(Call& c, std::shared_ptr<SessionBuffers::Charge> charge);
   void fetch(Call& c, std::shared_ptr<SessionBuffers::Charge> charge);
   Result<uint64_t> object_end(uint32_t cid, const ObjectId& oid, const std::string& akey, engine::Epoch epoch);
-  // Up to `max` dkeys of `oid` after *anchor, each with its single value under `akey` ("" where none): a
-  // listing with its values (a directory's entries). The scan brings most values; the others are fetched. Asks
-  // only the engine, so the namespace thread calls it too (as object_end).
+  // Up to `max` dkeys of `oid` after *anchor that start with `prefix`, each with its single value under `akey`
+  // ("" where none): a listing with its values (a directory's entries, a name index's page). The scan brings most
+  // values; the others are fetched. Asks only the engine, so the namespace thread calls it too (as object_end).
   Result<std::vector<std::pair<std::string, std::string>>> dkeys_with_values(uint32_t cid, const ObjectId& oid,
                                                                              std::string_view akey, engine::Epoch epoch,
-                                                                             engine::Anchor* anchor, size_t max);
+                                                                             engine::Anchor* anchor, size_t max,
+                                                                             std::string_view prefix = {});
 
   // Conditional inserts (kIfAbsent) in flight, by key: a second one on the same key waits its turn (kBusy, the
   // client retries), so of two racing creates exactly one wins.

@@ -17,7 +17,7 @@ namespace rfos::wire {
 
 inline constexpr uint32_t kRequestMagic = 0x31514652;  // "RFQ1"
 inline constexpr uint32_t kReplyMagic = 0x31504652;    // "RFP1"
-inline constexpr uint8_t kDataPlaneVersion = 3;        // 3: grants (kGrant, Request::grant)
+inline constexpr uint8_t kDataPlaneVersion = 4;        // 3: grants (kGrant, Request::grant); 4: list dkeys' prefix
 inline constexpr size_t kMaxKeyBytes = 4096;
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;
 inline constexpr size_t kMaxRkeyBytes = 1024;
@@ -30,8 +30,9 @@ enum class Op : uint8_t {
   kPunchDkey = 4,  // punches one dkey
   kPunchObject = 5,
   kListObjects = 6,     // anchor: where to resume ("" to start); length: max objects. Reply payload: an ObjectPage
-  kListDkeys = 7,       // of oid on this target; length: max keys; akey: "" or the akey whose single values to
-                        // return with the keys. Reply payload: a KeyPage
+  kListDkeys = 7,       // of oid on this target; length: max keys; dkey: "" or the prefix of the keys to list;
+                        // akey: "" or the akey whose single values to return with the keys. Reply payload: a
+                        // KeyPage
   kListAkeys = 8,       // of (oid, dkey); length: max keys. Reply payload: a KeyPage
   kPunchAkey = 9,       // punches one (dkey, akey)
   kObjectEnd = 10,      // of oid on this target: the size of the array `akey` under the greatest dkey (byte order)

@@ -261,6 +261,35 @@ class S3Test(unittest.TestCase):
             got += [o["Key"] for o in page.get("Contents", [])] + [p["Prefix"] for p in page.get("CommonPrefixes", [])]
         self.assertEqual(got, ["a/", "a/1", "a/2", "a/b/"])
         self.assertEqual(self.s3.list_objects_v2(Bucket=b, MaxKeys=0)["KeyCount"], 0)
+        # A common prefix over more names than a page of the index holds (the gateway reads 1000 at a time): given
+        # once, and the listing goes on past it, in one request as in pages.
+        many = ["many/%04d" % i for i in range(1030)]
+        threads = [threading.Thread(target=lambda part: [self.s3.put_object(Bucket=b, Key=k, Body=b"") for k in part],
+                                    args=(many[i::8],)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        r = self.s3.list_objects_v2(Bucket=b, Delimiter="/")
+        self.assertEqual([p["Prefix"] for p in r["CommonPrefixes"]], ["a/", "c/", "d e/", "many/"])
+        self.assertEqual([o["Key"] for o in r["Contents"]], ["b", "z"])
+        names, prefixes = [], []
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=b, Delimiter="/",
+                                                                      PaginationConfig={"PageSize": 3}):
+            self.assertLessEqual(page["KeyCount"], 3)
+            names += [o["Key"] for o in page.get("Contents", [])]
+            prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+        self.assertEqual((names, prefixes), (["b", "z"], ["a/", "c/", "d e/", "many/"]))
+        r = self.s3.list_objects_v2(Bucket=b, Prefix="many/", StartAfter="many/0999")
+        self.assertEqual([o["Key"] for o in r["Contents"]], many[1000:])
+        got = []
+        for page in self.s3.get_paginator("list_objects").paginate(Bucket=b, Prefix="many/"):
+            got += [o["Key"] for o in page.get("Contents", [])]
+        self.assertEqual(got, many)
+        # A key the index cannot hold (a NUL byte) is refused, and nothing is stored.
+        self.assertEqual(error_code(lambda: self.s3.put_object(Bucket=b, Key="nul\x00key", Body=b"x")),
+                         "InvalidArgument")
+        self.assertEqual(self.s3.list_objects_v2(Bucket=b, Prefix="nul")["KeyCount"], 0)
 
     def test_awscli(self):
         self.c.aws("s3", "mb", "s3://awscli")

@@ -12,6 +12,16 @@ constexpr uint32_t kMaxRuns = (1u << 20) / 4096 + 1;
 
 void put_uuid(std::string* dst, const Uuid& u) { dst->append(reinterpret_cast<const char*>(u.bytes.data()), 16); }
 
+// Reads a NUL-terminated dkey (an object of ordered dkeys) at `in`, after its tag.
+bool take_ordered_key(std::string_view* in, char tag, std::string_view* out) {
+  if (in->size() < 3 || (*in)[0] != tag) return false;
+  size_t end = in->find('\0', 1);
+  if (end == std::string_view::npos || end == 1) return false;
+  *out = in->substr(1, end - 1);
+  in->remove_prefix(end + 1);
+  return true;
+}
+
 // Reads a u16 length-prefixed key at `in`, after a tag byte equal to `tag`.
 bool take_key(std::string_view* in, char tag, std::string_view* out) {
   if (in->size() < 3 || (*in)[0] != tag) return false;
@@ -122,7 +132,13 @@ std::string object_prefix(uint32_t cid, const ObjectId& oid) {
 }
 
 void append_dkey(std::string* key, std::string_view dkey) {
+  const bool ordered = key->size() >= kObjectPrefixBytes && (static_cast<uint8_t>((*key)[5]) & 0x80) != 0;
   key->push_back(kDkeyTag);
+  if (ordered) {
+    key->append(dkey);
+    key->push_back('\0');
+    return;
+  }
   put_be16(key, static_cast<uint16_t>(dkey.size()));
   key->append(dkey);
 }
@@ -170,7 +186,9 @@ bool parse_object_key(std::string_view key, ObjectKey* out) {
     out->kind = kPunchTag;
     return take_version(key.substr(1), out);
   }
-  if (!take_key(&key, kDkeyTag, &out->dkey) || key.empty()) return false;
+  const bool dkey_ok =
+      out->oid.ordered_dkeys() ? take_ordered_key(&key, kDkeyTag, &out->dkey) : take_key(&key, kDkeyTag, &out->dkey);
+  if (!dkey_ok || key.empty()) return false;
   if (key[0] == kPunchTag) {
     out->level = 1;
     out->kind = kPunchTag;

@@ -8,6 +8,8 @@
 //   'Q' cid(4) oid(16)                        the object holds punches (containers with punch_marks)
 //   'O' cid(4) oid(16) 'P' ~epoch ~seq        object punch
 //   'O' cid(4) oid(16) 'd' len(2) dkey 'P' ~epoch ~seq                        dkey punch
+//                      'd' dkey 0x00                                         ... the dkey of an object whose id
+//                                                                            says ObjectId::kOrderedDkeys
 //   'O' cid(4) oid(16) 'd' len(2) dkey 'a' len(2) akey 'P' ~epoch ~seq        akey punch
 //   'O' ... 'a' len(2) akey 'v' ~epoch ~seq                                   single value: SvRecord
 //   'O' ... 'a' len(2) akey 'x' start(8) ~epoch ~seq                          array extent: ExtRecord
@@ -56,7 +58,8 @@ std::string lazy_key(uint64_t seq);                            // 'L' seq
 // A lazy marker's value: the index keys of the records whose block data it names.
 std::string encode_lazy(const std::vector<std::string_view>& keys);
 bool decode_lazy(std::string_view value, std::vector<std::string>* keys);
-void append_dkey(std::string* key, std::string_view dkey);  // 'd' len dkey
+// 'd' len dkey, or 'd' dkey 0x00 where `key`, an object_prefix, names an object of ordered dkeys (byte order).
+void append_dkey(std::string* key, std::string_view dkey);
 void append_akey(std::string* key, std::string_view akey);  // 'a' len akey
 void append_version(std::string* key, uint64_t epoch, uint64_t seq);
 void append_extent_start(std::string* key, uint64_t start);  // 'x' start
