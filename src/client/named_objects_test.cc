@@ -242,7 +242,7 @@ TEST_F(NamedObjectsTest, ANameTheIndexCannotKeepIsRefusedBeforeAnythingIsWritten
   EXPECT_EQ(o.begin_upload({"u1", nul, "", 1}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(object_count(), 0u);
   EXPECT_EQ(o.remove(nul).code(), StatusCode::kNotFound);  // not refused: one put before names were checked goes
-  EXPECT_EQ(NamedObjects::after(nul), "a\x01");           // the least name after it: none holds a NUL
+  EXPECT_EQ(NamedObjects::after(nul), "a\x01");            // the least name after it: none holds a NUL
   ASSERT_TRUE(o.put(std::string(NamedObjects::kNameMaxBytes, 'n'), source_of("x")).is_ok());
   EXPECT_EQ(listed(o).size(), 1u);
 }
