@@ -1345,15 +1345,61 @@ void list_parts(const ServiceConfig& config, const User& user, Handles& handles,
 
 void list_uploads(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
                   const std::function<void(Response)>& reply) {
-  const std::string prefix = req.param("prefix") ? *req.param("prefix") : std::string();
+  auto p = [&](std::string_view name) { return req.param(name) ? *req.param(name) : std::string(); };
+  const std::string prefix = p("prefix"), delimiter = p("delimiter"), encoding = p("encoding-type");
+  const std::string key_marker = p("key-marker"), id_marker = key_marker.empty() ? "" : p("upload-id-marker");
+  if (!encoding.empty() && encoding != "url")
+    return reply(
+        error_response(400, "InvalidArgument", "Invalid Encoding Method specified in Request", resource_of(req)));
+  size_t max_uploads = kMaxKeys;
+  if (const std::string* m = req.param("max-uploads")) {
+    if (m->empty() || m->size() > 9 || m->find_first_not_of("0123456789") != std::string::npos)
+      return reply(
+          error_response(400, "InvalidArgument", "max-uploads is not a non-negative number", resource_of(req)));
+    max_uploads = std::min<size_t>(std::stoul(*m), kMaxKeys);
+  }
   auto uploads = with_bucket(config, user, handles, req.bucket, false,
                              [&](client::Container& c) { return client::NamedObjects(c).uploads(prefix); });
   if (!uploads.is_ok()) return reply(error_response(uploads.status(), resource_of(req), true));
+  auto enc = [&](std::string_view s) { return encoding == "url" ? uri_encode(s, true) : std::string(s); };
+  // After the markers: past the key marker (and every key under it where it ends with the delimiter, a common
+  // prefix given last), or at it, past the upload id marker. Uploads come by key, then id.
+  const bool marker_prefix = !delimiter.empty() && key_marker.ends_with(delimiter);
+  std::vector<const client::NamedObjects::Upload*> listed;
+  std::vector<std::string> prefixes;
+  std::string next_key, next_id;  // the last upload or common prefix given
+  bool truncated = false;
+  for (const client::NamedObjects::Upload& u : *uploads) {
+    if (!key_marker.empty()) {
+      if (marker_prefix && u.name.starts_with(key_marker)) continue;
+      if (u.name < key_marker || (u.name == key_marker && (id_marker.empty() || u.id <= id_marker))) continue;
+    }
+    std::string_view rest = std::string_view(u.name).substr(prefix.size());
+    size_t d = delimiter.empty() ? std::string_view::npos : rest.find(delimiter);
+    std::string cp =
+        d == std::string_view::npos ? std::string() : prefix + std::string(rest.substr(0, d + delimiter.size()));
+    if (!cp.empty() && !prefixes.empty() && prefixes.back() == cp) continue;
+    if (listed.size() + prefixes.size() >= max_uploads) {
+      truncated = true;
+      break;
+    }
+    next_key = cp.empty() ? u.name : cp;
+    next_id = cp.empty() ? u.id : std::string();
+    if (cp.empty())
+      listed.push_back(&u);
+    else
+      prefixes.push_back(std::move(cp));
+  }
   Xml x;
-  x.open("ListMultipartUploadsResult", kNs).leaf("Bucket", req.bucket).leaf("KeyMarker", "").leaf("UploadIdMarker", "");
-  x.leaf("Prefix", prefix).leaf("MaxUploads", "1000").leaf("IsTruncated", "false");
-  for (const client::NamedObjects::Upload& u : *uploads)
-    x.open("Upload").leaf("Key", u.name).leaf("UploadId", u.id).leaf("StorageClass", "STANDARD").close("Upload");
+  x.open("ListMultipartUploadsResult", kNs).leaf("Bucket", req.bucket).leaf("KeyMarker", enc(key_marker));
+  x.leaf("UploadIdMarker", id_marker).leaf("Prefix", enc(prefix));
+  if (!delimiter.empty()) x.leaf("Delimiter", enc(delimiter));
+  if (!encoding.empty()) x.leaf("EncodingType", encoding);
+  x.leaf("MaxUploads", std::to_string(max_uploads)).leaf("IsTruncated", truncated ? "true" : "false");
+  if (truncated) x.leaf("NextKeyMarker", enc(next_key)).leaf("NextUploadIdMarker", next_id);
+  for (const client::NamedObjects::Upload* u : listed)
+    x.open("Upload").leaf("Key", enc(u->name)).leaf("UploadId", u->id).leaf("StorageClass", "STANDARD").close("Upload");
+  for (const std::string& cp : prefixes) x.open("CommonPrefixes").leaf("Prefix", enc(cp)).close("CommonPrefixes");
   x.close("ListMultipartUploadsResult");
   reply(xml_response(200, std::move(x)));
 }

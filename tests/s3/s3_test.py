@@ -593,6 +593,39 @@ class S3Test(unittest.TestCase):
             gw.wait()
             gw.stdout.close()
 
+    def test_upload_listings(self):
+        b = self.bucket("uploads")
+        made = {}
+        for key in ["a/1", "a/2", "b", "b", "c/d/e", "z"]:
+            made.setdefault(key, []).append(self.s3.create_multipart_upload(Bucket=b, Key=key)["UploadId"])
+        want = sorted((k, u) for k, ups in made.items() for u in ups)
+        # Pages of 2, by key then upload id, resumed from both markers (also within one key's uploads).
+        got, pages = [], 0
+        for page in self.s3.get_paginator("list_multipart_uploads").paginate(Bucket=b,
+                                                                              PaginationConfig={"PageSize": 2}):
+            self.assertLessEqual(len(page.get("Uploads", [])), 2)
+            got += [(u["Key"], u["UploadId"]) for u in page.get("Uploads", [])]
+            pages += 1
+        self.assertEqual(got, want)
+        self.assertEqual(pages, 3)
+        r = self.s3.list_multipart_uploads(Bucket=b, KeyMarker="b", UploadIdMarker=min(made["b"]))
+        self.assertEqual([(u["Key"], u["UploadId"]) for u in r["Uploads"]],
+                         [("b", max(made["b"]))] + [(k, made[k][0]) for k in ("c/d/e", "z")])
+        # A delimiter folds keys into common prefixes, each given once, across pages too.
+        keys, prefixes = [], []
+        for page in self.s3.get_paginator("list_multipart_uploads").paginate(Bucket=b, Delimiter="/",
+                                                                              PaginationConfig={"PageSize": 1}):
+            keys += [u["Key"] for u in page.get("Uploads", [])]
+            prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+        self.assertEqual((keys, prefixes), (["b", "b", "z"], ["a/", "c/"]))
+        r = self.s3.list_multipart_uploads(Bucket=b, Prefix="c/", Delimiter="/")
+        self.assertEqual([p["Prefix"] for p in r["CommonPrefixes"]], ["c/d/"])
+        self.assertEqual(error_code(lambda: self.s3.list_multipart_uploads(Bucket=b, EncodingType="zip")),
+                         "InvalidArgument")
+        for key, ups in made.items():
+            for u in ups:
+                self.s3.abort_multipart_upload(Bucket=b, Key=key, UploadId=u)
+
     def test_a_part_cut_short_leaves_the_upload_abortable(self):
         b = self.bucket("cutpart")
         up = self.s3.create_multipart_upload(Bucket=b, Key="k")["UploadId"]
