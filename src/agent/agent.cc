@@ -352,9 +352,8 @@ class AppConn {
     bool bytes = op == KeyOp::kPutValue || op == KeyOp::kGetValue || op == KeyOp::kListExtents;
     if (bytes && (!buffer_ || m.buffer_bytes > buffer_bytes_))
       return error(StatusCode::kInvalidArgument, "the bytes lie past the shared buffer (or it is not set up)");
-    if (sealer_ && (op == KeyOp::kPutValue || op == KeyOp::kGetValue))
-      return error(StatusCode::kNotSupported,
-                   "tenant " + tenant_ + " seals its data, which single values through the agent are not yet");
+    // A sealing tenant's values are sealed whole (seal.h), 32 bytes longer on the media.
+    const SealPlace place = sealer_ ? SealPlace::of(c.session().cont.uuid, oid, m.dkey, m.akey) : SealPlace{};
     switch (op) {
       case KeyOp::kArraySize:
         return c.array_size(oid, m.dkey, m.akey);
@@ -362,11 +361,19 @@ class AppConn {
         if (m.buffer_bytes > client::kMaxIoBytes)
           return error(StatusCode::kTooLarge, "a single value is at most 1 MiB");
         std::string value(reinterpret_cast<const char*>(buffer_), m.buffer_bytes);
+        if (sealer_) {
+          if (value.size() > client::kMaxIoBytes - kSealRecord)
+            return error(StatusCode::kTooLarge, "a sealed single value is at most 1 MiB less 32 bytes");
+          RFOS_ASSIGN_OR_RETURN(value, sealer_->seal_value(value, place));
+        }
         RFOS_RETURN_IF_ERROR(c.put_value(oid, m.dkey, m.akey, value));
         return 0;
       }
       case KeyOp::kGetValue: {
         RFOS_ASSIGN_OR_RETURN(std::string value, c.get_value(oid, m.dkey, m.akey));
+        if (sealer_) {
+          RFOS_ASSIGN_OR_RETURN(value, sealer_->open_value(value, place));
+        }
         if (value.size() <= m.buffer_bytes) std::memcpy(buffer_, value.data(), value.size());
         return value.size();
       }
@@ -861,7 +868,7 @@ class AppConn {
     std::span<uint8_t> app;             // the app's bytes, where a sealed read's plaintext goes
     std::unique_ptr<uint8_t[]> bounce;  // a sealing tenant's: ciphertext, then records (from bounces_)
     std::span<uint8_t> cipher, records;
-    std::string place;
+    SealPlace place;
     uint64_t first_block = 0;
   };
 
@@ -895,8 +902,7 @@ class AppConn {
     if (e.offset % kSealBlock != 0 || e.length % kSealBlock != 0)
       return error(StatusCode::kInvalidArgument, "a sealing tenant's I/O is whole 4 KiB blocks");
     op->first_block = e.offset / kSealBlock;
-    op->place =
-        c.session().cont.uuid + "/" + oid.to_string() + "/" + std::string(e.dkey()) + "/" + std::string(e.akey());
+    op->place = SealPlace::of(c.session().cont.uuid, oid, e.dkey(), e.akey());
     op->bounce = take_bounce();
     // A read's ciphertext lands in the app's buffer and is opened in place (one buffer through the cache, not
     // two): the app's own bytes, which tell it nothing, and a block that does not open is cleansed there.

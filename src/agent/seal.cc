@@ -137,38 +137,66 @@ Result<uint64_t> Sealer::take_counter() {
   return n;
 }
 
-Status Sealer::seal(std::span<const uint8_t> plain, std::string_view place, uint64_t first_block,
+SealPlace SealPlace::of(std::string_view cont, const ObjectId& oid, std::string_view dkey, std::string_view akey) {
+  SealPlace p;
+  p.aad = std::string(cont) + "/" + oid.to_string() + "/";
+  put_be16(&p.aad, static_cast<uint16_t>(dkey.size()));
+  p.aad.append(dkey);
+  put_be16(&p.aad, static_cast<uint16_t>(akey.size()));
+  p.aad.append(akey);
+  p.legacy = std::string(cont) + "/" + oid.to_string() + "/" + std::string(dkey) + "/" + std::string(akey);
+  return p;
+}
+
+Status Sealer::seal_one(EVP_CIPHER_CTX* ctx, const SealPlace& place, uint64_t block, const uint8_t* in, size_t n,
+                        uint8_t* out, uint8_t* rec) {
+  RFOS_ASSIGN_OR_RETURN(uint64_t counter, take_counter());
+  std::memset(rec, 0, kSealRecord);
+  std::memcpy(rec, &agent_id_, 4);
+  std::memcpy(rec + 4, &counter, 8);
+  rec[28] = kSealFormat;
+  Aad aad(place.aad);
+  int len = 0;
+  bool ok = EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, rec) == 1 &&
+            EVP_EncryptUpdate(ctx, nullptr, &len, aad.set_block(block), aad.size()) == 1 &&
+            (n == 0 || EVP_EncryptUpdate(ctx, out, &len, in, static_cast<int>(n)) == 1) &&
+            EVP_EncryptFinal_ex(ctx, out + (n == 0 ? 0 : len), &len) == 1 &&
+            EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, rec + 12) == 1;
+  return ok ? Status::ok() : error(StatusCode::kInternal, "AES-GCM encryption failed");
+}
+
+bool Sealer::open_one(EVP_CIPHER_CTX* ctx, const SealPlace& place, uint64_t block, const uint8_t* in, size_t n,
+                      uint8_t* out, const uint8_t* rec) {
+  if (rec[28] > kSealFormat || rec[29] != 0 || rec[30] != 0 || rec[31] != 0) return false;
+  Aad aad(rec[28] == 0 ? place.legacy : place.aad);
+  uint8_t tag[16];
+  std::memcpy(tag, rec + 12, 16);
+  int len = 0;
+  return EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, rec) == 1 &&
+         EVP_DecryptUpdate(ctx, nullptr, &len, aad.set_block(block), aad.size()) == 1 &&
+         (n == 0 || EVP_DecryptUpdate(ctx, out, &len, in, static_cast<int>(n)) == 1) &&
+         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, 16, tag) == 1 &&
+         EVP_DecryptFinal_ex(ctx, out + (n == 0 ? 0 : len), &len) == 1;
+}
+
+Status Sealer::seal(std::span<const uint8_t> plain, const SealPlace& place, uint64_t first_block,
                     std::span<uint8_t> cipher, std::span<uint8_t> records) {
   size_t blocks = plain.size() / kSealBlock;
   if (plain.size() % kSealBlock != 0 || cipher.size() != plain.size() || records.size() != blocks * kSealRecord)
     return error(StatusCode::kInvalidArgument, "sealing takes whole 4 KiB blocks");
   RFOS_ASSIGN_OR_RETURN(EVP_CIPHER_CTX * ctx, context(true));
-  Aad aad(place);
-  for (size_t b = 0; b < blocks; ++b) {
-    RFOS_ASSIGN_OR_RETURN(uint64_t counter, take_counter());
-    uint8_t* rec = records.data() + b * kSealRecord;
-    std::memset(rec, 0, kSealRecord);
-    std::memcpy(rec, &agent_id_, 4);
-    std::memcpy(rec + 4, &counter, 8);
-    int len = 0;
-    bool ok = EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, rec) == 1 &&
-              EVP_EncryptUpdate(ctx, nullptr, &len, aad.set_block(first_block + b), aad.size()) == 1 &&
-              EVP_EncryptUpdate(ctx, cipher.data() + b * kSealBlock, &len, plain.data() + b * kSealBlock,
-                                static_cast<int>(kSealBlock)) == 1 &&
-              EVP_EncryptFinal_ex(ctx, cipher.data() + b * kSealBlock + len, &len) == 1 &&
-              EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, rec + 12) == 1;
-    if (!ok) return error(StatusCode::kInternal, "AES-GCM encryption failed");
-  }
+  for (size_t b = 0; b < blocks; ++b)
+    RFOS_RETURN_IF_ERROR(seal_one(ctx, place, first_block + b, plain.data() + b * kSealBlock, kSealBlock,
+                                  cipher.data() + b * kSealBlock, records.data() + b * kSealRecord));
   return Status::ok();
 }
 
-Status Sealer::open(std::span<const uint8_t> cipher, std::span<const uint8_t> records, std::string_view place,
+Status Sealer::open(std::span<const uint8_t> cipher, std::span<const uint8_t> records, const SealPlace& place,
                     uint64_t first_block, std::span<uint8_t> plain) {
   size_t blocks = cipher.size() / kSealBlock;
   if (cipher.size() % kSealBlock != 0 || plain.size() != cipher.size() || records.size() != blocks * kSealRecord)
     return error(StatusCode::kInvalidArgument, "opening takes whole 4 KiB blocks");
   RFOS_ASSIGN_OR_RETURN(EVP_CIPHER_CTX * ctx, context(false));
-  Aad aad(place);
   static const uint8_t kZero[kSealRecord] = {};
   for (size_t b = 0; b < blocks; ++b) {
     const uint8_t* rec = records.data() + b * kSealRecord;
@@ -180,23 +208,37 @@ Status Sealer::open(std::span<const uint8_t> cipher, std::span<const uint8_t> re
       std::memset(plain.data() + b * kSealBlock, 0, kSealBlock);
       continue;
     }
-    uint8_t tag[16];
-    std::memcpy(tag, rec + 12, 16);
-    int len = 0;
-    bool ok = rec[28] == 0 && rec[29] == 0 && rec[30] == 0 && rec[31] == 0 &&
-              EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, rec) == 1 &&
-              EVP_DecryptUpdate(ctx, nullptr, &len, aad.set_block(first_block + b), aad.size()) == 1 &&
-              EVP_DecryptUpdate(ctx, plain.data() + b * kSealBlock, &len, cipher.data() + b * kSealBlock,
-                                static_cast<int>(kSealBlock)) == 1 &&
-              EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, 16, tag) == 1 &&
-              EVP_DecryptFinal_ex(ctx, plain.data() + b * kSealBlock + len, &len) == 1;
-    if (!ok) {
+    if (!open_one(ctx, place, first_block + b, cipher.data() + b * kSealBlock, kSealBlock,
+                  plain.data() + b * kSealBlock, rec)) {
       OPENSSL_cleanse(plain.data() + b * kSealBlock, kSealBlock);  // nothing of a block that failed is handed out
       return error(StatusCode::kChecksumMismatch,
                    "block " + std::to_string(first_block + b) + " does not authenticate (tampered or misplaced)");
     }
   }
   return Status::ok();
+}
+
+Result<std::string> Sealer::seal_value(std::string_view plain, const SealPlace& place) {
+  RFOS_ASSIGN_OR_RETURN(EVP_CIPHER_CTX * ctx, context(true));
+  std::string out(kSealRecord + plain.size(), '\0');
+  auto* o = reinterpret_cast<uint8_t*>(out.data());
+  RFOS_RETURN_IF_ERROR(seal_one(ctx, place, kValueBlock, reinterpret_cast<const uint8_t*>(plain.data()), plain.size(),
+                                o + kSealRecord, o));
+  return out;
+}
+
+Result<std::string> Sealer::open_value(std::string_view sealed, const SealPlace& place) {
+  if (sealed.size() < kSealRecord)
+    return error(StatusCode::kChecksumMismatch, "a sealed value is shorter than its record");
+  RFOS_ASSIGN_OR_RETURN(EVP_CIPHER_CTX * ctx, context(false));
+  std::string plain(sealed.size() - kSealRecord, '\0');
+  const auto* in = reinterpret_cast<const uint8_t*>(sealed.data());
+  if (!open_one(ctx, place, kValueBlock, in + kSealRecord, plain.size(), reinterpret_cast<uint8_t*>(plain.data()),
+                in)) {
+    OPENSSL_cleanse(plain.data(), plain.size());
+    return error(StatusCode::kChecksumMismatch, "a sealed value does not authenticate (tampered or misplaced)");
+  }
+  return plain;
 }
 
 Result<std::string> load_key_file(const std::string& path) {

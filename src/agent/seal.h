@@ -7,6 +7,8 @@
 //   continues above everything handed out before. Counter 0 is never used: an all-zero record is a hole.
 // - The additional data binds a block to its place: container, object, dkey, akey and block index. A block
 //   moved elsewhere, or tampered with, or a tag that does not belong to it, fails to open: an error, never bytes.
+// - A single value is sealed whole: its record, then its ciphertext (seal_value), bound to its place as a block
+//   of index kValueBlock.
 //
 // Thread-safety: seal and open from any thread (the counter is atomic; reservations are serialized).
 #pragma once
@@ -19,6 +21,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/ids.h"
 #include "common/status.h"
 
 struct evp_cipher_ctx_st;  // OpenSSL's EVP_CIPHER_CTX
@@ -26,7 +29,19 @@ struct evp_cipher_ctx_st;  // OpenSSL's EVP_CIPHER_CTX
 namespace rfos::agent {
 
 inline constexpr size_t kSealBlock = 4096;
-inline constexpr size_t kSealRecord = 32;  // per block: nonce(12) tag(16) reserved(4, zero)
+inline constexpr size_t kSealRecord = 32;  // per block: nonce(12) tag(16) format(1) reserved(3, zero)
+// The record's format byte: 1, the place in the additional data with each key's length; 0, as one string
+// "cont/oid/dkey/akey" (blocks sealed before 1, which open as they were; ambiguous where keys hold '/').
+inline constexpr uint8_t kSealFormat = 1;
+// The block index a single value is sealed under (no array block has it).
+inline constexpr uint64_t kValueBlock = ~0ull;
+
+// Where sealed bytes belong, as each format of the additional data names it.
+struct SealPlace {
+  std::string aad;     // kSealFormat's: container, object, then each key with its length (be16)
+  std::string legacy;  // format 0's
+  static SealPlace of(std::string_view cont, const ObjectId& oid, std::string_view dkey, std::string_view akey);
+};
 
 class Sealer {
  public:
@@ -36,12 +51,16 @@ class Sealer {
 
   // Seals whole blocks: plain.size() a multiple of kSealBlock; `cipher` as long, `records` kSealRecord a block.
   // `place` names the array (container, object, dkey, akey); first_block is the first block's index in it.
-  Status seal(std::span<const uint8_t> plain, std::string_view place, uint64_t first_block, std::span<uint8_t> cipher,
+  Status seal(std::span<const uint8_t> plain, const SealPlace& place, uint64_t first_block, std::span<uint8_t> cipher,
               std::span<uint8_t> records);
   // Opens what seal made into `plain`; an all-zero record is a hole and opens as zeros. kChecksumMismatch when
   // a block does not authenticate (tampered, moved, or its record is not its own).
-  Status open(std::span<const uint8_t> cipher, std::span<const uint8_t> records, std::string_view place,
+  Status open(std::span<const uint8_t> cipher, std::span<const uint8_t> records, const SealPlace& place,
               uint64_t first_block, std::span<uint8_t> plain);
+  // A single value, sealed: its record and its ciphertext (kSealRecord bytes longer than `plain`).
+  Result<std::string> seal_value(std::string_view plain, const SealPlace& place);
+  // The value seal_value made. kChecksumMismatch when it does not authenticate (or is too short to be one).
+  Result<std::string> open_value(std::string_view sealed, const SealPlace& place);
 
   uint64_t next_counter() const { return next_.load(); }  // for tests
 
@@ -49,6 +68,12 @@ class Sealer {
   Sealer() = default;
   Result<uint64_t> take_counter();
   Result<evp_cipher_ctx_st*> context(bool encrypt);  // the calling thread's, keyed with key_
+  // One block (or value) of `n` bytes each way, its record at `rec`: sealed, or opened (false when it does not
+  // authenticate).
+  Status seal_one(evp_cipher_ctx_st* ctx, const SealPlace& place, uint64_t block, const uint8_t* in, size_t n,
+                  uint8_t* out, uint8_t* rec);
+  bool open_one(evp_cipher_ctx_st* ctx, const SealPlace& place, uint64_t block, const uint8_t* in, size_t n,
+                uint8_t* out, const uint8_t* rec);
   Status reserve(uint64_t above);
 
   std::string key_;

@@ -3,6 +3,7 @@
 #include "agent/seal.h"
 
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
 #include <sys/stat.h>
 
 #include <cstring>
@@ -20,7 +21,12 @@ struct Sealed {
   std::vector<uint8_t> cipher, records;
 };
 
-Sealed seal(Sealer& s, const std::vector<uint8_t>& plain, std::string_view place, uint64_t block) {
+// Object `object` of container "cont", (dkey, akey).
+SealPlace at(uint64_t object, std::string_view dkey = "d", std::string_view akey = "a") {
+  return SealPlace::of("cont", ObjectId{1, object}, dkey, akey);
+}
+
+Sealed seal(Sealer& s, const std::vector<uint8_t>& plain, const SealPlace& place, uint64_t block) {
   Sealed out{std::vector<uint8_t>(plain.size()), std::vector<uint8_t>(plain.size() / kSealBlock * kSealRecord)};
   EXPECT_TRUE(s.seal(plain, place, block, out.cipher, out.records).is_ok());
   return out;
@@ -41,29 +47,29 @@ class SealTest : public ::testing::Test {
 TEST_F(SealTest, BlocksRoundTripAndHideTheirBytes) {
   auto s = open();
   auto plain = pattern(3, 1);
-  Sealed x = seal(*s, plain, "cont/obj/d/a", 10);
+  Sealed x = seal(*s, plain, at(1), 10);
   EXPECT_NE(std::memcmp(x.cipher.data(), plain.data(), plain.size()), 0);
   std::vector<uint8_t> back(plain.size());
-  ASSERT_TRUE(s->open(x.cipher, x.records, "cont/obj/d/a", 10, back).is_ok());
+  ASSERT_TRUE(s->open(x.cipher, x.records, at(1), 10, back).is_ok());
   EXPECT_EQ(back, plain);
   // What was never written (zeros, a zero record) opens as zeros.
   std::vector<uint8_t> zeros(kSealBlock), zrec(kSealRecord), out(kSealBlock, 1);
-  ASSERT_TRUE(s->open(zeros, zrec, "cont/obj/d/a", 0, out).is_ok());
+  ASSERT_TRUE(s->open(zeros, zrec, at(1), 0, out).is_ok());
   EXPECT_EQ(out, zeros);
   // Bytes without a record are not a hole.
   zeros[5] = 1;
-  EXPECT_EQ(s->open(zeros, zrec, "cont/obj/d/a", 0, out).code(), StatusCode::kChecksumMismatch);
+  EXPECT_EQ(s->open(zeros, zrec, at(1), 0, out).code(), StatusCode::kChecksumMismatch);
   // Partial blocks are refused.
   std::vector<uint8_t> part(100), prec(kSealRecord);
-  EXPECT_EQ(s->seal(part, "p", 0, part, prec).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->seal(part, at(3), 0, part, prec).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(SealTest, TamperedOrMisplacedBlocksGiveAnErrorNeverBytes) {
   auto s = open();
   auto plain = pattern(2, 2);
-  Sealed x = seal(*s, plain, "cont/obj/d/a", 4);
+  Sealed x = seal(*s, plain, at(1), 4);
   std::vector<uint8_t> back(plain.size());
-  auto fails = [&](const Sealed& y, std::string_view place, uint64_t block) {
+  auto fails = [&](const Sealed& y, const SealPlace& place, uint64_t block) {
     std::fill(back.begin(), back.end(), 0xee);
     Status st = s->open(y.cipher, y.records, place, block, back);
     // The block that failed is not handed out.
@@ -72,25 +78,90 @@ TEST_F(SealTest, TamperedOrMisplacedBlocksGiveAnErrorNeverBytes) {
   };
   Sealed flipped = x;
   flipped.cipher[kSealBlock + 100] ^= 1;  // one bit of the second block
-  EXPECT_TRUE(fails(flipped, "cont/obj/d/a", 4));
+  EXPECT_TRUE(fails(flipped, at(1), 4));
   Sealed badtag = x;
   badtag.records[kSealRecord + 20] ^= 1;
-  EXPECT_TRUE(fails(badtag, "cont/obj/d/a", 4));
-  EXPECT_TRUE(fails(x, "cont/obj/d/a", 5));   // moved to another block
-  EXPECT_TRUE(fails(x, "cont/obj2/d/a", 4));  // or another object
-  Sealed swapped = x;                         // the two blocks' records swapped
+  EXPECT_TRUE(fails(badtag, at(1), 4));
+  EXPECT_TRUE(fails(x, at(1), 5));  // moved to another block
+  EXPECT_TRUE(fails(x, at(2), 4));  // or another object
+  Sealed swapped = x;               // the two blocks' records swapped
   std::swap_ranges(swapped.records.begin(), swapped.records.begin() + kSealRecord,
                    swapped.records.begin() + kSealRecord);
-  EXPECT_TRUE(fails(swapped, "cont/obj/d/a", 4));
+  EXPECT_TRUE(fails(swapped, at(1), 4));
   // And the untouched one still opens.
-  ASSERT_TRUE(s->open(x.cipher, x.records, "cont/obj/d/a", 4, back).is_ok());
+  ASSERT_TRUE(s->open(x.cipher, x.records, at(1), 4, back).is_ok());
   EXPECT_EQ(back, plain);
+}
+
+// Keys that join to the same string ("a/b" + "c", "a" + "b/c") are different places; a block sealed before the
+// record had a format byte (its place one string) still opens, and only at its place.
+TEST_F(SealTest, PlacesAreUnambiguousAndBlocksOfTheFirstFormatStillOpen) {
+  auto s = open();
+  auto plain = pattern(1, 4);
+  Sealed x = seal(*s, plain, at(1, "a/b", "c"), 0);
+  EXPECT_EQ(x.records[28], kSealFormat);
+  std::vector<uint8_t> back(plain.size());
+  EXPECT_EQ(s->open(x.cipher, x.records, at(1, "a", "b/c"), 0, back).code(), StatusCode::kChecksumMismatch);
+  ASSERT_TRUE(s->open(x.cipher, x.records, at(1, "a/b", "c"), 0, back).is_ok());
+  // Format 0, as the agent sealed before: AAD "rfos-gcm-v1" len(4 BE) "cont/oid/dkey/akey" block(8 BE), a zero
+  // format byte.
+  const SealPlace place = at(1, "d", "a");
+  std::string aad = "rfos-gcm-v1";
+  for (int i = 3; i >= 0; --i) aad.push_back(static_cast<char>(place.legacy.size() >> (8 * i)));
+  aad += place.legacy + std::string(7, '\0') + '\x05';
+  Sealed old{std::vector<uint8_t>(kSealBlock), std::vector<uint8_t>(kSealRecord)};
+  old.records[0] = 9;  // agent 9, counter 1
+  old.records[4] = 1;
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  int len = 0;
+  ASSERT_TRUE(EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, reinterpret_cast<const uint8_t*>(kKey.data()),
+                                 old.records.data()) == 1 &&
+              EVP_EncryptUpdate(ctx, nullptr, &len, reinterpret_cast<const uint8_t*>(aad.data()),
+                                static_cast<int>(aad.size())) == 1 &&
+              EVP_EncryptUpdate(ctx, old.cipher.data(), &len, plain.data(), static_cast<int>(kSealBlock)) == 1 &&
+              EVP_EncryptFinal_ex(ctx, old.cipher.data() + len, &len) == 1 &&
+              EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, old.records.data() + 12) == 1);
+  EVP_CIPHER_CTX_free(ctx);
+  std::fill(back.begin(), back.end(), 0);
+  ASSERT_TRUE(s->open(old.cipher, old.records, place, 5, back).is_ok());
+  EXPECT_EQ(back, plain);
+  EXPECT_EQ(s->open(old.cipher, old.records, place, 6, back).code(), StatusCode::kChecksumMismatch);
+  old.records[28] = kSealFormat;  // read as the other format: its place does not match
+  EXPECT_EQ(s->open(old.cipher, old.records, place, 5, back).code(), StatusCode::kChecksumMismatch);
+  old.records[28] = kSealFormat + 1;  // a format this agent does not know
+  EXPECT_EQ(s->open(old.cipher, old.records, place, 5, back).code(), StatusCode::kChecksumMismatch);
+}
+
+// A single value is sealed whole: it round-trips (empty too), hides its bytes, and a flipped bit, another place,
+// a cut or an array block's place give an error, never bytes.
+TEST_F(SealTest, ValuesRoundTripAndRefuseTamperingAndMisplacement) {
+  auto s = open();
+  const std::string plain = "a single value, in the clear";
+  auto sealed = s->seal_value(plain, at(1));
+  ASSERT_TRUE(sealed.is_ok()) << sealed.status().to_string();
+  EXPECT_EQ(sealed->size(), plain.size() + kSealRecord);
+  EXPECT_EQ(sealed->find("single value"), std::string::npos);
+  EXPECT_EQ(*s->open_value(*sealed, at(1)), plain);
+  EXPECT_EQ(*s->open_value(*s->seal_value("", at(1)), at(1)), "");
+  EXPECT_NE(*s->seal_value(plain, at(1)), *sealed) << "the same value again takes a new nonce";
+  std::string flipped = *sealed;
+  flipped[kSealRecord + 3] ^= 1;
+  EXPECT_EQ(s->open_value(flipped, at(1)).status().code(), StatusCode::kChecksumMismatch);
+  EXPECT_EQ(s->open_value(*sealed, at(2)).status().code(), StatusCode::kChecksumMismatch);
+  EXPECT_EQ(s->open_value(*sealed, at(1, "d", "b")).status().code(), StatusCode::kChecksumMismatch);
+  EXPECT_EQ(s->open_value(sealed->substr(0, sealed->size() - 1), at(1)).status().code(), StatusCode::kChecksumMismatch);
+  EXPECT_EQ(s->open_value(sealed->substr(0, 10), at(1)).status().code(), StatusCode::kChecksumMismatch);
+  // A block's record and ciphertext do not open as a value of its place, nor a value's as a block.
+  Sealed block = seal(*s, pattern(1, 5), at(1), 0);
+  std::string as_value(block.records.begin(), block.records.end());
+  as_value.append(block.cipher.begin(), block.cipher.end());
+  EXPECT_EQ(s->open_value(as_value, at(1)).status().code(), StatusCode::kChecksumMismatch);
 }
 
 TEST_F(SealTest, NoncesNeverRepeatOverwritesAndRestartsIncluded) {
   std::set<std::string> nonces;
   auto take = [&](Sealer& s) {
-    Sealed x = seal(s, pattern(4, 3), "p", 0);  // the same bytes at the same place, four blocks
+    Sealed x = seal(s, pattern(4, 3), at(3), 0);  // the same bytes at the same place, four blocks
     for (size_t b = 0; b < 4; ++b) {
       std::string n(reinterpret_cast<const char*>(x.records.data() + b * kSealRecord), 12);
       EXPECT_TRUE(nonces.insert(n).second) << "a nonce used twice";

@@ -20,6 +20,7 @@
 
 #include "agent/agent.h"
 #include "agent/agent_client.h"
+#include "agent/seal.h"
 #include "c_api_keys.h"
 #include "client/container.h"
 #include "client/control_client.h"
@@ -532,7 +533,8 @@ TEST_F(AgentTest, ASealingTenantsBytesAreNeverOnTheMediaAndTamperingIsCaught) {
   auto app = connect();
   ASSERT_TRUE(app);
   EXPECT_EQ(app->tenant(), "sealed");
-  // What would be stored in the clear through the agent is refused for a sealing tenant, not written.
+  // What would be stored in the clear through the agent (named objects, the mount) is refused for a sealing
+  // tenant, not written.
   EXPECT_EQ(app->object_call(ObjectOp::kStat, "p", "c", "any").status().code(), StatusCode::kNotSupported);
   auto h = app->open("p", "c", true);
   ASSERT_TRUE(h.is_ok());
@@ -548,6 +550,30 @@ TEST_F(AgentTest, ASealingTenantsBytesAreNeverOnTheMediaAndTamperingIsCaught) {
   for (size_t i = 0; i < plain.size(); ++i) plain[i] = open_marker[i % open_marker.size()];
   ASSERT_TRUE(
       native->write({6, 6}, "d", "a", 0, {reinterpret_cast<const uint8_t*>(plain.data()), plain.size()}).is_ok());
+  // A single value is sealed whole: back through the agent in the clear, 32 bytes longer and ciphertext for anyone
+  // else, and an error, never bytes, once changed or moved.
+  const std::string value = sealed_marker + sealed_marker + "value";
+  std::memcpy(buf.data() + (2 << 20), buf.data(), 65536);  // the array's pattern, kept aside
+  std::memcpy(buf.data(), value.data(), value.size());
+  ASSERT_TRUE(app->keys(KeyOp::kPutValue, *h, oid, "v", "x", value.size()).is_ok());
+  std::memset(buf.data(), 0, value.size());
+  auto got = app->keys(KeyOp::kGetValue, *h, oid, "v", "x", 4096);
+  ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+  EXPECT_EQ(*got, value.size());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(buf.data()), value.size()), value);
+  auto stored_value = native->get_value(oid, "v", "x");
+  ASSERT_TRUE(stored_value.is_ok());
+  EXPECT_EQ(stored_value->size(), value.size() + kSealRecord);
+  EXPECT_EQ(stored_value->find(sealed_marker), std::string::npos);
+  ASSERT_TRUE(native->put_value(oid, "v", "moved", *stored_value).is_ok());
+  EXPECT_EQ(app->keys(KeyOp::kGetValue, *h, oid, "v", "moved", 4096).status().code(), StatusCode::kChecksumMismatch);
+  std::string changed = *stored_value;
+  changed[kSealRecord + 1] ^= 1;
+  ASSERT_TRUE(native->put_value(oid, "v", "x", changed).is_ok());
+  EXPECT_EQ(app->keys(KeyOp::kGetValue, *h, oid, "v", "x", 4096).status().code(), StatusCode::kChecksumMismatch);
+  std::memcpy(buf.data(), value.data(), value.size());
+  ASSERT_TRUE(app->keys(KeyOp::kPutValue, *h, oid, "v", "x", value.size()).is_ok());  // sealed again
+  std::memcpy(buf.data(), buf.data() + (2 << 20), 65536);
   // Partial blocks are refused, not half-sealed.
   EXPECT_EQ(app->write(*h, oid, "d", "a", 100, buf.subspan(0, 4096)).code(), StatusCode::kInvalidArgument);
   // Read back through the agent: the plaintext.
