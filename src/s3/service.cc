@@ -294,22 +294,47 @@ void delete_bucket(const ServiceConfig& config, const User& user, Handles& handl
 
 // --- listing -------------------------------------------------------------------------------------------------
 
+// What ListObjects and ListMultipartUploads take alike: prefix, delimiter, encoding-type, and the page's size.
+struct ListingParams {
+  std::string prefix, delimiter, encoding;
+  size_t max = kMaxKeys;
+
+  // Reads them from `req`, the page's size from `max_name` (max-keys, max-uploads); an error response for a
+  // malformed one.
+  std::optional<Response> parse(const Request& req, const std::string& max_name) {
+    auto p = [&](std::string_view name) { return req.param(name) ? *req.param(name) : std::string(); };
+    prefix = p("prefix");
+    delimiter = p("delimiter");
+    encoding = p("encoding-type");
+    if (!encoding.empty() && encoding != "url")
+      return error_response(400, "InvalidArgument", "Invalid Encoding Method specified in Request", resource_of(req));
+    if (const std::string* m = req.param(max_name)) {
+      if (m->empty() || m->size() > 9 || m->find_first_not_of("0123456789") != std::string::npos)
+        return error_response(400, "InvalidArgument", max_name + " is not a non-negative number", resource_of(req));
+      max = std::min<size_t>(std::stoul(*m), kMaxKeys);
+    }
+    return std::nullopt;
+  }
+  std::string encode(std::string_view s) const { return encoding == "url" ? uri_encode(s, true) : std::string(s); }
+  // The common prefix `name` (which starts with the prefix) folds into: through the delimiter's first occurrence
+  // after the prefix; "" where it folds into none.
+  std::string folded(std::string_view name) const {
+    std::string_view rest = name.substr(prefix.size());
+    size_t d = delimiter.empty() ? std::string_view::npos : rest.find(delimiter);
+    return d == std::string_view::npos ? std::string() : prefix + std::string(rest.substr(0, d + delimiter.size()));
+  }
+};
+
 void list_objects(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
                   const std::function<void(Response)>& reply) {
   const bool v2 = req.param("list-type") && *req.param("list-type") == "2";
   if (req.param("list-type") && !v2)
     return reply(error_response(400, "InvalidArgument", "list-type must be 2", resource_of(req)));
   auto p = [&](std::string_view name) { return req.param(name) ? *req.param(name) : std::string(); };
-  const std::string prefix = p("prefix"), delimiter = p("delimiter"), encoding = p("encoding-type");
-  if (!encoding.empty() && encoding != "url")
-    return reply(
-        error_response(400, "InvalidArgument", "Invalid Encoding Method specified in Request", resource_of(req)));
-  size_t max_keys = kMaxKeys;
-  if (const std::string* m = req.param("max-keys")) {
-    if (m->empty() || m->size() > 9 || m->find_first_not_of("0123456789") != std::string::npos)
-      return reply(error_response(400, "InvalidArgument", "max-keys is not a non-negative number", resource_of(req)));
-    max_keys = std::min<size_t>(std::stoul(*m), kMaxKeys);
-  }
+  ListingParams lp;
+  if (auto bad = lp.parse(req, "max-keys")) return reply(std::move(*bad));
+  const std::string &prefix = lp.prefix, &delimiter = lp.delimiter, &encoding = lp.encoding;
+  const size_t max_keys = lp.max;
   // Where to start: after this key, or past this common prefix (and every key under it).
   std::string after;
   bool after_prefix = false;
@@ -341,7 +366,7 @@ void list_objects(const ServiceConfig& config, const User& user, Handles& handle
   } else if (!after.empty()) {
     from = client::NamedObjects::after(after);
   }
-  auto enc = [&](std::string_view s) { return encoding == "url" ? uri_encode(s, true) : std::string(s); };
+  auto enc = [&](std::string_view s) { return lp.encode(s); };
 
   std::vector<client::ObjectStat> contents;
   std::vector<std::string> prefixes;
@@ -359,10 +384,7 @@ void list_objects(const ServiceConfig& config, const User& user, Handles& handle
     if (!page.is_ok()) return reply(error_response(page.status(), resource_of(req), true));
     bool inside_prefix = false;  // the page's last name was folded into the last common prefix
     for (client::ObjectStat& st : page->names) {
-      std::string_view rest = std::string_view(st.name).substr(prefix.size());
-      size_t d = delimiter.empty() ? std::string_view::npos : rest.find(delimiter);
-      std::string cp =
-          d == std::string_view::npos ? std::string() : prefix + std::string(rest.substr(0, d + delimiter.size()));
+      std::string cp = lp.folded(st.name);
       inside_prefix = !cp.empty() && !prefixes.empty() && prefixes.back() == cp;
       if (inside_prefix) continue;  // its prefix is given already
       if (contents.size() + prefixes.size() >= max_keys) {
@@ -1346,22 +1368,15 @@ void list_parts(const ServiceConfig& config, const User& user, Handles& handles,
 void list_uploads(const ServiceConfig& config, const User& user, Handles& handles, const Request& req,
                   const std::function<void(Response)>& reply) {
   auto p = [&](std::string_view name) { return req.param(name) ? *req.param(name) : std::string(); };
-  const std::string prefix = p("prefix"), delimiter = p("delimiter"), encoding = p("encoding-type");
+  ListingParams lp;
+  if (auto bad = lp.parse(req, "max-uploads")) return reply(std::move(*bad));
+  const std::string &prefix = lp.prefix, &delimiter = lp.delimiter, &encoding = lp.encoding;
+  const size_t max_uploads = lp.max;
   const std::string key_marker = p("key-marker"), id_marker = key_marker.empty() ? "" : p("upload-id-marker");
-  if (!encoding.empty() && encoding != "url")
-    return reply(
-        error_response(400, "InvalidArgument", "Invalid Encoding Method specified in Request", resource_of(req)));
-  size_t max_uploads = kMaxKeys;
-  if (const std::string* m = req.param("max-uploads")) {
-    if (m->empty() || m->size() > 9 || m->find_first_not_of("0123456789") != std::string::npos)
-      return reply(
-          error_response(400, "InvalidArgument", "max-uploads is not a non-negative number", resource_of(req)));
-    max_uploads = std::min<size_t>(std::stoul(*m), kMaxKeys);
-  }
   auto uploads = with_bucket(config, user, handles, req.bucket, false,
                              [&](client::Container& c) { return client::NamedObjects(c).uploads(prefix); });
   if (!uploads.is_ok()) return reply(error_response(uploads.status(), resource_of(req), true));
-  auto enc = [&](std::string_view s) { return encoding == "url" ? uri_encode(s, true) : std::string(s); };
+  auto enc = [&](std::string_view s) { return lp.encode(s); };
   // After the markers: past the key marker (and every key under it where it ends with the delimiter, a common
   // prefix given last), or at it, past the upload id marker. Uploads come by key, then id.
   const bool marker_prefix = !delimiter.empty() && key_marker.ends_with(delimiter);
@@ -1374,10 +1389,7 @@ void list_uploads(const ServiceConfig& config, const User& user, Handles& handle
       if (marker_prefix && u.name.starts_with(key_marker)) continue;
       if (u.name < key_marker || (u.name == key_marker && (id_marker.empty() || u.id <= id_marker))) continue;
     }
-    std::string_view rest = std::string_view(u.name).substr(prefix.size());
-    size_t d = delimiter.empty() ? std::string_view::npos : rest.find(delimiter);
-    std::string cp =
-        d == std::string_view::npos ? std::string() : prefix + std::string(rest.substr(0, d + delimiter.size()));
+    std::string cp = lp.folded(u.name);
     if (!cp.empty() && !prefixes.empty() && prefixes.back() == cp) continue;
     if (listed.size() + prefixes.size() >= max_uploads) {
       truncated = true;
