@@ -91,4 +91,11 @@ extern "C" void rfos_fuzz_seeds(void (*emit)(void*, const char*, const uint8_t*,
   append_extent_start(&extent, 1 << 20);
   append_version(&extent, 11, 12);
   out("key-extent", extent);
+  // The same single value under an object of ordered dkeys (its dkey NUL-terminated).
+  std::string ordered = object_prefix(7, {rfos::ObjectId::kOrderedDkeys | 1, 2});
+  append_dkey(&ordered, "dkey");
+  append_akey(&ordered, "akey");
+  ordered.push_back(kSingleTag);
+  append_version(&ordered, 9, 10);
+  out("key-single-ordered", ordered);
 }
