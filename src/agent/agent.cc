@@ -362,6 +362,7 @@ class AppConn {
           return error(StatusCode::kTooLarge, "a single value is at most 1 MiB");
         std::string value(reinterpret_cast<const char*>(buffer_), m.buffer_bytes);
         if (sealer_) {
+          if (value.empty()) return error(StatusCode::kInvalidArgument, "a single value must not be empty");
           if (value.size() > client::kMaxIoBytes - kSealRecord)
             return error(StatusCode::kTooLarge, "a sealed single value is at most 1 MiB less 32 bytes");
           RFOS_ASSIGN_OR_RETURN(value, sealer_->seal_value(value, place));

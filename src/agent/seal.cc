@@ -19,7 +19,9 @@ namespace rfos::agent {
 namespace {
 
 constexpr uint64_t kReserveStep = 1u << 20;  // counters reserved per state-file write
-constexpr char kAadTag[] = "rfos-gcm-v1";
+// The additional data's first bytes, one per record format: the format byte is not under the tag, so the two
+// formats' places (which could spell the same bytes) must never make the same additional data.
+constexpr std::string_view kAadTags[] = {"rfos-gcm-v1", "rfos-gcm-v2"};
 
 Status sys_error(const std::string& what) { return error(StatusCode::kIoError, what + ": " + std::strerror(errno)); }
 
@@ -27,7 +29,7 @@ Status sys_error(const std::string& what) { return error(StatusCode::kIoError, w
 // bytes (set_block).
 class Aad {
  public:
-  explicit Aad(std::string_view place) : a_(kAadTag) {
+  Aad(uint8_t format, std::string_view place) : a_(kAadTags[format]) {
     put_be32(&a_, static_cast<uint32_t>(place.size()));
     a_.append(place);
     put_be64(&a_, 0);
@@ -155,7 +157,7 @@ Status Sealer::seal_one(EVP_CIPHER_CTX* ctx, const SealPlace& place, uint64_t bl
   std::memcpy(rec, &agent_id_, 4);
   std::memcpy(rec + 4, &counter, 8);
   rec[28] = kSealFormat;
-  Aad aad(place.aad);
+  Aad aad(kSealFormat, place.aad);
   int len = 0;
   bool ok = EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, rec) == 1 &&
             EVP_EncryptUpdate(ctx, nullptr, &len, aad.set_block(block), aad.size()) == 1 &&
@@ -168,7 +170,7 @@ Status Sealer::seal_one(EVP_CIPHER_CTX* ctx, const SealPlace& place, uint64_t bl
 bool Sealer::open_one(EVP_CIPHER_CTX* ctx, const SealPlace& place, uint64_t block, const uint8_t* in, size_t n,
                       uint8_t* out, const uint8_t* rec) {
   if (rec[28] > kSealFormat || rec[29] != 0 || rec[30] != 0 || rec[31] != 0) return false;
-  Aad aad(rec[28] == 0 ? place.legacy : place.aad);
+  Aad aad(rec[28], rec[28] == 0 ? place.legacy : place.aad);
   uint8_t tag[16];
   std::memcpy(tag, rec + 12, 16);
   int len = 0;
@@ -233,8 +235,9 @@ Result<std::string> Sealer::open_value(std::string_view sealed, const SealPlace&
   RFOS_ASSIGN_OR_RETURN(EVP_CIPHER_CTX * ctx, context(false));
   std::string plain(sealed.size() - kSealRecord, '\0');
   const auto* in = reinterpret_cast<const uint8_t*>(sealed.data());
-  if (!open_one(ctx, place, kValueBlock, in + kSealRecord, plain.size(), reinterpret_cast<uint8_t*>(plain.data()),
-                in)) {
+  // Values were never sealed in format 0: a record that says so is not one.
+  if (in[28] != kSealFormat || !open_one(ctx, place, kValueBlock, in + kSealRecord, plain.size(),
+                                         reinterpret_cast<uint8_t*>(plain.data()), in)) {
     OPENSSL_cleanse(plain.data(), plain.size());
     return error(StatusCode::kChecksumMismatch, "a sealed value does not authenticate (tampered or misplaced)");
   }

@@ -30,8 +30,9 @@ namespace rfos::agent {
 
 inline constexpr size_t kSealBlock = 4096;
 inline constexpr size_t kSealRecord = 32;  // per block: nonce(12) tag(16) format(1) reserved(3, zero)
-// The record's format byte: 1, the place in the additional data with each key's length; 0, as one string
-// "cont/oid/dkey/akey" (blocks sealed before 1, which open as they were; ambiguous where keys hold '/').
+// The record's format byte: 1, the place in the additional data with each key's length (and the data's tag
+// "rfos-gcm-v2"); 0, as one string "cont/oid/dkey/akey" ("rfos-gcm-v1"; blocks sealed before 1, which open as they
+// were; ambiguous where keys hold '/'). The tags keep a record whose format byte was changed from opening.
 inline constexpr uint8_t kSealFormat = 1;
 // The block index a single value is sealed under (no array block has it).
 inline constexpr uint64_t kValueBlock = ~0ull;

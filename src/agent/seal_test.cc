@@ -130,6 +130,18 @@ TEST_F(SealTest, PlacesAreUnambiguousAndBlocksOfTheFirstFormatStillOpen) {
   EXPECT_EQ(s->open(old.cipher, old.records, place, 5, back).code(), StatusCode::kChecksumMismatch);
   old.records[28] = kSealFormat + 1;  // a format this agent does not know
   EXPECT_EQ(s->open(old.cipher, old.records, place, 5, back).code(), StatusCode::kChecksumMismatch);
+  // The format byte is not under the tag: a block sealed now whose byte is set to 0 does not open at a place whose
+  // format-0 string spells the same bytes as its own (dkey "x/y" akey "z" against dkey "\0\3x" akey "y\0\1z").
+  const SealPlace p = at(1, "x/y", "z"), q = at(1, std::string("\0\3x", 3), std::string("y\0\1z", 4));
+  ASSERT_EQ(q.legacy, p.aad);
+  Sealed now = seal(*s, plain, p, 0);
+  now.records[28] = 0;
+  EXPECT_EQ(s->open(now.cipher, now.records, q, 0, back).code(), StatusCode::kChecksumMismatch);
+  auto value = s->seal_value("v", p);
+  ASSERT_TRUE(value.is_ok());
+  (*value)[28] = 0;
+  EXPECT_EQ(s->open_value(*value, q).status().code(), StatusCode::kChecksumMismatch);
+  EXPECT_EQ(s->open_value(*value, p).status().code(), StatusCode::kChecksumMismatch);
 }
 
 // A single value is sealed whole: it round-trips (empty too), hides its bytes, and a flipped bit, another place,

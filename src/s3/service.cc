@@ -1379,7 +1379,9 @@ void list_uploads(const ServiceConfig& config, const User& user, Handles& handle
   auto enc = [&](std::string_view s) { return lp.encode(s); };
   // After the markers: past the key marker (and every key under it where it ends with the delimiter, a common
   // prefix given last), or at it, past the upload id marker. Uploads come by key, then id.
-  const bool marker_prefix = !delimiter.empty() && key_marker.ends_with(delimiter);
+  // The upload id marker tells which: a page that ended with a common prefix gives none.
+  const bool marker_prefix =
+      id_marker.empty() && !delimiter.empty() && key_marker.starts_with(prefix) && lp.folded(key_marker) == key_marker;
   std::vector<const client::NamedObjects::Upload*> listed;
   std::vector<std::string> prefixes;
   std::string next_key, next_id;  // the last upload or common prefix given
@@ -1392,7 +1394,7 @@ void list_uploads(const ServiceConfig& config, const User& user, Handles& handle
     std::string cp = lp.folded(u.name);
     if (!cp.empty() && !prefixes.empty() && prefixes.back() == cp) continue;
     if (listed.size() + prefixes.size() >= max_uploads) {
-      truncated = true;
+      truncated = max_uploads > 0;  // as ListObjects: max-uploads 0 asks for nothing, and is given all of it
       break;
     }
     next_key = cp.empty() ? u.name : cp;

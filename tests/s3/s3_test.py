@@ -620,6 +620,16 @@ class S3Test(unittest.TestCase):
         self.assertEqual((keys, prefixes), (["b", "b", "z"], ["a/", "c/"]))
         r = self.s3.list_multipart_uploads(Bucket=b, Prefix="c/", Delimiter="/")
         self.assertEqual([p["Prefix"] for p in r["CommonPrefixes"]], ["c/d/"])
+        # A key that ends with the delimiter is an upload of its own: pages of one with both markers go through
+        # its uploads and on to the keys under it, which fold into no prefix of that listing's.
+        folder = [self.s3.create_multipart_upload(Bucket=b, Key="a/")["UploadId"] for _ in range(2)]
+        made["a/"] = folder
+        got = []
+        for page in self.s3.get_paginator("list_multipart_uploads").paginate(Bucket=b, Prefix="a/", Delimiter="/",
+                                                                              PaginationConfig={"PageSize": 1}):
+            got += [(u["Key"], u["UploadId"]) for u in page.get("Uploads", [])]
+        self.assertEqual(got, sorted([("a/", u) for u in folder]) + sorted((k, made[k][0]) for k in ("a/1", "a/2")))
+        self.assertFalse(self.s3.list_multipart_uploads(Bucket=b, MaxUploads=0)["IsTruncated"])
         self.assertEqual(error_code(lambda: self.s3.list_multipart_uploads(Bucket=b, EncodingType="zip")),
                          "InvalidArgument")
         for key, ups in made.items():
