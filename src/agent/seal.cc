@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "common/coding.h"
@@ -43,6 +44,57 @@ class Aad {
  private:
   std::string a_;
 };
+
+// A place's additional data in each record format, made once for all the blocks of a call; the earlier
+// format's only when a record of it turns up.
+class PlaceAads {
+ public:
+  explicit PlaceAads(const SealPlace& place) : place_(place), current_(kSealFormat, place.aad()) {}
+  Aad& current() { return current_; }
+  // nullptr for a format this agent does not know.
+  Aad* of(uint8_t format) {
+    if (format == kSealFormat) return &current_;
+    if (format != 0) return nullptr;
+    if (!legacy_) legacy_.emplace(0, place_.legacy());
+    return &*legacy_;
+  }
+
+ private:
+  const SealPlace& place_;
+  Aad current_;
+  std::optional<Aad> legacy_;
+};
+
+// Seals one block (or value) of `n` bytes from `in` into `out` at `block` of `aad`'s place, with the nonce of
+// agent `agent_id` and `counter`; its record at `rec`.
+bool seal_one(EVP_CIPHER_CTX* ctx, Aad& aad, uint32_t agent_id, uint64_t counter, uint64_t block, const uint8_t* in,
+              size_t n, uint8_t* out, uint8_t* rec) {
+  std::memset(rec, 0, kSealRecord);
+  std::memcpy(rec, &agent_id, 4);
+  std::memcpy(rec + 4, &counter, 8);
+  rec[28] = kSealFormat;
+  int len = 0;
+  return EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, rec) == 1 &&
+         EVP_EncryptUpdate(ctx, nullptr, &len, aad.set_block(block), aad.size()) == 1 &&
+         (n == 0 || EVP_EncryptUpdate(ctx, out, &len, in, static_cast<int>(n)) == 1) &&
+         EVP_EncryptFinal_ex(ctx, out + (n == 0 ? 0 : len), &len) == 1 &&
+         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, rec + 12) == 1;
+}
+
+// Opens what seal_one made; false when it does not authenticate (or its record is of no format this agent knows).
+bool open_one(EVP_CIPHER_CTX* ctx, PlaceAads& aads, uint64_t block, const uint8_t* in, size_t n, uint8_t* out,
+              const uint8_t* rec) {
+  Aad* aad = aads.of(rec[28]);
+  if (aad == nullptr || rec[29] != 0 || rec[30] != 0 || rec[31] != 0) return false;
+  uint8_t tag[16];
+  std::memcpy(tag, rec + 12, 16);
+  int len = 0;
+  return EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, rec) == 1 &&
+         EVP_DecryptUpdate(ctx, nullptr, &len, aad->set_block(block), aad->size()) == 1 &&
+         (n == 0 || EVP_DecryptUpdate(ctx, out, &len, in, static_cast<int>(n)) == 1) &&
+         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, 16, tag) == 1 &&
+         EVP_DecryptFinal_ex(ctx, out + (n == 0 ? 0 : len), &len) == 1;
+}
 
 std::atomic<uint64_t> next_sealer_id{1};
 
@@ -139,47 +191,16 @@ Result<uint64_t> Sealer::take_counter() {
   return n;
 }
 
-SealPlace SealPlace::of(std::string_view cont, const ObjectId& oid, std::string_view dkey, std::string_view akey) {
-  SealPlace p;
-  p.aad = std::string(cont) + "/" + oid.to_string() + "/";
-  put_be16(&p.aad, static_cast<uint16_t>(dkey.size()));
-  p.aad.append(dkey);
-  put_be16(&p.aad, static_cast<uint16_t>(akey.size()));
-  p.aad.append(akey);
-  p.legacy = std::string(cont) + "/" + oid.to_string() + "/" + std::string(dkey) + "/" + std::string(akey);
-  return p;
+std::string SealPlace::aad() const {
+  std::string a = cont + "/" + oid + "/";
+  put_be16(&a, static_cast<uint16_t>(dkey.size()));
+  a.append(dkey);
+  put_be16(&a, static_cast<uint16_t>(akey.size()));
+  a.append(akey);
+  return a;
 }
 
-Status Sealer::seal_one(EVP_CIPHER_CTX* ctx, const SealPlace& place, uint64_t block, const uint8_t* in, size_t n,
-                        uint8_t* out, uint8_t* rec) {
-  RFOS_ASSIGN_OR_RETURN(uint64_t counter, take_counter());
-  std::memset(rec, 0, kSealRecord);
-  std::memcpy(rec, &agent_id_, 4);
-  std::memcpy(rec + 4, &counter, 8);
-  rec[28] = kSealFormat;
-  Aad aad(kSealFormat, place.aad);
-  int len = 0;
-  bool ok = EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, rec) == 1 &&
-            EVP_EncryptUpdate(ctx, nullptr, &len, aad.set_block(block), aad.size()) == 1 &&
-            (n == 0 || EVP_EncryptUpdate(ctx, out, &len, in, static_cast<int>(n)) == 1) &&
-            EVP_EncryptFinal_ex(ctx, out + (n == 0 ? 0 : len), &len) == 1 &&
-            EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, rec + 12) == 1;
-  return ok ? Status::ok() : error(StatusCode::kInternal, "AES-GCM encryption failed");
-}
-
-bool Sealer::open_one(EVP_CIPHER_CTX* ctx, const SealPlace& place, uint64_t block, const uint8_t* in, size_t n,
-                      uint8_t* out, const uint8_t* rec) {
-  if (rec[28] > kSealFormat || rec[29] != 0 || rec[30] != 0 || rec[31] != 0) return false;
-  Aad aad(rec[28], rec[28] == 0 ? place.legacy : place.aad);
-  uint8_t tag[16];
-  std::memcpy(tag, rec + 12, 16);
-  int len = 0;
-  return EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, rec) == 1 &&
-         EVP_DecryptUpdate(ctx, nullptr, &len, aad.set_block(block), aad.size()) == 1 &&
-         (n == 0 || EVP_DecryptUpdate(ctx, out, &len, in, static_cast<int>(n)) == 1) &&
-         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, 16, tag) == 1 &&
-         EVP_DecryptFinal_ex(ctx, out + (n == 0 ? 0 : len), &len) == 1;
-}
+std::string SealPlace::legacy() const { return cont + "/" + oid + "/" + dkey + "/" + akey; }
 
 Status Sealer::seal(std::span<const uint8_t> plain, const SealPlace& place, uint64_t first_block,
                     std::span<uint8_t> cipher, std::span<uint8_t> records) {
@@ -187,9 +208,13 @@ Status Sealer::seal(std::span<const uint8_t> plain, const SealPlace& place, uint
   if (plain.size() % kSealBlock != 0 || cipher.size() != plain.size() || records.size() != blocks * kSealRecord)
     return error(StatusCode::kInvalidArgument, "sealing takes whole 4 KiB blocks");
   RFOS_ASSIGN_OR_RETURN(EVP_CIPHER_CTX * ctx, context(true));
-  for (size_t b = 0; b < blocks; ++b)
-    RFOS_RETURN_IF_ERROR(seal_one(ctx, place, first_block + b, plain.data() + b * kSealBlock, kSealBlock,
-                                  cipher.data() + b * kSealBlock, records.data() + b * kSealRecord));
+  Aad aad(kSealFormat, place.aad());
+  for (size_t b = 0; b < blocks; ++b) {
+    RFOS_ASSIGN_OR_RETURN(uint64_t counter, take_counter());
+    if (!seal_one(ctx, aad, agent_id_, counter, first_block + b, plain.data() + b * kSealBlock, kSealBlock,
+                  cipher.data() + b * kSealBlock, records.data() + b * kSealRecord))
+      return error(StatusCode::kInternal, "AES-GCM encryption failed");
+  }
   return Status::ok();
 }
 
@@ -199,6 +224,7 @@ Status Sealer::open(std::span<const uint8_t> cipher, std::span<const uint8_t> re
   if (cipher.size() % kSealBlock != 0 || plain.size() != cipher.size() || records.size() != blocks * kSealRecord)
     return error(StatusCode::kInvalidArgument, "opening takes whole 4 KiB blocks");
   RFOS_ASSIGN_OR_RETURN(EVP_CIPHER_CTX * ctx, context(false));
+  PlaceAads aads(place);
   static const uint8_t kZero[kSealRecord] = {};
   for (size_t b = 0; b < blocks; ++b) {
     const uint8_t* rec = records.data() + b * kSealRecord;
@@ -210,8 +236,8 @@ Status Sealer::open(std::span<const uint8_t> cipher, std::span<const uint8_t> re
       std::memset(plain.data() + b * kSealBlock, 0, kSealBlock);
       continue;
     }
-    if (!open_one(ctx, place, first_block + b, cipher.data() + b * kSealBlock, kSealBlock,
-                  plain.data() + b * kSealBlock, rec)) {
+    if (!open_one(ctx, aads, first_block + b, cipher.data() + b * kSealBlock, kSealBlock, plain.data() + b * kSealBlock,
+                  rec)) {
       OPENSSL_cleanse(plain.data() + b * kSealBlock, kSealBlock);  // nothing of a block that failed is handed out
       return error(StatusCode::kChecksumMismatch,
                    "block " + std::to_string(first_block + b) + " does not authenticate (tampered or misplaced)");
@@ -222,10 +248,13 @@ Status Sealer::open(std::span<const uint8_t> cipher, std::span<const uint8_t> re
 
 Result<std::string> Sealer::seal_value(std::string_view plain, const SealPlace& place) {
   RFOS_ASSIGN_OR_RETURN(EVP_CIPHER_CTX * ctx, context(true));
+  RFOS_ASSIGN_OR_RETURN(uint64_t counter, take_counter());
   std::string out(kSealRecord + plain.size(), '\0');
   auto* o = reinterpret_cast<uint8_t*>(out.data());
-  RFOS_RETURN_IF_ERROR(seal_one(ctx, place, kValueBlock, reinterpret_cast<const uint8_t*>(plain.data()), plain.size(),
-                                o + kSealRecord, o));
+  Aad aad(kSealFormat, place.aad());
+  if (!seal_one(ctx, aad, agent_id_, counter, kValueBlock, reinterpret_cast<const uint8_t*>(plain.data()), plain.size(),
+                o + kSealRecord, o))
+    return error(StatusCode::kInternal, "AES-GCM encryption failed");
   return out;
 }
 
@@ -236,8 +265,9 @@ Result<std::string> Sealer::open_value(std::string_view sealed, const SealPlace&
   std::string plain(sealed.size() - kSealRecord, '\0');
   const auto* in = reinterpret_cast<const uint8_t*>(sealed.data());
   // Values were never sealed in format 0: a record that says so is not one.
-  if (in[28] != kSealFormat || !open_one(ctx, place, kValueBlock, in + kSealRecord, plain.size(),
-                                         reinterpret_cast<uint8_t*>(plain.data()), in)) {
+  PlaceAads aads(place);
+  if (in[28] != kSealFormat ||
+      !open_one(ctx, aads, kValueBlock, in + kSealRecord, plain.size(), reinterpret_cast<uint8_t*>(plain.data()), in)) {
     OPENSSL_cleanse(plain.data(), plain.size());
     return error(StatusCode::kChecksumMismatch, "a sealed value does not authenticate (tampered or misplaced)");
   }

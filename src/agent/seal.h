@@ -37,11 +37,14 @@ inline constexpr uint8_t kSealFormat = 1;
 // The block index a single value is sealed under (no array block has it).
 inline constexpr uint64_t kValueBlock = ~0ull;
 
-// Where sealed bytes belong, as each format of the additional data names it.
+// Where sealed bytes belong: the container, the object and the keys, spelled as each record format spells them.
 struct SealPlace {
-  std::string aad;     // kSealFormat's: container, object, then each key with its length (be16)
-  std::string legacy;  // format 0's
-  static SealPlace of(std::string_view cont, const ObjectId& oid, std::string_view dkey, std::string_view akey);
+  std::string cont, oid, dkey, akey;  // oid as ObjectId::to_string gives it
+  static SealPlace of(std::string_view cont, const ObjectId& oid, std::string_view dkey, std::string_view akey) {
+    return {std::string(cont), oid.to_string(), std::string(dkey), std::string(akey)};
+  }
+  std::string aad() const;     // kSealFormat's: container, object, then each key with its length (be16)
+  std::string legacy() const;  // format 0's: "cont/oid/dkey/akey"
 };
 
 class Sealer {
@@ -69,12 +72,6 @@ class Sealer {
   Sealer() = default;
   Result<uint64_t> take_counter();
   Result<evp_cipher_ctx_st*> context(bool encrypt);  // the calling thread's, keyed with key_
-  // One block (or value) of `n` bytes each way, its record at `rec`: sealed, or opened (false when it does not
-  // authenticate).
-  Status seal_one(evp_cipher_ctx_st* ctx, const SealPlace& place, uint64_t block, const uint8_t* in, size_t n,
-                  uint8_t* out, uint8_t* rec);
-  bool open_one(evp_cipher_ctx_st* ctx, const SealPlace& place, uint64_t block, const uint8_t* in, size_t n,
-                uint8_t* out, const uint8_t* rec);
   Status reserve(uint64_t above);
 
   std::string key_;

@@ -107,8 +107,8 @@ TEST_F(SealTest, PlacesAreUnambiguousAndBlocksOfTheFirstFormatStillOpen) {
   // format byte.
   const SealPlace place = at(1, "d", "a");
   std::string aad = "rfos-gcm-v1";
-  for (int i = 3; i >= 0; --i) aad.push_back(static_cast<char>(place.legacy.size() >> (8 * i)));
-  aad += place.legacy + std::string(7, '\0') + '\x05';
+  for (int i = 3; i >= 0; --i) aad.push_back(static_cast<char>(place.legacy().size() >> (8 * i)));
+  aad += place.legacy() + std::string(7, '\0') + '\x05';
   Sealed old{std::vector<uint8_t>(kSealBlock), std::vector<uint8_t>(kSealRecord)};
   old.records[0] = 9;  // agent 9, counter 1
   old.records[4] = 1;
@@ -133,7 +133,7 @@ TEST_F(SealTest, PlacesAreUnambiguousAndBlocksOfTheFirstFormatStillOpen) {
   // The format byte is not under the tag: a block sealed now whose byte is set to 0 does not open at a place whose
   // format-0 string spells the same bytes as its own (dkey "x/y" akey "z" against dkey "\0\3x" akey "y\0\1z").
   const SealPlace p = at(1, "x/y", "z"), q = at(1, std::string("\0\3x", 3), std::string("y\0\1z", 4));
-  ASSERT_EQ(q.legacy, p.aad);
+  ASSERT_EQ(q.legacy(), p.aad());
   Sealed now = seal(*s, plain, p, 0);
   now.records[28] = 0;
   EXPECT_EQ(s->open(now.cipher, now.records, q, 0, back).code(), StatusCode::kChecksumMismatch);

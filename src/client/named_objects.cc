@@ -635,11 +635,14 @@ Result<NamedObjects::Listing> NamedObjects::list() {
 namespace rfos::client {
 
 Result<NamedObjects::IndexPage> NamedObjects::list_index(std::string_view prefix, std::string_view from, size_t max) {
-  Status settled = settle_index();
-  // A read-only (or snapshot) handle may not move an earlier index.
-  if (settled.code() == StatusCode::kPermissionDenied || settled.code() == StatusCode::kInvalidArgument)
-    return merged_index_page(prefix, from, max);
-  RFOS_RETURN_IF_ERROR(settled);
+  if (!index_settled_) {
+    Status settled = settle_index();
+    // A read-only (or snapshot) handle may not move an earlier index.
+    if (settled.code() == StatusCode::kPermissionDenied || settled.code() == StatusCode::kInvalidArgument)
+      return merged_index_page(prefix, from, max);
+    RFOS_RETURN_IF_ERROR(settled);
+    index_settled_ = true;
+  }
   return index_page(prefix, from, max);
 }
 
@@ -671,13 +674,6 @@ Result<NamedObjects::IndexPage> NamedObjects::index_page(std::string_view prefix
   }
   out.next = std::move(anchor);
   return out;
-}
-
-std::string NamedObjects::past(std::string_view prefix) {
-  std::string s(prefix);
-  while (!s.empty() && static_cast<unsigned char>(s.back()) == 0xff) s.pop_back();
-  if (!s.empty()) s.back() = static_cast<char>(static_cast<unsigned char>(s.back()) + 1);
-  return s;
 }
 
 Result<bool> NamedObjects::legacy_index_left() {

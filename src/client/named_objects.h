@@ -152,10 +152,11 @@ class NamedObjects {
   };
   Result<Listing> list();
   // A page of the names in the index that start with `prefix`, in byte order, from `from` on (inclusive: "" for
-  // the first page, after(name) to leave `name` out, or any name, such as the end of a prefix to skip), each with
+  // the first page, after(name) to leave `name` out, or any name, such as prefix_successor(p) (common/coding.h)
+  // to skip every name under p), each with
   // its stat (attrs included, never an inline object's bytes: stat() the name to read it): at most `max` names
-  // and a request per 1024 of them, plus one that looks for an index of an earlier version. Objects stored before
-  // the index existed are not in it until put again.
+  // and a request per 1024 of them, plus, at the first call on this NamedObjects, one that looks for an index of
+  // an earlier version. Objects stored before the index existed are not in it until put again.
   struct IndexPage {
     std::vector<ObjectStat> names;
     bool done = false;
@@ -168,8 +169,6 @@ class NamedObjects {
   Status settle_index();
   // The least name after `name` (any string): names hold no NUL, so `name` up to its first NUL and a 0x01 byte.
   static std::string after(std::string_view name) { return std::string(name.substr(0, name.find('\0'))) + '\x01'; }
-  // The least name after every name that starts with `prefix` ("" where there is none: it is all 0xff bytes).
-  static std::string past(std::string_view prefix);
 
   // The record object of `name`.
   static ObjectId record_of(std::string_view name);
@@ -220,6 +219,7 @@ class NamedObjects {
 
   Container& c_;
   uint32_t depth_;
+  bool index_settled_ = false;  // no index of an earlier version is left (list_index looked)
 };
 
 }  // namespace rfos::client

@@ -68,4 +68,18 @@ class ByteReader {
   std::string_view in_;
 };
 
+// The smallest string greater than every string with this prefix ("" when there is none: all 0xff bytes).
+inline std::string prefix_successor(std::string_view prefix) {
+  std::string s(prefix);
+  while (!s.empty()) {
+    auto& c = reinterpret_cast<unsigned char&>(s.back());
+    if (c != 0xff) {
+      ++c;
+      return s;
+    }
+    s.pop_back();
+  }
+  return s;
+}
+
 }  // namespace rfos

@@ -101,6 +101,12 @@ TEST(Coding, BigEndianOrdersNumerically) {
   EXPECT_FALSE(r.get_le(&v));
 }
 
+TEST(Coding, PrefixSuccessorIsPastEveryStringWithThePrefix) {
+  EXPECT_EQ(prefix_successor("a/"), "a0");
+  EXPECT_EQ(prefix_successor("a\xff\xff"), "b");
+  EXPECT_EQ(prefix_successor("\xff"), "");
+}
+
 TEST(Fault, FiresOnNthHitOnce) {
   fault::arm("test.point", 2);
   EXPECT_FALSE(RFOS_FAULT("test.point"));

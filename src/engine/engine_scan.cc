@@ -238,8 +238,7 @@ Result<std::vector<std::string>> list_names(Engine::Impl* im, const std::string&
                                             std::vector<std::optional<std::string>>* values = nullptr) {
   std::vector<std::string> out;
   if (anchor->done || max == 0) return out;
-  const bool ordered =
-      tag == kDkeyTag && parent.size() == kObjectPrefixBytes && (static_cast<uint8_t>(parent[5]) & 0x80);
+  const bool ordered = tag == kDkeyTag && parent.size() == kObjectPrefixBytes && ordered_object(parent);
   std::unique_ptr<rocksdb::Iterator> it(im->db->NewIterator(rocksdb::ReadOptions()));
   const std::string tag_prefix = parent + tag;
   std::string pos = tag_prefix;
@@ -273,6 +272,8 @@ Result<std::vector<std::string>> list_names(Engine::Impl* im, const std::string&
     }
     std::string name(k.substr(name_at, len));
     std::string child = tag_prefix + std::string(k.substr(0, name_at + len + (ordered ? 1 : 0)));
+    // Where the next page starts: after this name.
+    const auto resume = [&] { anchor->position = ordered ? name + '\x01' : name; };
     bool given = false;
     if (!name.starts_with(prefix)) {
       if (ordered) {  // past the prefix: nothing after it has it
@@ -281,13 +282,13 @@ Result<std::vector<std::string>> list_names(Engine::Impl* im, const std::string&
       }
     } else if (Engine::Impl::any_visible_here(it.get(), child, epoch, floor)) {
       // The child's own punch floor is found by any_visible's scan (its punches lead its records).
-      anchor->position = ordered ? name + '\x01' : name;
+      resume();
       if (values) values->push_back(visible_single(it.get(), value_akey));
       out.push_back(std::move(name));
       given = true;
     }
     if (!given && ++stepped > kStepsPerName * max) {
-      anchor->position = ordered ? name + '\x01' : name;
+      resume();
       short_page = true;
       break;
     }

@@ -358,81 +358,88 @@ void list_objects(const ServiceConfig& config, const User& user, Handles& handle
   }
   // The first name to look at: past the key (or the common prefix and every key under it) the last page ended
   // with.
-  std::string from;
-  bool done = false;
+  std::string start;
+  bool nothing_left = false;
   if (after_prefix) {
-    from = client::NamedObjects::past(after);
-    done = from.empty();  // every name after it starts with it
+    start = prefix_successor(after);
+    nothing_left = start.empty();  // every name after it starts with it
   } else if (!after.empty()) {
-    from = client::NamedObjects::after(after);
+    start = client::NamedObjects::after(after);
   }
-  auto enc = [&](std::string_view s) { return lp.encode(s); };
 
   std::vector<client::ObjectStat> contents;
   std::vector<std::string> prefixes;
   std::string last;  // the last key or common prefix given
   bool last_prefix = false;
   bool truncated = false;
-  // A page of names at a time from the index, in byte order: one more than the keys still to give (to tell
-  // whether the listing is truncated), or a full page where a delimiter folds names into common prefixes; a page
-  // that ends inside a common prefix goes on past it.
-  while (!done && !truncated && max_keys > 0) {
-    const size_t want = delimiter.empty() ? max_keys - contents.size() + 1 : kMaxKeys;
-    auto page = with_bucket(config, user, handles, req.bucket, false, [&](client::Container& c) {
-      return client::NamedObjects(c).list_index(prefix, from, want);
-    });
-    if (!page.is_ok()) return reply(error_response(page.status(), resource_of(req), true));
-    bool inside_prefix = false;  // the page's last name was folded into the last common prefix
-    for (client::ObjectStat& st : page->names) {
-      std::string cp = lp.folded(st.name);
-      inside_prefix = !cp.empty() && !prefixes.empty() && prefixes.back() == cp;
-      if (inside_prefix) continue;  // its prefix is given already
-      if (contents.size() + prefixes.size() >= max_keys) {
-        truncated = true;
-        break;
+  // A page of names at a time from the index, in byte order, through one NamedObjects (it looks for an index of an
+  // earlier version once): one more than the keys still to give (to tell whether the listing is truncated), or a
+  // full page where a delimiter folds names into common prefixes; a page that ends inside a common prefix goes on
+  // past it.
+  Status listed = with_bucket(config, user, handles, req.bucket, false, [&](client::Container& c) -> Status {
+    contents.clear();  // a call again on a fresh handle starts over
+    prefixes.clear();
+    last.clear();
+    last_prefix = truncated = false;
+    client::NamedObjects names(c);
+    std::string from = start;
+    for (bool done = nothing_left; !done && max_keys > 0;) {
+      const size_t want = delimiter.empty() ? max_keys - contents.size() + 1 : kMaxKeys;
+      RFOS_ASSIGN_OR_RETURN(client::NamedObjects::IndexPage page, names.list_index(prefix, from, want));
+      bool inside_prefix = false;  // the page's last name was folded into the last common prefix
+      for (client::ObjectStat& st : page.names) {
+        std::string cp = lp.folded(st.name);
+        inside_prefix = !cp.empty() && !prefixes.empty() && prefixes.back() == cp;
+        if (inside_prefix) continue;  // its prefix is given already
+        if (contents.size() + prefixes.size() >= max_keys) {
+          truncated = true;
+          break;
+        }
+        last_prefix = !cp.empty();
+        if (cp.empty()) {
+          last = st.name;
+          contents.push_back(std::move(st));
+        } else {
+          last = cp;
+          prefixes.push_back(std::move(cp));
+          inside_prefix = true;
+        }
       }
-      last_prefix = !cp.empty();
-      if (cp.empty()) {
-        last = st.name;
-        contents.push_back(std::move(st));
+      if (truncated || page.done) break;
+      if (inside_prefix) {  // past every name under the common prefix
+        from = prefix_successor(prefixes.back());
+        done = from.empty();
       } else {
-        last = cp;
-        prefixes.push_back(std::move(cp));
-        inside_prefix = true;
+        from = std::move(page.next);
       }
     }
-    if (truncated || page->done) break;
-    if (inside_prefix) {  // past every name under the common prefix
-      from = client::NamedObjects::past(prefixes.back());
-      if (from.empty()) break;
-    } else {
-      from = std::move(page->next);
-    }
-  }
+    return Status::ok();
+  });
+  if (!listed.is_ok()) return reply(error_response(listed, resource_of(req), true));
   const char* root = v2 ? "ListBucketResult" : "ListBucketResult";
   Xml x;
-  x.open(root, kNs).leaf("Name", req.bucket).leaf("Prefix", enc(prefix));
+  x.open(root, kNs).leaf("Name", req.bucket).leaf("Prefix", lp.encode(prefix));
   if (v2) {
     if (const std::string* t = req.param("continuation-token")) x.leaf("ContinuationToken", *t);
-    if (const std::string* s = req.param("start-after")) x.leaf("StartAfter", enc(*s));
+    if (const std::string* s = req.param("start-after")) x.leaf("StartAfter", lp.encode(*s));
     x.leaf("KeyCount", std::to_string(contents.size() + prefixes.size()));
     if (truncated) x.leaf("NextContinuationToken", hex_of((last_prefix ? "p" : "k") + last));
   } else {
-    x.leaf("Marker", enc(after));
-    if (truncated && !delimiter.empty()) x.leaf("NextMarker", enc(last));
+    x.leaf("Marker", lp.encode(after));
+    if (truncated && !delimiter.empty()) x.leaf("NextMarker", lp.encode(last));
   }
   x.leaf("MaxKeys", std::to_string(max_keys));
-  if (!delimiter.empty()) x.leaf("Delimiter", enc(delimiter));
+  if (!delimiter.empty()) x.leaf("Delimiter", lp.encode(delimiter));
   if (!encoding.empty()) x.leaf("EncodingType", encoding);
   x.leaf("IsTruncated", truncated ? "true" : "false");
   for (const client::ObjectStat& st : contents) {
     Attrs a = decode_attrs(st.attrs);
-    x.open("Contents").leaf("Key", enc(st.name)).leaf("LastModified", iso_date(st.mtime_ms));
+    x.open("Contents").leaf("Key", lp.encode(st.name)).leaf("LastModified", iso_date(st.mtime_ms));
     x.leaf("ETag", etag_of(st, a)).leaf("Size", std::to_string(st.size)).leaf("StorageClass", "STANDARD");
     if (!v2) x.open("Owner").leaf("ID", user.name).leaf("DisplayName", user.name).close("Owner");
     x.close("Contents");
   }
-  for (const std::string& cp : prefixes) x.open("CommonPrefixes").leaf("Prefix", enc(cp)).close("CommonPrefixes");
+  for (const std::string& cp : prefixes) x.open("CommonPrefixes").leaf("Prefix", lp.encode(cp)).close("CommonPrefixes");
   x.close(root);
   reply(xml_response(200, std::move(x)));
 }
@@ -1376,10 +1383,9 @@ void list_uploads(const ServiceConfig& config, const User& user, Handles& handle
   auto uploads = with_bucket(config, user, handles, req.bucket, false,
                              [&](client::Container& c) { return client::NamedObjects(c).uploads(prefix); });
   if (!uploads.is_ok()) return reply(error_response(uploads.status(), resource_of(req), true));
-  auto enc = [&](std::string_view s) { return lp.encode(s); };
-  // After the markers: past the key marker (and every key under it where it ends with the delimiter, a common
-  // prefix given last), or at it, past the upload id marker. Uploads come by key, then id.
-  // The upload id marker tells which: a page that ended with a common prefix gives none.
+  // After the markers. Uploads come by key, then id: past the key marker and, where the marker is a common prefix
+  // (the page before ended with one, so it gave no upload id marker), every key under it; or at the key marker,
+  // past the upload id marker.
   const bool marker_prefix =
       id_marker.empty() && !delimiter.empty() && key_marker.starts_with(prefix) && lp.folded(key_marker) == key_marker;
   std::vector<const client::NamedObjects::Upload*> listed;
@@ -1405,15 +1411,19 @@ void list_uploads(const ServiceConfig& config, const User& user, Handles& handle
       prefixes.push_back(std::move(cp));
   }
   Xml x;
-  x.open("ListMultipartUploadsResult", kNs).leaf("Bucket", req.bucket).leaf("KeyMarker", enc(key_marker));
-  x.leaf("UploadIdMarker", id_marker).leaf("Prefix", enc(prefix));
-  if (!delimiter.empty()) x.leaf("Delimiter", enc(delimiter));
+  x.open("ListMultipartUploadsResult", kNs).leaf("Bucket", req.bucket).leaf("KeyMarker", lp.encode(key_marker));
+  x.leaf("UploadIdMarker", id_marker).leaf("Prefix", lp.encode(prefix));
+  if (!delimiter.empty()) x.leaf("Delimiter", lp.encode(delimiter));
   if (!encoding.empty()) x.leaf("EncodingType", encoding);
   x.leaf("MaxUploads", std::to_string(max_uploads)).leaf("IsTruncated", truncated ? "true" : "false");
-  if (truncated) x.leaf("NextKeyMarker", enc(next_key)).leaf("NextUploadIdMarker", next_id);
+  if (truncated) x.leaf("NextKeyMarker", lp.encode(next_key)).leaf("NextUploadIdMarker", next_id);
   for (const client::NamedObjects::Upload* u : listed)
-    x.open("Upload").leaf("Key", enc(u->name)).leaf("UploadId", u->id).leaf("StorageClass", "STANDARD").close("Upload");
-  for (const std::string& cp : prefixes) x.open("CommonPrefixes").leaf("Prefix", enc(cp)).close("CommonPrefixes");
+    x.open("Upload")
+        .leaf("Key", lp.encode(u->name))
+        .leaf("UploadId", u->id)
+        .leaf("StorageClass", "STANDARD")
+        .close("Upload");
+  for (const std::string& cp : prefixes) x.open("CommonPrefixes").leaf("Prefix", lp.encode(cp)).close("CommonPrefixes");
   x.close("ListMultipartUploadsResult");
   reply(xml_response(200, std::move(x)));
 }

@@ -132,7 +132,7 @@ std::string object_prefix(uint32_t cid, const ObjectId& oid) {
 }
 
 void append_dkey(std::string* key, std::string_view dkey) {
-  const bool ordered = key->size() >= kObjectPrefixBytes && (static_cast<uint8_t>((*key)[5]) & 0x80) != 0;
+  const bool ordered = ordered_object(*key);
   key->push_back(kDkeyTag);
   if (ordered) {
     key->append(dkey);
@@ -157,19 +157,6 @@ void append_version(std::string* key, uint64_t epoch, uint64_t seq) {
 void append_extent_start(std::string* key, uint64_t start) {
   key->push_back(kExtentTag);
   put_be64(key, start);
-}
-
-std::string prefix_successor(std::string_view prefix) {
-  std::string s(prefix);
-  while (!s.empty()) {
-    auto& c = reinterpret_cast<unsigned char&>(s.back());
-    if (c != 0xff) {
-      ++c;
-      return s;
-    }
-    s.pop_back();
-  }
-  return s;
 }
 
 bool parse_object_key(std::string_view key, ObjectKey* out) {

@@ -63,8 +63,10 @@ void append_dkey(std::string* key, std::string_view dkey);
 void append_akey(std::string* key, std::string_view akey);  // 'a' len akey
 void append_version(std::string* key, uint64_t epoch, uint64_t seq);
 void append_extent_start(std::string* key, uint64_t start);  // 'x' start
-// The smallest string greater than every string with this prefix ("" when there is none).
-std::string prefix_successor(std::string_view prefix);
+// Whether `key`, which starts with an object_prefix, is of an object of ordered dkeys (ObjectId::kOrderedDkeys).
+inline bool ordered_object(std::string_view key) {
+  return key.size() >= kObjectPrefixBytes && (static_cast<uint8_t>(key[5]) & 0x80) != 0;
+}
 
 // A parsed object-record key. Returns false for anything malformed (keys come from disk).
 struct ObjectKey {
