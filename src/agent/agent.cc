@@ -409,6 +409,13 @@ class AppConn {
     o.timeout_ms = config_.timeout_ms;
     return o;
   }
+  // For the layouts the agent runs itself (named objects, files, the mount): a sealing tenant's bytes sealed in
+  // the container, at any offset (client/sealed_io.h). The ring's handles seal whole blocks here instead.
+  client::ContainerOptions layout_options(bool write) const {
+    client::ContainerOptions o = container_options(write);
+    o.sealer = sealer_;
+    return o;
+  }
 
   // The next message of an exchange inside a request (a put's chunks, a get's acknowledgements): `want` with the
   // request's id, within the request timeout; anything else fails the request.
@@ -431,9 +438,6 @@ class AppConn {
   // bytes go through the shared buffer a chunk at a time (protocol.h, kObject).
   Message object(const Message& m) {
     auto fail = [&](const Status& s) { return error_message(m.id, s); };
-    if (sealer_)
-      return fail(error(StatusCode::kNotSupported,
-                        "tenant " + tenant_ + " seals its data, which objects through the agent are not yet"));
     auto op = static_cast<ObjectOp>(m.value);
     if (m.epoch != 0 && op != ObjectOp::kGet && op != ObjectOp::kStat && op != ObjectOp::kList)
       return fail(error(StatusCode::kInvalidArgument, "a snapshot is read-only"));
@@ -441,7 +445,7 @@ class AppConn {
       return fail(error(StatusCode::kNotSupported, "--snapshot reads named objects, not paths yet"));
     if ((op == ObjectOp::kPut || op == ObjectOp::kGet) && !buffer_)
       return fail(error(StatusCode::kInvalidArgument, "a put or get needs the shared buffer (set up the ring)"));
-    client::ContainerOptions co = container_options(op == ObjectOp::kPut || op == ObjectOp::kRemove);
+    client::ContainerOptions co = layout_options(op == ObjectOp::kPut || op == ObjectOp::kRemove);
     uint64_t have = 0, at = 0;
     bool ended = false;
     // A put's bytes: each chunk the app leaves at the start of the buffer, asked for once the last is taken.
@@ -496,7 +500,7 @@ class AppConn {
     auto it = namespaces_.find(key);
     if (it != namespaces_.end()) return it->second.get();
     if (namespaces_.size() >= 8) namespaces_.erase(namespaces_.begin());
-    RFOS_ASSIGN_OR_RETURN(auto ns, posix::Namespace::open(*control_, pool, cont, container_options(true)));
+    RFOS_ASSIGN_OR_RETURN(auto ns, posix::Namespace::open(*control_, pool, cont, layout_options(true)));
     return (namespaces_[key] = std::move(ns)).get();
   }
 
@@ -685,9 +689,6 @@ class AppConn {
     };
     if (fuse_fd < 0) return refuse(error(StatusCode::kInvalidArgument, "a mount comes with its FUSE device"));
     if (served_) return refuse(error(StatusCode::kAlreadyExists, "this connection serves a mount already"));
-    if (sealer_)
-      return refuse(error(StatusCode::kNotSupported,
-                          "tenant " + tenant_ + " seals its data, which the mount does not do yet: not mounted"));
     struct stat st {};
     if (fstat(fuse_fd, &st) != 0 || !S_ISCHR(st.st_mode) || major(st.st_rdev) != 10 || minor(st.st_rdev) != 229)
       return refuse(error(StatusCode::kInvalidArgument, "the descriptor is not a FUSE device (/dev/fuse)"));
@@ -697,7 +698,7 @@ class AppConn {
     // Threads and request buffers are the agent's: an app gets the defaults at most.
     o.request_threads = std::min(o.request_threads, fuse::MountOptions{}.request_threads);
     o.writer_threads = std::min(o.writer_threads, fuse::MountOptions{}.writer_threads);
-    auto ns = posix::Namespace::open(*control_, m.pool, m.cont, container_options(true));
+    auto ns = posix::Namespace::open(*control_, m.pool, m.cont, layout_options(true));
     if (!ns.is_ok()) return refuse(ns.status());
     if (mounts_.fetch_add(1) + 1 > config_.max_mounts) {
       --mounts_;
@@ -909,7 +910,7 @@ class AppConn {
     // two): the app's own bytes, which tell it nothing, and a block that does not open is cleansed there.
     op->cipher = op->read ? op->app : std::span<uint8_t>(op->bounce.get(), e.length);
     op->records = {op->bounce.get() + client::kMaxIoBytes, e.length / kSealBlock * kSealRecord};
-    std::string records_akey = std::string(e.akey()) + kRecordsSuffix;
+    std::string records_akey = std::string(e.akey()) + std::string(kRecordsSuffix);
     uint64_t records_offset = op->first_block * kSealRecord;
     if (!op->read) RFOS_RETURN_IF_ERROR(crypt_in_slices(*op, true));
     Result<client::Ticket> t1 = op->read ? c.submit_read(oid, e.dkey(), e.akey(), e.offset, op->cipher)

@@ -38,9 +38,6 @@ struct TenantConfig {
   QosLimits qos;
 };
 
-// A sealing tenant's nonces and tags: the array's akey with this suffix, 32 bytes per 4 KiB block.
-inline constexpr char kRecordsSuffix[] = "#gcm";
-
 struct AgentConfig {
   std::string control_address;  // the server's control plane ("": client::default_control_address())
   client::TlsFiles tls;         // the agent's own certificate, for a remote server (mutual TLS)

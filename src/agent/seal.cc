@@ -66,13 +66,19 @@ class PlaceAads {
 };
 
 // Seals one block (or value) of `n` bytes from `in` into `out` at `block` of `aad`'s place, with the nonce of
-// agent `agent_id` and `counter`; its record at `rec`.
+// agent `agent_id` and `counter`; its record at `rec`, with `n` as its length where a block is shorter than whole.
+// (The length is not under the tag, but GCM's tag covers the ciphertext's length: a record whose length was
+// changed does not open.)
 bool seal_one(EVP_CIPHER_CTX* ctx, Aad& aad, uint32_t agent_id, uint64_t counter, uint64_t block, const uint8_t* in,
               size_t n, uint8_t* out, uint8_t* rec) {
   std::memset(rec, 0, kSealRecord);
   std::memcpy(rec, &agent_id, 4);
   std::memcpy(rec + 4, &counter, 8);
   rec[28] = kSealFormat;
+  if (block != kValueBlock && n < kSealBlock) {
+    rec[29] = static_cast<uint8_t>(n);
+    rec[30] = static_cast<uint8_t>(n >> 8);
+  }
   int len = 0;
   return EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, rec) == 1 &&
          EVP_EncryptUpdate(ctx, nullptr, &len, aad.set_block(block), aad.size()) == 1 &&
@@ -85,7 +91,7 @@ bool seal_one(EVP_CIPHER_CTX* ctx, Aad& aad, uint32_t agent_id, uint64_t counter
 bool open_one(EVP_CIPHER_CTX* ctx, PlaceAads& aads, uint64_t block, const uint8_t* in, size_t n, uint8_t* out,
               const uint8_t* rec) {
   Aad* aad = aads.of(rec[28]);
-  if (aad == nullptr || rec[29] != 0 || rec[30] != 0 || rec[31] != 0) return false;
+  if (aad == nullptr || rec[31] != 0 || (rec[28] == 0 && (rec[29] != 0 || rec[30] != 0))) return false;
   uint8_t tag[16];
   std::memcpy(tag, rec + 12, 16);
   int len = 0;
@@ -191,27 +197,17 @@ Result<uint64_t> Sealer::take_counter() {
   return n;
 }
 
-std::string SealPlace::aad() const {
-  std::string a = cont + "/" + oid + "/";
-  put_be16(&a, static_cast<uint16_t>(dkey.size()));
-  a.append(dkey);
-  put_be16(&a, static_cast<uint16_t>(akey.size()));
-  a.append(akey);
-  return a;
-}
-
-std::string SealPlace::legacy() const { return cont + "/" + oid + "/" + dkey + "/" + akey; }
-
 Status Sealer::seal(std::span<const uint8_t> plain, const SealPlace& place, uint64_t first_block,
                     std::span<uint8_t> cipher, std::span<uint8_t> records) {
-  size_t blocks = plain.size() / kSealBlock;
-  if (plain.size() % kSealBlock != 0 || cipher.size() != plain.size() || records.size() != blocks * kSealRecord)
-    return error(StatusCode::kInvalidArgument, "sealing takes whole 4 KiB blocks");
+  size_t blocks = (plain.size() + kSealBlock - 1) / kSealBlock;
+  if (cipher.size() != plain.size() || records.size() != blocks * kSealRecord || first_block >= kValueBlock - blocks)
+    return error(StatusCode::kInvalidArgument, "sealing takes blocks, as much ciphertext and a record for each");
   RFOS_ASSIGN_OR_RETURN(EVP_CIPHER_CTX * ctx, context(true));
   Aad aad(kSealFormat, place.aad());
   for (size_t b = 0; b < blocks; ++b) {
     RFOS_ASSIGN_OR_RETURN(uint64_t counter, take_counter());
-    if (!seal_one(ctx, aad, agent_id_, counter, first_block + b, plain.data() + b * kSealBlock, kSealBlock,
+    size_t n = std::min(kSealBlock, plain.size() - b * kSealBlock);
+    if (!seal_one(ctx, aad, agent_id_, counter, first_block + b, plain.data() + b * kSealBlock, n,
                   cipher.data() + b * kSealBlock, records.data() + b * kSealRecord))
       return error(StatusCode::kInternal, "AES-GCM encryption failed");
   }
@@ -236,12 +232,15 @@ Status Sealer::open(std::span<const uint8_t> cipher, std::span<const uint8_t> re
       std::memset(plain.data() + b * kSealBlock, 0, kSealBlock);
       continue;
     }
-    if (!open_one(ctx, aads, first_block + b, cipher.data() + b * kSealBlock, kSealBlock, plain.data() + b * kSealBlock,
-                  rec)) {
+    // A block shorter than whole (the last of its array) opens as long as it is; zeros follow, whatever lies there.
+    const size_t n = client::sealed_length({rec, kSealRecord});
+    if (n > kSealBlock ||
+        !open_one(ctx, aads, first_block + b, cipher.data() + b * kSealBlock, n, plain.data() + b * kSealBlock, rec)) {
       OPENSSL_cleanse(plain.data() + b * kSealBlock, kSealBlock);  // nothing of a block that failed is handed out
       return error(StatusCode::kChecksumMismatch,
                    "block " + std::to_string(first_block + b) + " does not authenticate (tampered or misplaced)");
     }
+    std::memset(plain.data() + b * kSealBlock + n, 0, kSealBlock - n);
   }
   return Status::ok();
 }
@@ -266,7 +265,7 @@ Result<std::string> Sealer::open_value(std::string_view sealed, const SealPlace&
   const auto* in = reinterpret_cast<const uint8_t*>(sealed.data());
   // Values were never sealed in format 0: a record that says so is not one.
   PlaceAads aads(place);
-  if (in[28] != kSealFormat ||
+  if (in[28] != kSealFormat || in[29] != 0 || in[30] != 0 ||
       !open_one(ctx, aads, kValueBlock, in + kSealRecord, plain.size(), reinterpret_cast<uint8_t*>(plain.data()), in)) {
     OPENSSL_cleanse(plain.data(), plain.size());
     return error(StatusCode::kChecksumMismatch, "a sealed value does not authenticate (tampered or misplaced)");

@@ -1,6 +1,7 @@
 // Inline encryption of a tenant's array data in the agent (docs/agent.md, "Inline encryption"): AES-256-GCM
 // (OpenSSL EVP, AES-NI where the CPU has it) per 4 KiB block. The ciphertext is stored where the plaintext would
-// be (GCM keeps lengths), and each block's nonce and tag in a companion array at 32 bytes a block.
+// be (GCM keeps lengths), and each block's nonce, tag and length in a companion array at 32 bytes a block
+// (client/sealing.h has the layout; client/sealed_io.h seals arrays at any offset with this cipher).
 //
 // - Nonces: 4 bytes of agent id, then a 64-bit counter that never repeats for a key: it is taken from ranges
 //   reserved in a state file (written and synced before any nonce of a range is used), so a restart, or a crash,
@@ -21,6 +22,7 @@
 #include <string>
 #include <string_view>
 
+#include "client/sealing.h"
 #include "common/ids.h"
 #include "common/status.h"
 
@@ -28,8 +30,11 @@ struct evp_cipher_ctx_st;  // OpenSSL's EVP_CIPHER_CTX
 
 namespace rfos::agent {
 
-inline constexpr size_t kSealBlock = 4096;
-inline constexpr size_t kSealRecord = 32;  // per block: nonce(12) tag(16) format(1) reserved(3, zero)
+using client::kRecordsSuffix;
+using client::kSealBlock;
+using client::kSealRecord;
+using client::SealPlace;
+
 // The record's format byte: 1, the place in the additional data with each key's length (and the data's tag
 // "rfos-gcm-v2"); 0, as one string "cont/oid/dkey/akey" ("rfos-gcm-v1"; blocks sealed before 1, which open as they
 // were; ambiguous where keys hold '/'). The tags keep a record whose format byte was changed from opening.
@@ -37,30 +42,22 @@ inline constexpr uint8_t kSealFormat = 1;
 // The block index a single value is sealed under (no array block has it).
 inline constexpr uint64_t kValueBlock = ~0ull;
 
-// Where sealed bytes belong: the container, the object and the keys, spelled as each record format spells them.
-struct SealPlace {
-  std::string cont, oid, dkey, akey;  // oid as ObjectId::to_string gives it
-  static SealPlace of(std::string_view cont, const ObjectId& oid, std::string_view dkey, std::string_view akey) {
-    return {std::string(cont), oid.to_string(), std::string(dkey), std::string(akey)};
-  }
-  std::string aad() const;     // kSealFormat's: container, object, then each key with its length (be16)
-  std::string legacy() const;  // format 0's: "cont/oid/dkey/akey"
-};
-
-class Sealer {
+class Sealer : public client::BlockSealer {
  public:
   // `key`: 32 bytes. `state_file`: where the nonce counter's reservations live (made 0600 if missing).
   static Result<std::unique_ptr<Sealer>> open(std::string_view key, const std::string& state_file, uint32_t agent_id);
-  ~Sealer();
+  ~Sealer() override;
 
-  // Seals whole blocks: plain.size() a multiple of kSealBlock; `cipher` as long, `records` kSealRecord a block.
-  // `place` names the array (container, object, dkey, akey); first_block is the first block's index in it.
+  // Seals blocks from `first_block` of `place` (the array: container, object, dkey, akey): whole ones but the
+  // last, which may be shorter (its record keeps its length); `cipher` as long as `plain` (or `plain` itself),
+  // `records` kSealRecord a block.
   Status seal(std::span<const uint8_t> plain, const SealPlace& place, uint64_t first_block, std::span<uint8_t> cipher,
-              std::span<uint8_t> records);
-  // Opens what seal made into `plain`; an all-zero record is a hole and opens as zeros. kChecksumMismatch when
-  // a block does not authenticate (tampered, moved, or its record is not its own).
+              std::span<uint8_t> records) override;
+  // Opens whole blocks that seal made into `plain` (or in place), each as long as its record says and zeros after;
+  // an all-zero record is a hole and opens as zeros. kChecksumMismatch when a block does not authenticate
+  // (tampered, moved, or its record is not its own).
   Status open(std::span<const uint8_t> cipher, std::span<const uint8_t> records, const SealPlace& place,
-              uint64_t first_block, std::span<uint8_t> plain);
+              uint64_t first_block, std::span<uint8_t> plain) override;
   // A single value, sealed: its record and its ciphertext (kSealRecord bytes longer than `plain`).
   Result<std::string> seal_value(std::string_view plain, const SealPlace& place);
   // The value seal_value made. kChecksumMismatch when it does not authenticate (or is too short to be one).

@@ -59,9 +59,42 @@ TEST_F(SealTest, BlocksRoundTripAndHideTheirBytes) {
   // Bytes without a record are not a hole.
   zeros[5] = 1;
   EXPECT_EQ(s->open(zeros, zrec, at(1), 0, out).code(), StatusCode::kChecksumMismatch);
-  // Partial blocks are refused.
-  std::vector<uint8_t> part(100), prec(kSealRecord);
+  // A record for each block, or nothing is sealed.
+  std::vector<uint8_t> part(5000), prec(kSealRecord);
   EXPECT_EQ(s->seal(part, at(3), 0, part, prec).code(), StatusCode::kInvalidArgument);
+}
+
+// The last block of an array may be shorter than whole: its record keeps its length, it opens as long as that
+// and zeros after (whatever lies there), and a record whose length was changed does not open.
+TEST_F(SealTest, AShortLastBlockKeepsItsLength) {
+  auto s = open();
+  std::vector<uint8_t> plain = pattern(2, 9);
+  plain.resize(kSealBlock + 904);
+  std::vector<uint8_t> cipher(plain.size()), records(2 * kSealRecord);
+  ASSERT_TRUE(s->seal(plain, at(1), 3, cipher, records).is_ok());
+  EXPECT_EQ(client::sealed_length({records.data(), kSealRecord}), kSealBlock);
+  EXPECT_EQ(client::sealed_length({records.data() + kSealRecord, kSealRecord}), 904u);
+  EXPECT_EQ(records[29] | (records[30] << 8), 0);  // a whole block's length is 0: as records before lengths
+  // Read back as whole blocks, with other bytes past the short one's end: they open as zeros.
+  std::vector<uint8_t> stored(2 * kSealBlock, 0x77), back(2 * kSealBlock, 1);
+  std::memcpy(stored.data(), cipher.data(), cipher.size());
+  ASSERT_TRUE(s->open(stored, records, at(1), 3, back).is_ok());
+  std::vector<uint8_t> want = plain;
+  want.resize(2 * kSealBlock);
+  EXPECT_EQ(back, want);
+  // Sealed in place.
+  std::vector<uint8_t> inplace = plain;
+  ASSERT_TRUE(s->seal(inplace, at(1), 3, inplace, records).is_ok());
+  inplace.resize(2 * kSealBlock);
+  ASSERT_TRUE(s->open(inplace, records, at(1), 3, inplace).is_ok());
+  EXPECT_EQ(inplace, want);
+  // A length changed, longer or shorter, or past a block, does not open.
+  for (uint16_t len : {uint16_t{905}, uint16_t{903}, uint16_t{0}, uint16_t{4097}}) {
+    std::vector<uint8_t> r = records;
+    r[kSealRecord + 29] = static_cast<uint8_t>(len);
+    r[kSealRecord + 30] = static_cast<uint8_t>(len >> 8);
+    EXPECT_EQ(s->open(stored, r, at(1), 3, back).code(), StatusCode::kChecksumMismatch) << len;
+  }
 }
 
 TEST_F(SealTest, TamperedOrMisplacedBlocksGiveAnErrorNeverBytes) {

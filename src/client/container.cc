@@ -10,6 +10,7 @@
 #include "client/file_layout.h"
 #include "client/registration_cache.h"
 #include "client/scatter_gather.h"
+#include "client/sealed_io.h"
 #include "common/clock.h"
 #include "common/crc32c.h"
 #include "placement/placement.h"
@@ -47,8 +48,10 @@ bool within_one_piece(uint64_t offset, size_t len) {
 }
 }  // namespace
 
-class Container::Impl {
+class Container::Impl : public RawArrays {
  public:
+  // Before `calls`, so that it goes after them: calls in flight at close still move its buffers.
+  std::unique_ptr<SealedIo> sealed;
   Session session;
   ContainerOptions options;
   // Keeps the session's capability valid from the thread using the handle (submit), so a long-lived client (a
@@ -226,6 +229,13 @@ class Container::Impl {
   Status array_io(bool write, const ObjectId& oid, std::string_view dkey, std::string_view akey,
                   std::span<const Extent> extents, std::span<const std::span<uint8_t>> sgl) {
     PieceIo io;
+    if (sealed) {
+      io.submit = [&](uint64_t at, std::span<uint8_t> mem) {
+        return write ? sealed->submit_write(oid, dkey, akey, at, mem) : sealed->submit_read(oid, dkey, akey, at, mem);
+      };
+      io.finish = [&](uint64_t ticket) { return sealed->finish(ticket); };
+      return scatter_gather(write, extents, sgl, kSyncWindow, io);
+    }
     io.submit = [&](uint64_t at, std::span<uint8_t> mem) {
       return write ? write_piece(oid, dkey, akey, at, mem) : read_piece(oid, dkey, akey, at, mem);
     };
@@ -234,6 +244,37 @@ class Container::Impl {
       return write ? f.done.status : verify_read(std::move(f)).status;
     };
     return scatter_gather(write, extents, sgl, kSyncWindow, io);
+  }
+
+  Status punch(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset, uint64_t length) {
+    wire::Request q = make_request(wire::Op::kPunchExtent, wire::Kind::kArray, oid, dkey, akey, offset, length);
+    return roundtrip(target_of(q), q, {}, {}, nullptr);
+  }
+
+  // What a sealed handle's SealedIo moves its ciphertext and records with.
+  Result<uint64_t> raw_write(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
+                             std::span<const uint8_t> data) override {
+    return write_piece(oid, dkey, akey, offset, data);
+  }
+  Result<uint64_t> raw_read(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
+                            std::span<uint8_t> out) override {
+    return read_piece(oid, dkey, akey, offset, out);
+  }
+  Completion raw_wait(uint64_t id) override { return verify_read(calls->wait_for(id)); }
+  std::vector<Completion> raw_take(size_t max, int timeout_ms) override {
+    std::vector<Completion> out;
+    for (CallEngine::Finished& f : calls->take(max, timeout_ms)) out.push_back(verify_read(std::move(f)));
+    return out;
+  }
+  Status raw_punch(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
+                   uint64_t length) override {
+    return punch(oid, dkey, akey, offset, length);
+  }
+
+  Status unsealed(const char* what) const {
+    if (!sealed) return Status::ok();
+    return error(StatusCode::kNotSupported,
+                 std::string(what) + " is not for a handle that seals its data: the targets would move it unsealed");
   }
 };
 
@@ -282,6 +323,8 @@ Result<std::unique_ptr<Container>> Container::open(std::unique_ptr<Impl> impl, S
   // back: the registration goes.
   RegistrationCache* regions = impl->regions.get();
   calls->on_deadline([regions](const CallEngine::Memory& m) { regions->revoke(m.region); });
+  if (options.sealer)
+    impl->sealed = std::make_unique<SealedIo>(options.sealer, impl->session.cont.uuid, *impl, options.timeout_ms);
   return std::unique_ptr<Container>(new Container(std::move(impl)));
 }
 
@@ -302,6 +345,7 @@ Container::~Container() {
   impl_->regions->clear();  // before the call engine's worker goes
 }
 const Session& Container::session() const { return impl_->session; }
+bool Container::sealed() const { return impl_->sealed != nullptr; }
 
 Status Container::write(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
                         std::span<const uint8_t> data) {
@@ -378,6 +422,7 @@ Result<Ticket> Container::submit_write(const ObjectId& oid, std::string_view dke
   if (!within_one_piece(offset, data.size()))
     return error(StatusCode::kInvalidArgument, "an async write is 1 B .. 1 MiB within one 1 MiB-aligned range");
   RFOS_RETURN_IF_ERROR(impl_->writable());
+  if (impl_->sealed) return impl_->sealed->submit_write(oid, dkey, akey, offset, data);
   return impl_->write_piece(oid, dkey, akey, offset, data);
 }
 
@@ -385,6 +430,7 @@ Result<Ticket> Container::submit_read(const ObjectId& oid, std::string_view dkey
                                       uint64_t offset, std::span<uint8_t> out) {
   if (!within_one_piece(offset, out.size()))
     return error(StatusCode::kInvalidArgument, "an async read is 1 B .. 1 MiB within one 1 MiB-aligned range");
+  if (impl_->sealed) return impl_->sealed->submit_read(oid, dkey, akey, offset, out);
   return impl_->read_piece(oid, dkey, akey, offset, out);
 }
 
@@ -393,6 +439,7 @@ Status Container::grant_memory(std::span<const uint8_t> buffer, bool targets_wri
   if (id.size() != wire::kGrantIdBytes || scope.size() != wire::kGrantScopeBytes || ttl_ms == 0 ||
       ttl_ms > wire::kMaxGrantMs || buffer.empty())
     return error(StatusCode::kInvalidArgument, "a grant is 16 bytes of id, 32 of scope, 1 ms .. 300 s, 1 byte or more");
+  RFOS_RETURN_IF_ERROR(impl_->unsealed("lending memory"));
   auto it = impl_->regions->find(buffer.data(), buffer.size());
   if (it == impl_->regions->end() || !(it->second.pinned || it->second.allocated))
     return error(StatusCode::kInvalidArgument, "grant registered memory only (register_memory or alloc_memory)");
@@ -422,22 +469,25 @@ Status Container::revoke_grant(std::string_view id) {
 
 Result<Ticket> Container::submit_read_to(const ObjectId& oid, std::string_view dkey, std::string_view akey,
                                          uint64_t offset, uint64_t length, const GrantRef& grant, uint64_t at) {
+  RFOS_RETURN_IF_ERROR(impl_->unsealed("I/O with granted memory"));
   return impl_->granted_piece(wire::Op::kFetch, oid, dkey, akey, offset, length, grant, at);
 }
 
 Result<Ticket> Container::submit_write_from(const ObjectId& oid, std::string_view dkey, std::string_view akey,
                                             uint64_t offset, uint64_t length, const GrantRef& grant, uint64_t at) {
   RFOS_RETURN_IF_ERROR(impl_->writable());
+  RFOS_RETURN_IF_ERROR(impl_->unsealed("I/O with granted memory"));
   return impl_->granted_piece(wire::Op::kUpdate, oid, dkey, akey, offset, length, grant, at);
 }
 
 std::vector<Completion> Container::poll(size_t max, int timeout_ms) {
+  if (impl_->sealed) return impl_->sealed->poll(max, timeout_ms);
   std::vector<Completion> out;
   for (CallEngine::Finished& f : impl_->calls->take(max, timeout_ms)) out.push_back(impl_->verify_read(std::move(f)));
   return out;
 }
 
-size_t Container::in_flight() const { return impl_->calls->in_flight(); }
+size_t Container::in_flight() const { return impl_->sealed ? impl_->sealed->pending() : impl_->calls->in_flight(); }
 
 Status Container::register_memory(std::span<const uint8_t> buffer) {
   if (buffer.empty()) return error(StatusCode::kInvalidArgument, "cannot register an empty buffer");
@@ -493,8 +543,8 @@ Status Container::punch_akey(const ObjectId& oid, std::string_view dkey, std::st
 Status Container::punch_extent(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
                                uint64_t length) {
   RFOS_RETURN_IF_ERROR(impl_->writable());
-  wire::Request q = make_request(wire::Op::kPunchExtent, wire::Kind::kArray, oid, dkey, akey, offset, length);
-  return impl_->roundtrip(impl_->target_of(q), q, {}, {}, nullptr);
+  if (impl_->sealed) return impl_->sealed->punch_extent(oid, dkey, akey, offset, length);
+  return impl_->punch(oid, dkey, akey, offset, length);
 }
 
 std::vector<Status> Container::update_keys(std::span<const KeyUpdate> updates) {

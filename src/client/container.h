@@ -28,6 +28,7 @@
 namespace rfos::client {
 
 using Ticket = uint64_t;
+class BlockSealer;  // client/sealing.h
 
 // The most one submitted I/O moves: one engine piece. It stays inside one kMaxIoBytes-aligned range.
 inline constexpr size_t kMaxIoBytes = 1u << 20;
@@ -78,6 +79,11 @@ struct ContainerOptions {
   // Payloads over 64 KiB (rendezvous) moving at once from this handle; later ones wait their turn. -1: the
   // provider's measured default (transport::payload_sends_at_once: 1 on ucx+tcp, no limit elsewhere); 0: no limit.
   int payload_sends_at_once = -1;
+  // Set: array data is sealed in this process before it leaves and opened when it comes back, at any offset and
+  // length (client/sealed_io.h; the agent's sealing tenants). Single values, keys and namespace operations are
+  // not: their callers keep bytes out of them (sealed()). Grants are refused (kNotSupported): the targets would
+  // move the bytes unsealed.
+  std::shared_ptr<BlockSealer> sealer;
 };
 
 class Container {
@@ -219,6 +225,9 @@ class Container {
   Status punch_object(const ObjectId& oid);
 
   const Session& session() const;
+  // Whether this handle seals array data (ContainerOptions::sealer): a caller then keeps file and object bytes out
+  // of single values and namespace operations, which travel as they are.
+  bool sealed() const;
 
   class Impl;
 

@@ -250,8 +250,9 @@ Status NamedObjects::lock_swap(const ObjectId& record, const ObjectId& data) {
 
 Status NamedObjects::put(std::string_view name, const Source& source, const Progress& progress,
                          const PutOptions& options) {
-  // The first kInlineBytes + 1 bytes tell whether the object fits its record.
-  std::string head(kInlineBytes + 1, '\0');
+  // The first kInlineBytes + 1 bytes tell whether the object fits its record. A sealing handle keeps bytes out of
+  // records, which travel unsealed: every object of its has a data object.
+  std::string head(c_.sealed() ? 0 : kInlineBytes + 1, '\0');
   size_t got = 0;
   while (got < head.size()) {
     RFOS_ASSIGN_OR_RETURN(size_t n, source({reinterpret_cast<uint8_t*>(head.data()) + got, head.size() - got}));

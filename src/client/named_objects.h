@@ -12,7 +12,8 @@
 // left behind. A put that dies half-way leaves its pending data, which a remove of the name clears at once and a
 // put of a data object a day later. docs/object-layout.md has the whole picture.
 //
-// A small object (kInlineBytes at most) has no data object: its bytes are in the record's "object" value, so
+// A small object (kInlineBytes at most) has no data object (but through a handle that seals its data, which keeps
+// bytes out of records): its bytes are in the record's "object" value, so
 // a read costs one request, the value's, and a put writes no data to remove after a failure (it takes the swap's
 // lock, reads the object it replaces, writes the record and the index, and unlocks).
 //

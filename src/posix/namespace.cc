@@ -57,9 +57,14 @@ class Namespace::Impl {
   SpaceQuery space;
   ObjectId root = placement::with_class({0, 1}, ObjectClass::kS1);
   uint32_t default_chunk = layout::kDefaultChunkBytes;  // the container's chunk property
-  uint32_t targets = 1;                                 // where placement puts an inode: its home target
-  std::atomic<bool> durable{false};                     // Namespace::set_durable
-  std::function<void(const Attr&)> dir_observer;        // Namespace::on_directory_changed
+  // The sessions seal file data (ContainerOptions::sealer): no file bytes go with namespace operations, which
+  // travel unsealed and which the targets read (small files' first bytes, cuts inside a block).
+  bool sealed = false;
+  // The most bytes a namespace operation may carry with it.
+  size_t max_op_data() const { return sealed ? 0 : kMaxDirData; }
+  uint32_t targets = 1;                           // where placement puts an inode: its home target
+  std::atomic<bool> durable{false};               // Namespace::set_durable
+  std::function<void(const Attr&)> dir_observer;  // Namespace::on_directory_changed
 
   // Every session's namespace requests carry it, so that targets send this namespace's watch notices of the
   // other clients' changes only.
@@ -494,6 +499,7 @@ Result<std::unique_ptr<Namespace>> Namespace::open(SessionFactory open_session, 
     RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl->session());
     if (uint32_t chunk = c->session().cont.props.chunk_bytes; chunk) impl->default_chunk = chunk;
     impl->targets = std::max<uint32_t>(1, c->target_count());
+    impl->sealed = c->sealed();
     uint64_t floor = 0;
     auto root = impl->inode(c, impl->root, &floor);
     if (!root.is_ok() && root.status().code() != StatusCode::kNotFound) return root.status();
@@ -520,7 +526,7 @@ Result<Attr> Namespace::getattr_with_data(const ObjectId& oid, std::optional<std
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   DirRequest q = request(DirOp::kGetattr);
   q.oid = oid;
-  if (data) q.flags = kWithData;
+  if (data && !impl_->sealed) q.flags = kWithData;
   RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->inode_op(c, q));
   if (r.has_data) *data = std::move(r.data);
   return r.attr;
@@ -812,13 +818,16 @@ Status Namespace::rename(const ObjectId& src_dir, std::string_view src, const Ob
 Result<Attr> Namespace::setattr(const ObjectId& oid, const SetAttr& set, const Cred& cred) {
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   if (set.set_size) {
-    // One request when the whole file lies on its home target: it cuts and moves the floor in one batch.
-    DirRequest q = request(DirOp::kSetattr, cred);
-    q.oid = oid;
-    q.set = set;
-    q.flags = kCutHere;
-    RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->inode_op(c, q));
-    if (r.inode_done) return r.attr;
+    // One request when the whole file lies on its home target: it cuts and moves the floor in one batch (not
+    // where the data is sealed: a cut inside a block seals that block again, which only this side can do).
+    if (!impl_->sealed) {
+      DirRequest q = request(DirOp::kSetattr, cred);
+      q.oid = oid;
+      q.set = set;
+      q.flags = kCutHere;
+      RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->inode_op(c, q));
+      if (r.inode_done) return r.attr;
+    }
     // Else what lies beyond the new end, on every target, goes first; the home target then moves the floor.
     RFOS_ASSIGN_OR_RETURN(Attr cur, impl_->attr(c, oid));
     RFOS_RETURN_IF_ERROR(check_setattr(cur, set, cred));
@@ -1031,7 +1040,7 @@ std::vector<Result<Attr>> Namespace::put_files(const ObjectId& dir, std::span<co
     q.durable = impl_->durable;
     q.mode = S_IFREG | (f.mode & 07777);
     q.chunk = impl_->default_chunk;
-    if (f.data.size() <= kMaxDirData) q.data = f.data;
+    if (f.data.size() <= impl_->max_op_data()) q.data = f.data;
     q.oid = impl_->new_oid_at(ObjectClass::kSX, t, true);
     q.inode_here = true;
     calls.push_back({t, dir, encode_dir_request(q), false});
@@ -1047,12 +1056,13 @@ std::vector<Result<Attr>> Namespace::put_files(const ObjectId& dir, std::span<co
       continue;
     }
     if (reply->need != ObjectId{}) {  // nothing was done: the step-by-step path, which answers what it asks
-      r = impl_->create(dir, f.name, S_IFREG | (f.mode & 07777), 0, f.data.size() <= kMaxDirData ? f.data : "", cred);
+      r = impl_->create(dir, f.name, S_IFREG | (f.mode & 07777), 0, f.data.size() <= impl_->max_op_data() ? f.data : "",
+                        cred);
     } else {
       if (reply->has_dir && impl_->dir_observer) impl_->dir_observer(reply->dir);
       r = reply->attr;
     }
-    if (r.is_ok() && f.data.size() > kMaxDirData) {
+    if (r.is_ok() && f.data.size() > impl_->max_op_data()) {
       Status s = write(r->oid, 0, {reinterpret_cast<const uint8_t*>(f.data.data()), f.data.size()});
       r = s.is_ok() ? touch_written(r->oid) : Result<Attr>(s);
     }
@@ -1072,7 +1082,7 @@ std::vector<Result<std::string>> Namespace::get_files(const ObjectId& dir, std::
       continue;
     }
     DirRequest q = request(DirOp::kLookup, cred, dir, names[i]);
-    q.flags = kWithData;
+    q.flags = impl_->sealed ? 0 : kWithData;
     calls.push_back({t, dir, encode_dir_request(q), true});
     which.push_back(i);
   }
@@ -1112,7 +1122,7 @@ std::vector<Result<std::string>> Namespace::get_files(const ObjectId& dir, std::
 
 Result<std::optional<Attr>> Namespace::write_and_touch(const ObjectId& oid, uint64_t offset,
                                                        std::span<const uint8_t> data) {
-  if (data.empty() || data.size() > kMaxDirData) return std::optional<Attr>();
+  if (data.empty() || data.size() > impl_->max_op_data()) return std::optional<Attr>();
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   DirRequest q = request(DirOp::kWrite);
   q.oid = oid;

@@ -24,6 +24,7 @@
 #include "c_api_keys.h"
 #include "client/container.h"
 #include "client/control_client.h"
+#include "client/file_layout.h"
 #include "client/named_objects.h"
 #include "engine/engine_testing.h"
 #include "posix/namespace.h"
@@ -59,10 +60,22 @@ class AgentTest : public ::testing::Test {
     return c;
   }
 
-  void start_agent() {
-    auto a = Agent::start(agent_config());
+  void start_agent() { start_agent(agent_config()); }
+  void start_agent(const AgentConfig& c) {
+    auto a = Agent::start(c);
     ASSERT_TRUE(a.is_ok()) << a.status().to_string();
     agent_ = std::move(a).value();
+  }
+
+  // An agent whose one tenant (root's apps) seals its data, with a key of its own.
+  AgentConfig sealing_agent() {
+    std::string key = dir_.path() + "/tenant.key";
+    std::ofstream(key) << std::string(64, 'c');
+    chmod(key.c_str(), 0600);
+    AgentConfig c = agent_config();
+    c.state_dir = dir_.path() + "/agent-state";
+    c.tenants = {{"sealed", {"root"}, {}, key, 1, {}}};
+    return c;
   }
 
   // An agent on `listen` whose one tenant (root's apps) is held to 200 I/Os a second, burst 10.
@@ -521,21 +534,11 @@ std::vector<bool> files_hold(const std::string& dir, const std::vector<std::stri
 
 TEST_F(AgentTest, ASealingTenantsBytesAreNeverOnTheMediaAndTamperingIsCaught) {
   start_server("root");
-  std::string key = dir_.path() + "/tenant.key";
-  std::ofstream(key) << std::string(64, 'c');
-  chmod(key.c_str(), 0600);
-  AgentConfig c = agent_config();
-  c.state_dir = dir_.path() + "/agent-state";
-  c.tenants = {{"sealed", {"root"}, {}, key, 1, {}}};
-  auto a = Agent::start(c);
-  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
-  agent_ = std::move(a).value();
+  const AgentConfig c = sealing_agent();
+  start_agent(c);
   auto app = connect();
   ASSERT_TRUE(app);
   EXPECT_EQ(app->tenant(), "sealed");
-  // What would be stored in the clear through the agent (named objects, the mount) is refused for a sealing
-  // tenant, not written.
-  EXPECT_EQ(app->object_call(ObjectOp::kStat, "p", "c", "any").status().code(), StatusCode::kNotSupported);
   auto h = app->open("p", "c", true);
   ASSERT_TRUE(h.is_ok());
   // A pattern no other bytes hold, 64 KiB of it, through the agent; another, the same way, through the native
@@ -586,7 +589,7 @@ TEST_F(AgentTest, ASealingTenantsBytesAreNeverOnTheMediaAndTamperingIsCaught) {
   ASSERT_TRUE(control_->pool_query("p").is_ok());
   // Make what was written reach the files (a server stop syncs and closes everything), then scan them.
   std::vector<uint8_t> rec1(32);
-  ASSERT_TRUE(native->read(oid, "d", std::string("a") + kRecordsSuffix, 0, rec1).is_ok());
+  ASSERT_TRUE(native->read(oid, "d", "a" + std::string(kRecordsSuffix), 0, rec1).is_ok());
   server_->stop();
   auto held = files_hold(dir_.path() + "/data",
                          {sealed_marker + sealed_marker.substr(0, 8), open_marker + open_marker.substr(0, 8)});
@@ -596,9 +599,7 @@ TEST_F(AgentTest, ASealingTenantsBytesAreNeverOnTheMediaAndTamperingIsCaught) {
   // Tampering: one byte of the stored ciphertext changed by another client: the agent answers an error.
   app.reset();
   agent_.reset();
-  a = Agent::start(c);  // a restarted agent: its nonces go on above what the last one reserved
-  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
-  agent_ = std::move(a).value();
+  start_agent(c);  // a restarted agent: its nonces go on above what the last one reserved
   control_ = client::ControlClient::create(server_->address());
   // gRPC may first answer on the connection the old server left broken: ask until the new one answers.
   ASSERT_TRUE(testing::poll_until([&] { return control_->pool_query("p").is_ok(); }, 20s, 20ms));
@@ -619,12 +620,181 @@ TEST_F(AgentTest, ASealingTenantsBytesAreNeverOnTheMediaAndTamperingIsCaught) {
   ASSERT_TRUE(app->write(*h, oid, "d", "a", 0, buf.subspan(0, 4096)).is_ok());
   std::vector<uint8_t> block(4096), rec(32);
   ASSERT_TRUE(native->read(oid, "d", "a", 0, block).is_ok());
-  ASSERT_TRUE(native->read(oid, "d", std::string("a") + kRecordsSuffix, 0, rec).is_ok());
+  ASSERT_TRUE(native->read(oid, "d", "a" + std::string(kRecordsSuffix), 0, rec).is_ok());
   ASSERT_TRUE(native->write(oid, "d", "a", 8192, block).is_ok());
-  ASSERT_TRUE(native->write(oid, "d", std::string("a") + kRecordsSuffix, 64, rec).is_ok());
+  ASSERT_TRUE(native->write(oid, "d", "a" + std::string(kRecordsSuffix), 64, rec).is_ok());
   EXPECT_EQ(app->read(*h, oid, "d", "a", 8192, buf.subspan(0, 4096)).code(), StatusCode::kChecksumMismatch);
   // The overwrite of block 0 took a nonce of its own.
   EXPECT_NE(std::memcmp(rec.data(), rec1.data(), 12), 0);
+}
+
+// The layouts the agent runs for a sealing tenant (named objects, files, the C API's batches; the mount is
+// tests/mount's) seal their bytes at any size: they come back whole through the agent, the native client reads
+// ciphertext of the same size, the media hold no plaintext, and a changed byte is an error. The namespace over a
+// sealing container, in this process, keeps a file's bytes and size through writes at any offset and cuts.
+TEST_F(AgentTest, ASealingTenantsObjectsAndFilesAreSealedAtAnySize) {
+  start_server("root");
+  start_agent(sealing_agent());
+  auto app = connect();
+  ASSERT_TRUE(app);
+  const std::string marker = "sealed-object-marker-7c21e5-";
+  auto bytes_of = [&](size_t n) {
+    std::string b(n, '\0');
+    for (size_t i = 0; i < n; ++i) b[i] = marker[i % marker.size()];
+    if (n > 0) b[n - 1] = static_cast<char>(n);  // each size its own last byte
+    return b;
+  };
+  auto source_of = [](const std::string& bytes) {
+    auto at = std::make_shared<size_t>(0);
+    return [&bytes, at](std::span<uint8_t> out) -> Result<size_t> {
+      size_t n = std::min(out.size(), bytes.size() - *at);
+      std::memcpy(out.data(), bytes.data() + *at, n);
+      *at += n;
+      return n;
+    };
+  };
+  auto get = [&](const std::string& name) -> Result<std::string> {
+    std::string back;
+    auto got = app->get_object("p", "c", name, [&](std::span<const uint8_t> b) {
+      back.append(reinterpret_cast<const char*>(b.data()), b.size());
+      return Status::ok();
+    });
+    if (!got.is_ok()) return got.status();
+    return back;
+  };
+  auto native = client::Container::open(*control_, "p", "c").value();
+  const std::vector<size_t> sizes = {0, 100, 5000, 16384, 16385, (1u << 20) + 3, (3u << 20) + 100};
+  std::vector<std::string> all;
+  for (size_t n : sizes) {
+    all.push_back(bytes_of(n));
+    const std::string& want = all.back();
+    for (const std::string name : {"obj-" + std::to_string(n), "/file-" + std::to_string(n)}) {
+      auto stored = app->put_object("p", "c", name, 0640, source_of(want));
+      ASSERT_TRUE(stored.is_ok()) << name << ": " << stored.status().to_string();
+      auto back = get(name);
+      ASSERT_TRUE(back.is_ok()) << name << ": " << back.status().to_string();
+      EXPECT_TRUE(*back == want) << name;
+      auto st = app->object_call(ObjectOp::kStat, "p", "c", name);
+      ASSERT_TRUE(st.is_ok());
+      EXPECT_EQ(st->value, n) << name;
+    }
+    // The native client (no key) reads an object of the same size, whose bytes are not these.
+    auto theirs = client::NamedObjects(*native).stat("obj-" + std::to_string(n));
+    ASSERT_TRUE(theirs.is_ok());
+    EXPECT_EQ(theirs->size, n);
+    EXPECT_FALSE(theirs->inlined) << "a sealing tenant's bytes went into a record";
+    std::string raw;
+    ASSERT_TRUE(client::NamedObjects(*native)
+                    .read(*theirs,
+                          [&](std::span<const uint8_t> b) {
+                            raw.append(reinterpret_cast<const char*>(b.data()), b.size());
+                            return Status::ok();
+                          })
+                    .is_ok());
+    EXPECT_EQ(raw.size(), n);
+    if (n >= marker.size()) EXPECT_EQ(raw.find(marker), std::string::npos);
+  }
+  // The C API's batches through the agent: small files (which otherwise ride their create and lookup) and one
+  // over a chunk.
+  std::string addr = "agent://" + dir_.path() + "/agent/agent.sock";
+  rfos_client_t* capi = nullptr;
+  ASSERT_EQ(rfos_connect(addr.c_str(), 5000, &capi), 0) << rfos_last_error();
+  rfos_fs_t* fs = nullptr;
+  ASSERT_EQ(rfos_fs_open(capi, "p", "c", nullptr, &fs), 0) << rfos_last_error();
+  ASSERT_EQ(rfos_fs_mkdir(fs, "/batch", 0755), 0) << rfos_last_error();
+  std::vector<std::string> names;
+  std::vector<rfos_fs_put_t> put;
+  for (size_t i = 0; i < 4; ++i) names.push_back("f" + std::to_string(i));
+  for (size_t i = 0; i < 4; ++i) put.push_back({names[i].c_str(), 0644, all[i + 1].data(), all[i + 1].size(), 1});
+  EXPECT_EQ(rfos_fs_put_files(fs, "/batch", put.data(), put.size(), 0), 4) << rfos_last_error();
+  std::vector<std::vector<char>> back(4, std::vector<char>(32768));
+  std::vector<rfos_fs_get_t> gets;
+  for (size_t i = 0; i < 4; ++i) gets.push_back({names[i].c_str(), back[i].data(), back[i].size(), 0, 1});
+  EXPECT_EQ(rfos_fs_get_files(fs, "/batch", gets.data(), gets.size(), 0), 4) << rfos_last_error();
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_EQ(gets[i].status, 0) << i;
+    ASSERT_EQ(gets[i].len, all[i + 1].size());
+    EXPECT_EQ(std::string(back[i].data(), gets[i].len), all[i + 1]) << i;
+  }
+  rfos_fs_close(fs);
+  rfos_disconnect(capi);
+  // The namespace over a sealing container: writes at any offset, holes, cuts and growth, against a model.
+  std::string nkey(32, '\x11');
+  auto sealer = std::shared_ptr<Sealer>(Sealer::open(nkey, dir_.path() + "/ns.nonce", 9).value());
+  client::ContainerOptions so;
+  so.sealer = sealer;
+  auto ns = posix::Namespace::open(*control_, "p", "c", so).value();
+  const posix::Cred root(0, 0);
+  auto f = ns->mknod(ns->root(), "model.bin", S_IFREG | 0644, 0, root);
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  std::string model;
+  auto check = [&](const char* after) {
+    auto at = ns->getattr(f->oid);
+    ASSERT_TRUE(at.is_ok());
+    EXPECT_EQ(at->size, model.size()) << after;
+    std::string out(model.size() + 100, '\x55');
+    auto n = ns->read(f->oid, 0, {reinterpret_cast<uint8_t*>(out.data()), out.size()});
+    ASSERT_TRUE(n.is_ok()) << after << ": " << n.status().to_string();
+    out.resize(*n);
+    EXPECT_TRUE(out == model) << after;
+  };
+  auto write = [&](uint64_t at, const std::string& b) {
+    ASSERT_TRUE(ns->write(f->oid, at, {reinterpret_cast<const uint8_t*>(b.data()), b.size()}).is_ok());
+    if (model.size() < at + b.size()) model.resize(at + b.size(), '\0');
+    model.replace(at, b.size(), b);
+  };
+  auto cut = [&](uint64_t size) {
+    posix::SetAttr set;
+    set.set_size = true;
+    set.size = size;
+    ASSERT_TRUE(ns->setattr(f->oid, set, root).is_ok());
+    model.resize(size, '\0');
+  };
+  write(0, bytes_of(3000));
+  check("a small first write");
+  write(1000, std::string(10, 'x'));
+  check("an overwrite inside a block");
+  write(9000, bytes_of(5000));
+  check("a write past a hole");
+  write(4090, std::string(20, 'y'));
+  check("a write across blocks");
+  cut(6000);
+  check("a cut inside a block");
+  write(7000, std::string(5, 'z'));
+  check("growth past the cut");
+  cut(4096);
+  check("a cut at a block's edge");
+  cut(20000);
+  check("a cut up, a hole to the end");
+  write((1u << 20) - 10, bytes_of(30));
+  check("a write across chunks");
+  // Its size, read unsealed, is the same; its bytes are not.
+  auto plain_ns = posix::Namespace::open(*control_, "p", "c", {}).value();
+  auto seen = plain_ns->getattr(f->oid);
+  ASSERT_TRUE(seen.is_ok());
+  EXPECT_EQ(seen->size, model.size());
+  // A byte of a sealed object changed by someone without the key: an error through the agent, never bytes.
+  auto victim = client::NamedObjects(*native).stat("obj-5000");
+  ASSERT_TRUE(victim.is_ok());
+  std::vector<uint8_t> chunk(5000);
+  ASSERT_TRUE(native->read(victim->data, client::layout::chunk_key(0), client::layout::kDataAkey, 0, chunk).is_ok());
+  chunk[4500] ^= 4;
+  ASSERT_TRUE(native->write(victim->data, client::layout::chunk_key(0), client::layout::kDataAkey, 0, chunk).is_ok());
+  EXPECT_EQ(get("obj-5000").status().code(), StatusCode::kChecksumMismatch);
+  // On the media: none of it in the clear, where what the native client writes is found.
+  const std::string open_marker = "open-object-marker-19ad0c-";
+  std::string plain(8192, '\0');
+  for (size_t i = 0; i < plain.size(); ++i) plain[i] = open_marker[i % open_marker.size()];
+  ASSERT_TRUE(client::NamedObjects(*native).put("open", source_of(plain)).is_ok());
+  app.reset();
+  agent_.reset();
+  ns.reset();
+  plain_ns.reset();
+  native.reset();
+  server_->stop();
+  auto held = files_hold(dir_.path() + "/data", {marker + marker.substr(0, 8), open_marker + open_marker.substr(0, 8)});
+  EXPECT_FALSE(held[0]) << "the sealed tenant's plaintext is on the media";
+  EXPECT_TRUE(held[1]) << "the scan does not find what the native client wrote";
 }
 
 // A tenant held to 200 I/Os a second (burst 10) cannot go faster, however many it submits at once. (Its rate

@@ -664,12 +664,15 @@ class MountTest(unittest.TestCase):
 
 
 class Agent:
-    """`rfos agent` serving apps on `sock` for `server` (which must trust root as an agent)."""
+    """`rfos agent` serving apps on `sock` for `server` (which must trust root as an agent), with `config` (a YAML
+    file) if given."""
 
-    def __init__(self, server, sock):
+    def __init__(self, server, sock, config=None):
         self.sock = sock
+        extra = ["--config", config] if config else []
         self.proc = subprocess.Popen([RFOS, "--addr", server.addr, "agent", "--listen", sock, "--provider",
-                                      "ucx+tcp"], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                      "ucx+tcp"] + extra, env=ENV, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
         deadline = time.time() + 30
         while not self.answers():  # a killed agent's socket file stays until the new one replaces it
             if self.proc.poll() is not None or time.time() > deadline:
@@ -707,9 +710,14 @@ def socket_inodes(pid):
     return found
 
 
-class AgentMountTest(unittest.TestCase):
-    """`rfos mount --agent`: the shim only mounts; the namespace (sessions, capabilities, endpoints) runs in the
-    agent, for the user who mounted, with every caller's rights checked there."""
+class AgentServer:
+    """For a test class: a server that trusts root as an agent, with pool p and container c, an agent on it
+    (configured by agent_config, a YAML file it writes into the work directory, or on flags alone), and a mount
+    point."""
+
+    @classmethod
+    def agent_config(cls, work):
+        return None
 
     @classmethod
     def setUpClass(cls):
@@ -720,7 +728,7 @@ class AgentMountTest(unittest.TestCase):
         cls.server.cli("pool", "create", "p")
         cls.server.cli("cont", "create", "--pool", "p", "c")
         cls.sock = os.path.join(cls.work, "agent", "agent.sock")
-        cls.agent = Agent(cls.server, cls.sock)
+        cls.agent = Agent(cls.server, cls.sock, cls.agent_config(cls.work))
         cls.mnt = os.path.join(cls.work, "mnt")
         os.mkdir(cls.mnt)
 
@@ -729,6 +737,11 @@ class AgentMountTest(unittest.TestCase):
         cls.agent.stop()
         cls.server.stop()
         shutil.rmtree(cls.work, ignore_errors=True)
+
+
+class AgentMountTest(AgentServer, unittest.TestCase):
+    """`rfos mount --agent`: the shim only mounts; the namespace (sessions, capabilities, endpoints) runs in the
+    agent, for the user who mounted, with every caller's rights checked there."""
 
     def mount(self):
         return Mount(self.server, self.mnt, "--agent", self.sock)
@@ -830,6 +843,83 @@ class AgentMountTest(unittest.TestCase):
                 self.assertEqual(f.read(), b"acknowledged")
         finally:
             again.unmount()
+
+
+class SealedAgentMountTest(AgentServer, unittest.TestCase):
+    """`rfos mount --agent` for a tenant whose data the agent seals (AES-256-GCM, docs/agent.md): files of any size
+    written, overwritten in part, cut, grown and mapped read back as written, a copied tree is the same tree, and
+    the server's media hold none of it in the clear."""
+
+    MARKER = b"sealed-mount-marker-5e0b93-"
+
+    @classmethod
+    def agent_config(cls, work):
+        key = os.path.join(work, "tenant.key")
+        with open(key, "w") as f:
+            f.write("ab" * 32 + "\n")
+        os.chmod(key, 0o600)
+        config = os.path.join(work, "agent.yaml")
+        with open(config, "w") as f:
+            f.write("state_dir: %s\ntenants:\n  - name: sealed\n    users: [root]\n    key_file: %s\n"
+                    % (os.path.join(work, "agent-state"), key))
+        return config
+
+    def test_files_are_whole_through_the_mount_and_never_on_the_media(self):
+        m = Mount(self.server, self.mnt, "--agent", self.sock)
+        try:
+            d = os.path.join(self.mnt, "sealed")
+            os.mkdir(d)
+            written = {}
+            for size in (0, 1, 3000, 4096, 4097, 70000, (1 << 20) + 5, (3 << 20) + 777):
+                data = (self.MARKER * (size // len(self.MARKER) + 1))[:size]
+                path = os.path.join(d, "f%d" % size)
+                with open(path, "wb") as f:
+                    f.write(data)
+                written[path] = data
+            # Overwrites in part, across blocks and chunks, a cut inside a block, growth past it, an append.
+            path = os.path.join(d, "f%d" % ((3 << 20) + 777))
+            data = bytearray(written[path])
+            fd = os.open(path, os.O_RDWR)
+            for at, piece in ((10, b"x" * 5), (4090, b"y" * 20), ((1 << 20) - 3, b"z" * 9), (2 << 20, b"w" * 5000)):
+                os.pwrite(fd, piece, at)
+                data[at:at + len(piece)] = piece
+            os.ftruncate(fd, 1234567)
+            del data[1234567:]
+            os.pwrite(fd, b"grown", 1300000)
+            data += bytes(1300000 - len(data)) + b"grown"
+            os.close(fd)
+            with open(path, "ab") as f:
+                f.write(b"appended")
+            data += b"appended"
+            written[path] = bytes(data)
+            for p, want in written.items():
+                self.assertEqual(os.stat(p).st_size, len(want), p)
+                with open(p, "rb") as f:
+                    self.assertEqual(f.read(), want, p)
+            # Small random operations on one file, each checked (reads, writes, cuts, mmap).
+            for seed in range(2):
+                random_ops_bench.one_file(d, 400, seed)
+            # A tree copied in and out the same.
+            tree = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "agent")
+            shutil.copytree(tree, os.path.join(self.mnt, "tree"))
+            subprocess.run(["diff", "-r", tree, os.path.join(self.mnt, "tree")], check=True)
+        finally:
+            m.unmount()
+        # The native client, without the key, sees files of the same sizes but not their bytes.
+        out = self.server.cli("fs", "ls", "--pool", "p", "--cont", "c", "rfos:/sealed").stdout
+        self.assertIn(str((1 << 20) + 5), out)
+        back = os.path.join(self.work, "native-copy")
+        self.server.cli("fs", "copy", "--pool", "p", "--cont", "c", "rfos:/sealed/f70000", back)
+        with open(back, "rb") as f:
+            theirs = f.read()
+        self.assertEqual(len(theirs), 70000)
+        self.assertFalse(self.MARKER in theirs, "the native client read the plaintext")
+        self.server.stop()  # everything it holds on its files
+        needle = self.MARKER + self.MARKER[:8]
+        for root, _, files in os.walk(self.server.data_dir):
+            for name in files:
+                with open(os.path.join(root, name), "rb") as f:
+                    self.assertFalse(needle in f.read(), "plaintext in " + os.path.join(root, name))
 
 
 def main():

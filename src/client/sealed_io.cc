@@ -1,0 +1,376 @@
+#include "client/sealed_io.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+
+#include "common/clock.h"
+
+namespace rfos::client {
+
+namespace {
+
+constexpr uint64_t kB = kSealBlock;
+constexpr uint64_t kR = kSealRecord;
+constexpr size_t kBounceBytes = kMaxIoBytes + kMaxIoBytes / kSealBlock * kSealRecord;
+
+std::string records_akey(std::string_view akey) { return std::string(akey) + std::string(kRecordsSuffix); }
+
+Status ignore_not_found(Status s) { return s.code() == StatusCode::kNotFound ? Status::ok() : s; }
+
+}  // namespace
+
+// One piece of the caller's: a read (ciphertext and records, then opened) or a write (sealed, then ciphertext and
+// records), one ticket.
+struct SealedIo::Op {
+  Ticket ticket = 0;
+  bool read = false;
+  int remaining = 0;  // raw calls in flight
+  Status status;
+  ObjectId oid;
+  std::string dkey, akey;
+  uint64_t offset = 0;  // the caller's bytes
+  size_t length = 0;
+  uint64_t first_block = 0;
+  size_t blocks = 0;
+  std::span<uint8_t> out;  // a read's destination
+  Bounce bounce;           // ciphertext (unless a read's lands in `out`), then the records
+  std::span<uint8_t> cipher, records;
+  uint64_t array = 0;  // a write's locked blocks: [first_block, first_block + blocks) of this array
+  int attempts = 0;
+};
+
+SealedIo::SealedIo(std::shared_ptr<BlockSealer> sealer, std::string cont, RawArrays& raw, uint32_t timeout_ms)
+    : sealer_(std::move(sealer)), cont_(std::move(cont)), raw_(raw), timeout_ms_(timeout_ms) {}
+
+// Calls still in flight hold their ops (and so the bounce buffers they move) until the raw I/O lets them go: the
+// container destroys this after its calls.
+SealedIo::~SealedIo() {
+  for (auto& [id, r] : raw_calls_)
+    if (!r.op->read && r.op->array != 0) {
+      sealer_->locks().unlock(r.op->array, r.op->first_block, r.op->first_block + r.op->blocks);
+      r.op->array = 0;
+    }
+}
+
+SealedIo::Bounce SealedIo::take_bounce() {
+  if (bounces_.empty()) return Bounce(new uint8_t[kBounceBytes]);
+  Bounce b = std::move(bounces_.back());
+  bounces_.pop_back();
+  return b;
+}
+
+void SealedIo::give_bounce(Bounce b) {
+  if (b && bounces_.size() < 16) bounces_.push_back(std::move(b));
+}
+
+uint64_t SealedIo::array_of(const ObjectId& oid, std::string_view dkey, std::string_view akey) const {
+  std::string k;
+  k.append(reinterpret_cast<const char*>(&oid.hi), 8).append(reinterpret_cast<const char*>(&oid.lo), 8);
+  k.append(dkey).push_back('\0');
+  k.append(akey);
+  return std::hash<std::string>{}(k) | 1;  // never 0: an op holds no blocks when its array is 0
+}
+
+Status SealedIo::lock(uint64_t array, uint64_t first, uint64_t end) {
+  const auto deadline = steady_now() + std::chrono::milliseconds(timeout_ms_);
+  for (;;) {
+    uint64_t seen = 0;
+    if (sealer_->locks().try_lock(array, first, end, &seen)) return Status::ok();
+    if (steady_now() >= deadline)
+      return error(StatusCode::kBusy, "blocks of a sealed array stayed held by another writer past the timeout");
+    // This handle's own writes may hold them: they end only as their completions are taken.
+    if (!raw_calls_.empty())
+      progress(1);
+    else
+      sealer_->locks().wait(seen, std::chrono::milliseconds(5));
+  }
+}
+
+Status SealedIo::read_edges(const ObjectId& oid, std::string_view dkey, std::string_view akey,
+                            std::span<const Edge> edges) {
+  const std::string rec_akey = records_akey(akey);
+  const SealPlace place = SealPlace::of(cont_, oid, dkey, akey);
+  Status s;
+  for (int attempt = 0; attempt < kReadAttempts; ++attempt) {
+    std::vector<std::pair<uint64_t, std::span<uint8_t>>> calls;  // each raw read and where it lands
+    s = Status::ok();
+    for (const Edge& e : edges) {
+      for (bool records : {false, true}) {
+        std::span<uint8_t> into = records ? e.record : e.plain;
+        auto id = records ? raw_.raw_read(oid, dkey, rec_akey, e.block * kR, into)
+                          : raw_.raw_read(oid, dkey, akey, e.block * kB, into);
+        if (!id.is_ok()) {
+          s = id.status();
+          break;
+        }
+        calls.emplace_back(*id, into);
+      }
+      if (!s.is_ok()) break;
+    }
+    for (auto [id, into] : calls) {  // every one, so none is left in flight
+      Status d = raw_.raw_wait(id).status;
+      if (d.code() == StatusCode::kNotFound)
+        std::memset(into.data(), 0, into.size());  // no such dkey or array: holes
+      else if (s.is_ok())
+        s = d;
+    }
+    RFOS_RETURN_IF_ERROR(s);
+    for (const Edge& e : edges) {
+      s = sealer_->open(e.plain, e.record, place, e.block, e.plain);
+      if (!s.is_ok()) break;
+    }
+    if (s.code() != StatusCode::kChecksumMismatch) return s;  // else a writer may have been between its halves
+  }
+  return s;
+}
+
+Result<Ticket> SealedIo::submit_write(const ObjectId& oid, std::string_view dkey, std::string_view akey,
+                                      uint64_t offset, std::span<const uint8_t> data) {
+  auto op = std::make_shared<Op>();
+  op->oid = oid;
+  op->dkey = dkey;
+  op->akey = akey;
+  op->offset = offset;
+  op->length = data.size();
+  const uint64_t end = offset + data.size();
+  op->first_block = offset / kB;
+  op->blocks = (end + kB - 1) / kB - op->first_block;
+  const uint64_t array = array_of(oid, dkey, akey);
+  RFOS_RETURN_IF_ERROR(lock(array, op->first_block, op->first_block + op->blocks));
+  op->array = array;
+  auto unlock = [&] {
+    sealer_->locks().unlock(array, op->first_block, op->first_block + op->blocks);
+    op->array = 0;
+  };
+  op->bounce = take_bounce();
+  uint8_t* b = op->bounce.get();
+  op->records = {b + kMaxIoBytes, op->blocks * kR};
+  const SealPlace place = SealPlace::of(cont_, oid, dkey, akey);
+  const uint64_t head = offset % kB, tail = end % kB;  // tail: the bytes of the last block written (0: all)
+  const uint64_t last = op->first_block + op->blocks - 1;
+  size_t total = op->blocks * kB;
+  Status s;
+  if (head == 0 && tail == 0) {
+    op->cipher = {b, total};
+    s = sealer_->seal(data, place, op->first_block, op->cipher, op->records);
+  } else {
+    // The blocks written only in part, as they are: the bytes around the new ones, and the last one's length.
+    std::span<uint8_t> plain(b, total);
+    std::vector<Edge> edges;
+    if (head != 0) edges.push_back({op->first_block, plain.subspan(0, kB), op->records.subspan(0, kR)});
+    if (tail != 0 && (last != op->first_block || head == 0))
+      edges.push_back({last, plain.subspan((op->blocks - 1) * kB, kB), op->records.subspan((op->blocks - 1) * kR, kR)});
+    s = read_edges(oid, dkey, akey, edges);
+    if (s.is_ok()) {
+      uint64_t last_length = kB;
+      if (tail != 0)
+        last_length = std::max<uint64_t>(tail, sealed_length(op->records.subspan((op->blocks - 1) * kR, kR)));
+      std::memcpy(plain.data() + head, data.data(), data.size());
+      total = (op->blocks - 1) * kB + last_length;
+      op->cipher = {b, total};
+      s = sealer_->seal(op->cipher, place, op->first_block, op->cipher, op->records);
+    }
+  }
+  if (!s.is_ok()) {
+    unlock();
+    give_bounce(std::move(op->bounce));
+    return s;
+  }
+  auto c = raw_.raw_write(oid, dkey, akey, op->first_block * kB, op->cipher);
+  if (!c.is_ok()) {
+    unlock();
+    give_bounce(std::move(op->bounce));
+    return c.status();
+  }
+  raw_calls_[*c] = {op, false};
+  op->remaining = 1;
+  auto r = raw_.raw_write(oid, dkey, records_akey(akey), op->first_block * kR, op->records);
+  if (r.is_ok()) {
+    raw_calls_[*r] = {op, true};
+    op->remaining = 2;
+  } else {
+    op->status = r.status();  // the op ends, failed, once its ciphertext's call does
+  }
+  op->ticket = next_ticket_++;
+  ++ops_;
+  return op->ticket;
+}
+
+Status SealedIo::start_read(const std::shared_ptr<Op>& op) {
+  auto c = raw_.raw_read(op->oid, op->dkey, op->akey, op->first_block * kB, op->cipher);
+  if (!c.is_ok()) return c.status();
+  raw_calls_[*c] = {op, false};
+  op->remaining = 1;
+  auto r = raw_.raw_read(op->oid, op->dkey, records_akey(op->akey), op->first_block * kR, op->records);
+  if (!r.is_ok()) {
+    op->status = r.status();
+    return Status::ok();
+  }
+  raw_calls_[*r] = {op, true};
+  op->remaining = 2;
+  return Status::ok();
+}
+
+Result<Ticket> SealedIo::submit_read(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
+                                     std::span<uint8_t> out) {
+  auto op = std::make_shared<Op>();
+  op->read = true;
+  op->oid = oid;
+  op->dkey = dkey;
+  op->akey = akey;
+  op->offset = offset;
+  op->length = out.size();
+  op->out = out;
+  op->first_block = offset / kB;
+  op->blocks = (offset + out.size() + kB - 1) / kB - op->first_block;
+  op->bounce = take_bounce();
+  // Whole blocks land in the caller's buffer and open there; others through the bounce buffer.
+  const bool whole = offset % kB == 0 && out.size() % kB == 0;
+  op->cipher = whole ? out : std::span<uint8_t>(op->bounce.get(), op->blocks * kB);
+  op->records = {op->bounce.get() + kMaxIoBytes, op->blocks * kR};
+  if (Status s = start_read(op); !s.is_ok()) {
+    give_bounce(std::move(op->bounce));
+    return s;
+  }
+  op->ticket = next_ticket_++;
+  ++ops_;
+  return op->ticket;
+}
+
+void SealedIo::progress(int timeout_ms) {
+  for (const Completion& c : raw_.raw_take(64, timeout_ms)) route(c);
+}
+
+void SealedIo::route(const Completion& c) {
+  auto it = raw_calls_.find(c.ticket);
+  if (it == raw_calls_.end()) {
+    done_.push_back(c);  // not one of ours: handed out as it came
+    return;
+  }
+  Raw r = std::move(it->second);
+  raw_calls_.erase(it);
+  Op& op = *r.op;
+  if (!c.status.is_ok() && op.status.is_ok()) {
+    if (c.status.code() != StatusCode::kNotFound) {
+      op.status = c.status;
+    } else if (r.records) {
+      std::memset(op.records.data(), 0, op.records.size());  // no records: holes (or bytes without any: an error)
+    } else {
+      op.status = c.status;  // no such dkey: the caller's to read as a hole, or as gone
+    }
+  }
+  if (--op.remaining == 0) complete(r.op);
+}
+
+void SealedIo::complete(const std::shared_ptr<Op>& op) {
+  if (op->read && op->status.is_ok()) {
+    const SealPlace place = SealPlace::of(cont_, op->oid, op->dkey, op->akey);
+    Status s = sealer_->open(op->cipher, op->records, place, op->first_block, op->cipher);
+    if (s.code() == StatusCode::kChecksumMismatch && ++op->attempts < kReadAttempts) {
+      // A writer may have been between its two halves: read again.
+      s = start_read(op);
+      if (s.is_ok()) return;
+    }
+    op->status = s;
+    if (s.is_ok() && op->cipher.data() != op->out.data())
+      std::memcpy(op->out.data(), op->cipher.data() + op->offset % kB, op->length);
+  }
+  if (!op->read && op->array != 0) {
+    sealer_->locks().unlock(op->array, op->first_block, op->first_block + op->blocks);
+    op->array = 0;
+  }
+  give_bounce(std::move(op->bounce));
+  --ops_;
+  done_.push_back({op->ticket, op->status, op->status.is_ok() ? op->length : 0});
+}
+
+Status SealedIo::finish(Ticket ticket) {
+  for (;;) {
+    auto it = std::find_if(done_.begin(), done_.end(), [&](const Completion& c) { return c.ticket == ticket; });
+    if (it != done_.end()) {
+      Status s = it->status;
+      done_.erase(it);
+      return s;
+    }
+    if (raw_calls_.empty()) return error(StatusCode::kInvalidArgument, "no such ticket in flight");
+    progress(100);
+  }
+}
+
+std::vector<Completion> SealedIo::poll(size_t max, int timeout_ms) {
+  // An op ends with its last raw call: what one wait took may end none.
+  const auto deadline = steady_now() + std::chrono::milliseconds(timeout_ms);
+  while (done_.empty() && !raw_calls_.empty()) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady_now()).count();
+    progress(static_cast<int>(std::max<int64_t>(left, 0)));
+    if (left <= 0) break;
+  }
+  std::vector<Completion> out;
+  while (!done_.empty() && out.size() < max) {
+    out.push_back(std::move(done_.front()));
+    done_.pop_front();
+  }
+  return out;
+}
+
+Status SealedIo::write_now(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
+                           std::span<const uint8_t> data) {
+  RFOS_ASSIGN_OR_RETURN(uint64_t id, raw_.raw_write(oid, dkey, akey, offset, data));
+  return raw_.raw_wait(id).status;
+}
+
+Status SealedIo::punch_extent(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
+                              uint64_t length) {
+  if (length == 0) return Status::ok();
+  const uint64_t end = offset + length;
+  const uint64_t first = offset / kB, past = (end + kB - 1) / kB;
+  const uint64_t array = array_of(oid, dkey, akey);
+  RFOS_RETURN_IF_ERROR(lock(array, first, past));
+  const SealPlace place = SealPlace::of(cont_, oid, dkey, akey);
+  const std::string rec_akey = records_akey(akey);
+  Status s;
+  // The blocks punched only in part: each opened, its bytes in the range made zeros (or, where the range reaches
+  // past its data, its data cut short), and sealed again; one left with nothing is punched whole.
+  std::vector<uint64_t> partial;
+  if (offset % kB != 0) partial.push_back(first);
+  if (end % kB != 0 && (partial.empty() || past - 1 != first)) partial.push_back(past - 1);
+  std::vector<uint8_t> plain(kB), record(kR);
+  for (uint64_t p : partial) {
+    Edge e{p, plain, record};
+    s = read_edges(oid, dkey, akey, {&e, 1});
+    if (!s.is_ok()) break;
+    const uint64_t have = sealed_length(record);
+    const uint64_t from = std::max(offset, p * kB) - p * kB, to = std::min(end, (p + 1) * kB) - p * kB;
+    if (from >= have) continue;  // nothing of its data in the range
+    uint64_t keep = have;
+    if (to >= have) {
+      keep = from;  // its data ends where the range starts
+    } else {
+      std::memset(plain.data() + from, 0, to - from);
+    }
+    if (keep == 0) {
+      s = ignore_not_found(raw_.raw_punch(oid, dkey, akey, p * kB, have));
+      if (s.is_ok()) s = ignore_not_found(raw_.raw_punch(oid, dkey, rec_akey, p * kR, kR));
+    } else {
+      std::span<uint8_t> kept(plain.data(), keep);
+      s = sealer_->seal(kept, place, p, kept, record);
+      if (s.is_ok()) s = write_now(oid, dkey, akey, p * kB, kept);
+      if (s.is_ok()) s = write_now(oid, dkey, rec_akey, p * kR, record);
+      if (s.is_ok() && keep < have) s = ignore_not_found(raw_.raw_punch(oid, dkey, akey, p * kB + keep, have - keep));
+    }
+    if (!s.is_ok()) break;
+  }
+  // The blocks punched whole, with their records.
+  const uint64_t whole_first = (offset + kB - 1) / kB, whole_past = end / kB;
+  if (s.is_ok() && whole_first < whole_past) {
+    s = ignore_not_found(raw_.raw_punch(oid, dkey, akey, whole_first * kB, (whole_past - whole_first) * kB));
+    if (s.is_ok())
+      s = ignore_not_found(raw_.raw_punch(oid, dkey, rec_akey, whole_first * kR, (whole_past - whole_first) * kR));
+  }
+  sealer_->locks().unlock(array, first, past);
+  return s;
+}
+
+}  // namespace rfos::client

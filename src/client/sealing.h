@@ -1,0 +1,92 @@
+// Sealed arrays: what a client that encrypts its data before it leaves needs to know of the format, and the seam
+// where a cipher plugs into a container (ContainerOptions::sealer). The agent's sealing tenants are the one user
+// (agent/seal.h has the cipher, docs/agent.md "Inline encryption" the format):
+//
+// - The ciphertext of an array lies where its plaintext would (same object, dkey, akey, offsets), sealed per
+//   4 KiB block; each block's record (nonce, tag, format, length) in a companion array under the akey with
+//   kRecordsSuffix, kSealRecord bytes a block. An all-zero record is a hole.
+// - A block is whole (4 KiB) but the last of its array, which may be shorter: its record says how long, and the
+//   bytes of the block past that length read as zeros. So an array's sealed data ends where its plaintext does,
+//   and a file's size, which the targets take from the end of its data, is the same sealed or not.
+//
+// This header holds no cryptography: the client library knows the layout, the cipher is the caller's.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/status.h"
+
+namespace rfos::client {
+
+inline constexpr size_t kSealBlock = 4096;
+// Per block: nonce(12) tag(16) format(1) length(2, LE; 0: a whole block) reserved(1, zero).
+inline constexpr size_t kSealRecord = 32;
+// The akey of an array's records: the array's akey and this.
+inline constexpr std::string_view kRecordsSuffix = "#gcm";
+
+// Where sealed bytes belong: the container, the object and the keys, spelled as each record format spells them.
+struct SealPlace {
+  std::string cont, oid, dkey, akey;  // oid as ObjectId::to_string gives it
+  static SealPlace of(std::string_view cont, const ObjectId& oid, std::string_view dkey, std::string_view akey) {
+    return {std::string(cont), oid.to_string(), std::string(dkey), std::string(akey)};
+  }
+  std::string aad() const;     // record format 1's: container, object, then each key with its length (be16)
+  std::string legacy() const;  // format 0's: "cont/oid/dkey/akey"
+};
+
+// Blocks of arrays held by writers of this process: a sealed write reads the blocks it changes only in part, and
+// writes ciphertext and records as two requests, so writers of one block take turns (readers do not: they read
+// again when a block does not open, docs/agent.md).
+class BlockLocks {
+ public:
+  // Takes blocks [first, end) of array `array` (a hash of its place) when no one holds any of them; otherwise
+  // false, and *seen is the count of releases so far, for wait().
+  bool try_lock(uint64_t array, uint64_t first, uint64_t end, uint64_t* seen);
+  void unlock(uint64_t array, uint64_t first, uint64_t end);
+  // Returns after a release past `seen`, or after `timeout`.
+  void wait(uint64_t seen, std::chrono::milliseconds timeout);
+
+ private:
+  struct Held {
+    uint64_t array, first, end;
+  };
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Held> held_;
+  uint64_t releases_ = 0;
+};
+
+// A cipher for sealed arrays (agent::Sealer). Thread-safe: the containers of many threads share one.
+class BlockSealer {
+ public:
+  virtual ~BlockSealer() = default;
+  // Seals plain.size() bytes from block `first_block` of `place`: whole blocks, but the last, which may be shorter
+  // (its record keeps its length). `cipher` as long as `plain` (it may be `plain`: sealed in place), `records`
+  // kSealRecord a block.
+  virtual Status seal(std::span<const uint8_t> plain, const SealPlace& place, uint64_t first_block,
+                      std::span<uint8_t> cipher, std::span<uint8_t> records) = 0;
+  // Opens whole blocks (cipher.size() a multiple of kSealBlock) into `plain` (it may be `cipher`): each block as
+  // long as its record says, zeros after; an all-zero record over all-zero bytes is a hole and opens as zeros.
+  // kChecksumMismatch when a block does not authenticate (tampered, moved, or its record is not its own); nothing
+  // of that block is left in `plain`.
+  virtual Status open(std::span<const uint8_t> cipher, std::span<const uint8_t> records, const SealPlace& place,
+                      uint64_t first_block, std::span<uint8_t> plain) = 0;
+
+  BlockLocks& locks() { return locks_; }
+
+ private:
+  BlockLocks locks_;
+};
+
+// The length a record gives its block (0 for a hole).
+uint32_t sealed_length(std::span<const uint8_t> record);
+
+}  // namespace rfos::client
