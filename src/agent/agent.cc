@@ -181,6 +181,14 @@ class AppConn {
         continue;
       }
       held_ = false;
+      if (blocked_ && tickets_.empty()) {
+        // Left in the ring for blocks other I/O of the tenant holds, with none of its own in flight here: wait
+        // for a release rather than for the app.
+        blocked_ = false;
+        sealer_->locks().wait(seen_, std::chrono::milliseconds(1));
+        continue;
+      }
+      blocked_ = false;
       if (!grants_.empty()) serve_grants(tickets_.empty() ? 1 : 0);
       if (!tickets_.empty()) {
         // Spin over the ring and the containers for 100 us after the last thing that happened (a wait inside a
@@ -826,6 +834,13 @@ class AppConn {
     uint32_t took = 0;
     for (; took < n && tickets_.size() + ready_.size() + pending_.size() < room; ++took) {
       Sqe e = ends_->sq.peek();  // a copy: the app cannot change it under the checks
+      // A sealing tenant's I/O holds its blocks against the tenant's other I/O here (the mount's, objects', other
+      // apps'): left in the ring while another holds them.
+      client::BlockLocks::Hold hold;
+      if (sealer_ && e.op != static_cast<uint8_t>(RingOp::kNop) && !hold_blocks(e, &hold)) {
+        blocked_ = true;
+        break;
+      }
       // Left in the ring when the tenant's share of what is in flight is full (until completions free it) or
       // its limits hold it (until they allow it).
       double cost = 0;
@@ -844,7 +859,7 @@ class AppConn {
         }
       }
       ends_->sq.skip();
-      Status s = submit(e, cost);
+      Status s = submit(e, cost, std::move(hold));
       if (s.is_ok()) {
         shared_ += cost;
       } else {
@@ -872,9 +887,25 @@ class AppConn {
     std::span<uint8_t> cipher, records;
     SealPlace place;
     uint64_t first_block = 0;
+    client::BlockLocks::Hold hold;  // a sealing tenant's blocks, until done
   };
 
-  Status submit(const Sqe& e, double cost) {
+  // Takes the blocks a sealing tenant's read (with other reads) or write (alone) moves; false when other I/O of
+  // the tenant holds some of them (*seen_ for the wait). A submission that names no container or blocks holds
+  // nothing: submit refuses it.
+  bool hold_blocks(const Sqe& e, client::BlockLocks::Hold* hold) {
+    auto c = container(e.cont);
+    if (!c.is_ok() || e.length == 0 || e.offset >= (1ull << 62) || e.length > client::kMaxIoBytes) return true;
+    ObjectId oid;
+    std::memcpy(&oid.hi, e.oid, 8);
+    std::memcpy(&oid.lo, e.oid + 8, 8);
+    const uint64_t first = e.offset / kSealBlock, end = (e.offset + e.length + kSealBlock - 1) / kSealBlock;
+    *hold = sealer_->locks().try_lock(client::sealed_array((*c)->session().cont.uuid, oid, e.dkey(), e.akey()), first,
+                                      end, e.op == static_cast<uint8_t>(RingOp::kRead), &seen_);
+    return static_cast<bool>(*hold);
+  }
+
+  Status submit(const Sqe& e, double cost, client::BlockLocks::Hold hold) {
     RFOS_RETURN_IF_ERROR(check_sqe(e, buffer_bytes_, client::kMaxIoBytes));
     if (e.op == static_cast<uint8_t>(RingOp::kNop)) {
       pending_.push_back({e.user_data, 0, 0, 0});
@@ -905,6 +936,7 @@ class AppConn {
       return error(StatusCode::kInvalidArgument, "a sealing tenant's I/O is whole 4 KiB blocks");
     op->first_block = e.offset / kSealBlock;
     op->place = SealPlace::of(c.session().cont.uuid, oid, e.dkey(), e.akey());
+    op->hold = std::move(hold);
     op->bounce = take_bounce();
     // A read's ciphertext lands in the app's buffer and is opened in place (one buffer through the cache, not
     // two): the app's own bytes, which tell it nothing, and a block that does not open is cleansed there.
@@ -973,6 +1005,7 @@ class AppConn {
           {op->user_data, static_cast<uint16_t>(op->status.code()), 0, op->status.is_ok() ? op->length : 0});
       share_.done(member_, op->cost);
       shared_ -= op->cost;
+      op->hold.release();
       if (op->bounce) bounces_.push_back(std::move(op->bounce));
     }
   }
@@ -1034,13 +1067,15 @@ class AppConn {
   int fd_;  // the agent's: closed when this thread was joined
   Peer peer_;
   std::string tenant_;
-  std::shared_ptr<Sealer> sealer_;                   // the tenant's, when it seals its data
-  std::shared_ptr<TenantQos> qos_;                   // the tenant's limits, when it has some
-  FairShare& share_;                                 // the agent's, between tenants
-  FairShare::Member member_;                         // this app's tenant in it
-  double shared_ = 0;                                // this app's ops' part of member_'s in-flight share
-  bool held_ = false;                                // the share held a submission back on this turn
-  uint64_t throttled_until_ = 0;                     // now_ns() before which the limits let nothing more go
+  std::shared_ptr<Sealer> sealer_;  // the tenant's, when it seals its data
+  std::shared_ptr<TenantQos> qos_;  // the tenant's limits, when it has some
+  FairShare& share_;                // the agent's, between tenants
+  FairShare::Member member_;        // this app's tenant in it
+  double shared_ = 0;               // this app's ops' part of member_'s in-flight share
+  bool held_ = false;               // the share held a submission back on this turn
+  bool blocked_ = false;            // a submission was left in the ring for blocks other I/O holds (sealing tenants)
+  uint64_t seen_ = 0;               // the block locks' releases then
+  uint64_t throttled_until_ = 0;    // now_ns() before which the limits let nothing more go
   std::vector<std::unique_ptr<uint8_t[]>> bounces_;  // free bounce buffers of sealed I/O
   std::unique_ptr<client::ControlClient> control_;
   struct Served {  // the app's mount, served here (serve_mount)

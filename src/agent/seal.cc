@@ -91,7 +91,9 @@ bool seal_one(EVP_CIPHER_CTX* ctx, Aad& aad, uint32_t agent_id, uint64_t counter
 bool open_one(EVP_CIPHER_CTX* ctx, PlaceAads& aads, uint64_t block, const uint8_t* in, size_t n, uint8_t* out,
               const uint8_t* rec) {
   Aad* aad = aads.of(rec[28]);
-  if (aad == nullptr || rec[31] != 0 || (rec[28] == 0 && (rec[29] != 0 || rec[30] != 0))) return false;
+  // A whole block's length is 0, one way only (format 0 has none).
+  const unsigned length = rec[29] | (rec[30] << 8);
+  if (aad == nullptr || rec[31] != 0 || length >= kSealBlock || (rec[28] == 0 && length != 0)) return false;
   uint8_t tag[16];
   std::memcpy(tag, rec + 12, 16);
   int len = 0;

@@ -75,6 +75,12 @@ TEST_F(SealTest, AShortLastBlockKeepsItsLength) {
   EXPECT_EQ(client::sealed_length({records.data(), kSealRecord}), kSealBlock);
   EXPECT_EQ(client::sealed_length({records.data() + kSealRecord, kSealRecord}), 904u);
   EXPECT_EQ(records[29] | (records[30] << 8), 0);  // a whole block's length is 0: as records before lengths
+  {
+    std::vector<uint8_t> r = records;  // and 4096 is not another way to say it
+    r[30] = 0x10;
+    std::vector<uint8_t> whole(cipher.begin(), cipher.begin() + kSealBlock), out(kSealBlock);
+    EXPECT_EQ(s->open(whole, {r.data(), kSealRecord}, at(1), 3, out).code(), StatusCode::kChecksumMismatch);
+  }
   // Read back as whole blocks, with other bytes past the short one's end: they open as zeros.
   std::vector<uint8_t> stored(2 * kSealBlock, 0x77), back(2 * kSealBlock, 1);
   std::memcpy(stored.data(), cipher.data(), cipher.size());
@@ -89,7 +95,7 @@ TEST_F(SealTest, AShortLastBlockKeepsItsLength) {
   ASSERT_TRUE(s->open(inplace, records, at(1), 3, inplace).is_ok());
   EXPECT_EQ(inplace, want);
   // A length changed, longer or shorter, or past a block, does not open.
-  for (uint16_t len : {uint16_t{905}, uint16_t{903}, uint16_t{0}, uint16_t{4097}}) {
+  for (uint16_t len : {uint16_t{905}, uint16_t{903}, uint16_t{0}, uint16_t{4096}, uint16_t{4097}}) {
     std::vector<uint8_t> r = records;
     r[kSealRecord + 29] = static_cast<uint8_t>(len);
     r[kSealRecord + 30] = static_cast<uint8_t>(len >> 8);

@@ -330,6 +330,8 @@ Result<std::unique_ptr<Container>> Container::open(std::unique_ptr<Impl> impl, S
 
 Container::Container(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Container::~Container() {
+  // A sealed handle's writes land before their blocks are let go (within the request timeout).
+  if (impl_->sealed) impl_->sealed->drain(static_cast<int>(impl_->options.timeout_ms));
   // Grants still out go first: a target must not write into or read from memory whose handle is gone (over
   // shm, where UCX 1.13 reports no closed peer, such a transfer would never end).
   if (!impl_->grants.empty()) {

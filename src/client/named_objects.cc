@@ -507,6 +507,11 @@ Status NamedObjects::read_range(const ObjectStat& st, uint64_t offset, uint64_t 
 Status NamedObjects::read_range_pieces(const ObjectStat& st, uint64_t offset, uint64_t length, const PieceSink& sink,
                                        const Progress& progress) {
   if (st.inlined) {
+    // A sealing handle keeps no bytes in records, so bytes there are not its own: anyone who may write the
+    // container could have put them, and they are not authenticated.
+    if (c_.sealed())
+      return error(StatusCode::kChecksumMismatch,
+                   "the object's bytes are in its record, which a sealing handle never writes: not its own");
     RFOS_RETURN_IF_ERROR(inline_range(st, offset, length));
     if (length > 0) RFOS_RETURN_IF_ERROR(sink(StreamPiece::copy_of(std::string_view(st.bytes).substr(offset, length))));
     if (progress) progress(length);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <functional>
 
 #include "common/clock.h"
 
@@ -13,16 +12,21 @@ namespace {
 
 constexpr uint64_t kB = kSealBlock;
 constexpr uint64_t kR = kSealRecord;
-constexpr size_t kBounceBytes = kMaxIoBytes + kMaxIoBytes / kSealBlock * kSealRecord;
+constexpr uint64_t kMaxOffset = 1ull << 62;  // as scatter_gather's bound: no sum below wraps
+constexpr size_t kSmallBlocks = 16;          // bounces of up to 64 KiB are kept apart from whole pieces'
 
 std::string records_akey(std::string_view akey) { return std::string(akey) + std::string(kRecordsSuffix); }
 
 Status ignore_not_found(Status s) { return s.code() == StatusCode::kNotFound ? Status::ok() : s; }
 
+bool all_zero(std::span<const uint8_t> b) {
+  return std::all_of(b.begin(), b.end(), [](uint8_t x) { return x == 0; });
+}
+
 }  // namespace
 
 // One piece of the caller's: a read (ciphertext and records, then opened) or a write (sealed, then ciphertext and
-// records), one ticket.
+// records), one ticket. It holds its blocks until it completes.
 struct SealedIo::Op {
   Ticket ticket = 0;
   bool read = false;
@@ -37,50 +41,46 @@ struct SealedIo::Op {
   std::span<uint8_t> out;  // a read's destination
   Bounce bounce;           // ciphertext (unless a read's lands in `out`), then the records
   std::span<uint8_t> cipher, records;
-  uint64_t array = 0;  // a write's locked blocks: [first_block, first_block + blocks) of this array
-  int attempts = 0;
+  BlockLocks::Hold hold;
+  bool cipher_missing = false;  // a read's ciphertext came back kNotFound
+  int attempts = 0;             // a read's reads, a write's sends of a half again
 };
 
 SealedIo::SealedIo(std::shared_ptr<BlockSealer> sealer, std::string cont, RawArrays& raw, uint32_t timeout_ms)
     : sealer_(std::move(sealer)), cont_(std::move(cont)), raw_(raw), timeout_ms_(timeout_ms) {}
 
-// Calls still in flight hold their ops (and so the bounce buffers they move) until the raw I/O lets them go: the
-// container destroys this after its calls.
-SealedIo::~SealedIo() {
-  for (auto& [id, r] : raw_calls_)
-    if (!r.op->read && r.op->array != 0) {
-      sealer_->locks().unlock(r.op->array, r.op->first_block, r.op->first_block + r.op->blocks);
-      r.op->array = 0;
-    }
-}
+// Calls still in flight hold their ops (and so the bounce buffers they move, and their blocks) until the raw I/O
+// lets them go: the container drains this, and destroys it after its calls.
+SealedIo::~SealedIo() = default;
 
-SealedIo::Bounce SealedIo::take_bounce() {
-  if (bounces_.empty()) return Bounce(new uint8_t[kBounceBytes]);
-  Bounce b = std::move(bounces_.back());
-  bounces_.pop_back();
-  return b;
+SealedIo::Bounce SealedIo::take_bounce(size_t blocks) {
+  auto& pool = blocks <= kSmallBlocks ? small_ : large_;
+  if (!pool.empty()) {
+    Bounce b = std::move(pool.back());
+    pool.pop_back();
+    return b;
+  }
+  // Ciphertext, then records, for the most blocks of its kind: a whole piece, or kSmallBlocks.
+  const size_t most = blocks <= kSmallBlocks ? kSmallBlocks : kMaxIoBytes / kB;
+  const size_t size = most * (kB + kR);
+  return {std::unique_ptr<uint8_t[]>(new uint8_t[size]), size};
 }
 
 void SealedIo::give_bounce(Bounce b) {
-  if (b && bounces_.size() < 16) bounces_.push_back(std::move(b));
+  if (!b.bytes) return;
+  auto& pool = b.size <= kSmallBlocks * (kB + kR) ? small_ : large_;
+  if (pool.size() < 4) pool.push_back(std::move(b));
 }
 
-uint64_t SealedIo::array_of(const ObjectId& oid, std::string_view dkey, std::string_view akey) const {
-  std::string k;
-  k.append(reinterpret_cast<const char*>(&oid.hi), 8).append(reinterpret_cast<const char*>(&oid.lo), 8);
-  k.append(dkey).push_back('\0');
-  k.append(akey);
-  return std::hash<std::string>{}(k) | 1;  // never 0: an op holds no blocks when its array is 0
-}
-
-Status SealedIo::lock(uint64_t array, uint64_t first, uint64_t end) {
+Result<BlockLocks::Hold> SealedIo::lock(uint64_t array, uint64_t first, uint64_t end, bool shared) {
   const auto deadline = steady_now() + std::chrono::milliseconds(timeout_ms_);
   for (;;) {
     uint64_t seen = 0;
-    if (sealer_->locks().try_lock(array, first, end, &seen)) return Status::ok();
+    BlockLocks::Hold h = sealer_->locks().try_lock(array, first, end, shared, &seen);
+    if (h) return h;
     if (steady_now() >= deadline)
-      return error(StatusCode::kBusy, "blocks of a sealed array stayed held by another writer past the timeout");
-    // This handle's own writes may hold them: they end only as their completions are taken.
+      return error(StatusCode::kBusy, "blocks of a sealed array stayed held by other I/O past the timeout");
+    // This handle's own I/O may hold them: it ends only as its completions are taken.
     if (!raw_calls_.empty())
       progress(1);
     else
@@ -112,7 +112,7 @@ Status SealedIo::read_edges(const ObjectId& oid, std::string_view dkey, std::str
     for (auto [id, into] : calls) {  // every one, so none is left in flight
       Status d = raw_.raw_wait(id).status;
       if (d.code() == StatusCode::kNotFound)
-        std::memset(into.data(), 0, into.size());  // no such dkey or array: holes
+        std::memset(into.data(), 0, into.size());  // no such dkey or array: holes (bytes and a record: an error)
       else if (s.is_ok())
         s = d;
     }
@@ -121,13 +121,15 @@ Status SealedIo::read_edges(const ObjectId& oid, std::string_view dkey, std::str
       s = sealer_->open(e.plain, e.record, place, e.block, e.plain);
       if (!s.is_ok()) break;
     }
-    if (s.code() != StatusCode::kChecksumMismatch) return s;  // else a writer may have been between its halves
+    if (s.code() != StatusCode::kChecksumMismatch) return s;  // else another process's writer may be between halves
   }
   return s;
 }
 
 Result<Ticket> SealedIo::submit_write(const ObjectId& oid, std::string_view dkey, std::string_view akey,
                                       uint64_t offset, std::span<const uint8_t> data) {
+  if (data.empty() || offset >= kMaxOffset || data.size() > kMaxIoBytes)
+    return error(StatusCode::kInvalidArgument, "a sealed write is 1 B .. 1 MiB below 2^62");
   auto op = std::make_shared<Op>();
   op->oid = oid;
   op->dkey = dkey;
@@ -137,16 +139,11 @@ Result<Ticket> SealedIo::submit_write(const ObjectId& oid, std::string_view dkey
   const uint64_t end = offset + data.size();
   op->first_block = offset / kB;
   op->blocks = (end + kB - 1) / kB - op->first_block;
-  const uint64_t array = array_of(oid, dkey, akey);
-  RFOS_RETURN_IF_ERROR(lock(array, op->first_block, op->first_block + op->blocks));
-  op->array = array;
-  auto unlock = [&] {
-    sealer_->locks().unlock(array, op->first_block, op->first_block + op->blocks);
-    op->array = 0;
-  };
-  op->bounce = take_bounce();
+  RFOS_ASSIGN_OR_RETURN(
+      op->hold, lock(sealed_array(cont_, oid, dkey, akey), op->first_block, op->first_block + op->blocks, false));
+  op->bounce = take_bounce(op->blocks);
   uint8_t* b = op->bounce.get();
-  op->records = {b + kMaxIoBytes, op->blocks * kR};
+  op->records = {b + op->blocks * kB, op->blocks * kR};
   const SealPlace place = SealPlace::of(cont_, oid, dkey, akey);
   const uint64_t head = offset % kB, tail = end % kB;  // tail: the bytes of the last block written (0: all)
   const uint64_t last = op->first_block + op->blocks - 1;
@@ -174,19 +171,21 @@ Result<Ticket> SealedIo::submit_write(const ObjectId& oid, std::string_view dkey
     }
   }
   if (!s.is_ok()) {
-    unlock();
     give_bounce(std::move(op->bounce));
     return s;
   }
+  // Both halves go out now. The records, once the ciphertext went, are sent again if their send fails (the
+  // block would be a mismatch without them); a half that fails later is sent again in route().
   auto c = raw_.raw_write(oid, dkey, akey, op->first_block * kB, op->cipher);
-  if (!c.is_ok()) {
-    unlock();
+  if (!c.is_ok()) {  // nothing went out
     give_bounce(std::move(op->bounce));
     return c.status();
   }
   raw_calls_[*c] = {op, false};
   op->remaining = 1;
-  auto r = raw_.raw_write(oid, dkey, records_akey(akey), op->first_block * kR, op->records);
+  Result<uint64_t> r = error(StatusCode::kInternal, "not sent");
+  for (int attempt = 0; !r.is_ok() && attempt < kWriteAttempts; ++attempt)
+    r = raw_.raw_write(oid, dkey, records_akey(akey), op->first_block * kR, op->records);
   if (r.is_ok()) {
     raw_calls_[*r] = {op, true};
     op->remaining = 2;
@@ -199,6 +198,7 @@ Result<Ticket> SealedIo::submit_write(const ObjectId& oid, std::string_view dkey
 }
 
 Status SealedIo::start_read(const std::shared_ptr<Op>& op) {
+  op->cipher_missing = false;
   auto c = raw_.raw_read(op->oid, op->dkey, op->akey, op->first_block * kB, op->cipher);
   if (!c.is_ok()) return c.status();
   raw_calls_[*c] = {op, false};
@@ -215,6 +215,8 @@ Status SealedIo::start_read(const std::shared_ptr<Op>& op) {
 
 Result<Ticket> SealedIo::submit_read(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
                                      std::span<uint8_t> out) {
+  if (out.empty() || offset >= kMaxOffset || out.size() > kMaxIoBytes)
+    return error(StatusCode::kInvalidArgument, "a sealed read is 1 B .. 1 MiB below 2^62");
   auto op = std::make_shared<Op>();
   op->read = true;
   op->oid = oid;
@@ -225,11 +227,13 @@ Result<Ticket> SealedIo::submit_read(const ObjectId& oid, std::string_view dkey,
   op->out = out;
   op->first_block = offset / kB;
   op->blocks = (offset + out.size() + kB - 1) / kB - op->first_block;
-  op->bounce = take_bounce();
+  RFOS_ASSIGN_OR_RETURN(
+      op->hold, lock(sealed_array(cont_, oid, dkey, akey), op->first_block, op->first_block + op->blocks, true));
+  op->bounce = take_bounce(op->blocks);
   // Whole blocks land in the caller's buffer and open there; others through the bounce buffer.
   const bool whole = offset % kB == 0 && out.size() % kB == 0;
   op->cipher = whole ? out : std::span<uint8_t>(op->bounce.get(), op->blocks * kB);
-  op->records = {op->bounce.get() + kMaxIoBytes, op->blocks * kR};
+  op->records = {op->bounce.get() + op->blocks * kB, op->blocks * kR};
   if (Status s = start_read(op); !s.is_ok()) {
     give_bounce(std::move(op->bounce));
     return s;
@@ -252,13 +256,25 @@ void SealedIo::route(const Completion& c) {
   Raw r = std::move(it->second);
   raw_calls_.erase(it);
   Op& op = *r.op;
+  if (!op.read && !c.status.is_ok() && op.attempts + 1 < kWriteAttempts) {
+    // A half that failed while the other may have landed: sent again while the op holds its blocks, so that the
+    // block is whole again (and the bytes around the new ones, which it carries too, are not lost).
+    ++op.attempts;
+    auto id = r.records ? raw_.raw_write(op.oid, op.dkey, records_akey(op.akey), op.first_block * kR, op.records)
+                        : raw_.raw_write(op.oid, op.dkey, op.akey, op.first_block * kB, op.cipher);
+    if (id.is_ok()) {
+      raw_calls_[*id] = std::move(r);
+      return;
+    }
+  }
   if (!c.status.is_ok() && op.status.is_ok()) {
-    if (c.status.code() != StatusCode::kNotFound) {
-      op.status = c.status;
-    } else if (r.records) {
-      std::memset(op.records.data(), 0, op.records.size());  // no records: holes (or bytes without any: an error)
+    if (op.read && c.status.code() == StatusCode::kNotFound) {
+      if (r.records)
+        std::memset(op.records.data(), 0, op.records.size());  // no records: holes (or bytes without any: an error)
+      else
+        op.cipher_missing = true;
     } else {
-      op.status = c.status;  // no such dkey: the caller's to read as a hole, or as gone
+      op.status = c.status;
     }
   }
   if (--op.remaining == 0) complete(r.op);
@@ -266,21 +282,24 @@ void SealedIo::route(const Completion& c) {
 
 void SealedIo::complete(const std::shared_ptr<Op>& op) {
   if (op->read && op->status.is_ok()) {
-    const SealPlace place = SealPlace::of(cont_, op->oid, op->dkey, op->akey);
-    Status s = sealer_->open(op->cipher, op->records, place, op->first_block, op->cipher);
-    if (s.code() == StatusCode::kChecksumMismatch && ++op->attempts < kReadAttempts) {
-      // A writer may have been between its two halves: read again.
-      s = start_read(op);
-      if (s.is_ok()) return;
+    Status s;
+    if (op->cipher_missing && all_zero(op->records)) {
+      s = error(StatusCode::kNotFound, "no such dkey");  // the caller's to read as a hole, or as gone
+    } else {
+      if (op->cipher_missing) std::memset(op->cipher.data(), 0, op->cipher.size());  // records without bytes
+      const SealPlace place = SealPlace::of(cont_, op->oid, op->dkey, op->akey);
+      s = sealer_->open(op->cipher, op->records, place, op->first_block, op->cipher);
+      if (s.code() == StatusCode::kChecksumMismatch && ++op->attempts < kReadAttempts) {
+        // Another process's writer may have been between its two halves: read again.
+        s = start_read(op);
+        if (s.is_ok()) return;
+      }
     }
     op->status = s;
     if (s.is_ok() && op->cipher.data() != op->out.data())
       std::memcpy(op->out.data(), op->cipher.data() + op->offset % kB, op->length);
   }
-  if (!op->read && op->array != 0) {
-    sealer_->locks().unlock(op->array, op->first_block, op->first_block + op->blocks);
-    op->array = 0;
-  }
+  op->hold.release();
   give_bounce(std::move(op->bounce));
   --ops_;
   done_.push_back({op->ticket, op->status, op->status.is_ok() ? op->length : 0});
@@ -301,7 +320,7 @@ Status SealedIo::finish(Ticket ticket) {
 
 std::vector<Completion> SealedIo::poll(size_t max, int timeout_ms) {
   // An op ends with its last raw call: what one wait took may end none.
-  const auto deadline = steady_now() + std::chrono::milliseconds(timeout_ms);
+  const auto deadline = steady_now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
   while (done_.empty() && !raw_calls_.empty()) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady_now()).count();
     progress(static_cast<int>(std::max<int64_t>(left, 0)));
@@ -315,32 +334,42 @@ std::vector<Completion> SealedIo::poll(size_t max, int timeout_ms) {
   return out;
 }
 
+void SealedIo::drain(int timeout_ms) {
+  const auto deadline = steady_now() + std::chrono::milliseconds(timeout_ms);
+  while (!raw_calls_.empty() && steady_now() < deadline) progress(10);
+}
+
 Status SealedIo::write_now(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
                            std::span<const uint8_t> data) {
-  RFOS_ASSIGN_OR_RETURN(uint64_t id, raw_.raw_write(oid, dkey, akey, offset, data));
-  return raw_.raw_wait(id).status;
+  Status s;
+  for (int attempt = 0; attempt < kWriteAttempts; ++attempt) {
+    auto id = raw_.raw_write(oid, dkey, akey, offset, data);
+    s = id.is_ok() ? raw_.raw_wait(*id).status : id.status();
+    if (s.is_ok()) break;
+  }
+  return s;
 }
 
 Status SealedIo::punch_extent(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
                               uint64_t length) {
   if (length == 0) return Status::ok();
+  if (offset >= kMaxOffset || length >= kMaxOffset)
+    return error(StatusCode::kInvalidArgument, "a sealed punch lies below 2^62");
   const uint64_t end = offset + length;
   const uint64_t first = offset / kB, past = (end + kB - 1) / kB;
-  const uint64_t array = array_of(oid, dkey, akey);
-  RFOS_RETURN_IF_ERROR(lock(array, first, past));
+  RFOS_ASSIGN_OR_RETURN(BlockLocks::Hold hold, lock(sealed_array(cont_, oid, dkey, akey), first, past, false));
   const SealPlace place = SealPlace::of(cont_, oid, dkey, akey);
   const std::string rec_akey = records_akey(akey);
-  Status s;
   // The blocks punched only in part: each opened, its bytes in the range made zeros (or, where the range reaches
-  // past its data, its data cut short), and sealed again; one left with nothing is punched whole.
+  // past its data, its data cut short), and sealed again; one left with nothing is punched whole. Whatever lies
+  // past a block's data goes too (a write that failed half-way may have left bytes there).
   std::vector<uint64_t> partial;
   if (offset % kB != 0) partial.push_back(first);
   if (end % kB != 0 && (partial.empty() || past - 1 != first)) partial.push_back(past - 1);
   std::vector<uint8_t> plain(kB), record(kR);
   for (uint64_t p : partial) {
     Edge e{p, plain, record};
-    s = read_edges(oid, dkey, akey, {&e, 1});
-    if (!s.is_ok()) break;
+    RFOS_RETURN_IF_ERROR(read_edges(oid, dkey, akey, {&e, 1}));
     const uint64_t have = sealed_length(record);
     const uint64_t from = std::max(offset, p * kB) - p * kB, to = std::min(end, (p + 1) * kB) - p * kB;
     if (from >= have) continue;  // nothing of its data in the range
@@ -351,26 +380,25 @@ Status SealedIo::punch_extent(const ObjectId& oid, std::string_view dkey, std::s
       std::memset(plain.data() + from, 0, to - from);
     }
     if (keep == 0) {
-      s = ignore_not_found(raw_.raw_punch(oid, dkey, akey, p * kB, have));
-      if (s.is_ok()) s = ignore_not_found(raw_.raw_punch(oid, dkey, rec_akey, p * kR, kR));
-    } else {
-      std::span<uint8_t> kept(plain.data(), keep);
-      s = sealer_->seal(kept, place, p, kept, record);
-      if (s.is_ok()) s = write_now(oid, dkey, akey, p * kB, kept);
-      if (s.is_ok()) s = write_now(oid, dkey, rec_akey, p * kR, record);
-      if (s.is_ok() && keep < have) s = ignore_not_found(raw_.raw_punch(oid, dkey, akey, p * kB + keep, have - keep));
+      RFOS_RETURN_IF_ERROR(ignore_not_found(raw_.raw_punch(oid, dkey, akey, p * kB, kB)));
+      RFOS_RETURN_IF_ERROR(ignore_not_found(raw_.raw_punch(oid, dkey, rec_akey, p * kR, kR)));
+      continue;
     }
-    if (!s.is_ok()) break;
+    std::span<uint8_t> kept(plain.data(), keep);
+    RFOS_RETURN_IF_ERROR(sealer_->seal(kept, place, p, kept, record));
+    RFOS_RETURN_IF_ERROR(write_now(oid, dkey, akey, p * kB, kept));
+    RFOS_RETURN_IF_ERROR(write_now(oid, dkey, rec_akey, p * kR, record));
+    if (keep < kB) RFOS_RETURN_IF_ERROR(ignore_not_found(raw_.raw_punch(oid, dkey, akey, p * kB + keep, kB - keep)));
   }
   // The blocks punched whole, with their records.
   const uint64_t whole_first = (offset + kB - 1) / kB, whole_past = end / kB;
-  if (s.is_ok() && whole_first < whole_past) {
-    s = ignore_not_found(raw_.raw_punch(oid, dkey, akey, whole_first * kB, (whole_past - whole_first) * kB));
-    if (s.is_ok())
-      s = ignore_not_found(raw_.raw_punch(oid, dkey, rec_akey, whole_first * kR, (whole_past - whole_first) * kR));
+  if (whole_first < whole_past) {
+    RFOS_RETURN_IF_ERROR(
+        ignore_not_found(raw_.raw_punch(oid, dkey, akey, whole_first * kB, (whole_past - whole_first) * kB)));
+    RFOS_RETURN_IF_ERROR(
+        ignore_not_found(raw_.raw_punch(oid, dkey, rec_akey, whole_first * kR, (whole_past - whole_first) * kR)));
   }
-  sealer_->locks().unlock(array, first, past);
-  return s;
+  return Status::ok();
 }
 
 }  // namespace rfos::client

@@ -5,10 +5,14 @@
 // where the plaintext does. The container sends its array calls here; the ciphertext and the records move by
 // the container's unsealed I/O (RawArrays).
 //
-// A write's ciphertext and records are two requests to one target. Writers in this process take turns per block
-// (BlockLocks, shared by the containers of one sealer); a read that meets a block between its two halves reads
-// it again (kReadAttempts in all). A block whose halves another process or a crash left apart is an error
-// (kChecksumMismatch) until written again: never wrong bytes.
+// A write's ciphertext and records are two requests to one target; a half that fails is sent again while the
+// write still holds its blocks (kWriteAttempts in all). The I/O of this process holds the blocks it moves
+// (BlockLocks, shared by the containers of one sealer: a writer alone, readers together), so no reader here meets
+// a block between its two halves, and no write here loses another's bytes. A reader that meets such a block of
+// another process's writer reads it again (kReadAttempts in all). A block whose halves a crash, a write that
+// failed for good, or writers in two processes at once left apart is an error (kChecksumMismatch) until written
+// again whole: never wrong bytes. Two processes writing bytes of one block at once may lose one's bytes (each
+// seals the block again whole): the tenant's writers must share one agent.
 //
 // Thread-safety: as the container's, one thread at a time.
 #pragma once
@@ -53,6 +57,7 @@ class SealedIo {
   SealedIo& operator=(const SealedIo&) = delete;
 
   static constexpr int kReadAttempts = 3;
+  static constexpr int kWriteAttempts = 3;
 
   // One piece: 1 B .. 1 MiB inside one 1 MiB-aligned range. A write is sealed before this returns (`data` may go);
   // `out` must stay valid until the read's completion.
@@ -69,6 +74,9 @@ class SealedIo {
                       uint64_t length);
   // Tickets submitted whose completions poll() has not given yet.
   size_t pending() const { return ops_ + done_.size(); }
+  // Finishes what is in flight, for up to timeout_ms (a handle that closes: its writes land before their blocks
+  // are let go).
+  void drain(int timeout_ms);
 
  private:
   struct Op;
@@ -76,13 +84,17 @@ class SealedIo {
     std::shared_ptr<Op> op;
     bool records = false;
   };
-  using Bounce = std::unique_ptr<uint8_t[]>;
+  // A buffer for an op's ciphertext and records: small ones and whole pieces' kept apart.
+  struct Bounce {
+    std::unique_ptr<uint8_t[]> bytes;
+    size_t size = 0;
+    uint8_t* get() const { return bytes.get(); }
+  };
 
-  Bounce take_bounce();
+  Bounce take_bounce(size_t blocks);
   void give_bounce(Bounce b);
-  uint64_t array_of(const ObjectId& oid, std::string_view dkey, std::string_view akey) const;
-  // Holds blocks [first, end) of `array`, finishing this handle's own calls while another holds some of them.
-  Status lock(uint64_t array, uint64_t first, uint64_t end);
+  // Holds blocks [first, end) of the array, finishing this handle's own calls while another holds some of them.
+  Result<BlockLocks::Hold> lock(uint64_t array, uint64_t first, uint64_t end, bool shared);
   // Blocks of an array read (ciphertext and record) and opened, all at once, waited for: what a write or punch
   // changes only in part.
   struct Edge {
@@ -106,7 +118,7 @@ class SealedIo {
   size_t ops_ = 0;                     // submitted, not completed
   std::map<uint64_t, Raw> raw_calls_;  // raw call id -> its op
   std::deque<Completion> done_;        // completed, not yet handed out
-  std::vector<Bounce> bounces_;        // kept for the next op
+  std::vector<Bounce> small_, large_;  // kept for the next ops
 };
 
 }  // namespace rfos::client

@@ -106,7 +106,8 @@ struct Store {
   std::mutex mu;
   std::map<std::string, Array> arrays;
   std::set<std::string> dkeys;
-  int spoil_records = 0;  // record reads to come back with a bit flipped (a writer between its halves)
+  int spoil_records = 0;       // record reads to come back with a bit flipped (a writer between its halves)
+  int fail_record_writes = 0;  // record writes to fail (sent, not stored: a target that timed out)
   static std::string name(const ObjectId& oid, std::string_view dkey) {
     return oid.to_string() + "/" + std::string(dkey);
   }
@@ -127,6 +128,10 @@ class MemArrays : public RawArrays {
     return queue(
         [this, oid, d, a, offset, copy] {
           std::lock_guard lock(store_.mu);
+          if (a.ends_with(kRecordsSuffix) && store_.fail_record_writes > 0) {
+            --store_.fail_record_writes;
+            return error(StatusCode::kTimeout, "the target did not answer");
+          }
           Store::Array& x = store_.at(oid, d, a);
           if (x.bytes.size() < offset + copy.size()) {
             x.bytes.resize(offset + copy.size());
@@ -343,6 +348,61 @@ TEST(SealedIo, TwoHandlesWritingOneBlockLoseNothing) {
   ASSERT_TRUE(read(io, 0, out.data(), out.size()).is_ok());
   for (int slot = 0; slot < kSlots; ++slot)
     for (int k = 0; k < 16; ++k) ASSERT_EQ(out[slot * 16 + k], slot) << "slot " << slot;
+}
+
+// A write whose records fail to land is sent again while it holds its blocks, so the block stays whole; one that
+// fails for good is an error, and its block an error to read, never wrong bytes.
+TEST(SealedIo, AHalfOfAWriteThatFailsIsSentAgain) {
+  Store store;
+  MemArrays raw(store, false);
+  SealedIo io(std::make_shared<StandInSealer>(), "cont", raw, 1000);
+  std::vector<uint8_t> data(6000, 4), patch(10, 9), out(6000);
+  ASSERT_TRUE(write(io, 0, data.data(), data.size()).is_ok());
+  store.fail_record_writes = SealedIo::kWriteAttempts - 1;
+  ASSERT_TRUE(write(io, 100, patch.data(), patch.size()).is_ok());
+  std::copy(patch.begin(), patch.end(), data.begin() + 100);
+  ASSERT_TRUE(read(io, 0, out.data(), out.size()).is_ok());
+  EXPECT_EQ(out, data);
+  store.fail_record_writes = SealedIo::kWriteAttempts;
+  EXPECT_EQ(write(io, 200, patch.data(), patch.size()).code(), StatusCode::kTimeout);
+  EXPECT_EQ(read(io, 0, out.data(), out.size()).code(), StatusCode::kChecksumMismatch);
+  // Written again whole, it is whole.
+  ASSERT_TRUE(write(io, 0, data.data(), kSealBlock).is_ok());
+  ASSERT_TRUE(read(io, 0, out.data(), out.size()).is_ok());
+  EXPECT_EQ(out, data);
+}
+
+// Blocks another I/O of this process holds: a writer waits for them (its own completions moving meanwhile), up to
+// its timeout, then Busy; readers share them with readers; a closing handle's writes land before it lets go.
+TEST(SealedIo, HeldBlocksWaitReadersShareAndACloseDrains) {
+  Store store;
+  auto sealer = std::make_shared<StandInSealer>();
+  MemArrays raw(store, /*defer=*/true);
+  SealedIo io(sealer, "cont", raw, 50);
+  std::vector<uint8_t> data(kSealBlock, 5), out(kSealBlock);
+  ASSERT_TRUE(write(io, 0, data.data(), data.size()).is_ok());
+  uint64_t seen = 0;
+  const uint64_t array = sealed_array("cont", kOid, "d", "a");
+  {
+    BlockLocks::Hold reader = sealer->locks().try_lock(array, 0, 1, true, &seen);
+    ASSERT_TRUE(reader);
+    EXPECT_EQ(write(io, 10, data.data(), 5).code(), StatusCode::kBusy);
+    ASSERT_TRUE(read(io, 0, out.data(), out.size()).is_ok());  // beside another reader
+    EXPECT_EQ(out, data);
+    EXPECT_FALSE(sealer->locks().try_lock(array, 0, 1, false, &seen));
+  }
+  // Writes in flight when the handle closes land before it is gone (deferred: they land as taken).
+  std::vector<uint8_t> other(kSealBlock, 6);
+  {
+    SealedIo closing(sealer, "cont", raw, 1000);
+    ASSERT_TRUE(closing.submit_write(kOid, "d", "a", kSealBlock, other).is_ok());
+    closing.drain(1000);
+  }
+  EXPECT_EQ(raw.in_flight(), 0u);
+  std::vector<uint8_t> both(2 * kSealBlock);
+  ASSERT_TRUE(read(io, 0, both.data(), both.size()).is_ok());
+  EXPECT_TRUE(std::equal(other.begin(), other.end(), both.begin() + kSealBlock));
+  EXPECT_TRUE(sealer->locks().try_lock(array, 0, 2, false, &seen));
 }
 
 // A block that does not open is read again (a writer between its halves), and then, still not opening, an error:

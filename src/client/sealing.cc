@@ -1,6 +1,8 @@
 #include "client/sealing.h"
 
 #include <algorithm>
+#include <functional>
+#include <utility>
 
 #include "common/coding.h"
 
@@ -23,23 +25,46 @@ uint32_t sealed_length(std::span<const uint8_t> record) {
   return len == 0 ? kSealBlock : len;
 }
 
-bool BlockLocks::try_lock(uint64_t array, uint64_t first, uint64_t end, uint64_t* seen) {
-  std::lock_guard lock(mu_);
-  for (const Held& h : held_) {
-    if (h.array == array && h.first < end && first < h.end) {
-      *seen = releases_;
-      return false;
-    }
+BlockLocks::Hold& BlockLocks::Hold::operator=(Hold&& o) noexcept {
+  if (this != &o) {
+    release();
+    locks_ = std::exchange(o.locks_, nullptr);
+    array_ = o.array_;
+    first_ = o.first_;
+    end_ = o.end_;
+    shared_ = o.shared_;
   }
-  held_.push_back({array, first, end});
-  return true;
+  return *this;
 }
 
-void BlockLocks::unlock(uint64_t array, uint64_t first, uint64_t end) {
+void BlockLocks::Hold::release() {
+  if (locks_) std::exchange(locks_, nullptr)->unlock({array_, first_, end_, shared_});
+}
+
+BlockLocks::Hold BlockLocks::try_lock(uint64_t array, uint64_t first, uint64_t end, bool shared, uint64_t* seen) {
+  Hold h;
+  std::lock_guard lock(mu_);
+  for (const Held& o : held_) {
+    if (o.array == array && o.first < end && first < o.end && !(shared && o.shared)) {
+      *seen = releases_;
+      return h;
+    }
+  }
+  held_.push_back({array, first, end, shared});
+  h.locks_ = this;
+  h.array_ = array;
+  h.first_ = first;
+  h.end_ = end;
+  h.shared_ = shared;
+  return h;
+}
+
+void BlockLocks::unlock(const Held& h) {
   {
     std::lock_guard lock(mu_);
-    auto it = std::find_if(held_.begin(), held_.end(),
-                           [&](const Held& h) { return h.array == array && h.first == first && h.end == end; });
+    auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& o) {
+      return o.array == h.array && o.first == h.first && o.end == h.end && o.shared == h.shared;
+    });
     if (it != held_.end()) held_.erase(it);
     ++releases_;
   }
@@ -49,6 +74,16 @@ void BlockLocks::unlock(uint64_t array, uint64_t first, uint64_t end) {
 void BlockLocks::wait(uint64_t seen, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return releases_ != seen; });
+}
+
+uint64_t sealed_array(std::string_view cont, const ObjectId& oid, std::string_view dkey, std::string_view akey) {
+  std::string k(cont);
+  k.push_back('\0');
+  k.append(reinterpret_cast<const char*>(&oid.hi), 8).append(reinterpret_cast<const char*>(&oid.lo), 8);
+  put_be16(&k, static_cast<uint16_t>(dkey.size()));
+  k.append(dkey);
+  k.append(akey);
+  return std::hash<std::string>{}(k) | 1;
 }
 
 }  // namespace rfos::client

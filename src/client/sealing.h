@@ -42,27 +42,47 @@ struct SealPlace {
   std::string legacy() const;  // format 0's: "cont/oid/dkey/akey"
 };
 
-// Blocks of arrays held by writers of this process: a sealed write reads the blocks it changes only in part, and
-// writes ciphertext and records as two requests, so writers of one block take turns (readers do not: they read
-// again when a block does not open, docs/agent.md).
+// Blocks of arrays held by the I/O of this process: a sealed write reads the blocks it changes only in part, and
+// writes ciphertext and records as two requests, so a writer holds its blocks alone (until both requests are
+// done), and readers share theirs (so none meets a block between its two halves).
 class BlockLocks {
  public:
-  // Takes blocks [first, end) of array `array` (a hash of its place) when no one holds any of them; otherwise
-  // false, and *seen is the count of releases so far, for wait().
-  bool try_lock(uint64_t array, uint64_t first, uint64_t end, uint64_t* seen);
-  void unlock(uint64_t array, uint64_t first, uint64_t end);
+  // Blocks held until the Hold goes (or release()).
+  class Hold {
+   public:
+    Hold() = default;
+    Hold(Hold&& o) noexcept { *this = std::move(o); }
+    Hold& operator=(Hold&& o) noexcept;
+    ~Hold() { release(); }
+    void release();
+    explicit operator bool() const { return locks_ != nullptr; }
+
+   private:
+    friend class BlockLocks;
+    BlockLocks* locks_ = nullptr;
+    uint64_t array_ = 0, first_ = 0, end_ = 0;
+    bool shared_ = false;
+  };
+  // Blocks [first, end) of array `array` (sealed_array), alone or `shared` with other shared holds, when no one
+  // holds any of them otherwise; else an empty Hold, and *seen is the count of releases so far, for wait().
+  Hold try_lock(uint64_t array, uint64_t first, uint64_t end, bool shared, uint64_t* seen);
   // Returns after a release past `seen`, or after `timeout`.
   void wait(uint64_t seen, std::chrono::milliseconds timeout);
 
  private:
   struct Held {
     uint64_t array, first, end;
+    bool shared;
   };
+  void unlock(const Held& h);
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Held> held_;
   uint64_t releases_ = 0;
 };
+
+// What BlockLocks know an array by: a hash of its place (never 0).
+uint64_t sealed_array(std::string_view cont, const ObjectId& oid, std::string_view dkey, std::string_view akey);
 
 // A cipher for sealed arrays (agent::Sealer). Thread-safe: the containers of many threads share one.
 class BlockSealer {

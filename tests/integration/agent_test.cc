@@ -773,9 +773,32 @@ TEST_F(AgentTest, ASealingTenantsObjectsAndFilesAreSealedAtAnySize) {
   auto seen = plain_ns->getattr(f->oid);
   ASSERT_TRUE(seen.is_ok());
   EXPECT_EQ(seen->size, model.size());
-  // A byte of a sealed object changed by someone without the key: an error through the agent, never bytes.
+  // The ring and the layouts read each other's blocks: an object's short last block through the ring, a block
+  // the ring wrote through the object.
   auto victim = client::NamedObjects(*native).stat("obj-5000");
   ASSERT_TRUE(victim.is_ok());
+  auto h = app->open("p", "c", true);
+  ASSERT_TRUE(h.is_ok()) << h.status().to_string();
+  auto buf = app->buffer();
+  std::fill(buf.begin(), buf.begin() + 8192, 0xee);
+  ASSERT_TRUE(
+      app->read(*h, victim->data, client::layout::chunk_key(0), client::layout::kDataAkey, 0, buf.subspan(0, 8192))
+          .is_ok());
+  std::string want = all[2];  // the 5000 bytes
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(buf.data()), 5000), want);
+  EXPECT_TRUE(std::all_of(buf.begin() + 5000, buf.begin() + 8192, [](uint8_t b) { return b == 0; }));
+  std::fill(buf.begin(), buf.begin() + 4096, 'q');
+  ASSERT_TRUE(
+      app->write(*h, victim->data, client::layout::chunk_key(0), client::layout::kDataAkey, 0, buf.subspan(0, 4096))
+          .is_ok());
+  want.replace(0, 4096, std::string(4096, 'q'));
+  auto mixed = get("obj-5000");
+  ASSERT_TRUE(mixed.is_ok()) << mixed.status().to_string();
+  EXPECT_TRUE(*mixed == want);
+  // Bytes in a record (an object another client put small, which a sealing handle never does) are not its own.
+  ASSERT_TRUE(client::NamedObjects(*native).put("planted", source_of(std::string(100, 'p'))).is_ok());
+  EXPECT_EQ(get("planted").status().code(), StatusCode::kChecksumMismatch);
+  // A byte of a sealed object changed by someone without the key: an error through the agent, never bytes.
   std::vector<uint8_t> chunk(5000);
   ASSERT_TRUE(native->read(victim->data, client::layout::chunk_key(0), client::layout::kDataAkey, 0, chunk).is_ok());
   chunk[4500] ^= 4;
