@@ -29,16 +29,13 @@ BlockLocks::Hold& BlockLocks::Hold::operator=(Hold&& o) noexcept {
   if (this != &o) {
     release();
     locks_ = std::exchange(o.locks_, nullptr);
-    array_ = o.array_;
-    first_ = o.first_;
-    end_ = o.end_;
-    shared_ = o.shared_;
+    held_ = o.held_;
   }
   return *this;
 }
 
 void BlockLocks::Hold::release() {
-  if (locks_) std::exchange(locks_, nullptr)->unlock({array_, first_, end_, shared_});
+  if (locks_) std::exchange(locks_, nullptr)->unlock(held_);
 }
 
 BlockLocks::Hold BlockLocks::try_lock(uint64_t array, uint64_t first, uint64_t end, bool shared, uint64_t* seen) {
@@ -50,12 +47,9 @@ BlockLocks::Hold BlockLocks::try_lock(uint64_t array, uint64_t first, uint64_t e
       return h;
     }
   }
-  held_.push_back({array, first, end, shared});
+  h.held_ = {array, first, end, shared};
+  held_.push_back(h.held_);
   h.locks_ = this;
-  h.array_ = array;
-  h.first_ = first;
-  h.end_ = end;
-  h.shared_ = shared;
   return h;
 }
 

@@ -46,6 +46,11 @@ struct SealPlace {
 // writes ciphertext and records as two requests, so a writer holds its blocks alone (until both requests are
 // done), and readers share theirs (so none meets a block between its two halves).
 class BlockLocks {
+  struct Held {
+    uint64_t array = 0, first = 0, end = 0;
+    bool shared = false;
+  };
+
  public:
   // Blocks held until the Hold goes (or release()).
   class Hold {
@@ -60,8 +65,7 @@ class BlockLocks {
    private:
     friend class BlockLocks;
     BlockLocks* locks_ = nullptr;
-    uint64_t array_ = 0, first_ = 0, end_ = 0;
-    bool shared_ = false;
+    Held held_;
   };
   // Blocks [first, end) of array `array` (sealed_array), alone or `shared` with other shared holds, when no one
   // holds any of them otherwise; else an empty Hold, and *seen is the count of releases so far, for wait().
@@ -70,10 +74,6 @@ class BlockLocks {
   void wait(uint64_t seen, std::chrono::milliseconds timeout);
 
  private:
-  struct Held {
-    uint64_t array, first, end;
-    bool shared;
-  };
   void unlock(const Held& h);
   std::mutex mu_;
   std::condition_variable cv_;
