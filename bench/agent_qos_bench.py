@@ -8,9 +8,11 @@
   --mode weights: tenant "many" (root: four jobs at depth 64) beside tenant "one" (nobody: one job at depth 128),
       with weights --weights A:B, against the same with sharing off (share_depth 1e9: what each gets from the
       targets serving requests in turn); prints each one's IOPS and share, and the share its weight gives it.
+      With --rw randwrite, durable 4 KiB random writes instead; with --one-jobs N, tenant "one" runs N jobs (128
+      in flight among them), so that each tenant's apps can take what its weight gives it.
 
     python3 bench/agent_qos_bench.py [--build build] [--provider ucx+shm] [--mode limit|agents|weights] [--limit 5000]
-                                     [--weights 1:1] [--runtime 5] [--reps 3]
+                                     [--weights 1:1] [--rw randread|randwrite] [--one-jobs 1] [--runtime 5] [--reps 3]
 """
 import contextlib
 import json
@@ -26,8 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rfos_setup  # noqa: E402
 
 
-def start_bench(server, sock, runtime, as_nobody, numjobs=1, iodepth=16):
-    cmd = [server.rfos, "bench", "--pool", "p", "--cont", "c", "--rw", "randread", "--bs", "4k", "--iodepth",
+def start_bench(server, sock, runtime, as_nobody, numjobs=1, iodepth=16, rw="randread"):
+    cmd = [server.rfos, "bench", "--pool", "p", "--cont", "c", "--rw", rw, "--bs", "4k", "--iodepth",
            str(iodepth), "--numjobs", str(numjobs), "--size", "64m", "--runtime", str(runtime), "--output-format",
            "json", "--agent", sock]
     if as_nobody:
@@ -39,7 +41,7 @@ def iops_of(proc):
     out, err = proc.communicate()
     if proc.returncode != 0:
         sys.exit("rfos bench failed: " + err)
-    return sum(j["read"]["iops"] for j in json.loads(out)["jobs"])
+    return sum(j["read"]["iops"] + j["write"]["iops"] for j in json.loads(out)["jobs"])
 
 
 @contextlib.contextmanager
@@ -117,8 +119,9 @@ def weights_mode(args, server, work):
         many, one = [], []
         with agent(server, work, args.provider, config) as sock:
             for _ in range(args.reps):
-                a = start_bench(server, sock, args.runtime, False, numjobs=4, iodepth=64)
-                b = start_bench(server, sock, args.runtime, True, numjobs=1, iodepth=128)
+                a = start_bench(server, sock, args.runtime, False, numjobs=4, iodepth=64, rw=args.rw)
+                b = start_bench(server, sock, args.runtime, True, numjobs=args.one_jobs, iodepth=128 // args.one_jobs,
+                                rw=args.rw)
                 ia, ib = iops_of(a), iops_of(b)
                 many.append(ia)
                 one.append(ib)
@@ -126,8 +129,9 @@ def weights_mode(args, server, work):
                       % (name, ia, ib, ia / (ia + ib), want), flush=True)
         rows[name] = (statistics.median(many), statistics.median(one),
                       statistics.median([a / (a + b) for a, b in zip(many, one)]))
-    print("\nprovider %s, 4 KiB random reads; tenant many: 4 jobs at depth 64, weight %g; tenant one: 1 job at "
-          "depth 128, weight %g; %d rep(s) of %.0f s, medians\n" % (args.provider, wa, wb, args.reps, args.runtime))
+    print("\nprovider %s, 4 KiB %s; tenant many: 4 jobs at depth 64, weight %g; tenant one: %d job(s) at depth %d, "
+          "weight %g; %d rep(s) of %.0f s, medians\n" % (args.provider, args.rw, wa, args.one_jobs,
+                                                         128 // args.one_jobs, wb, args.reps, args.runtime))
     print("| agent | many (IOPS) | one (IOPS) | many's share | its weight's share | ratio |")
     print("|---|---|---|---|---|---|")
     for name, (a, b, share) in rows.items():
@@ -139,6 +143,8 @@ def main():
     p.add_argument("--mode", choices=["limit", "agents", "weights"], default="limit")
     p.add_argument("--limit", type=float, default=5000)
     p.add_argument("--weights", default="1:1")
+    p.add_argument("--rw", choices=["randread", "randwrite"], default="randread")
+    p.add_argument("--one-jobs", type=int, default=1)
     p.add_argument("--runtime", type=float, default=5)
     p.add_argument("--reps", type=int, default=3)
     args = p.parse_args()
