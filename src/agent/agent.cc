@@ -24,6 +24,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -446,6 +447,9 @@ class AppConn {
   // bytes go through the shared buffer a chunk at a time (protocol.h, kObject).
   Message object(const Message& m) {
     auto fail = [&](const Status& s) { return error_message(m.id, s); };
+    // A sealing tenant's layouts hold the blocks they move (client/sealed_io.h): this app's ring I/O, which holds
+    // its own until this thread reaps it, ends first, or the request would wait on this very thread.
+    if (sealer_) drain(std::chrono::milliseconds(config_.timeout_ms));
     auto op = static_cast<ObjectOp>(m.value);
     if (m.epoch != 0 && op != ObjectOp::kGet && op != ObjectOp::kStat && op != ObjectOp::kList)
       return fail(error(StatusCode::kInvalidArgument, "a snapshot is read-only"));
@@ -838,9 +842,22 @@ class AppConn {
       // apps'): left in the ring while another holds them.
       client::BlockLocks::Hold hold;
       if (sealer_ && e.op != static_cast<uint8_t>(RingOp::kNop) && !hold_blocks(e, &hold)) {
-        blocked_ = true;
-        break;
+        // Not for longer than a request may take: then it completes Busy, and what is behind it goes on.
+        auto now = std::chrono::steady_clock::now();
+        if (!blocked_since_) blocked_since_ = now;
+        if (now - *blocked_since_ < std::chrono::milliseconds(config_.timeout_ms)) {
+          blocked_ = true;
+          break;
+        }
+        blocked_since_.reset();
+        want_.release();
+        ends_->sq.skip();
+        ++took;
+        pending_.push_back({e.user_data, static_cast<uint16_t>(StatusCode::kBusy), 0, 0});
+        continue;
       }
+      blocked_since_.reset();
+      want_.release();
       // Left in the ring when the tenant's share of what is in flight is full (until completions free it) or
       // its limits hold it (until they allow it).
       double cost = 0;
@@ -888,20 +905,43 @@ class AppConn {
     SealPlace place;
     uint64_t first_block = 0;
     client::BlockLocks::Hold hold;  // a sealing tenant's blocks, until done
+    // A sealed write's halves, which are sent again when one fails (while the op holds its blocks).
+    ObjectId oid;
+    std::string dkey, akey;
+    client::Ticket records_ticket = 0;
+    bool records_unsent = false;
+    int resends = 0;
   };
+  static constexpr int kMaxResends = 2;
+
+  // Sends a sealed write's ciphertext or its records; tickets_ maps it to the op.
+  Status send_half(uint32_t handle, const std::shared_ptr<Op>& op, bool records) {
+    RFOS_ASSIGN_OR_RETURN(client::Container * c, container(handle));
+    auto t = records ? c->submit_write(op->oid, op->dkey, op->akey + std::string(kRecordsSuffix),
+                                       op->first_block * kSealRecord, op->records)
+                     : c->submit_write(op->oid, op->dkey, op->akey, op->first_block * kSealBlock, op->cipher);
+    if (!t.is_ok()) return t.status();
+    if (records) op->records_ticket = *t;
+    tickets_[{handle, *t}] = op;
+    ++op->remaining;
+    return Status::ok();
+  }
 
   // Takes the blocks a sealing tenant's read (with other reads) or write (alone) moves; false when other I/O of
   // the tenant holds some of them (*seen_ for the wait). A submission that names no container or blocks holds
   // nothing: submit refuses it.
   bool hold_blocks(const Sqe& e, client::BlockLocks::Hold* hold) {
     auto c = container(e.cont);
-    if (!c.is_ok() || e.length == 0 || e.offset >= (1ull << 62) || e.length > client::kMaxIoBytes) return true;
+    if (!c.is_ok() || !check_sqe(e, buffer_bytes_, client::kMaxIoBytes).is_ok()) return true;
     ObjectId oid;
     std::memcpy(&oid.hi, e.oid, 8);
     std::memcpy(&oid.lo, e.oid + 8, 8);
     const uint64_t first = e.offset / kSealBlock, end = (e.offset + e.length + kSealBlock - 1) / kSealBlock;
-    *hold = sealer_->locks().try_lock(client::sealed_array((*c)->session().cont.uuid, oid, e.dkey(), e.akey()), first,
-                                      end, e.op == static_cast<uint8_t>(RingOp::kRead), &seen_);
+    const uint64_t array = client::sealed_array((*c)->session().cont.uuid, oid, e.dkey(), e.akey());
+    const bool read = e.op == static_cast<uint8_t>(RingOp::kRead);
+    *hold = sealer_->locks().try_lock(array, first, end, read, &seen_);
+    // A write kept out says so, so that readers coming after it wait behind it rather than keep it out for good.
+    if (!*hold && !read && !want_) want_ = sealer_->locks().want(array, first, end);
     return static_cast<bool>(*hold);
   }
 
@@ -944,14 +984,21 @@ class AppConn {
     op->records = {op->bounce.get() + client::kMaxIoBytes, e.length / kSealBlock * kSealRecord};
     std::string records_akey = std::string(e.akey()) + std::string(kRecordsSuffix);
     uint64_t records_offset = op->first_block * kSealRecord;
-    if (!op->read) RFOS_RETURN_IF_ERROR(crypt_in_slices(*op, true));
-    Result<client::Ticket> t1 = op->read ? c.submit_read(oid, e.dkey(), e.akey(), e.offset, op->cipher)
-                                         : c.submit_write(oid, e.dkey(), e.akey(), e.offset, op->cipher);
+    if (!op->read) {
+      RFOS_RETURN_IF_ERROR(crypt_in_slices(*op, true));
+      op->oid = oid;
+      op->dkey = e.dkey();
+      op->akey = e.akey();
+      RFOS_RETURN_IF_ERROR(send_half(e.cont, op, false));
+      // Records whose send fails now go once the ciphertext's call has ended (collect).
+      op->records_unsent = !send_half(e.cont, op, true).is_ok();
+      return Status::ok();
+    }
+    Result<client::Ticket> t1 = c.submit_read(oid, e.dkey(), e.akey(), e.offset, op->cipher);
     if (!t1.is_ok()) return t1.status();
     op->remaining = 1;
     tickets_[{e.cont, *t1}] = op;
-    Result<client::Ticket> t2 = op->read ? c.submit_read(oid, e.dkey(), records_akey, records_offset, op->records)
-                                         : c.submit_write(oid, e.dkey(), records_akey, records_offset, op->records);
+    Result<client::Ticket> t2 = c.submit_read(oid, e.dkey(), records_akey, records_offset, op->records);
     if (!t2.is_ok()) {
       op->status = t2.status();  // the first ends the op when it completes
       return Status::ok();
@@ -1020,8 +1067,25 @@ class AppConn {
         std::shared_ptr<Op> op = std::move(it->second);
         tickets_.erase(it);
         *busy = true;
-        if (op->status.is_ok() && !c.status.is_ok()) op->status = c.status;
-        if (--op->remaining == 0) ready_.push_back(std::move(op));
+        --op->remaining;
+        Status s = c.status;
+        if (!op->read && op->records.size() > 0) {
+          // A sealed write: a half that failed is sent again while the op holds its blocks (else the block would
+          // not open), and records that could not be sent go once the ciphertext's call has ended.
+          const bool records = c.ticket == op->records_ticket;
+          while (!s.is_ok() && op->resends < kMaxResends) {
+            ++op->resends;
+            s = send_half(h, op, records);
+          }
+          while (s.is_ok() && !records && op->records_unsent && op->resends < kMaxResends) {
+            ++op->resends;
+            op->records_unsent = !send_half(h, op, true).is_ok();
+          }
+          if (s.is_ok() && op->records_unsent && op->remaining == 0)
+            s = error(StatusCode::kIoError, "a sealed write's records could not be sent");
+        }
+        if (op->status.is_ok() && !s.is_ok()) op->status = s;
+        if (op->remaining == 0) ready_.push_back(std::move(op));
       }
       timeout_ms = 0;
     }
@@ -1075,7 +1139,9 @@ class AppConn {
   bool held_ = false;               // the share held a submission back on this turn
   bool blocked_ = false;            // a submission was left in the ring for blocks other I/O holds (sealing tenants)
   uint64_t seen_ = 0;               // the block locks' releases then
-  uint64_t throttled_until_ = 0;    // now_ns() before which the limits let nothing more go
+  std::optional<std::chrono::steady_clock::time_point> blocked_since_;  // the ring's first submission, blocked
+  client::BlockLocks::Want want_;                                       // its blocks, when it writes
+  uint64_t throttled_until_ = 0;                     // now_ns() before which the limits let nothing more go
   std::vector<std::unique_ptr<uint8_t[]>> bounces_;  // free bounce buffers of sealed I/O
   std::unique_ptr<client::ControlClient> control_;
   struct Served {  // the app's mount, served here (serve_mount)

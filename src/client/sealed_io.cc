@@ -19,6 +19,12 @@ std::string records_akey(std::string_view akey) { return std::string(akey) + std
 
 Status ignore_not_found(Status s) { return s.code() == StatusCode::kNotFound ? Status::ok() : s; }
 
+// One piece, as the container cuts them: its blocks fit a whole piece's bounce buffer.
+bool one_piece(uint64_t offset, size_t len) {
+  return len > 0 && len <= kMaxIoBytes && offset < kMaxOffset &&
+         offset / kMaxIoBytes == (offset + len - 1) / kMaxIoBytes;
+}
+
 bool all_zero(std::span<const uint8_t> b) {
   return std::all_of(b.begin(), b.end(), [](uint8_t x) { return x == 0; });
 }
@@ -43,6 +49,7 @@ struct SealedIo::Op {
   std::span<uint8_t> cipher, records;
   BlockLocks::Hold hold;
   bool cipher_missing = false;  // a read's ciphertext came back kNotFound
+  bool records_unsent = false;  // a write's records could not be sent yet
   int attempts = 0;             // a read's reads, a write's sends of a half again
 };
 
@@ -69,15 +76,17 @@ SealedIo::Bounce SealedIo::take_bounce(size_t blocks) {
 void SealedIo::give_bounce(Bounce b) {
   if (!b.bytes) return;
   auto& pool = b.size <= kSmallBlocks * (kB + kR) ? small_ : large_;
-  if (pool.size() < 4) pool.push_back(std::move(b));
+  if (pool.size() < 8) pool.push_back(std::move(b));  // a synchronous call's window of pieces
 }
 
 Result<BlockLocks::Hold> SealedIo::lock(uint64_t array, uint64_t first, uint64_t end, bool shared) {
   const auto deadline = steady_now() + std::chrono::milliseconds(timeout_ms_);
+  BlockLocks::Want want;  // a writer kept out: readers coming after it wait behind it
   for (;;) {
     uint64_t seen = 0;
     BlockLocks::Hold h = sealer_->locks().try_lock(array, first, end, shared, &seen);
     if (h) return h;
+    if (!shared && !want) want = sealer_->locks().want(array, first, end);
     if (steady_now() >= deadline)
       return error(StatusCode::kBusy, "blocks of a sealed array stayed held by other I/O past the timeout");
     // This handle's own I/O may hold them: it ends only as its completions are taken.
@@ -128,8 +137,8 @@ Status SealedIo::read_edges(const ObjectId& oid, std::string_view dkey, std::str
 
 Result<Ticket> SealedIo::submit_write(const ObjectId& oid, std::string_view dkey, std::string_view akey,
                                       uint64_t offset, std::span<const uint8_t> data) {
-  if (data.empty() || offset >= kMaxOffset || data.size() > kMaxIoBytes)
-    return error(StatusCode::kInvalidArgument, "a sealed write is 1 B .. 1 MiB below 2^62");
+  if (!one_piece(offset, data.size()))
+    return error(StatusCode::kInvalidArgument, "a sealed write is 1 B .. 1 MiB within one 1 MiB-aligned range");
   auto op = std::make_shared<Op>();
   op->oid = oid;
   op->dkey = dkey;
@@ -174,24 +183,13 @@ Result<Ticket> SealedIo::submit_write(const ObjectId& oid, std::string_view dkey
     give_bounce(std::move(op->bounce));
     return s;
   }
-  // Both halves go out now. The records, once the ciphertext went, are sent again if their send fails (the
-  // block would be a mismatch without them); a half that fails later is sent again in route().
-  auto c = raw_.raw_write(oid, dkey, akey, op->first_block * kB, op->cipher);
-  if (!c.is_ok()) {  // nothing went out
+  // Both halves go out now. Records whose send fails once the ciphertext went are sent again when its call ends
+  // (route), while the op holds its blocks: the block would not open without them.
+  if (Status sent = send_half(op, false); !sent.is_ok()) {  // nothing went out
     give_bounce(std::move(op->bounce));
-    return c.status();
+    return sent;
   }
-  raw_calls_[*c] = {op, false};
-  op->remaining = 1;
-  Result<uint64_t> r = error(StatusCode::kInternal, "not sent");
-  for (int attempt = 0; !r.is_ok() && attempt < kWriteAttempts; ++attempt)
-    r = raw_.raw_write(oid, dkey, records_akey(akey), op->first_block * kR, op->records);
-  if (r.is_ok()) {
-    raw_calls_[*r] = {op, true};
-    op->remaining = 2;
-  } else {
-    op->status = r.status();  // the op ends, failed, once its ciphertext's call does
-  }
+  op->records_unsent = !send_half(op, true).is_ok();
   op->ticket = next_ticket_++;
   ++ops_;
   return op->ticket;
@@ -215,8 +213,8 @@ Status SealedIo::start_read(const std::shared_ptr<Op>& op) {
 
 Result<Ticket> SealedIo::submit_read(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
                                      std::span<uint8_t> out) {
-  if (out.empty() || offset >= kMaxOffset || out.size() > kMaxIoBytes)
-    return error(StatusCode::kInvalidArgument, "a sealed read is 1 B .. 1 MiB below 2^62");
+  if (!one_piece(offset, out.size()))
+    return error(StatusCode::kInvalidArgument, "a sealed read is 1 B .. 1 MiB within one 1 MiB-aligned range");
   auto op = std::make_shared<Op>();
   op->read = true;
   op->oid = oid;
@@ -256,28 +254,47 @@ void SealedIo::route(const Completion& c) {
   Raw r = std::move(it->second);
   raw_calls_.erase(it);
   Op& op = *r.op;
-  if (!op.read && !c.status.is_ok() && op.attempts + 1 < kWriteAttempts) {
-    // A half that failed while the other may have landed: sent again while the op holds its blocks, so that the
-    // block is whole again (and the bytes around the new ones, which it carries too, are not lost).
-    ++op.attempts;
-    auto id = r.records ? raw_.raw_write(op.oid, op.dkey, records_akey(op.akey), op.first_block * kR, op.records)
-                        : raw_.raw_write(op.oid, op.dkey, op.akey, op.first_block * kB, op.cipher);
-    if (id.is_ok()) {
-      raw_calls_[*id] = std::move(r);
-      return;
-    }
-  }
-  if (!c.status.is_ok() && op.status.is_ok()) {
-    if (op.read && c.status.code() == StatusCode::kNotFound) {
-      if (r.records)
+  --op.remaining;
+  if (op.read) {
+    if (!c.status.is_ok() && op.status.is_ok()) {
+      if (c.status.code() != StatusCode::kNotFound)
+        op.status = c.status;
+      else if (r.records)
         std::memset(op.records.data(), 0, op.records.size());  // no records: holes (or bytes without any: an error)
       else
         op.cipher_missing = true;
-    } else {
-      op.status = c.status;
     }
+  } else {
+    // A half that failed while the other may have landed is sent again while the op holds its blocks, so that the
+    // block is whole again (and the bytes around the new ones, which it carries too, are not lost); records that
+    // could not be sent at first go once the ciphertext's call has ended.
+    Status s = c.status.is_ok() ? Status::ok() : resend(r.op, r.records, c.status);
+    if (s.is_ok() && op.records_unsent && !r.records) {
+      s = resend(r.op, true, error(StatusCode::kIoError, "a sealed write's records could not be sent"));
+      if (s.is_ok()) op.records_unsent = false;
+    }
+    if (!s.is_ok() && op.status.is_ok()) op.status = s;
   }
-  if (--op.remaining == 0) complete(r.op);
+  if (op.remaining == 0) complete(r.op);
+}
+
+Status SealedIo::resend(const std::shared_ptr<Op>& op, bool records, Status why) {
+  while (op->attempts + 1 < kWriteAttempts) {
+    ++op->attempts;
+    Status sent = send_half(op, records);
+    if (sent.is_ok()) return sent;
+    why = sent;
+  }
+  return why;
+}
+
+Status SealedIo::send_half(const std::shared_ptr<Op>& op, bool records) {
+  auto id = records ? raw_.raw_write(op->oid, op->dkey, records_akey(op->akey), op->first_block * kR, op->records)
+                    : raw_.raw_write(op->oid, op->dkey, op->akey, op->first_block * kB, op->cipher);
+  if (!id.is_ok()) return id.status();
+  raw_calls_[*id] = {op, records};
+  ++op->remaining;
+  return Status::ok();
 }
 
 void SealedIo::complete(const std::shared_ptr<Op>& op) {
@@ -322,10 +339,11 @@ std::vector<Completion> SealedIo::poll(size_t max, int timeout_ms) {
   // An op ends with its last raw call: what one wait took may end none.
   const auto deadline = steady_now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
   while (done_.empty() && !raw_calls_.empty()) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady_now()).count();
-    progress(static_cast<int>(std::max<int64_t>(left, 0)));
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - steady_now()).count();
     if (left <= 0) break;
+    progress(static_cast<int>(left));
   }
+  if (done_.empty() && !raw_calls_.empty()) progress(0);
   std::vector<Completion> out;
   while (!done_.empty() && out.size() < max) {
     out.push_back(std::move(done_.front()));

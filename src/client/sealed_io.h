@@ -105,6 +105,11 @@ class SealedIo {
   Status read_edges(const ObjectId& oid, std::string_view dkey, std::string_view akey, std::span<const Edge> edges);
   Status write_now(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
                    std::span<const uint8_t> data);
+  // Sends a write's ciphertext or its records (op->remaining counts it).
+  Status send_half(const std::shared_ptr<Op>& op, bool records);
+  // Sends a half again, up to kWriteAttempts sends of the op in all: OK once sent, else the last failure (`why`
+  // when no attempt is left).
+  Status resend(const std::shared_ptr<Op>& op, bool records, Status why);
   Status start_read(const std::shared_ptr<Op>& op);
   void progress(int timeout_ms);
   void route(const Completion& c);

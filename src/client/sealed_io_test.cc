@@ -108,6 +108,7 @@ struct Store {
   std::set<std::string> dkeys;
   int spoil_records = 0;       // record reads to come back with a bit flipped (a writer between its halves)
   int fail_record_writes = 0;  // record writes to fail (sent, not stored: a target that timed out)
+  int fail_record_sends = 0;   // record writes whose send fails at once
   static std::string name(const ObjectId& oid, std::string_view dkey) {
     return oid.to_string() + "/" + std::string(dkey);
   }
@@ -123,6 +124,13 @@ class MemArrays : public RawArrays {
   MemArrays(Store& store, bool defer) : store_(store), defer_(defer) {}
   Result<uint64_t> raw_write(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
                              std::span<const uint8_t> data) override {
+    {
+      std::lock_guard lock(store_.mu);
+      if (akey.ends_with(kRecordsSuffix) && store_.fail_record_sends > 0) {
+        --store_.fail_record_sends;
+        return error(StatusCode::kShutdown, "the endpoint is gone");
+      }
+    }
     std::vector<uint8_t> copy(data.begin(), data.end());
     std::string d(dkey), a(akey);
     return queue(
@@ -370,6 +378,14 @@ TEST(SealedIo, AHalfOfAWriteThatFailsIsSentAgain) {
   ASSERT_TRUE(write(io, 0, data.data(), kSealBlock).is_ok());
   ASSERT_TRUE(read(io, 0, out.data(), out.size()).is_ok());
   EXPECT_EQ(out, data);
+  // Records whose send fails at once go when the ciphertext's call has ended; never sent, the write fails.
+  store.fail_record_sends = 1;
+  ASSERT_TRUE(write(io, 300, patch.data(), patch.size()).is_ok());
+  std::copy(patch.begin(), patch.end(), data.begin() + 300);
+  ASSERT_TRUE(read(io, 0, out.data(), out.size()).is_ok());
+  EXPECT_EQ(out, data);
+  store.fail_record_sends = SealedIo::kWriteAttempts;
+  EXPECT_EQ(write(io, 400, patch.data(), patch.size()).code(), StatusCode::kShutdown);
 }
 
 // Blocks another I/O of this process holds: a writer waits for them (its own completions moving meanwhile), up to
@@ -390,6 +406,12 @@ TEST(SealedIo, HeldBlocksWaitReadersShareAndACloseDrains) {
     ASSERT_TRUE(read(io, 0, out.data(), out.size()).is_ok());  // beside another reader
     EXPECT_EQ(out, data);
     EXPECT_FALSE(sealer->locks().try_lock(array, 0, 1, false, &seen));
+    // A writer kept out keeps new readers out, so that readers one after another cannot keep it out for good.
+    BlockLocks::Want want = sealer->locks().want(array, 0, 1);
+    EXPECT_FALSE(sealer->locks().try_lock(array, 0, 1, true, &seen));
+    EXPECT_TRUE(sealer->locks().try_lock(array, 1, 2, true, &seen));  // other blocks: as before
+    want.release();
+    EXPECT_TRUE(sealer->locks().try_lock(array, 0, 1, true, &seen));
   }
   // Writes in flight when the handle closes land before it is gone (deferred: they land as taken).
   std::vector<uint8_t> other(kSealBlock, 6);

@@ -38,14 +38,50 @@ void BlockLocks::Hold::release() {
   if (locks_) std::exchange(locks_, nullptr)->unlock(held_);
 }
 
+BlockLocks::Want& BlockLocks::Want::operator=(Want&& o) noexcept {
+  if (this != &o) {
+    release();
+    locks_ = std::exchange(o.locks_, nullptr);
+    held_ = o.held_;
+  }
+  return *this;
+}
+
+void BlockLocks::Want::release() {
+  if (locks_) std::exchange(locks_, nullptr)->unwant(held_);
+}
+
+BlockLocks::Want BlockLocks::want(uint64_t array, uint64_t first, uint64_t end) {
+  Want w;
+  w.held_ = {array, first, end, false};
+  std::lock_guard lock(mu_);
+  wanted_.push_back(w.held_);
+  w.locks_ = this;
+  return w;
+}
+
+void BlockLocks::unwant(const Held& h) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = std::find_if(wanted_.begin(), wanted_.end(),
+                           [&](const Held& o) { return o.array == h.array && o.first == h.first && o.end == h.end; });
+    if (it != wanted_.end()) wanted_.erase(it);
+    ++releases_;  // readers it kept out may go now
+  }
+  cv_.notify_all();
+}
+
 BlockLocks::Hold BlockLocks::try_lock(uint64_t array, uint64_t first, uint64_t end, bool shared, uint64_t* seen) {
   Hold h;
   std::lock_guard lock(mu_);
-  for (const Held& o : held_) {
-    if (o.array == array && o.first < end && first < o.end && !(shared && o.shared)) {
-      *seen = releases_;
-      return h;
-    }
+  bool kept_out = std::any_of(held_.begin(), held_.end(),
+                              [&](const Held& o) { return overlap(o, array, first, end) && !(shared && o.shared); });
+  if (shared && !kept_out)
+    kept_out =
+        std::any_of(wanted_.begin(), wanted_.end(), [&](const Held& o) { return overlap(o, array, first, end); });
+  if (kept_out) {
+    *seen = releases_;
+    return h;
   }
   h.held_ = {array, first, end, shared};
   held_.push_back(h.held_);

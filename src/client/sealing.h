@@ -67,17 +67,40 @@ class BlockLocks {
     BlockLocks* locks_ = nullptr;
     Held held_;
   };
-  // Blocks [first, end) of array `array` (sealed_array), alone or `shared` with other shared holds, when no one
-  // holds any of them otherwise; else an empty Hold, and *seen is the count of releases so far, for wait().
+  // A writer's wish for blocks others hold: while it lives, no new shared hold of any of them is given, so that
+  // readers coming one after another do not keep the writer out for good.
+  class Want {
+   public:
+    Want() = default;
+    Want(Want&& o) noexcept { *this = std::move(o); }
+    Want& operator=(Want&& o) noexcept;
+    ~Want() { release(); }
+    void release();
+    explicit operator bool() const { return locks_ != nullptr; }
+
+   private:
+    friend class BlockLocks;
+    BlockLocks* locks_ = nullptr;
+    Held held_;
+  };
+  // Blocks [first, end) of array `array` (sealed_array), alone or `shared` with other shared holds (and with no
+  // writer wanting them), when no one holds any of them otherwise; else an empty Hold, and *seen is the count of
+  // releases so far, for wait().
   Hold try_lock(uint64_t array, uint64_t first, uint64_t end, bool shared, uint64_t* seen);
+  Want want(uint64_t array, uint64_t first, uint64_t end);
   // Returns after a release past `seen`, or after `timeout`.
   void wait(uint64_t seen, std::chrono::milliseconds timeout);
 
  private:
   void unlock(const Held& h);
+  void unwant(const Held& h);
+  static bool overlap(const Held& a, uint64_t array, uint64_t first, uint64_t end) {
+    return a.array == array && a.first < end && first < a.end;
+  }
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Held> held_;
+  std::vector<Held> wanted_;
   uint64_t releases_ = 0;
 };
 

@@ -634,7 +634,26 @@ TEST_F(AgentTest, ASealingTenantsBytesAreNeverOnTheMediaAndTamperingIsCaught) {
 // sealing container, in this process, keeps a file's bytes and size through writes at any offset and cuts.
 TEST_F(AgentTest, ASealingTenantsObjectsAndFilesAreSealedAtAnySize) {
   start_server("root");
-  start_agent(sealing_agent());
+  const AgentConfig c = sealing_agent();
+  start_agent(c);
+  // Keys longer than a submission holds are refused before the agent looks at them (to hold their blocks).
+  {
+    RawApp raw;
+    ASSERT_TRUE(raw.start(c.listen));
+    Message open;
+    open.type = MsgType::kOpen;
+    open.pool = "p";
+    open.cont = "c";
+    open.write = true;
+    Message opened = raw.ask(open);
+    ASSERT_EQ(opened.type, MsgType::kOpened);
+    Sqe e;
+    e.op = static_cast<uint8_t>(RingOp::kWrite);
+    e.cont = opened.handle;
+    e.dkey_len = e.akey_len = 250;
+    e.length = 4096;
+    EXPECT_EQ(raw.submit(e), static_cast<uint16_t>(StatusCode::kInvalidArgument));
+  }
   auto app = connect();
   ASSERT_TRUE(app);
   const std::string marker = "sealed-object-marker-7c21e5-";
@@ -795,6 +814,23 @@ TEST_F(AgentTest, ASealingTenantsObjectsAndFilesAreSealedAtAnySize) {
   auto mixed = get("obj-5000");
   ASSERT_TRUE(mixed.is_ok()) << mixed.status().to_string();
   EXPECT_TRUE(*mixed == want);
+  // A ring write still in flight (its blocks held until the agent reaps it, on the thread that serves this app's
+  // requests too) ends before a request of the same app for those blocks: the request sees it, and waits for
+  // nothing (it would wait out the agent's timeout, then fail Busy).
+  std::fill(buf.begin(), buf.begin() + 4096, 'r');
+  ASSERT_TRUE(app->submit(RingOp::kWrite, *h, victim->data, client::layout::chunk_key(0), client::layout::kDataAkey, 0,
+                          buf.subspan(0, 4096), 77)
+                  .is_ok());
+  const auto asked = std::chrono::steady_clock::now();
+  auto after = get("obj-5000");
+  ASSERT_TRUE(after.is_ok()) << after.status().to_string();
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::milliseconds(c.timeout_ms));
+  want.replace(0, 4096, std::string(4096, 'r'));
+  EXPECT_TRUE(*after == want);
+  auto completions = app->poll(1, 10000);
+  ASSERT_TRUE(completions.is_ok());
+  ASSERT_EQ(completions->size(), 1u);
+  EXPECT_TRUE((*completions)[0].status.is_ok());
   // Bytes in a record (an object another client put small, which a sealing handle never does) are not its own.
   ASSERT_TRUE(client::NamedObjects(*native).put("planted", source_of(std::string(100, 'p'))).is_ok());
   EXPECT_EQ(get("planted").status().code(), StatusCode::kChecksumMismatch);
