@@ -687,7 +687,7 @@ TEST_F(AgentTest, ASealingTenantsObjectsAndFilesAreSealedAtAnySize) {
   for (size_t n : sizes) {
     all.push_back(bytes_of(n));
     const std::string& want = all.back();
-    for (const std::string name : {"obj-" + std::to_string(n), "/file-" + std::to_string(n)}) {
+    for (const std::string& name : {"obj-" + std::to_string(n), "/file-" + std::to_string(n)}) {
       auto stored = app->put_object("p", "c", name, 0640, source_of(want));
       ASSERT_TRUE(stored.is_ok()) << name << ": " << stored.status().to_string();
       auto back = get(name);
@@ -711,7 +711,9 @@ TEST_F(AgentTest, ASealingTenantsObjectsAndFilesAreSealedAtAnySize) {
                           })
                     .is_ok());
     EXPECT_EQ(raw.size(), n);
-    if (n >= marker.size()) EXPECT_EQ(raw.find(marker), std::string::npos);
+    if (n >= marker.size()) {
+      EXPECT_EQ(raw.find(marker), std::string::npos);
+    }
   }
   // The C API's batches through the agent: small files (which otherwise ride their create and lookup) and one
   // over a chunk.
