@@ -852,7 +852,6 @@ class AppConn {
         blocked_since_.reset();
         want_.release();
         ends_->sq.skip();
-        ++took;
         pending_.push_back({e.user_data, static_cast<uint16_t>(StatusCode::kBusy), 0, 0});
         continue;
       }
