@@ -55,14 +55,7 @@ def main():
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
             modes = [("host", None), ("agent", sock)]
             if args.seal:
-                key = os.path.join(work, "tenant.key")
-                with open(key, "w") as f:
-                    f.write(os.urandom(32).hex() + "\n")
-                os.chmod(key, 0o600)
-                config = os.path.join(work, "sealed.yaml")
-                with open(config, "w") as f:
-                    f.write("state_dir: %s\ntenants:\n  - name: sealed\n    users: [root]\n    key_file: %s\n"
-                            % (os.path.join(work, "agent-state"), key))
+                config = rfos_setup.sealing_agent_config(work)
                 sealed_sock = os.path.join(work, "agent", "sealed.sock")
                 agents.append(subprocess.Popen([server.rfos, "agent", "--config", config, "--listen", sealed_sock,
                                                 "--cpus", args.agent_cpus, "--provider", args.provider],

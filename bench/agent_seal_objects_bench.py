@@ -45,14 +45,7 @@ def main():
     agents = []
     try:
         with rfos_setup.Server(args.build, work, args.provider, extra=["--trust-agent", "root=root"]) as server:
-            key = os.path.join(work, "tenant.key")
-            with open(key, "w") as f:
-                f.write("ab" * 32 + "\n")
-            os.chmod(key, 0o600)
-            config = os.path.join(work, "sealed.yaml")
-            with open(config, "w") as f:
-                f.write("state_dir: %s\ntenants:\n  - name: sealed\n    users: [root]\n    key_file: %s\n"
-                        % (os.path.join(work, "agent-state"), key))
+            config = rfos_setup.sealing_agent_config(work)
             socks = {"plain": os.path.join(work, "agent", "plain.sock"),
                      "sealed": os.path.join(work, "agent", "sealed.sock")}
             agents.append(start_agent(server, args, socks["plain"]))

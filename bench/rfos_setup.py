@@ -24,6 +24,20 @@ def parser(doc):
     return p
 
 
+def sealing_agent_config(work):
+    """An `rfos agent` config file in `work` whose one tenant (root's apps) has its data sealed, with a fresh key
+    readable by its owner only (docs/agent.md, "Inline encryption"): the file's path."""
+    key = os.path.join(work, "tenant.key")
+    with open(key, "w") as f:
+        f.write(os.urandom(32).hex() + "\n")
+    os.chmod(key, 0o600)
+    config = os.path.join(work, "sealed.yaml")
+    with open(config, "w") as f:
+        f.write("state_dir: %s\ntenants:\n  - name: sealed\n    users: [root]\n    key_file: %s\n"
+                % (os.path.join(work, "agent-state"), key))
+    return config
+
+
 @contextlib.contextmanager
 def bindfs_over(work):
     """The ceilings of the mount's benchmarks: a directory on the file system of `work` (ext4 here) and bindfs,

@@ -135,19 +135,26 @@ Status SealedIo::read_edges(const ObjectId& oid, std::string_view dkey, std::str
   return s;
 }
 
-Result<Ticket> SealedIo::submit_write(const ObjectId& oid, std::string_view dkey, std::string_view akey,
-                                      uint64_t offset, std::span<const uint8_t> data) {
-  if (!one_piece(offset, data.size()))
-    return error(StatusCode::kInvalidArgument, "a sealed write is 1 B .. 1 MiB within one 1 MiB-aligned range");
+Result<std::shared_ptr<SealedIo::Op>> SealedIo::new_op(bool read, const ObjectId& oid, std::string_view dkey,
+                                                       std::string_view akey, uint64_t offset, size_t length) {
+  if (!one_piece(offset, length))
+    return error(StatusCode::kInvalidArgument, "a sealed I/O is 1 B .. 1 MiB within one 1 MiB-aligned range");
   auto op = std::make_shared<Op>();
+  op->read = read;
   op->oid = oid;
   op->dkey = dkey;
   op->akey = akey;
   op->offset = offset;
-  op->length = data.size();
-  const uint64_t end = offset + data.size();
+  op->length = length;
   op->first_block = offset / kB;
-  op->blocks = (end + kB - 1) / kB - op->first_block;
+  op->blocks = (offset + length + kB - 1) / kB - op->first_block;
+  return op;
+}
+
+Result<Ticket> SealedIo::submit_write(const ObjectId& oid, std::string_view dkey, std::string_view akey,
+                                      uint64_t offset, std::span<const uint8_t> data) {
+  RFOS_ASSIGN_OR_RETURN(std::shared_ptr<Op> op, new_op(false, oid, dkey, akey, offset, data.size()));
+  const uint64_t end = offset + data.size();
   RFOS_ASSIGN_OR_RETURN(
       op->hold, lock(sealed_array(cont_, oid, dkey, akey), op->first_block, op->first_block + op->blocks, false));
   op->bounce = take_bounce(op->blocks);
@@ -213,18 +220,8 @@ Status SealedIo::start_read(const std::shared_ptr<Op>& op) {
 
 Result<Ticket> SealedIo::submit_read(const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
                                      std::span<uint8_t> out) {
-  if (!one_piece(offset, out.size()))
-    return error(StatusCode::kInvalidArgument, "a sealed read is 1 B .. 1 MiB within one 1 MiB-aligned range");
-  auto op = std::make_shared<Op>();
-  op->read = true;
-  op->oid = oid;
-  op->dkey = dkey;
-  op->akey = akey;
-  op->offset = offset;
-  op->length = out.size();
+  RFOS_ASSIGN_OR_RETURN(std::shared_ptr<Op> op, new_op(true, oid, dkey, akey, offset, out.size()));
   op->out = out;
-  op->first_block = offset / kB;
-  op->blocks = (offset + out.size() + kB - 1) / kB - op->first_block;
   RFOS_ASSIGN_OR_RETURN(
       op->hold, lock(sealed_array(cont_, oid, dkey, akey), op->first_block, op->first_block + op->blocks, true));
   op->bounce = take_bounce(op->blocks);

@@ -91,6 +91,9 @@ class SealedIo {
     uint8_t* get() const { return bytes.get(); }
   };
 
+  // An op for one piece of the caller's, its blocks counted (kInvalidArgument for one that is not a piece).
+  Result<std::shared_ptr<Op>> new_op(bool read, const ObjectId& oid, std::string_view dkey, std::string_view akey,
+                                     uint64_t offset, size_t length);
   Bounce take_bounce(size_t blocks);
   void give_bounce(Bounce b);
   // Holds blocks [first, end) of the array, finishing this handle's own calls while another holds some of them.

@@ -29,46 +29,24 @@ BlockLocks::Hold& BlockLocks::Hold::operator=(Hold&& o) noexcept {
   if (this != &o) {
     release();
     locks_ = std::exchange(o.locks_, nullptr);
+    list_ = o.list_;
     held_ = o.held_;
   }
   return *this;
 }
 
 void BlockLocks::Hold::release() {
-  if (locks_) std::exchange(locks_, nullptr)->unlock(held_);
-}
-
-BlockLocks::Want& BlockLocks::Want::operator=(Want&& o) noexcept {
-  if (this != &o) {
-    release();
-    locks_ = std::exchange(o.locks_, nullptr);
-    held_ = o.held_;
-  }
-  return *this;
-}
-
-void BlockLocks::Want::release() {
-  if (locks_) std::exchange(locks_, nullptr)->unwant(held_);
+  if (locks_) std::exchange(locks_, nullptr)->drop(list_, held_);
 }
 
 BlockLocks::Want BlockLocks::want(uint64_t array, uint64_t first, uint64_t end) {
   Want w;
   w.held_ = {array, first, end, false};
+  w.list_ = &wanted_;
   std::lock_guard lock(mu_);
   wanted_.push_back(w.held_);
   w.locks_ = this;
   return w;
-}
-
-void BlockLocks::unwant(const Held& h) {
-  {
-    std::lock_guard lock(mu_);
-    auto it = std::find_if(wanted_.begin(), wanted_.end(),
-                           [&](const Held& o) { return o.array == h.array && o.first == h.first && o.end == h.end; });
-    if (it != wanted_.end()) wanted_.erase(it);
-    ++releases_;  // readers it kept out may go now
-  }
-  cv_.notify_all();
 }
 
 BlockLocks::Hold BlockLocks::try_lock(uint64_t array, uint64_t first, uint64_t end, bool shared, uint64_t* seen) {
@@ -84,18 +62,19 @@ BlockLocks::Hold BlockLocks::try_lock(uint64_t array, uint64_t first, uint64_t e
     return h;
   }
   h.held_ = {array, first, end, shared};
+  h.list_ = &held_;
   held_.push_back(h.held_);
   h.locks_ = this;
   return h;
 }
 
-void BlockLocks::unlock(const Held& h) {
+void BlockLocks::drop(std::vector<Held>* list, const Held& h) {
   {
     std::lock_guard lock(mu_);
-    auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& o) {
+    auto it = std::find_if(list->begin(), list->end(), [&](const Held& o) {
       return o.array == h.array && o.first == h.first && o.end == h.end && o.shared == h.shared;
     });
-    if (it != held_.end()) held_.erase(it);
+    if (it != list->end()) list->erase(it);
     ++releases_;
   }
   cv_.notify_all();

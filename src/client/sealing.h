@@ -52,7 +52,7 @@ class BlockLocks {
   };
 
  public:
-  // Blocks held until the Hold goes (or release()).
+  // Blocks held (or wanted, below) until the Hold goes (or release()).
   class Hold {
    public:
     Hold() = default;
@@ -65,24 +65,12 @@ class BlockLocks {
    private:
     friend class BlockLocks;
     BlockLocks* locks_ = nullptr;
+    std::vector<Held>* list_ = nullptr;  // the locks' held_ or wanted_
     Held held_;
   };
   // A writer's wish for blocks others hold: while it lives, no new shared hold of any of them is given, so that
   // readers coming one after another do not keep the writer out for good.
-  class Want {
-   public:
-    Want() = default;
-    Want(Want&& o) noexcept { *this = std::move(o); }
-    Want& operator=(Want&& o) noexcept;
-    ~Want() { release(); }
-    void release();
-    explicit operator bool() const { return locks_ != nullptr; }
-
-   private:
-    friend class BlockLocks;
-    BlockLocks* locks_ = nullptr;
-    Held held_;
-  };
+  using Want = Hold;
   // Blocks [first, end) of array `array` (sealed_array), alone or `shared` with other shared holds (and with no
   // writer wanting them), when no one holds any of them otherwise; else an empty Hold, and *seen is the count of
   // releases so far, for wait().
@@ -92,8 +80,8 @@ class BlockLocks {
   void wait(uint64_t seen, std::chrono::milliseconds timeout);
 
  private:
-  void unlock(const Held& h);
-  void unwant(const Held& h);
+  // Takes `h` off `list` (held_ or wanted_): what waited for it may go.
+  void drop(std::vector<Held>* list, const Held& h);
   static bool overlap(const Held& a, uint64_t array, uint64_t first, uint64_t end) {
     return a.array == array && a.first < end && first < a.end;
   }

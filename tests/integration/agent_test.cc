@@ -390,6 +390,15 @@ struct RawApp {
     }
     return decode_message(std::string_view(buf, static_cast<size_t>(n))).value();
   }
+  // Opens container c of pool p for writing: its handle's message (kOpened), or another.
+  Message open_c() {
+    Message open;
+    open.type = MsgType::kOpen;
+    open.pool = "p";
+    open.cont = "c";
+    open.write = true;
+    return ask(open);
+  }
   // Submits one entry and returns its completion's code.
   uint16_t submit(const Sqe& e) {
     ends->sq.push(e);
@@ -407,12 +416,7 @@ TEST_F(AgentTest, AHostileAppsSubmissionsAndRingAreRefused) {
   start_agent();
   RawApp app;
   ASSERT_TRUE(app.start(dir_.path() + "/agent/agent.sock"));
-  Message open;
-  open.type = MsgType::kOpen;
-  open.pool = "p";
-  open.cont = "c";
-  open.write = true;
-  Message opened = app.ask(open);
+  Message opened = app.open_c();
   ASSERT_EQ(opened.type, MsgType::kOpened);
   Sqe e;
   e.op = static_cast<uint8_t>(RingOp::kRead);
@@ -640,12 +644,7 @@ TEST_F(AgentTest, ASealingTenantsObjectsAndFilesAreSealedAtAnySize) {
   {
     RawApp raw;
     ASSERT_TRUE(raw.start(c.listen));
-    Message open;
-    open.type = MsgType::kOpen;
-    open.pool = "p";
-    open.cont = "c";
-    open.write = true;
-    Message opened = raw.ask(open);
+    Message opened = raw.open_c();
     ASSERT_EQ(opened.type, MsgType::kOpened);
     Sqe e;
     e.op = static_cast<uint8_t>(RingOp::kWrite);

@@ -25,6 +25,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import random_ops_bench  # noqa: E402  (the fsx-style exerciser, shared with the benchmark)
+import rfos_setup  # noqa: E402  (a sealing agent's config, shared with the benchmarks)
 
 RFOS = None
 ENV = dict(os.environ, UCX_NET_DEVICES="lo", FI_TCP_IFACE="lo", FI_NET_IFACE="lo")
@@ -854,15 +855,7 @@ class SealedAgentMountTest(AgentServer, unittest.TestCase):
 
     @classmethod
     def agent_config(cls, work):
-        key = os.path.join(work, "tenant.key")
-        with open(key, "w") as f:
-            f.write("ab" * 32 + "\n")
-        os.chmod(key, 0o600)
-        config = os.path.join(work, "agent.yaml")
-        with open(config, "w") as f:
-            f.write("state_dir: %s\ntenants:\n  - name: sealed\n    users: [root]\n    key_file: %s\n"
-                    % (os.path.join(work, "agent-state"), key))
-        return config
+        return rfos_setup.sealing_agent_config(work)
 
     def test_files_are_whole_through_the_mount_and_never_on_the_media(self):
         m = Mount(self.server, self.mnt, "--agent", self.sock)
