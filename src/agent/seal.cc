@@ -76,8 +76,7 @@ bool seal_one(EVP_CIPHER_CTX* ctx, Aad& aad, uint32_t agent_id, uint64_t counter
   std::memcpy(rec + 4, &counter, 8);
   rec[28] = kSealFormat;
   if (block != kValueBlock && n < kSealBlock) {
-    rec[29] = static_cast<uint8_t>(n);
-    rec[30] = static_cast<uint8_t>(n >> 8);
+    client::set_length_field(rec, static_cast<uint16_t>(n));
   }
   int len = 0;
   return EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, rec) == 1 &&
@@ -92,7 +91,7 @@ bool open_one(EVP_CIPHER_CTX* ctx, PlaceAads& aads, uint64_t block, const uint8_
               const uint8_t* rec) {
   Aad* aad = aads.of(rec[28]);
   // A whole block's length is 0, one way only (format 0 has none).
-  const unsigned length = rec[29] | (rec[30] << 8);
+  const unsigned length = client::length_field(rec);
   if (aad == nullptr || rec[31] != 0 || length >= kSealBlock || (rec[28] == 0 && length != 0)) return false;
   uint8_t tag[16];
   std::memcpy(tag, rec + 12, 16);

@@ -234,15 +234,15 @@ class Container::Impl : public RawArrays {
         return write ? sealed->submit_write(oid, dkey, akey, at, mem) : sealed->submit_read(oid, dkey, akey, at, mem);
       };
       io.finish = [&](uint64_t ticket) { return sealed->finish(ticket); };
-      return scatter_gather(write, extents, sgl, kSyncWindow, io);
+    } else {
+      io.submit = [&](uint64_t at, std::span<uint8_t> mem) {
+        return write ? write_piece(oid, dkey, akey, at, mem) : read_piece(oid, dkey, akey, at, mem);
+      };
+      io.finish = [&](uint64_t ticket) {
+        CallEngine::Finished f = calls->wait_for(ticket);
+        return write ? f.done.status : verify_read(std::move(f)).status;
+      };
     }
-    io.submit = [&](uint64_t at, std::span<uint8_t> mem) {
-      return write ? write_piece(oid, dkey, akey, at, mem) : read_piece(oid, dkey, akey, at, mem);
-    };
-    io.finish = [&](uint64_t ticket) {
-      CallEngine::Finished f = calls->wait_for(ticket);
-      return write ? f.done.status : verify_read(std::move(f)).status;
-    };
     return scatter_gather(write, extents, sgl, kSyncWindow, io);
   }
 

@@ -21,7 +21,7 @@ std::string SealPlace::legacy() const { return cont + "/" + oid + "/" + dkey + "
 
 uint32_t sealed_length(std::span<const uint8_t> record) {
   if (std::all_of(record.begin(), record.end(), [](uint8_t b) { return b == 0; })) return 0;
-  uint32_t len = record[29] | (uint32_t{record[30]} << 8);
+  uint32_t len = length_field(record.data());
   return len == 0 ? kSealBlock : len;
 }
 

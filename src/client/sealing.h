@@ -119,5 +119,11 @@ class BlockSealer {
 
 // The length a record gives its block (0 for a hole).
 uint32_t sealed_length(std::span<const uint8_t> record);
+// A record's length field as it is stored (bytes 29-30, LE; 0: a whole block), and its setting.
+inline uint16_t length_field(const uint8_t* record) { return static_cast<uint16_t>(record[29] | (record[30] << 8)); }
+inline void set_length_field(uint8_t* record, uint16_t length) {
+  record[29] = static_cast<uint8_t>(length);
+  record[30] = static_cast<uint8_t>(length >> 8);
+}
 
 }  // namespace rfos::client
