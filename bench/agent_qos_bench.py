@@ -5,14 +5,18 @@
       the limited tenant's ratio to its limit.
   --mode agents: the limited tenant (root) served by two agents at once, one job through each: the targets hold
       the two together to the one limit signed into their capabilities.
-  --mode weights: tenant "many" (root: four jobs at depth 64) beside tenant "one" (nobody: one job at depth 128),
-      with weights --weights A:B, against the same with sharing off (share_depth 1e9: what each gets from the
-      targets serving requests in turn); prints each one's IOPS and share, and the share its weight gives it.
-      With --rw randwrite, durable 4 KiB random writes instead; with --one-jobs N, tenant "one" runs N jobs (128
-      in flight among them), so that each tenant's apps can take what its weight gives it.
+  --mode weights: tenant "many" (root: four jobs at depth 64) beside tenant "one" (nobody: one job at depth 256,
+      --one-depth), with weights --weights A:B, against the same with share_depth 1e9 (nothing held in the
+      agent by the depth: requests wait at the targets, which serve their senders in turn, and the tenants' tags
+      order only what the rings still hold); prints each one's IOPS and share, and the share its weight gives
+      it. Both tenants keep 256 submitted, twice the agent's share_depth: a tenant gets its share while it keeps
+      requests waiting in its rings (docs/agent.md, "QoS"), and an app woken for half its completions at a time
+      has up to half its depth done and not yet resubmitted. With --rw randwrite, durable 4 KiB random writes
+      instead; with --one-jobs N, tenant "one" runs N jobs (its depth split among them).
 
     python3 bench/agent_qos_bench.py [--build build] [--provider ucx+shm] [--mode limit|agents|weights] [--limit 5000]
-                                     [--weights 1:1] [--rw randread|randwrite] [--one-jobs 1] [--runtime 5] [--reps 3]
+                                     [--weights 1:1] [--rw randread|randwrite] [--one-jobs 1] [--one-depth 256]
+                                     [--runtime 5] [--reps 3]
 """
 import contextlib
 import json
@@ -113,15 +117,15 @@ def weights_mode(args, server, work):
     wa, wb = (float(x) for x in args.weights.split(":"))
     want = wa / (wa + wb)
     rows = {}
-    for name, depth in (("shared by weight", ""), ("sharing off", "share_depth: 1e9\n")):
+    for name, depth in (("shared by weight", ""), ("share_depth 1e9", "share_depth: 1e9\n")):
         config = (depth + "tenants:\n  - name: many\n    users: [root]\n    weight: %g\n"
                   "  - name: one\n    users: [nobody]\n    weight: %g\n" % (wa, wb))
         many, one = [], []
         with agent(server, work, args.provider, config) as sock:
             for _ in range(args.reps):
                 a = start_bench(server, sock, args.runtime, False, numjobs=4, iodepth=64, rw=args.rw)
-                b = start_bench(server, sock, args.runtime, True, numjobs=args.one_jobs, iodepth=128 // args.one_jobs,
-                                rw=args.rw)
+                b = start_bench(server, sock, args.runtime, True, numjobs=args.one_jobs,
+                                iodepth=args.one_depth // args.one_jobs, rw=args.rw)
                 ia, ib = iops_of(a), iops_of(b)
                 many.append(ia)
                 one.append(ib)
@@ -131,7 +135,8 @@ def weights_mode(args, server, work):
                       statistics.median([a / (a + b) for a, b in zip(many, one)]))
     print("\nprovider %s, 4 KiB %s; tenant many: 4 jobs at depth 64, weight %g; tenant one: %d job(s) at depth %d, "
           "weight %g; %d rep(s) of %.0f s, medians\n" % (args.provider, args.rw, wa, args.one_jobs,
-                                                         128 // args.one_jobs, wb, args.reps, args.runtime))
+                                                         args.one_depth // args.one_jobs, wb, args.reps,
+                                                         args.runtime))
     print("| agent | many (IOPS) | one (IOPS) | many's share | its weight's share | ratio |")
     print("|---|---|---|---|---|---|")
     for name, (a, b, share) in rows.items():
@@ -145,6 +150,7 @@ def main():
     p.add_argument("--weights", default="1:1")
     p.add_argument("--rw", choices=["randread", "randwrite"], default="randread")
     p.add_argument("--one-jobs", type=int, default=1)
+    p.add_argument("--one-depth", type=int, default=256, help="tenant one's requests submitted, over its jobs")
     p.add_argument("--runtime", type=float, default=5)
     p.add_argument("--reps", type=int, default=3)
     args = p.parse_args()

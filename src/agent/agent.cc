@@ -4,6 +4,7 @@
 #include <grp.h>
 #include <openssl/rand.h>
 #include <poll.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <sched.h>
 #include <spdlog/spdlog.h>
@@ -132,7 +133,8 @@ class AppConn {
         control_(control.acting_for(peer_.uid, peer_.gid, peer_.groups, tenant.server_limits)),
         mounts_(mounts) {}
   ~AppConn() {
-    if (served_) {  // the app is gone: so is its mount's service (the kernel fails what waits on it)
+    share_.unwatch(member_, this);  // before its ring goes
+    if (served_) {                  // the app is gone: so is its mount's service (the kernel fails what waits on it)
       served_->stop->store(true);
       served_->thread.join();
       served_.reset();
@@ -147,6 +149,7 @@ class AppConn {
   // Until the app goes (or the agent shuts the socket down).
   void run() {
     Status end = serve();
+    takes_.store(false, std::memory_order_relaxed);  // what is left in its ring waits for no turn
     if (!end.is_ok() && end.code() != StatusCode::kShutdown)
       spdlog::info("agent: app {} of tenant {}: {}", peer_.describe(), tenant_, end.to_string());
     shutdown(fd_, SHUT_RDWR);  // the app hears of it now (a broken ring, a bad message), not when this thread is joined
@@ -169,19 +172,26 @@ class AppConn {
         reap(0, &busy);
         RFOS_RETURN_IF_ERROR(post_completions());
       }
+      if (held_ != FairShare::Take::kTaken) {
+        // Held back by the tenants' sharing (its tenant is ahead, or the agent has its depth in flight): it
+        // sleeps until the tenants behind have caught up or room is made (or its posted completions are due to
+        // be rung for), rather than spin over its own completions, so that the cores the agent shares go to the
+        // tenants behind and to the targets, not to its apps' threads. The app's socket is still heard, and the
+        // memory it lends served.
+        held_ = FairShare::Take::kTaken;
+        if (turn % 32 != 0) RFOS_RETURN_IF_ERROR(read_control(&busy));
+        if (!grants_.empty()) serve_grants(0);
+        auto most = std::chrono::microseconds(200);
+        if (unrung_ > 0)
+          most = std::min(most, std::chrono::duration_cast<std::chrono::microseconds>(
+                                    unrung_since_ + kRingAfter - std::chrono::steady_clock::now()));
+        if (most.count() > 0) share_.wait_turn(member_, most);
+        continue;
+      }
       if (busy) {
         busy_at_ = std::chrono::steady_clock::now();
         continue;
       }
-      if (held_ && !tickets_.empty() && unrung_ == 0) {
-        // Held back for another tenant's share: nothing can go before one of its own completes, so it waits for
-        // that in the container rather than spin (a tenant's share of the agent's CPU follows its share of the
-        // I/O, not its number of apps).
-        held_ = false;
-        reap(1, &busy);
-        continue;
-      }
-      held_ = false;
       if (blocked_ && tickets_.empty()) {
         // Left in the ring for blocks other I/O of the tenant holds, with none of its own in flight here: wait
         // for a release rather than for the app.
@@ -208,9 +218,9 @@ class AppConn {
         poll(&p, 1, 1);
         continue;
       }
-      if (uint64_t now = now_ns(); ends_ && now < throttled_until_) {
+      if (uint64_t now = now_ns(), until = throttled_until_.load(std::memory_order_relaxed); ends_ && now < until) {
         // Held by the tenant's limits: submissions wait in the ring; the socket is still heard.
-        uint64_t wait = throttled_until_ - now;
+        uint64_t wait = until - now;
         timespec ts{static_cast<time_t>(wait / 1000000000), static_cast<long>(wait % 1000000000)};
         pollfd p{fd_, POLLIN, 0};
         if (ppoll(&p, 1, &ts, nullptr) < 0 && errno != EINTR) return sys_error("poll");
@@ -257,6 +267,7 @@ class AppConn {
                      "a message too long, or with descriptors it does not take: connection closed");
       }
       std::vector<int> fds;
+      takes_.store(false, std::memory_order_relaxed);  // its ring waits for no turn while this is served
       Message reply = answer(*m, &fds, passed);
       reply.id = m->id;
       RFOS_RETURN_IF_ERROR(send_message(fd_, reply, fds));
@@ -818,6 +829,12 @@ class AppConn {
     buffer_ = static_cast<uint8_t*>(p);
     buffer_bytes_ = bytes;
     ends_ = std::make_unique<AgentEnds>(*ring_);
+    // Submissions this app's thread would take now but for its tenant's turn: while it serves the ring, not the
+    // socket, has room for their completions and no blocks to wait for, and its limits do not hold it.
+    share_.watch(member_, this, [sq = &ends_->sq, takes = &takes_, until = &throttled_until_] {
+      return takes->load(std::memory_order_relaxed) && sq->waiting() &&
+             now_ns() >= until->load(std::memory_order_relaxed);
+    });
     *fds = {ring_->memfd(), buffer_fd_, ring_->sq_event(), ring_->cq_event()};
     return Status::ok();
   }
@@ -857,20 +874,21 @@ class AppConn {
       }
       blocked_since_.reset();
       want_.release();
-      // Left in the ring when the tenant's share of what is in flight is full (until completions free it) or
-      // its limits hold it (until they allow it).
+      // Left in the ring when the tenants' sharing holds it (until the tenants behind catch up or completions
+      // make room) or its limits do (until they allow it).
       double cost = 0;
       if (e.op != static_cast<uint8_t>(RingOp::kNop)) {
         cost = FairShare::cost_of(std::min<uint64_t>(e.length, client::kMaxIoBytes));
-        if (!share_.take(member_, cost)) {
-          held_ = true;
+        if (FairShare::Take took = share_.take(member_, cost); took != FairShare::Take::kTaken) {
+          held_ = took;
           break;
         }
         uint64_t now = qos_ ? now_ns() : 0;
-        uint64_t wait = !qos_ ? 0 : now < throttled_until_ ? throttled_until_ - now : qos_->admit(e.length, now);
+        uint64_t until = throttled_until_.load(std::memory_order_relaxed);
+        uint64_t wait = !qos_ ? 0 : now < until ? until - now : qos_->admit(e.length, now);
         if (wait > 0) {
-          share_.done(member_, cost);
-          throttled_until_ = now + wait;
+          share_.cancel(member_, cost);
+          throttled_until_.store(now + wait, std::memory_order_relaxed);
           break;
         }
       }
@@ -887,6 +905,8 @@ class AppConn {
       ends_->sq.release();
       *busy = true;
     }
+    // Left with room for completions and no blocks to wait for: what is still in the ring waits for its turn.
+    takes_.store(tickets_.size() + ready_.size() + pending_.size() < room && !blocked_, std::memory_order_relaxed);
     return Status::ok();
   }
 
@@ -1109,7 +1129,7 @@ class AppConn {
       unrung_ += posted;
     }
     if (unrung_ > 0 && (unrung_ * 2 >= tickets_.size() + unrung_ || tickets_.empty() ||
-                        std::chrono::steady_clock::now() - unrung_since_ >= std::chrono::microseconds(50))) {
+                        std::chrono::steady_clock::now() - unrung_since_ >= kRingAfter)) {
       ends_->cq.ring();
       unrung_ = 0;
     }
@@ -1130,17 +1150,21 @@ class AppConn {
   int fd_;  // the agent's: closed when this thread was joined
   Peer peer_;
   std::string tenant_;
-  std::shared_ptr<Sealer> sealer_;  // the tenant's, when it seals its data
-  std::shared_ptr<TenantQos> qos_;  // the tenant's limits, when it has some
-  FairShare& share_;                // the agent's, between tenants
-  FairShare::Member member_;        // this app's tenant in it
-  double shared_ = 0;               // this app's ops' part of member_'s in-flight share
-  bool held_ = false;               // the share held a submission back on this turn
-  bool blocked_ = false;            // a submission was left in the ring for blocks other I/O holds (sealing tenants)
-  uint64_t seen_ = 0;               // the block locks' releases then
+  std::shared_ptr<Sealer> sealer_;                  // the tenant's, when it seals its data
+  std::shared_ptr<TenantQos> qos_;                  // the tenant's limits, when it has some
+  FairShare& share_;                                // the agent's, between tenants
+  FairShare::Member member_;                        // this app's tenant in it
+  double shared_ = 0;                               // this app's ops' part of member_'s in-flight share
+  FairShare::Take held_ = FairShare::Take::kTaken;  // why the share held a submission back on this turn, if it did
+  bool blocked_ = false;  // a submission was left in the ring for blocks other I/O holds (sealing tenants)
+  uint64_t seen_ = 0;     // the block locks' releases then
   std::optional<std::chrono::steady_clock::time_point> blocked_since_;  // the ring's first submission, blocked
   client::BlockLocks::Want want_;                                       // its blocks, when it writes
-  uint64_t throttled_until_ = 0;                     // now_ns() before which the limits let nothing more go
+  // Read by other apps' threads (FairShare::watch): now_ns() before which the limits let nothing more go, and
+  // whether this thread would take from the ring now (set as take_submissions ends, cleared while it serves a
+  // message of the socket).
+  std::atomic<uint64_t> throttled_until_{0};
+  std::atomic<bool> takes_{false};
   std::vector<std::unique_ptr<uint8_t[]>> bounces_;  // free bounce buffers of sealed I/O
   std::unique_ptr<client::ControlClient> control_;
   struct Served {  // the app's mount, served here (serve_mount)
@@ -1167,10 +1191,11 @@ class AppConn {
   std::map<std::string, std::unique_ptr<posix::Namespace>> namespaces_;  // namespace_of's
   uint32_t next_handle_ = 1;
   std::map<std::pair<uint32_t, client::Ticket>, std::shared_ptr<Op>> tickets_;  // requests in flight
-  std::deque<std::shared_ptr<Op>> ready_;          // ops whose requests have all completed, not yet answered
-  std::deque<Cqe> pending_;                        // completions not yet in the ring
-  uint32_t unrung_ = 0;                            // completions in the ring the app was not woken for
-  std::chrono::steady_clock::time_point busy_at_;  // when the loop last found something to do
+  std::deque<std::shared_ptr<Op>> ready_;                     // ops whose requests have all completed, not yet answered
+  std::deque<Cqe> pending_;                                   // completions not yet in the ring
+  static constexpr std::chrono::microseconds kRingAfter{50};  // the longest a completion waits for its wake-up
+  uint32_t unrung_ = 0;                                       // completions in the ring the app was not woken for
+  std::chrono::steady_clock::time_point busy_at_;             // when the loop last found something to do
   std::chrono::steady_clock::time_point unrung_since_;
 };
 
@@ -1272,6 +1297,8 @@ class Agent::Impl {
     a.fd = fd;
     a.uid = peer.uid;
     a.thread = std::thread([this, &a, p = peer, &t]() mutable {
+      // Named for its tenant, so `top -H` or /proc shows which tenant's apps the agent's CPU goes to.
+      pthread_setname_np(pthread_self(), ("app:" + t.name).substr(0, 15).c_str());
       {
         AppConn conn(config, *control, a.fd, std::move(p), t, *share, mounts);
         conn.run();

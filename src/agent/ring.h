@@ -153,7 +153,14 @@ class Consumer {
   // The next one, copied out, left in place; skip() then passes it (use the copy: the slot may change meanwhile).
   T peek() const { return q_.entries[local_head_ & (q_.n - 1)]; }
   void skip() { ++local_head_; }
-  void release() { q_.head->store(local_head_, std::memory_order_release); }
+  void release() {
+    q_.head->store(local_head_, std::memory_order_release);
+    released_.store(local_head_, std::memory_order_relaxed);
+  }
+  // From any thread: whether the producer published entries this end has not released, by this end's own count
+  // of what it released (the producer may write the shared head too). A hint: the producer writes the tail as it
+  // likes, and this end checks what it takes.
+  bool waiting() const { return q_.tail->load(std::memory_order_relaxed) != released_.load(std::memory_order_relaxed); }
   // Sleeps on the eventfd until the producer rings it, `ready_too` (another descriptor) is readable, or
   // timeout_ms passes (-1: no limit); says first that it sleeps and returns at once when entries came meanwhile.
   // kCorruption as ready(); kShutdown when `ready_too` hung up.
@@ -162,6 +169,7 @@ class Consumer {
  private:
   Queue<T> q_;
   uint32_t local_head_;
+  std::atomic<uint32_t> released_{local_head_};  // local_head_ as of the last release()
 };
 
 // What the agent checks of a submission it copied out before it acts on it: a known op, no unknown flags, keys
