@@ -3,12 +3,14 @@
 disk, and `rfos bench` over the same server with the same pattern: the cells of issue 29's table, in one run.
 
   bench/fio_depth_bench.py [--build build] [--runtime 5] [--reps 1] [--provider ucx+shm] [--dir /var/tmp]
-                           [--cells write-1m-buffered,...]
+                           [--cells write-1m-buffered,...] [--keep-cache]
 
 Each cell runs one fio job on a 512 MiB file (written first, outside the measured time). Write cells end with
 fsync (every byte stored inside the measured time), as `rfos bench` updates are durable when acknowledged.
-With --reps N the file systems alternate N times per cell and the medians are shown. Needs root, /dev/fuse, fio
-and bindfs.
+With --reps N the file systems alternate N times per cell and the medians are shown. fio drops the file's pages
+from the page cache (fadvise DONTNEED) as it opens the file, and over a time-based run they do not stay (seen
+through the mount); --keep-cache (fio's --invalidate=0) keeps them, so the page-cache cells show each file
+system's cache in the kernel rather than what serves its misses. Needs root, /dev/fuse, fio and bindfs.
 """
 import json
 import os
@@ -33,10 +35,12 @@ CELLS = [
 SIZE = "512m"
 
 
-def fio(directory, rw, bs, depth, direct, runtime, size=SIZE):
+def fio(directory, rw, bs, depth, direct, runtime, size=SIZE, keep_cache=False):
     cmd = ["fio", "--name=depth", "--directory=" + directory, "--filename=depth.dat", "--rw=" + rw, "--bs=" + bs,
            "--iodepth=%d" % depth, "--ioengine=io_uring", "--size=" + size, "--runtime=%g" % runtime,
            "--time_based", "--output-format=json", "--direct=%d" % (1 if direct else 0)]
+    if keep_cache:
+        cmd.append("--invalidate=0")
     if "write" in rw:
         cmd.append("--end_fsync=1")
     out = subprocess.run(cmd, capture_output=True, text=True)
@@ -66,6 +70,8 @@ def main():
     p.add_argument("--runtime", type=float, default=5)
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--cells", default="", help="only these cells (names as in CELLS)")
+    p.add_argument("--keep-cache", action="store_true",
+                   help="fio's --invalidate=0: the page cache is not dropped before each pass over the file")
     args = p.parse_args()
     if shutil.which("fio") is None:
         sys.exit("fio_depth_bench: fio is not installed")
@@ -84,7 +90,7 @@ def main():
                     continue
                 for _ in range(args.reps):
                     for sysname, root in systems:
-                        r = fio(root, rw, bs, depth, direct, args.runtime)
+                        r = fio(root, rw, bs, depth, direct, args.runtime, keep_cache=args.keep_cache)
                         results.setdefault((name, sysname), []).append(r)
                     results.setdefault((name, "native"), []).append(native(server, rw, bs, depth, args.runtime))
                     print("%-22s %s" % (name, "  ".join("%s %.0f IOPS %.0f MiB/s" % (
