@@ -210,7 +210,9 @@ class AppConn {
           reap(1, &busy);
         continue;
       }
-      // Before the thread sleeps (or waits for the app to take its completions): the socket.
+      // Before the thread sleeps (or waits for the app to take its completions): the socket. Whatever the app
+      // leaves in the ring while it sleeps waits for no turn (it takes nothing until the app rings it).
+      takes_.store(false, std::memory_order_relaxed);
       RFOS_RETURN_IF_ERROR(read_control(&busy));
       if (busy || !grants_.empty()) continue;  // no sleep while memory is lent (served above)
       if (!pending_.empty()) {                 // the app is not taking its completions: look again soon

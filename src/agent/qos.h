@@ -27,10 +27,11 @@ using ::rfos::TenantQos;
 //    its tag is at most `slack` past the lowest of theirs: tenants that keep requests waiting are sent them at
 //    rates in proportion to their weights, whatever serves them (the targets, the fabric, the agent's own cores)
 //    and however many apps and how deep a queue each has.
-//  - While others wait or have I/O in flight, the agent keeps at most `depth` in flight, so that requests wait
-//    here, in the order of their tags, rather than at the targets; but a tenant may always have its weighted
-//    share of `depth` (among the tenants that wait or have I/O in flight), so none is held by what another
-//    leaves in flight.
+//  - While others wait or have I/O in flight, a tenant that has its weighted share of `depth` in flight (among
+//    the tenants that wait or have I/O in flight) may send more only while the agent has less than `depth` in
+//    flight, so that requests wait here, in the order of their tags, rather than at the targets (which is what
+//    keeps tenants waiting, and so their tags in force); below its share it is never held by what another leaves
+//    in flight. In flight are at most `depth` and what the tenants below their shares add.
 //  - A tenant with nothing waiting has its tag brought up to the agent's virtual time: it banks no credit while
 //    idle. A tenant alone, or beside tenants that neither wait nor have I/O in flight, is held by nothing.
 //
@@ -62,9 +63,9 @@ class FairShare {
   // flight; kNotYourTurn, others that wait are behind. Either way, wait_turn.
   enum class Take { kTaken, kFull, kNotYourTurn };
   Take take(Member t, double cost);
-  // After a refusal: sleeps until the tenants behind have caught up enough that its turn may have come, or a
-  // completion leaves the agent less than `depth` in flight, or `most` passes (a tenant may also stop waiting,
-  // which nothing announces).
+  // After a refusal: sleeps until the tenants behind have caught up enough that its turn may have come, or
+  // another thread's completion leaves the agent less than `depth` in flight (one waiter is woken), or `most`
+  // passes: a tenant may stop waiting, which nothing announces, and the caller's own completions wait for it.
   void wait_turn(Member t, std::chrono::microseconds most);
   void done(Member t, double cost);
   // A request taken and then not sent (the tenant's limits held it): as if it had never been taken, but for the
