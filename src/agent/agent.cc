@@ -172,13 +172,13 @@ class AppConn {
         reap(0, &busy);
         RFOS_RETURN_IF_ERROR(post_completions());
       }
-      if (held_ != FairShare::Take::kTaken) {
+      if (held_) {
         // Held back by the tenants' sharing (its tenant is ahead, or the agent has its depth in flight): it
         // sleeps until the tenants behind have caught up or room is made (or its posted completions are due to
         // be rung for), rather than spin over its own completions, so that the cores the agent shares go to the
         // tenants behind and to the targets, not to its apps' threads. The app's socket is still heard, and the
         // memory it lends served.
-        held_ = FairShare::Take::kTaken;
+        held_ = false;
         if (turn % 32 != 0) RFOS_RETURN_IF_ERROR(read_control(&busy));
         if (!grants_.empty()) serve_grants(0);
         auto most = std::chrono::microseconds(200);
@@ -881,8 +881,8 @@ class AppConn {
       double cost = 0;
       if (e.op != static_cast<uint8_t>(RingOp::kNop)) {
         cost = FairShare::cost_of(std::min<uint64_t>(e.length, client::kMaxIoBytes));
-        if (FairShare::Take took = share_.take(member_, cost); took != FairShare::Take::kTaken) {
-          held_ = took;
+        if (share_.take(member_, cost) != FairShare::Take::kTaken) {
+          held_ = true;
           break;
         }
         uint64_t now = qos_ ? now_ns() : 0;
@@ -1152,14 +1152,14 @@ class AppConn {
   int fd_;  // the agent's: closed when this thread was joined
   Peer peer_;
   std::string tenant_;
-  std::shared_ptr<Sealer> sealer_;                  // the tenant's, when it seals its data
-  std::shared_ptr<TenantQos> qos_;                  // the tenant's limits, when it has some
-  FairShare& share_;                                // the agent's, between tenants
-  FairShare::Member member_;                        // this app's tenant in it
-  double shared_ = 0;                               // this app's ops' part of member_'s in-flight share
-  FairShare::Take held_ = FairShare::Take::kTaken;  // why the share held a submission back on this turn, if it did
-  bool blocked_ = false;  // a submission was left in the ring for blocks other I/O holds (sealing tenants)
-  uint64_t seen_ = 0;     // the block locks' releases then
+  std::shared_ptr<Sealer> sealer_;  // the tenant's, when it seals its data
+  std::shared_ptr<TenantQos> qos_;  // the tenant's limits, when it has some
+  FairShare& share_;                // the agent's, between tenants
+  FairShare::Member member_;        // this app's tenant in it
+  double shared_ = 0;               // this app's ops' part of member_'s in-flight share
+  bool held_ = false;               // the tenants' sharing held a submission back on this turn
+  bool blocked_ = false;            // a submission was left in the ring for blocks other I/O holds (sealing tenants)
+  uint64_t seen_ = 0;               // the block locks' releases then
   std::optional<std::chrono::steady_clock::time_point> blocked_since_;  // the ring's first submission, blocked
   client::BlockLocks::Want want_;                                       // its blocks, when it writes
   // Read by other apps' threads (FairShare::watch): now_ns() before which the limits let nothing more go, and
