@@ -5,7 +5,7 @@ On a virtual machine whose disk is emulated by host threads that share the host 
 spins (a polling transport, or anything else) leaves less to the disk, even when the spinning threads run at the
 lowest priority and fio gets its vCPU whenever it wants it. Each case runs fio (io_uring, O_DIRECT, the
 provider matrix's settings) with 0, 1 and 2 `nice -n 19` busy loops beside it, the three taking turns --reps
-times, and prints the medians. docs/BENCHMARKS.md ("2026-11-25, late") has the figures of this machine.
+times, and prints the medians. docs/BENCHMARKS.md ("The disk runs on the host CPUs of the vCPUs") has the figures.
 
   bench/disk_vs_vcpus.py [--dir /var/tmp] [--runtime 3] [--reps 3]
 """

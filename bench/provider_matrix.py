@@ -19,7 +19,7 @@ For every pattern it measures
     virtual machine whose disk is emulated on the host CPUs of its vCPUs, the two take from each other;
 and, for read patterns, fio that checks every block it reads (--verify=crc32c), in turns with the plain fio runs:
 plain fio never looks at what it reads, rfos's client checks every byte, and on a virtual disk that fills guest
-memory with host CPUs the two differ by far (docs/BENCHMARKS.md, "2026-11-25, late night"); the issue's ceiling
+memory with host CPUs the two differ by far (docs/BENCHMARKS.md, "A device read is slower when its data gets read"); the issue's ceiling
 stays plain fio, this is shown beside it. It prints a Markdown table with the ratio to the lower ceiling and to
 the both-at-once one, then a line on the host: its TCP congestion control and how much memory it reported to the
 hypervisor during the run (free page reporting).
@@ -50,7 +50,7 @@ FIO = ["env", "GLIBC_TUNABLES=glibc.malloc.hugetlb=1", "fio", "--iomem_align=2m"
 
 # Free page reporting (virtio-balloon): the guest hands freed memory back to the hypervisor and faults it in again
 # on reuse. rfos's 1 MiB writes made this VM report 130-260 MiB/s, ucx_perftest none, and writes ran 15 % faster
-# with it off (docs/BENCHMARKS.md, "2026-11-25, night"), so the table says how much was reported.
+# with it off (docs/BENCHMARKS.md, "The hypervisor takes memory back"), so the table says how much was reported.
 PAGE_REPORTING = "/sys/module/page_reporting/parameters/"
 
 
@@ -183,7 +183,7 @@ def both_at_once(provider, work, rw, bs, depth, size, hi, env, probes=5, runtime
 
     Why: on a virtual machine whose disk is emulated on the same host CPUs as its vCPUs, each ceiling measured
     alone had the whole budget, and an end-to-end store has to do both for every I/O (docs/BENCHMARKS.md,
-    "2026-11-25, late"). ucx_perftest cannot be held to a rate, so the figure bounds only where the transport is
+    "The disk runs on the host CPUs of the vCPUs"). ucx_perftest cannot be held to a rate, so the figure bounds only where the transport is
     what runs out: where, at the highest rate that held, ucx_perftest did at most 1.5x that rate. Elsewhere (4 KiB
     I/O, or a disk much slower than the transport) it polls far faster than needed, takes more from the disk
     than a transport at that rate would, and the figure would be too low: None then.
@@ -288,7 +288,7 @@ def main():
                     ratio = side["iops"] / lower
                     # Run by run: each rfos run against the lower of the media ceiling and the transport ceiling
                     # measured beside it. The host moves between a fast and a slow state that lasts up to a minute
-                    # and slows both sides alike (docs/BENCHMARKS.md, "2026-11-25, evening"), so a cell whose runs
+                    # and slows both sides alike (docs/BENCHMARKS.md, "The transport ceiling has two speeds"), so a cell whose runs
                     # mix the two states says more this way than as a ratio of medians.
                     paired = median([x / lower_of(c["msg_rate"]) for x, c in zip(iops, ceilings)]) if transport \
                         else None
