@@ -325,6 +325,14 @@ Status Engine::Impl::commit(Writer* w) {
   return w->status;
 }
 
+Status Engine::Impl::commit_if_idle(Writer* w) {
+  std::unique_lock lock(commit_mu);
+  if (!writers.empty()) return error(StatusCode::kBusy, "another commit is under way");
+  writers.push_back(w);
+  lead(lock);
+  return w->status;
+}
+
 void Engine::Impl::commit_async(Writer* w) {
   std::lock_guard lock(commit_mu);
   if (w->awaited) {

@@ -331,6 +331,10 @@ class Engine {
   // kUnknownContainer, kInvalidArgument (bad keys, a value over kMutationValueMaxBytes, an array piece that
   // does not stay inline), kEpochTooOld, kEngineFailed.
   Status apply(uint32_t cont, Epoch epoch, std::span<const Mutation> mutations, bool lazy);
+  // A lazy apply for a thread that must never wait for the media (a target's network thread): it commits only
+  // when no other commit is queued or under way, so it neither waits behind another's sync nor leads a group
+  // that syncs. Otherwise kBusy, and nothing changed.
+  Status apply_if_idle(uint32_t cont, Epoch epoch, std::span<const Mutation> mutations);
   // Makes every commit acknowledged so far durable (the lazy ones): one sync of the index's log, shared by
   // callers that come at once; nothing to do when every commit was durable already.
   Status sync();

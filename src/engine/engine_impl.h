@@ -104,6 +104,9 @@ class Engine::Impl {
   // Queues `w` and returns once its batch is durable (or refused). Group commit: one thread leads a group,
   // syncs the block file once and writes one RocksDB batch with one WAL sync for all of it.
   Status commit(Writer* w);
+  // As commit(w) for a lazy `w` when no other writer is queued or committing (it leads a group of its own, with
+  // no sync); kBusy otherwise, with `w` left out.
+  Status commit_if_idle(Writer* w);
   // Queues `w` without waiting: the commit thread leads its group (unless a waiting committer gets there
   // first) and calls w->on_done.
   void commit_async(Writer* w);

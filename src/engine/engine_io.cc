@@ -429,8 +429,11 @@ Status Engine::update(const UpdateOp& op, std::span<const uint8_t> data, std::sp
 // ---------------------------------------------------------------------------------------------------------
 // Atomic batches
 
-Status Engine::apply(uint32_t cont, Epoch epoch, std::span<const Mutation> mutations, bool lazy) {
-  Impl& im = *impl_;
+namespace {
+
+enum class Commit { kDurable, kLazy, kLazyIfIdle };
+
+Status apply_batch(Engine::Impl& im, uint32_t cont, Epoch epoch, std::span<const Mutation> mutations, Commit how) {
   RFOS_ASSIGN_OR_RETURN(index::ContRecord rec, im.open_for_write(cont, epoch));
   if (mutations.empty()) return error(StatusCode::kInvalidArgument, "an empty batch");
   Writer w;
@@ -491,9 +494,19 @@ Status Engine::apply(uint32_t cont, Epoch epoch, std::span<const Mutation> mutat
     w.puts.push_back({std::move(k), std::move(v), true});
   }
   make_versioned_writer(&im, &w, cont, epoch);
-  w.lazy = lazy;
+  w.lazy = how != Commit::kDurable;
   if (!punched.empty()) marks_punches(&im, &w, cont, std::move(punched));
-  return im.commit(&w);
+  return how == Commit::kLazyIfIdle ? im.commit_if_idle(&w) : im.commit(&w);
+}
+
+}  // namespace
+
+Status Engine::apply(uint32_t cont, Epoch epoch, std::span<const Mutation> mutations, bool lazy) {
+  return apply_batch(*impl_, cont, epoch, mutations, lazy ? Commit::kLazy : Commit::kDurable);
+}
+
+Status Engine::apply_if_idle(uint32_t cont, Epoch epoch, std::span<const Mutation> mutations) {
+  return apply_batch(*impl_, cont, epoch, mutations, Commit::kLazyIfIdle);
 }
 
 Status Engine::sync() {
@@ -515,7 +528,12 @@ Status Engine::sync() {
   if (!s.is_ok()) {
     im.unsynced.store(true);
     if (data) im.unsynced_data.store(true);
-    return error(StatusCode::kEngineFailed, "sync failed, the target must be reopened: " + s.to_string());
+    Status failed = error(StatusCode::kEngineFailed, "sync failed, the target must be reopened: " + s.to_string());
+    // As a failed durable commit does: what was acknowledged lazily may be gone, so nothing more is acknowledged
+    // on top of it.
+    std::lock_guard lock(im.commit_mu);
+    if (im.failed.is_ok()) im.failed = failed;
+    return failed;
   }
   // The markers of what is durable now go, without a sync of their own: should a cut come first, open() only
   // checks data that is good.

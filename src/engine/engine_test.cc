@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -136,6 +137,44 @@ TEST_F(EngineTest, ABatchAppliesEverythingAtOnce) {
   EXPECT_EQ(*get_single(key("n1"), kEpochLatest), "one");
   EXPECT_EQ(*get_single(key("n5"), kEpochLatest), "five");
   EXPECT_EQ(get_single(key("gone"), kEpochLatest).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(engine_->check().is_ok());
+}
+
+// apply_if_idle commits only while no other commit is under way, and changes nothing when it refuses, so a thread
+// that must not wait for the media (a target's) never does. Durable batches on another thread keep the commit
+// queue busy (each syncs the log); the loop runs until it has seen a refusal.
+TEST_F(EngineTest, ApplyIfIdleRefusesWhileAnotherCommits) {
+  auto put = [&](const std::string& dkey) {
+    return engine_->apply_if_idle(cid_, 21, {{{Mutation::Kind::kPutSingle, oid_, dkey, "a", "x"}}});
+  };
+  ASSERT_TRUE(put("alone").is_ok());  // nothing else commits
+  EXPECT_EQ(*get_single(key("alone"), kEpochLatest), "x");
+  std::atomic<bool> stop{false};
+  std::thread durable([&] {
+    for (int i = 0; !stop; ++i) {
+      Status s = engine_->apply(cid_, 20, {{{Mutation::Kind::kPutSingle, oid_, "d", "a", std::to_string(i)}}}, false);
+      if (!s.is_ok()) return ADD_FAILURE() << s.to_string();
+    }
+  });
+  int refused = 0;
+  for (int i = 0; refused == 0 && i < 100000; ++i) {
+    std::string dkey = "n" + std::to_string(i);
+    Status s = put(dkey);
+    if (s.is_ok()) {
+      EXPECT_EQ(*get_single(key(dkey), kEpochLatest), "x");
+      continue;
+    }
+    ASSERT_EQ(s.code(), StatusCode::kBusy) << s.to_string();
+    EXPECT_EQ(get_single(key(dkey), kEpochLatest).status().code(), StatusCode::kNotFound);
+    ++refused;
+  }
+  stop = true;
+  durable.join();
+  EXPECT_EQ(refused, 1);
+  ASSERT_TRUE(put("after").is_ok());
+  ASSERT_TRUE(engine_->sync().is_ok());
+  reopen();
+  EXPECT_EQ(*get_single(key("after"), kEpochLatest), "x");
   ASSERT_TRUE(engine_->check().is_ok());
 }
 

@@ -8,7 +8,8 @@
 // that polls the transport; an update's index commit joins the engine's group commit (its commit thread) and
 // comes back to this loop. Many requests are in flight per target. Punches and aggregation still block on
 // the media, on a few helper threads per target whose continuations come back to the target thread. Namespace
-// operations (posix/dir_ops.h) run one at a time on a thread of their own, each one atomic batch.
+// operations (posix/dir_ops.h) run one at a time, each one atomic batch: on the target thread while the engine
+// commits nothing else, else on a helper of their own (target_namespace.cc).
 //
 // Thread-safety: start/stop from the owner; everything else runs on the target's thread.
 #pragma once

@@ -69,11 +69,13 @@ class Target::Impl {
   // Runs `work` on a media helper thread, then `then` (with work's result) on the target thread.
   template <typename T>
   void offload(std::function<T()> work, std::function<void(T&)> then, WorkerPool* pool = nullptr);
-  // Engine calls that still block on the media (punches, aggregation) run on helpers, so the target thread
-  // keeps serving the network; their continuations come back through `finished`.
+  // Engine calls that still block on the media (punches, aggregation, syncs) run on helpers, so the target
+  // thread keeps serving the network; their continuations come back through `finished`.
   std::unique_ptr<WorkerPool> media;
-  // Namespace operations, one at a time: each reads what it needs and commits its batch before the next reads.
+  // Namespace operations that found the engine committing another's batch, in order, and the syncs of durable
+  // ones (target_namespace.cc). `namespace_behind`: how many it has not answered; while any, the next go there.
   std::unique_ptr<WorkerPool> namespace_ops;
+  uint32_t namespace_behind = 0;
   std::mutex finished_mu;
   std::vector<std::function<void()>> finished;
   std::unique_ptr<engine::IoRing> ring;  // the target's own media ring (fetches, update writes)
@@ -197,7 +199,7 @@ class Target::Impl {
   Result<uint64_t> object_end(uint32_t cid, const ObjectId& oid, const std::string& akey, engine::Epoch epoch);
   // Up to `max` dkeys of `oid` after *anchor that start with `prefix`, each with its single value under `akey`
   // ("" where none): a listing with its values (a directory's entries, a name index's page). The scan brings most
-  // values; the others are fetched. Asks only the engine, so the namespace thread calls it too (as object_end).
+  // values; the others are fetched. Namespace operations call it too (as object_end).
   Result<std::vector<std::pair<std::string, std::string>>> dkeys_with_values(uint32_t cid, const ObjectId& oid,
                                                                              std::string_view akey, engine::Epoch epoch,
                                                                              engine::Anchor* anchor, size_t max,

@@ -1,6 +1,15 @@
 // The target's side of namespace operations (wire kNamespace, posix/dir_ops.h) and of kSync: the request's
-// DirRequest lands, runs on the target's namespace thread against the engine (reads at the latest state, then one
-// atomic batch at the epoch the target stamped), and the DirReply goes back.
+// DirRequest lands, runs against the engine (reads at the latest state, then one atomic batch at the epoch the
+// target stamped), and the DirReply goes back.
+//
+// Where an operation runs: on the target thread, when the engine has no other commit under way. Its commit is
+// then lazy and leads a group of its own, so the thread waits for no media (only for the index's own write, which
+// RocksDB stalls while its compactions are far behind, as it stalls every writer), and the operation saves the two
+// hand-offs between threads that, on a loaded machine, cost more than the operation itself (docs/BENCHMARKS.md,
+// "Small files"). Otherwise (another's commit, perhaps syncing, is under way) it runs on the target's namespace
+// helper, as do the operations after it until the helper has answered them all: one operation's reads and commit
+// come before the next's reads either way. An operation that must be durable is answered after a sync of the
+// log, on the helper too.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -18,11 +27,13 @@ using Impl = Target::Impl;
 
 namespace {
 
-// The engine of one target, as posix::execute sees it.
+// The engine of one target, as posix::execute sees it. Its commits are lazy: whoever runs the operation syncs
+// before answering when it asked for durability (durable_asked). `if_idle` (on the target thread): the first commit
+// is made only if the engine has no other under way, else it fails with `busy()` true and nothing changed.
 class EngineDirStore final : public posix::DirStore {
  public:
-  EngineDirStore(Impl* target, uint32_t cid, engine::Epoch epoch)
-      : target_(target), engine_(target->engine), cid_(cid), epoch_(epoch) {}
+  EngineDirStore(Impl* target, uint32_t cid, engine::Epoch epoch, bool if_idle)
+      : target_(target), engine_(target->engine), cid_(cid), epoch_(epoch), if_idle_(if_idle) {}
 
   bool owns(const ObjectId& oid, std::string_view dkey) const override {
     return placement::target_of(oid, dkey, target_->count) == target_->index;
@@ -80,6 +91,7 @@ class EngineDirStore final : public posix::DirStore {
   }
 
   Status apply(const std::vector<posix::Change>& changes, bool durable) override {
+    durable_asked_ = durable_asked_ || durable;
     view_.reset();  // a read after this sees the change (and the commit holds no view's lock)
     std::vector<engine::Mutation> batch;
     batch.reserve(changes.size());
@@ -110,8 +122,14 @@ class EngineDirStore final : public posix::DirStore {
       m.value = c.value;
       batch.push_back(std::move(m));
     }
-    return engine_->apply(cid_, epoch_, batch, !durable);
+    if (!if_idle_ || applied_) return note(engine_->apply(cid_, epoch_, batch, /*lazy=*/true));
+    Status s = engine_->apply_if_idle(cid_, epoch_, batch);
+    busy_ = s.code() == StatusCode::kBusy;
+    return note(s);
   }
+
+  bool durable_asked() const { return durable_asked_; }
+  bool busy() const { return busy_; }
 
  private:
   // The operation's reads go through one view of the index, made at its first read: they see one moment, and
@@ -121,12 +139,46 @@ class EngineDirStore final : public posix::DirStore {
     return &*view_;
   }
 
+  Status note(Status s) {
+    applied_ = applied_ || s.is_ok();
+    return s;
+  }
+
   Impl* target_;
   engine::Engine* engine_;
   uint32_t cid_;
   engine::Epoch epoch_;
+  bool if_idle_;
   std::optional<engine::ReadView> view_;
+  bool durable_asked_ = false;
+  bool applied_ = false;  // once one commit of the operation is made, the next may not be refused
+  bool busy_ = false;
 };
+
+// A namespace operation once run: its request (for the notice), its answer, and whether that answer waits for a
+// sync of the log. `busy`: not run, as the engine had another commit under way (if_idle).
+struct NamespaceRun {
+  posix::DirRequest dq;
+  Result<posix::DirReply> answer = posix::DirReply{};
+  bool durable = false;
+  bool busy = false;
+};
+
+NamespaceRun run_namespace(Impl* target, const std::string& bytes, uint32_t cid, engine::Epoch epoch, bool if_idle) {
+  NamespaceRun run;
+  auto decoded = posix::decode_dir_request(bytes);
+  if (!decoded.is_ok()) {
+    run.answer = decoded.status();
+    return run;
+  }
+  run.dq = std::move(decoded).value();
+  EngineDirStore store(target, cid, epoch, if_idle);
+  run.answer = posix::execute(run.dq, store, wall_ns());
+  run.busy = store.busy();
+  // Durable even when it changed nothing: what it found may be another's change, seen and not yet synced.
+  run.durable = run.dq.durable || store.durable_asked();
+  return run;
+}
 
 }  // namespace
 
@@ -159,28 +211,49 @@ void Impl::handle_namespace(Call& c) {
       forget_execution(session, id);
       return;
     }
-    using Answer = Result<posix::DirReply>;
-    // The request as the work decoded it, for the continuation's notice (it runs after the work).
-    auto dq = std::make_shared<posix::DirRequest>();
+    auto answer = [this, to, id, session, cid, tag](const NamespaceRun& run) {
+      const Result<posix::DirReply>& a = run.answer;
+      if (!a.is_ok()) {
+        if (a.status().code() == StatusCode::kEpochTooOld) forget_execution(session, id);
+        return reply_error(to, id, a.status());
+      }
+      wire::Reply r;
+      r.request_id = id;
+      reply_with(to, std::move(r), posix::encode_dir_reply(*a));
+      if (a->need != ObjectId{} || !watched_by_others(cid, tag)) return;  // nothing done, or nobody to tell
+      posix::Notice n = posix::notice_of(run.dq, *a);
+      if (!n.empty()) notify_watchers(cid, tag, posix::encode_notice(n));
+    };
+    if (namespace_behind == 0) {
+      NamespaceRun run = run_namespace(this, *bytes, cid, epoch, /*if_idle=*/true);
+      if (!run.busy) {
+        inflight_epochs.erase(held);
+        if (!run.durable || !run.answer.is_ok()) return answer(run);
+        // Committed and seen by every later operation; answered once the log that holds it is synced.
+        auto later = std::make_shared<NamespaceRun>(std::move(run));
+        return offload<Status>([this] { return engine->sync(); },
+                               [later, answer](Status& synced) {
+                                 if (!synced.is_ok()) later->answer = synced;
+                                 answer(*later);
+                               },
+                               namespace_ops.get());
+      }
+    }
+    ++namespace_behind;
     // The bytes (and their charge) are let go on this thread, by the continuation, which runs after the work.
-    offload<Answer>(
-        [this, raw = bytes.get(), dq, cid, epoch]() -> Answer {
-          RFOS_ASSIGN_OR_RETURN(*dq, posix::decode_dir_request(*raw));
-          EngineDirStore store(this, cid, epoch);
-          return posix::execute(*dq, store, wall_ns());
-        },
-        [this, held, to, id, session, bytes, dq, cid, tag](Answer& a) {
-          inflight_epochs.erase(held);
-          if (!a.is_ok()) {
-            if (a.status().code() == StatusCode::kEpochTooOld) forget_execution(session, id);
-            return reply_error(to, id, a.status());
+    offload<NamespaceRun>(
+        [this, raw = bytes.get(), cid, epoch] {
+          NamespaceRun run = run_namespace(this, *raw, cid, epoch, /*if_idle=*/false);
+          if (run.durable && run.answer.is_ok()) {
+            Status synced = engine->sync();
+            if (!synced.is_ok()) run.answer = synced;
           }
-          wire::Reply r;
-          r.request_id = id;
-          reply_with(to, std::move(r), posix::encode_dir_reply(*a));
-          if (a->need != ObjectId{} || !watched_by_others(cid, tag)) return;  // nothing done, or nobody to tell
-          posix::Notice n = posix::notice_of(*dq, *a);
-          if (!n.empty()) notify_watchers(cid, tag, posix::encode_notice(n));
+          return run;
+        },
+        [this, held, bytes, answer](NamespaceRun& run) {
+          --namespace_behind;
+          inflight_epochs.erase(held);
+          answer(run);
         },
         namespace_ops.get());
   };
@@ -201,7 +274,7 @@ void Impl::handle_namespace_read(Call& c) {
       RFOS_ASSIGN_OR_RETURN(posix::DirRequest dq, posix::decode_dir_request(*bytes));
       if (!posix::is_read(dq.op))
         return error(StatusCode::kInvalidArgument, "a namespace read carries a lookup or a getattr");
-      EngineDirStore store(this, cid, engine::kEpochLatest);
+      EngineDirStore store(this, cid, engine::kEpochLatest, /*if_idle=*/true);
       return posix::execute(dq, store, wall_ns());
     }();
     if (!answer.is_ok()) return reply_error(to, id, answer.status());

@@ -182,9 +182,9 @@ bool spin_until(const std::function<int()>& progress, std::atomic<bool>& signale
 
 // wait() for workers with no event to sleep on (UCX 1.13 shm, libfabric with FI_WAIT_NONE): spin for up to
 // 1 ms (a reply is usually microseconds away), then nap up to 50 us, or less when `also` becomes ready;
-// `signaled` ends it early. A thread idle for about 100 ms spins 20 us and naps 1 ms instead, until its next
-// event.
+// `signaled` ends it early. A worker idle for 100 ms (by `*last_event`: when the worker last found an event, which
+// its own progress() keeps and this moves too) spins 20 us and naps 1 ms instead, until its next event.
 void poll_then_nap(const std::function<int()>& progress, std::atomic<bool>& signaled, int timeout_ms,
-                   const WakeSource* also);
+                   const WakeSource* also, std::chrono::steady_clock::time_point* last_event);
 
 }  // namespace rfos::transport

@@ -37,6 +37,8 @@ class Posix : public ::testing::Test {
     root_ = ns_->root();
   }
 
+  void operations_survive_a_kill(bool durable);
+
   // A namespace as another client would open it: its own sessions.
   std::unique_ptr<Namespace> mount() {
     auto* control = control_.get();
@@ -311,8 +313,10 @@ TEST_F(Posix, TwoClientsSeeEachOther) {
 
 // Namespace operations and small writes are acknowledged before they are synced (lazy), but once acknowledged
 // they are in the targets' logs: a kill -9 of the server right after the last acknowledgement loses none of them,
-// and the namespace is consistent after the restart.
-TEST_F(Posix, AcknowledgedOperationsSurviveAKillOfTheServer) {
+// and the namespace is consistent after the restart. A durable operation (the mount's -o sync) is answered after
+// that log's sync too, which the target leaves to a helper and answers from there.
+void Posix::operations_survive_a_kill(bool durable) {
+  ns_->set_durable(durable);
   auto d = ns_->mkdir(root_, "kept", 0755, kRoot);
   ASSERT_TRUE(d.is_ok());
   for (int i = 0; i < 40; ++i) {
@@ -355,6 +359,9 @@ TEST_F(Posix, AcknowledgedOperationsSurviveAKillOfTheServer) {
   EXPECT_TRUE(report->consistent());
   EXPECT_TRUE(report->unlinked.empty());
 }
+
+TEST_F(Posix, AcknowledgedOperationsSurviveAKillOfTheServer) { operations_survive_a_kill(false); }
+TEST_F(Posix, DurableOperationsSurviveAKillOfTheServer) { operations_survive_a_kill(true); }
 
 TEST_F(Posix, LargeDirectoryListsStablyAndResumes) {
   auto d = ns_->mkdir(root_, "big", 0755, kRoot);
