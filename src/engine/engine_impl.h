@@ -233,6 +233,8 @@ class Engine::Impl {
   // A lazy commit went to the index's log since the last sync of it (Engine::sync). sync_mu makes callers that
   // come at once share one sync: the ones that waited find the flag cleared.
   std::atomic<bool> unsynced{false};
+  // Commits between the start of their index write and their flag (above): what they wrote may be seen already.
+  std::atomic<int> index_writes{0};
   // Lazy block data was written since the media were last flushed (a sync, or a durable commit).
   std::atomic<bool> unsynced_data{false};
   std::mutex sync_mu;

@@ -512,7 +512,19 @@ Status Engine::apply_if_idle(uint32_t cont, Epoch epoch, std::span<const Mutatio
 Status Engine::sync() {
   Impl& im = *impl_;
   std::lock_guard one_at_a_time(im.sync_mu);
-  if (!im.unsynced.exchange(false, std::memory_order_acq_rel)) return Status::ok();
+  auto fail = [&im](Status failed) {
+    // As a failed durable commit does: what was acknowledged lazily may be gone, so nothing more is acknowledged
+    // on top of it, and no later sync says otherwise (a retried fsync reports success for pages it dropped).
+    std::lock_guard lock(im.commit_mu);
+    if (im.failed.is_ok()) im.failed = failed;
+    return im.failed;
+  };
+  {
+    std::lock_guard lock(im.commit_mu);
+    if (!im.failed.is_ok()) return im.failed;
+  }
+  if (!im.unsynced.exchange(false, std::memory_order_acq_rel) && im.index_writes.load(std::memory_order_acquire) == 0)
+    return Status::ok();
   bool data = im.unsynced_data.exchange(false, std::memory_order_acq_rel);
   uint64_t upto = 0;  // every commit so far: lazy data among them was written before it queued
   {
@@ -528,12 +540,7 @@ Status Engine::sync() {
   if (!s.is_ok()) {
     im.unsynced.store(true);
     if (data) im.unsynced_data.store(true);
-    Status failed = error(StatusCode::kEngineFailed, "sync failed, the target must be reopened: " + s.to_string());
-    // As a failed durable commit does: what was acknowledged lazily may be gone, so nothing more is acknowledged
-    // on top of it.
-    std::lock_guard lock(im.commit_mu);
-    if (im.failed.is_ok()) im.failed = failed;
-    return failed;
+    return fail(error(StatusCode::kEngineFailed, "sync failed, the target must be reopened: " + s.to_string()));
   }
   // The markers of what is durable now go, without a sync of their own: should a cut come first, open() only
   // checks data that is good.
@@ -542,7 +549,11 @@ Status Engine::sync() {
     std::lock_guard meta(im.meta_mu);
     im.clear_markers(&batch, upto);
   }
-  if (batch.Count() > 0) RFOS_RETURN_IF_ERROR(from_rocks(im.db->Write(rocksdb::WriteOptions(), &batch), "markers"));
+  if (batch.Count() == 0) return Status::ok();
+  Status cleared = from_rocks(im.db->Write(rocksdb::WriteOptions(), &batch), "markers");
+  if (!cleared.is_ok())
+    return fail(
+        error(StatusCode::kEngineFailed, "index write failed, the target must be reopened: " + cleared.to_string()));
   return Status::ok();
 }
 

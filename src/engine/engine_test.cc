@@ -164,7 +164,7 @@ TEST_F(EngineTest, ApplyIfIdleRefusesWhileAnotherCommits) {
       EXPECT_EQ(*get_single(key(dkey), kEpochLatest), "x");
       continue;
     }
-    ASSERT_EQ(s.code(), StatusCode::kBusy) << s.to_string();
+    EXPECT_EQ(s.code(), StatusCode::kBusy) << s.to_string();  // not ASSERT: the thread is joined below
     EXPECT_EQ(get_single(key(dkey), kEpochLatest).status().code(), StatusCode::kNotFound);
     ++refused;
   }

@@ -6,7 +6,7 @@
 // Updates and fetches run to completion on the target thread: index work and checksums inline, block reads
 // and writes on the target's own io_uring (Engine::fetch_submit / update_submit), polled by the same loop
 // that polls the transport; an update's index commit joins the engine's group commit (its commit thread) and
-// comes back to this loop. Many requests are in flight per target. Punches and aggregation still block on
+// comes back to this loop. Many requests are in flight per target. Punches, aggregation and syncs still block on
 // the media, on a few helper threads per target whose continuations come back to the target thread. Namespace
 // operations (posix/dir_ops.h) run one at a time, each one atomic batch: on the target thread while the engine
 // commits nothing else, else on a helper of their own (target_namespace.cc).

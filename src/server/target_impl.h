@@ -73,7 +73,8 @@ class Target::Impl {
   // thread keeps serving the network; their continuations come back through `finished`.
   std::unique_ptr<WorkerPool> media;
   // Namespace operations that found the engine committing another's batch, in order, and the syncs of durable
-  // ones (target_namespace.cc). `namespace_behind`: how many it has not answered; while any, the next go there.
+  // ones (target_namespace.cc). `namespace_behind`: the operations handed to it and not answered yet (not the
+  // syncs, which commit nothing); while any, the next operations go there too.
   std::unique_ptr<WorkerPool> namespace_ops;
   uint32_t namespace_behind = 0;
   std::mutex finished_mu;

@@ -175,7 +175,8 @@ NamespaceRun run_namespace(Impl* target, const std::string& bytes, uint32_t cid,
   EngineDirStore store(target, cid, epoch, if_idle);
   run.answer = posix::execute(run.dq, store, wall_ns());
   run.busy = store.busy();
-  // Durable even when it changed nothing: what it found may be another's change, seen and not yet synced.
+  // Durable even when it changed nothing or refused: what it found may be another's change, seen and not yet
+  // synced.
   run.durable = run.dq.durable || store.durable_asked();
   return run;
 }
@@ -228,8 +229,9 @@ void Impl::handle_namespace(Call& c) {
       NamespaceRun run = run_namespace(this, *bytes, cid, epoch, /*if_idle=*/true);
       if (!run.busy) {
         inflight_epochs.erase(held);
-        if (!run.durable || !run.answer.is_ok()) return answer(run);
-        // Committed and seen by every later operation; answered once the log that holds it is synced.
+        if (!run.durable) return answer(run);
+        // Committed and seen by every later operation; answered once the log that holds it is synced. A refusal
+        // too: what it found (a name taken, a directory not empty) may be another's change, not yet synced.
         auto later = std::make_shared<NamespaceRun>(std::move(run));
         return offload<Status>([this] { return engine->sync(); },
                                [later, answer](Status& synced) {
@@ -244,7 +246,7 @@ void Impl::handle_namespace(Call& c) {
     offload<NamespaceRun>(
         [this, raw = bytes.get(), cid, epoch] {
           NamespaceRun run = run_namespace(this, *raw, cid, epoch, /*if_idle=*/false);
-          if (run.durable && run.answer.is_ok()) {
+          if (run.durable) {
             Status synced = engine->sync();
             if (!synced.is_ok()) run.answer = synced;
           }

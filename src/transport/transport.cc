@@ -53,17 +53,22 @@ bool spin_until(const std::function<int()>& progress, std::atomic<bool>& signale
 }
 
 void poll_then_nap(const std::function<int()>& progress, std::atomic<bool>& signaled, int timeout_ms,
-                   const WakeSource* also, std::chrono::steady_clock::time_point* last_event) {
-  // After 100 ms with no event the worker stops spinning and naps longer, so an idle server does not burn its
-  // cores; its next event brings the spinning back. Events its thread found before calling here count: a target
-  // that found each request in its own loop, not here, stayed in 1 ms naps (docs/BENCHMARKS.md, "Small files").
-  auto now = std::chrono::steady_clock::now();
-  bool idle = now - *last_event > std::chrono::milliseconds(100);
-  if (spin_until(progress, signaled, now + std::chrono::microseconds(idle ? 20 : 1000), also) ||
+                   const WakeSource* also, Naps* naps) {
+  // An idle server does not burn its cores: after about 100 ms of naps in a row it spins little and naps
+  // longer. Its next event brings the spinning back, wherever its thread found it: a target that found each
+  // request in its own loop, not here, stayed in the long naps (docs/BENCHMARKS.md, "Small files").
+  if (naps->last_event != naps->seen) {
+    naps->in_a_row = 0;
+    naps->seen = naps->last_event;
+  }
+  bool idle = naps->in_a_row >= 100;
+  if (spin_until(progress, signaled, std::chrono::steady_clock::now() + std::chrono::microseconds(idle ? 20 : 1000),
+                 also) ||
       signaled.exchange(false)) {
-    *last_event = std::chrono::steady_clock::now();
+    naps->in_a_row = 0;
     return;
   }
+  ++naps->in_a_row;
   int nap_us = std::min(timeout_ms * 1000, idle ? 1000 : 50);
   if (also == nullptr || also->fd < 0) return std::this_thread::sleep_for(std::chrono::microseconds(nap_us));
   if (also->arm && also->arm()) return;

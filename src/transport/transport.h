@@ -180,11 +180,19 @@ uint32_t payload_sends_at_once(std::string_view provider);
 bool spin_until(const std::function<int()>& progress, std::atomic<bool>& signaled,
                 std::chrono::steady_clock::time_point until, const WakeSource* also);
 
+// What poll_then_nap keeps of a worker between its calls. `last_event`: when the worker last found an event,
+// which its own progress() moves (so events its thread found outside poll_then_nap count too).
+struct Naps {
+  std::chrono::steady_clock::time_point last_event;
+  std::chrono::steady_clock::time_point seen;  // last_event as of the last nap
+  int in_a_row = 0;                            // naps with no event between them
+};
+
 // wait() for workers with no event to sleep on (UCX 1.13 shm, libfabric with FI_WAIT_NONE): spin for up to
 // 1 ms (a reply is usually microseconds away), then nap up to 50 us, or less when `also` becomes ready;
-// `signaled` ends it early. A worker idle for 100 ms (by `*last_event`: when the worker last found an event, which
-// its own progress() keeps and this moves too) spins 20 us and naps 1 ms instead, until its next event.
+// `signaled` ends it early. After about 100 naps in a row with no event (100 ms) the worker spins 20 us and
+// naps 1 ms instead, until its next event.
 void poll_then_nap(const std::function<int()>& progress, std::atomic<bool>& signaled, int timeout_ms,
-                   const WakeSource* also, std::chrono::steady_clock::time_point* last_event);
+                   const WakeSource* also, Naps* naps);
 
 }  // namespace rfos::transport

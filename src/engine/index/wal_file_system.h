@@ -3,8 +3,8 @@
 // RocksDB appends its WAL: every synced write grows the file, so on ext4 (and XFS) each fdatasync must also
 // make the new file size durable, which commits the file system's journal: a second device flush per index
 // commit. This wrapper keeps a WAL's file size ahead of its records by writing zeros past them in chunks and
-// syncing once per chunk; the records then overwrite allocated, written blocks and their fdatasync is a data
-// flush only (measured on this machine's ext4: 87-94 against 121-137 us at the median for a bare 300-byte
+// syncing once per chunk, on a thread of its own a chunk ahead of the writers; the records then overwrite
+// allocated, written blocks and their fdatasync is a data flush only (measured on this machine's ext4: 87-94 against 121-137 us at the median for a bare 300-byte
 // write + fdatasync, and docs/BENCHMARKS.md for the engine).
 //
 // Recovery is unchanged: RocksDB's log reader skips zero-filled space (a zero-type, zero-length record ends

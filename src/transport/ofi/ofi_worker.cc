@@ -321,13 +321,13 @@ class OfiWorker final : public Worker {
     }
     n += post_deferred();
     give_up_stale();
-    if (n > 0) last_event_ = std::chrono::steady_clock::now();
+    if (n > 0) naps_.last_event = std::chrono::steady_clock::now();
     return n;
   }
 
   void wait(int timeout_ms, const WakeSource* also) override {
     // No wait object (FI_WAIT_NONE keeps every provider usable).
-    poll_then_nap([this] { return progress(); }, signaled_, timeout_ms, also, &last_event_);
+    poll_then_nap([this] { return progress(); }, signaled_, timeout_ms, also, &naps_);
   }
 
   void signal() override { signaled_ = true; }
@@ -800,7 +800,7 @@ class OfiWorker final : public Worker {
   std::function<void(Incoming&)> handler_;
   std::function<void(EpHandle, const Status&)> failure_;
   std::atomic<bool> signaled_{false};
-  std::chrono::steady_clock::time_point last_event_ = std::chrono::steady_clock::now();  // progress last found one
+  Naps naps_;  // poll_then_nap's; progress() moves its last_event
 };
 
 }  // namespace

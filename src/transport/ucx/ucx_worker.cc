@@ -325,7 +325,10 @@ class UcxWorker final : public Worker {
     }
     if (also && also->ready()) return;
     auto progress = [this] { return static_cast<int>(ucp_worker_progress(worker_)); };
-    if (!use_events_) return poll_then_nap(progress, signaled_, timeout_ms, also, &last_event_);
+    if (!use_events_) {
+      naps_.last_event = last_event_;
+      return poll_then_nap(progress, signaled_, timeout_ms, also, &naps_);
+    }
     // When to spin before sleeping on the worker's event fd:
     //  - while a rendezvous payload is arriving: it comes as a train of fragments (64 KiB on tcp), and a
     //    receiver that slept between them woke once per fragment, stalling the sender's socket each time (1 MiB
@@ -700,10 +703,10 @@ class UcxWorker final : public Worker {
   std::atomic<bool> signaled_{false};
   static constexpr std::chrono::microseconds kSpinAfterEvent{1000};
   static constexpr double kShortIdleUs = 300;
-  // When progress last found something (a new worker counts as busy).
-  std::chrono::steady_clock::time_point last_event_ = std::chrono::steady_clock::now();
-  int receiving_ = 0;        // rendezvous payloads being received
-  double idle_ewma_us_ = 0;  // how long wait() took, on average (1/8 weight per call)
+  std::chrono::steady_clock::time_point last_event_;  // when progress last found something
+  Naps naps_;                                         // poll_then_nap's, without events
+  int receiving_ = 0;                                 // rendezvous payloads being received
+  double idle_ewma_us_ = 0;                           // how long wait() took, on average (1/8 weight per call)
   // Adds the time from `start` until it goes out of scope (the end of a wait) to the average idle spell.
   struct IdleSpell {
     UcxWorker* w;
