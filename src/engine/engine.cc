@@ -442,12 +442,12 @@ void Engine::Impl::lead(std::unique_lock<std::mutex>& lock) {
     if (st.is_ok()) {
       rocksdb::WriteOptions wo;
       wo.sync = sync_group;
-      // Readers see the batch before Write returns: a sync() in between syncs the log whatever the flag says.
-      index_writes.fetch_add(1, std::memory_order_acq_rel);
+      // Readers see a lazy batch before Write returns: a sync() in between syncs the log whatever the flag says.
+      if (!sync_group) index_writes.fetch_add(1, std::memory_order_acq_rel);
       st = from_rocks(db->Write(wo, &batch), "index write");
       if (st.is_ok() && !sync_group && opts.sync) unsynced.store(true, std::memory_order_release);
       if (st.is_ok() && !sync_group && lazy_data) unsynced_data.store(true, std::memory_order_release);
-      index_writes.fetch_sub(1, std::memory_order_acq_rel);
+      if (!sync_group) index_writes.fetch_sub(1, std::memory_order_acq_rel);
     }
     if (!st.is_ok())
       st = error(StatusCode::kEngineFailed, "commit failed, the target must be reopened: " + st.to_string());

@@ -523,8 +523,9 @@ Status Engine::sync() {
     std::lock_guard lock(im.commit_mu);
     if (!im.failed.is_ok()) return im.failed;
   }
-  if (!im.unsynced.exchange(false, std::memory_order_acq_rel) && im.index_writes.load(std::memory_order_acquire) == 0)
-    return Status::ok();
+  // The count first: a commit that ends its write after it was read has set the flag by then.
+  bool writing = im.index_writes.load(std::memory_order_acquire) > 0;
+  if (!im.unsynced.exchange(false, std::memory_order_acq_rel) && !writing) return Status::ok();
   bool data = im.unsynced_data.exchange(false, std::memory_order_acq_rel);
   uint64_t upto = 0;  // every commit so far: lazy data among them was written before it queued
   {

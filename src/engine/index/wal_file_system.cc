@@ -1,6 +1,7 @@
 #include "engine/index/wal_file_system.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -100,14 +102,20 @@ class PrewrittenWal : public rocksdb::FSWritableFileOwnerWrapper {
     }
   }
 
+  // Last piece first, so the file's size moves once, to a whole number of chunks.
   rocksdb::IOStatus write_zeros(uint64_t from, uint64_t to) {
     static const std::vector<char> zeros(256u << 10, 0);
-    for (uint64_t at = from; at < to;) {
-      size_t n = static_cast<size_t>(std::min<uint64_t>(zeros.size(), to - at));
-      ssize_t w = ::pwrite(fd_, zeros.data(), n, static_cast<off_t>(at));
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return io_error("write ahead of " + name_, errno);
-      at += static_cast<uint64_t>(w);
+    for (uint64_t end = to; end > from;) {
+      uint64_t at = std::max(from, end > zeros.size() ? end - zeros.size() : 0);
+      for (uint64_t pos = at; pos < end;) {
+        ssize_t w = ::pwrite(fd_, zeros.data(), static_cast<size_t>(end - pos), static_cast<off_t>(pos));
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return io_error("write ahead of " + name_, errno);
+        pos += static_cast<uint64_t>(w);
+      }
+      end = at;
+      std::lock_guard lock(mu_);
+      if (stopping_) return rocksdb::IOStatus::IOError("write-ahead log " + name_ + " is closed");
     }
     if (::fdatasync(fd_) != 0) return io_error("fdatasync " + name_, errno);
     return rocksdb::IOStatus::OK();
@@ -128,7 +136,9 @@ class PrewrittenWal : public rocksdb::FSWritableFileOwnerWrapper {
     if (fd_ < 0) return rocksdb::IOStatus::OK();
     rocksdb::IOStatus s;
     uint64_t size = target()->GetFileSize(rocksdb::IOOptions(), nullptr);
-    if (written_ > size && ::ftruncate(fd_, static_cast<off_t>(size)) != 0) s = io_error("truncate " + name_, errno);
+    struct stat st {};
+    bool longer = ::fstat(fd_, &st) != 0 || static_cast<uint64_t>(st.st_size) > size;  // zeros, maybe half a chunk
+    if (longer && ::ftruncate(fd_, static_cast<off_t>(size)) != 0) s = io_error("truncate " + name_, errno);
     ::close(fd_);
     fd_ = -1;
     return s;
@@ -163,7 +173,13 @@ class PrewrittenWalFileSystem : public rocksdb::FileSystemWrapper {
       result->reset();
       return io_error("open " + fname, err);
     }
-    *result = std::make_unique<PrewrittenWal>(std::move(*result), fname, fd);
+    try {
+      *result = std::make_unique<PrewrittenWal>(std::move(*result), fname, fd);
+    } catch (const std::system_error& e) {  // its thread did not start
+      ::close(fd);
+      result->reset();
+      return rocksdb::IOStatus::IOError("write-ahead log " + fname + ": " + e.what());
+    }
     return s;
   }
 };

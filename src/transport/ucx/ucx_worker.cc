@@ -703,10 +703,11 @@ class UcxWorker final : public Worker {
   std::atomic<bool> signaled_{false};
   static constexpr std::chrono::microseconds kSpinAfterEvent{1000};
   static constexpr double kShortIdleUs = 300;
-  std::chrono::steady_clock::time_point last_event_;  // when progress last found something
-  Naps naps_;                                         // poll_then_nap's, without events
-  int receiving_ = 0;                                 // rendezvous payloads being received
-  double idle_ewma_us_ = 0;                           // how long wait() took, on average (1/8 weight per call)
+  // When progress last found something (a new worker counts as busy).
+  std::chrono::steady_clock::time_point last_event_ = std::chrono::steady_clock::now();
+  Naps naps_;                // poll_then_nap's, without events
+  int receiving_ = 0;        // rendezvous payloads being received
+  double idle_ewma_us_ = 0;  // how long wait() took, on average (1/8 weight per call)
   // Adds the time from `start` until it goes out of scope (the end of a wait) to the average idle spell.
   struct IdleSpell {
     UcxWorker* w;
