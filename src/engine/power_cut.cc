@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <rocksdb/file_system.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,6 +15,7 @@
 
 #include "engine/blockio/block_device.h"
 #include "engine/engine_impl.h"
+#include "engine/index/wal_file_system.h"
 
 namespace rfos::engine {
 
@@ -114,6 +116,26 @@ class PowerCut::Impl : public blockio::WriteLog {
     files[to] = f;
   }
 
+  Result<bool> lose_pages(const std::string& name, const FileState& f) {
+    constexpr uint64_t kPage = 4096;
+    int fd = ::open(name.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return error(StatusCode::kIoError, "open " + name + ": " + std::strerror(errno));
+    bool lost = false;
+    for (uint64_t page = f.synced / kPage * kPage; page < f.written; page += kPage) {
+      if (rng() % 2 == 0) continue;
+      uint64_t from = std::max(page, f.synced), to = std::min(page + kPage, f.written);
+      std::string fill(to - from, index::kWalFillByte);
+      if (::pwrite(fd, fill.data(), fill.size(), static_cast<off_t>(from)) != static_cast<ssize_t>(fill.size())) {
+        ::close(fd);
+        return error(StatusCode::kIoError, "lose pages of " + name + ": " + std::strerror(errno));
+      }
+      lost = true;
+    }
+    ::fsync(fd);
+    ::close(fd);
+    return lost;
+  }
+
   Result<std::string> apply() {
     std::lock_guard lock(mu);
     uint64_t torn_ranges = 0, torn_bytes = 0, cut_files = 0, removed = 0;
@@ -142,6 +164,15 @@ class PowerCut::Impl : public blockio::WriteLog {
         continue;
       }
       if (f.written <= f.synced) continue;
+      struct stat st {};
+      if (::stat(name.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) > f.written) {
+        // A log written ahead (index/wal_file_system.h): its size and the fill past its records were durable,
+        // and the device writes its unsynced pages in any order. Each page of them is kept or lost, a lost one
+        // reading as the fill again.
+        RFOS_ASSIGN_OR_RETURN(bool lost, lose_pages(name, f));
+        cut_files += lost ? 1 : 0;
+        continue;
+      }
       // A random part of what was not synced survives, cut anywhere.
       uint64_t keep = f.synced + rng() % (f.written - f.synced + 1);
       if (::truncate(name.c_str(), static_cast<off_t>(keep)) == 0) ++cut_files;

@@ -8,7 +8,9 @@
 //     reads back as random bytes, which is what a lost or half-written device cache leaves, and stronger than
 //     "the old bytes".
 //   - index files: bytes written through RocksDB's file system are durable once the file was synced; past that
-//     a random prefix of the rest survives, cut anywhere (a torn record). A file created since its directory
+//     a random prefix of the rest survives, cut anywhere (a torn record). A log written ahead
+//     (index/wal_file_system.h) keeps its size and fill, and each 4 KiB page of its unsynced records survives
+//     or reads as the fill again, in any order, as a device writes them. A file created since its directory
 //     was last synced disappears. Renames are taken as durable when made (weaker than a real file system,
 //     written down in docs/engine-format.md).
 //   - after cut() nothing more becomes durable: syncs stop counting, and index writes, renames and deletes go

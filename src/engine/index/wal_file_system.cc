@@ -26,7 +26,7 @@ rocksdb::IOStatus io_error(const std::string& what, int err) {
 bool is_wal(const std::string& fname) { return fname.size() > 4 && fname.compare(fname.size() - 4, 4, ".log") == 0; }
 
 // RocksDB's file (the target) appends the records; this class owns a second descriptor of the same file,
-// through which a thread of its own writes the zeros a chunk ahead of them.
+// through which a thread of its own writes the fill a chunk ahead of them.
 class PrewrittenWal : public rocksdb::FSWritableFileOwnerWrapper {
  public:
   PrewrittenWal(std::unique_ptr<rocksdb::FSWritableFile> file, std::string name, int fd)
@@ -55,7 +55,7 @@ class PrewrittenWal : public rocksdb::FSWritableFileOwnerWrapper {
     return s.ok() ? target()->PositionedAppend(data, offset, options, info, dbg) : s;
   }
 
-  // The zeros allocate the space; RocksDB's fallocate(KEEP_SIZE) would only add unwritten extents past them.
+  // The fill allocates the space; RocksDB's fallocate(KEEP_SIZE) would only add unwritten extents past it.
   void PrepareWrite(size_t, size_t, const rocksdb::IOOptions&, rocksdb::IODebugContext*) override {}
   rocksdb::IOStatus Allocate(uint64_t, uint64_t, const rocksdb::IOOptions&, rocksdb::IODebugContext*) override {
     return rocksdb::IOStatus::OK();
@@ -69,7 +69,7 @@ class PrewrittenWal : public rocksdb::FSWritableFileOwnerWrapper {
 
  private:
   // Makes [0, end) allocated, written and of durable size before a record reaches past the written space, and
-  // asks for the chunk after it. The zeros and their sync are the file's thread's: a writer waits for them only
+  // asks for the chunk after it. The fill and its sync are the file's thread's: a writer waits for them only
   // when its records come faster than they do (and for the first chunk), not once a chunk, which on a target
   // thread committing a lazy namespace batch itself held every request on it for the sync (2-3 ms).
   rocksdb::IOStatus write_ahead(uint64_t end) {
@@ -90,7 +90,7 @@ class PrewrittenWal : public rocksdb::FSWritableFileOwnerWrapper {
       if (stopping_) return;
       uint64_t from = written_, to = want_;
       lock.unlock();
-      rocksdb::IOStatus s = write_zeros(from, to);
+      rocksdb::IOStatus s = write_fill(from, to);
       lock.lock();
       if (s.ok()) {
         written_ = to;
@@ -103,12 +103,12 @@ class PrewrittenWal : public rocksdb::FSWritableFileOwnerWrapper {
   }
 
   // Last piece first, so the file's size moves once, to a whole number of chunks.
-  rocksdb::IOStatus write_zeros(uint64_t from, uint64_t to) {
-    static const std::vector<char> zeros(256u << 10, 0);
+  rocksdb::IOStatus write_fill(uint64_t from, uint64_t to) {
+    static const std::vector<char> fill(256u << 10, kWalFillByte);
     for (uint64_t end = to; end > from;) {
-      uint64_t at = std::max(from, end > zeros.size() ? end - zeros.size() : 0);
+      uint64_t at = std::max(from, end > fill.size() ? end - fill.size() : 0);
       for (uint64_t pos = at; pos < end;) {
-        ssize_t w = ::pwrite(fd_, zeros.data(), static_cast<size_t>(end - pos), static_cast<off_t>(pos));
+        ssize_t w = ::pwrite(fd_, fill.data(), static_cast<size_t>(end - pos), static_cast<off_t>(pos));
         if (w < 0 && errno == EINTR) continue;
         if (w < 0) return io_error("write ahead of " + name_, errno);
         pos += static_cast<uint64_t>(w);
@@ -121,7 +121,7 @@ class PrewrittenWal : public rocksdb::FSWritableFileOwnerWrapper {
     return rocksdb::IOStatus::OK();
   }
 
-  // Stops the thread, cuts the zeros past the records and closes the second descriptor.
+  // Stops the thread, cuts the fill past the records and closes the second descriptor.
   rocksdb::IOStatus release() {
     if (ahead_.joinable()) {
       {
@@ -137,7 +137,7 @@ class PrewrittenWal : public rocksdb::FSWritableFileOwnerWrapper {
     rocksdb::IOStatus s;
     uint64_t size = target()->GetFileSize(rocksdb::IOOptions(), nullptr);
     struct stat st {};
-    bool longer = ::fstat(fd_, &st) != 0 || static_cast<uint64_t>(st.st_size) > size;  // zeros, maybe half a chunk
+    bool longer = ::fstat(fd_, &st) != 0 || static_cast<uint64_t>(st.st_size) > size;  // fill, maybe half a chunk
     if (longer && ::ftruncate(fd_, static_cast<off_t>(size)) != 0) s = io_error("truncate " + name_, errno);
     ::close(fd_);
     fd_ = -1;
@@ -149,7 +149,7 @@ class PrewrittenWal : public rocksdb::FSWritableFileOwnerWrapper {
   std::mutex mu_;
   std::condition_variable wanted_;      // the thread: want_ moved, or stopping_
   std::condition_variable written_cv_;  // writers: written_ or status_ moved
-  uint64_t written_ = 0;                // [0, written_) holds records or zeros, allocated and of durable size
+  uint64_t written_ = 0;                // [0, written_) holds records or fill, allocated and of durable size
   uint64_t want_ = 0;                   // what the thread is asked to have written
   bool stopping_ = false;
   rocksdb::IOStatus status_;  // the thread's failure (or the file's close): no more records
