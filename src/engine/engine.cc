@@ -112,6 +112,10 @@ Status Engine::Impl::open() {
   ro.write_buffer_size = 64 << 20;
   ro.keep_log_file_num = 4;
   ro.info_log_level = rocksdb::WARN_LEVEL;
+  // Recovery stops at the first bad record of the log (a torn one, or the fill written ahead of the records:
+  // index/wal_file_system.h) and keeps what comes before: both the defaults, which that fill relies on.
+  ro.paranoid_checks = true;
+  ro.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
   std::shared_ptr<rocksdb::FileSystem> index_fs;
   if (opts.power_cut) index_fs = power_cut_fs(opts.power_cut, rocksdb::FileSystem::Default());
   if (opts.prewrite_wal) index_fs = index::make_prewritten_wal_fs(index_fs);

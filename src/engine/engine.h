@@ -68,7 +68,7 @@ struct EngineOptions {
   DataSync data_sync = DataSync::kAlways;
   // Tests only: the media seam that simulates losing power (engine/power_cut.h).
   PowerCut* power_cut = nullptr;
-  // Write the index's WAL ahead with zeros, so its synced writes do not grow the file and commit the file
+  // Write the index's WAL ahead (with fill), so its synced writes do not grow the file and commit the file
   // system's journal (engine/index/wal_file_system.h). false: RocksDB's appending WAL (benchmarks only).
   bool prewrite_wal = true;
   bool create = true;            // create (format) a missing target

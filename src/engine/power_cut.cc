@@ -138,7 +138,7 @@ class PowerCut::Impl : public blockio::WriteLog {
 
   Result<std::string> apply() {
     std::lock_guard lock(mu);
-    uint64_t torn_ranges = 0, torn_bytes = 0, cut_files = 0, removed = 0;
+    uint64_t torn_ranges = 0, torn_bytes = 0, cut_files = 0, removed = 0, paged_logs = 0;
     if (!block_file.empty()) {
       int fd = ::open(block_file.c_str(), O_WRONLY | O_CLOEXEC);
       if (fd < 0) return error(StatusCode::kIoError, "open " + block_file + ": " + std::strerror(errno));
@@ -170,7 +170,7 @@ class PowerCut::Impl : public blockio::WriteLog {
         // and the device writes its unsynced pages in any order. Each page of them is kept or lost, a lost one
         // reading as the fill again.
         RFOS_ASSIGN_OR_RETURN(bool lost, lose_pages(name, f));
-        cut_files += lost ? 1 : 0;
+        paged_logs += lost ? 1 : 0;
         continue;
       }
       // A random part of what was not synced survives, cut anywhere.
@@ -181,7 +181,8 @@ class PowerCut::Impl : public blockio::WriteLog {
     finished.clear();
     files.clear();
     return "tore " + std::to_string(torn_ranges) + " block ranges (" + std::to_string(torn_bytes) + " bytes), cut " +
-           std::to_string(cut_files) + " index files, removed " + std::to_string(removed);
+           std::to_string(cut_files) + " index files, lost pages of " + std::to_string(paged_logs) +
+           " written-ahead logs, removed " + std::to_string(removed);
   }
 };
 

@@ -138,7 +138,8 @@ class PrewrittenWal : public rocksdb::FSWritableFileOwnerWrapper {
     uint64_t size = target()->GetFileSize(rocksdb::IOOptions(), nullptr);
     struct stat st {};
     bool longer = ::fstat(fd_, &st) != 0 || static_cast<uint64_t>(st.st_size) > size;  // fill, maybe half a chunk
-    if (longer && ::ftruncate(fd_, static_cast<off_t>(size)) != 0) s = io_error("truncate " + name_, errno);
+    // Through RocksDB's file, not this descriptor: a file system under it (the power-cut seam) sees the cut.
+    if (longer) s = target()->Truncate(size, rocksdb::IOOptions(), nullptr);
     ::close(fd_);
     fd_ = -1;
     return s;
