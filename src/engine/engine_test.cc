@@ -51,6 +51,19 @@ class EngineTest : public ::testing::Test {
   }
   Result<std::string> get_single(const KeyRef& k, Epoch e) { return engine_->fetch({k, e, ValueKind::kSingle, 0, 0}); }
 
+  // The index's write-ahead logs in a target's directory, by path, with their sizes.
+  static std::map<std::string, uint64_t> index_logs(const std::string& dir) {
+    std::map<std::string, uint64_t> sizes;
+    for (const auto& f : std::filesystem::directory_iterator(dir + "/index"))
+      if (f.path().extension() == ".log") sizes[f.path()] = f.file_size();
+    return sizes;
+  }
+  // The target's files as they are now, open: what a crash would leave.
+  void copy_target(const testing::TempDir& to) {
+    std::filesystem::copy(target_.dir.path(), to.path(),
+                          std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  }
+
   testing::Target target_;
   Engine* engine_ = nullptr;
   Uuid pool_, cont_;
@@ -752,15 +765,9 @@ TEST_F(EngineTest, ConcurrentWritersGroupCommit) {
 // record; it opens with every update in it. (The crash test kills writers with the fill in place.)
 TEST_F(EngineTest, IndexLogIsWrittenAheadAndRecoversPastItsFill) {
   const uint64_t chunk = index::kWalPrewriteChunkBytes;
-  auto logs = [](const std::string& dir) {
-    std::map<std::string, uint64_t> sizes;
-    for (const auto& f : std::filesystem::directory_iterator(dir + "/index"))
-      if (f.path().extension() == ".log") sizes[f.path().filename()] = f.file_size();
-    return sizes;
-  };
   const int n = 500;  // inline pieces of 3000 bytes: more than a chunk of log records
   for (int i = 0; i < n; ++i) ASSERT_TRUE(put_array(key("k" + std::to_string(i)), 1, 0, pattern(i, 3000)).is_ok());
-  auto open_sizes = logs(target_.dir.path());
+  auto open_sizes = index_logs(target_.dir.path());
   ASSERT_FALSE(open_sizes.empty());
   uint64_t largest = 0;
   for (const auto& [name, size] : open_sizes) largest = std::max(largest, size);
@@ -768,11 +775,10 @@ TEST_F(EngineTest, IndexLogIsWrittenAheadAndRecoversPastItsFill) {
   EXPECT_EQ(largest % chunk, 0u);
 
   testing::TempDir copy;
-  std::filesystem::copy(target_.dir.path(), copy.path(),
-                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  copy_target(copy);
   target_.engine.reset();
   engine_ = nullptr;
-  for (const auto& [name, size] : logs(target_.dir.path())) {
+  for (const auto& [name, size] : index_logs(target_.dir.path())) {
     auto was = open_sizes.find(name);
     if (was != open_sizes.end()) {
       EXPECT_LT(size, was->second) << name;
@@ -806,15 +812,12 @@ TEST_F(EngineTest, ALostSpanOfTheIndexLogEndsRecoveryThere) {
   };
   for (int i = 0; i < n; ++i) ASSERT_TRUE(engine_->apply(cid_, 5, batch(i), /*lazy=*/true).is_ok());
   testing::TempDir copy;
-  std::filesystem::copy(target_.dir.path(), copy.path(),
-                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
-  std::string log;
-  uint64_t largest = 0;
-  for (const auto& f : std::filesystem::directory_iterator(copy.path() + "/index"))
-    if (f.path().extension() == ".log" && f.file_size() > largest) {
-      largest = f.file_size();
-      log = f.path();
-    }
+  copy_target(copy);
+  auto logs = index_logs(copy.path());
+  ASSERT_FALSE(logs.empty());
+  std::string log = std::max_element(logs.begin(), logs.end(), [](const auto& a, const auto& b) {
+                      return a.second < b.second;
+                    })->first;
   std::string bytes;
   {
     std::ifstream in(log, std::ios::binary);

@@ -308,7 +308,7 @@ class UcxWorker final : public Worker {
   int progress() override {
     int n = 0;
     while (ucp_worker_progress(worker_) != 0) ++n;
-    if (n > 0) last_event_ = std::chrono::steady_clock::now();
+    if (n > 0) naps_.last_event = std::chrono::steady_clock::now();
     check_watched();
     while (!failed_.empty()) {
       ucp_ep_h ep = failed_.back();
@@ -320,15 +320,12 @@ class UcxWorker final : public Worker {
 
   void wait(int timeout_ms, const WakeSource* also) override {
     if (ucp_worker_progress(worker_) != 0) {
-      last_event_ = std::chrono::steady_clock::now();
+      naps_.last_event = std::chrono::steady_clock::now();
       return;
     }
     if (also && also->ready()) return;
     auto progress = [this] { return static_cast<int>(ucp_worker_progress(worker_)); };
-    if (!use_events_) {
-      naps_.last_event = last_event_;
-      return poll_then_nap(progress, signaled_, timeout_ms, also, &naps_);
-    }
+    if (!use_events_) return poll_then_nap(progress, signaled_, timeout_ms, also, &naps_);
     // When to spin before sleeping on the worker's event fd:
     //  - while a rendezvous payload is arriving: it comes as a train of fragments (64 KiB on tcp), and a
     //    receiver that slept between them woke once per fragment, stalling the sender's socket each time (1 MiB
@@ -342,9 +339,9 @@ class UcxWorker final : public Worker {
     auto start = std::chrono::steady_clock::now();
     IdleSpell spell(this, start);
     bool short_waits = !sleep_when_waits_long_ || idle_ewma_us_ < kShortIdleUs;
-    auto spin_end = receiving_ > 0 ? start + kSpinAfterEvent : short_waits ? last_event_ + kSpinAfterEvent : start;
+    auto spin_end = receiving_ > 0 ? start + kSpinAfterEvent : short_waits ? naps_.last_event + kSpinAfterEvent : start;
     if (start < spin_end && spin_until(progress, signaled_, spin_end, also)) {
-      last_event_ = std::chrono::steady_clock::now();
+      naps_.last_event = std::chrono::steady_clock::now();
       return;
     }
     ucs_status_t s = ucp_worker_arm(worker_);
@@ -703,9 +700,9 @@ class UcxWorker final : public Worker {
   std::atomic<bool> signaled_{false};
   static constexpr std::chrono::microseconds kSpinAfterEvent{1000};
   static constexpr double kShortIdleUs = 300;
-  // When progress last found something (a new worker counts as busy).
-  std::chrono::steady_clock::time_point last_event_ = std::chrono::steady_clock::now();
-  Naps naps_;                // poll_then_nap's, without events
+  // poll_then_nap's without events; its last_event, when progress last found something, steers the spinning
+  // with events too (a new worker counts as busy).
+  Naps naps_{.last_event = std::chrono::steady_clock::now()};
   int receiving_ = 0;        // rendezvous payloads being received
   double idle_ewma_us_ = 0;  // how long wait() took, on average (1/8 weight per call)
   // Adds the time from `start` until it goes out of scope (the end of a wait) to the average idle spell.
