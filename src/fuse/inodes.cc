@@ -114,12 +114,24 @@ bool Inodes::open_files(size_t max, std::vector<ObjectId>* out) {
   return true;
 }
 
-void Inodes::written(const ObjectId& oid, uint64_t end) {
+uint64_t Inodes::written(const ObjectId& oid, uint64_t end) {
   std::lock_guard lock(mu_);
   Node* n = node_of(oid);
-  if (!n) return;
+  if (!n) return 0;
   ++n->writes;
   if (n->attr.size < end) n->attr.size = end;
+  return n->writes;
+}
+
+void Inodes::times_set(const ObjectId& oid) {
+  std::lock_guard lock(mu_);
+  if (Node* n = node_of(oid)) n->times_set = n->writes;
+}
+
+bool Inodes::times_set_since(const ObjectId& oid, uint64_t write) {
+  std::lock_guard lock(mu_);
+  Node* n = node_of(oid);
+  return n && n->times_set && *n->times_set >= write;
 }
 
 uint64_t Inodes::writes_of(const ObjectId& oid) {

@@ -60,7 +60,14 @@ class Inodes {
   // it stays). The size seen of it grows to `end`; the attributes stay good otherwise, since a write moves the
   // times only when its file is closed (docs/posix.md), and that close brings them. So an fstat after each write
   // costs no round trip and does not wait for the write to land.
-  void written(const ObjectId& oid, uint64_t end);
+  // Returns the write's number (writes_of just after it; 0 when the kernel holds no inode of `oid`).
+  uint64_t written(const ObjectId& oid, uint64_t end);
+  // The times of `oid` were set (utimensat, futimens) after the writes counted so far: a close of a file written
+  // through this mount moves its mtime (the writes' update, docs/posix.md) only for a write after them, as a
+  // local file system's writes moved it before the times were set (tar and cp -p set them before the close).
+  void times_set(const ObjectId& oid);
+  // Whether the times of `oid` were set after its write number `write`.
+  bool times_set_since(const ObjectId& oid, uint64_t write);
   uint64_t writes(Ino ino);
   uint64_t writes_of(const ObjectId& oid);
   // `oid` was made through this mount at `now_ns`: it has no extended attributes (until xattrs_changed), which
@@ -84,6 +91,7 @@ class Inodes {
     bool seen = false;
     uint64_t seen_at_ns = 0;
     uint64_t writes = 0;
+    std::optional<uint64_t> times_set;  // writes when the times were last set
     bool no_xattrs = false;
     uint64_t no_xattrs_at_ns = 0;
     posix::Attr attr;

@@ -42,7 +42,8 @@ struct FileHandle {
   std::mutex mu;
   uint64_t size = 0;  // as last seen; refreshed when a read goes past it
   bool written = false;
-  bool sync = false;  // opened O_SYNC or O_DSYNC: each write durable before it returns
+  uint64_t last_write = 0;  // the number of its last write (Inodes::written)
+  bool sync = false;        // opened O_SYNC or O_DSYNC: each write durable before it returns
   // A small file's bytes as the open found them; reads are answered from them while nobody wrote the file
   // through this mount since (`writes_at_open`). Another client's write shows at the next open (close-to-open).
   std::optional<std::string> data;
@@ -192,7 +193,9 @@ class Fs {
     whole_.forget(dir);
     reply_status(req, s);
   }
-  void written(const ObjectId& oid, uint64_t end) { inodes_.written(oid, end); }
+  uint64_t written(const ObjectId& oid, uint64_t end) { return inodes_.written(oid, end); }
+  void times_set(const ObjectId& oid) { inodes_.times_set(oid); }
+  bool times_set_since(const ObjectId& oid, uint64_t write) { return inodes_.times_set_since(oid, write); }
   bool open_files(size_t max, std::vector<ObjectId>* out) { return inodes_.open_files(max, out); }
   uint64_t writes(fuse_ino_t ino) { return inodes_.writes(ino); }
   // The attributes last seen of `ino`, however old.
@@ -354,7 +357,6 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
 
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
   RFOS_FUSE_OID(oid, req, ino);
-  fs_of(req)->wait_writes(oid);  // a truncate is not overtaken by earlier writes landing after it
   posix::SetAttr s;
   s.set_mode = to_set & FUSE_SET_ATTR_MODE;
   s.mode = attr->st_mode;
@@ -373,7 +375,18 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, f
   Cred cred = cred_of(req);
   uint64_t at = Fs::now_ns();
   Result<Attr> a = error(StatusCode::kInternal, "unset");
-  if (fi && s.set_size) {
+  // Earlier writes land first (a truncate is not overtaken by them); times alone go with a small write held
+  // back, in one round trip (tar and cp -p set them on the file they just wrote).
+  const bool times_only = (s.set_atime || s.set_mtime) && !s.set_mode && !s.set_uid && !s.set_gid && !s.set_size;
+  const bool sets_mtime = s.set_mtime;
+  std::optional<Attr> with_write;
+  if (times_only && fs_of(req)->writes())
+    with_write = fs_of(req)->writes()->land_with(oid, s, cred);
+  else
+    fs_of(req)->wait_writes(oid);
+  if (with_write) {
+    a = *with_write;
+  } else if (fi && s.set_size) {
     // ftruncate through a descriptor the kernel opened for writing: the size (and the times that come with
     // it) change whatever the file's mode says now; owner and mode changes still need the caller's rights.
     posix::SetAttr size_only;
@@ -394,6 +407,7 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, f
     fs_of(req)->stale(oid);  // a part may have been done
     return reply_status(req, a.status());
   }
+  if (sets_mtime) fs_of(req)->times_set(oid);
   fs_of(req)->seen(*a, at);
   if (fi && fi->fh && s.set_size) {
     auto* h = reinterpret_cast<FileHandle*>(fi->fh);
@@ -601,7 +615,8 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
 void op_write(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t off, fuse_file_info* fi) {
   auto* h = reinterpret_cast<FileHandle*>(fi->fh);
   Fs* fs = fs_of(req);
-  fs->written(h->oid, static_cast<uint64_t>(off) + size);  // open files' copies of the bytes are stale from here
+  // Open files' copies of the bytes are stale from here.
+  const uint64_t number = fs->written(h->oid, static_cast<uint64_t>(off) + size);
   if (fs->writes() && !h->sync) {
     fs->writes()->submit(h->oid, static_cast<uint64_t>(off), fs->take_write(data, size));
   } else {
@@ -617,6 +632,7 @@ void op_write(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t o
     std::lock_guard lock(h->mu);
     h->size = std::max<uint64_t>(h->size, static_cast<uint64_t>(off) + size);
     h->written = true;
+    h->last_write = std::max(h->last_write, number);
   }
   fuse_reply_write(req, size);
 }
@@ -634,12 +650,15 @@ Status settle(Fs* fs, FileHandle* h) {
     }
   }
   bool written;
+  uint64_t last_write;
   {
     std::lock_guard lock(h->mu);
     written = h->written;
+    last_write = h->last_write;
     h->written = false;
   }
-  if (written && !touched) {
+  // Not when the times were set after the last write (tar, cp -p): the writes moved them before that.
+  if (written && !touched && !fs->times_set_since(h->oid, last_write)) {
     at = Fs::now_ns();
     RFOS_ASSIGN_OR_RETURN(Attr a, fs->ns().touch_written(h->oid));
     touched = a;

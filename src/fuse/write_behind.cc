@@ -93,6 +93,39 @@ bool WriteBehind::wait(const ObjectId& oid) {
   return true;
 }
 
+std::optional<posix::Attr> WriteBehind::store_held(std::unique_lock<std::mutex>& lock, const ObjectId& oid, File& f,
+                                                   const posix::SetAttr& times, const posix::Cred& cred) {
+  auto [at, held] = take_held_locked(f);
+  lock.unlock();
+  std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(held.data()), held.size());
+  const bool with_times = times.set_atime || times.set_mtime;
+  auto both = ns_.write_and_touch(oid, at, bytes, times, cred);
+  std::optional<posix::Attr> attrs;
+  Status s = both.is_ok() ? Status::ok() : both.status();
+  if (both.is_ok() && both->has_value()) attrs = **both;
+  // Not one for a single operation, or the times refused (the caller's setattr reports that): the bytes as any
+  // write.
+  if ((both.is_ok() && !both->has_value()) || (!both.is_ok() && with_times)) s = ns_.write(oid, at, bytes);
+  lock.lock();
+  landed_locked(f, at, held.size(), s);
+  return attrs;
+}
+
+std::optional<posix::Attr> WriteBehind::land_with(const ObjectId& oid, const posix::SetAttr& times,
+                                                  const posix::Cred& cred) {
+  std::unique_lock lock(mu_);
+  auto it = files_.find(oid);
+  if (it == files_.end()) return std::nullopt;
+  std::shared_ptr<File> f = it->second;
+  std::optional<posix::Attr> attrs;
+  if (f->holding && f->ranges.empty())
+    attrs = store_held(lock, oid, *f, times, cred);
+  else
+    release_locked(oid, f);
+  landed_.wait(lock, [&] { return f->ranges.empty(); });
+  return attrs;
+}
+
 bool WriteBehind::pending(const ObjectId& oid) {
   std::lock_guard lock(mu_);
   auto it = files_.find(oid);
@@ -105,15 +138,8 @@ Status WriteBehind::settle(const ObjectId& oid, std::optional<posix::Attr>* touc
   if (it == files_.end()) return Status::ok();
   std::shared_ptr<File> f = it->second;
   if (f->holding && f->ranges.empty()) {  // the held write and the time update, at once, from this thread
-    auto [at, held] = take_held_locked(*f);
-    lock.unlock();
-    std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(held.data()), held.size());
-    auto both = ns_.write_and_touch(oid, at, bytes);
-    Status s = both.is_ok() ? Status::ok() : both.status();
-    if (both.is_ok() && both->has_value() && touched) *touched = **both;
-    if (both.is_ok() && !both->has_value()) s = ns_.write(oid, at, bytes);
-    lock.lock();
-    landed_locked(*f, at, held.size(), s);
+    auto attrs = store_held(lock, oid, *f, {}, {});
+    if (attrs && touched) *touched = *attrs;
   } else {
     release_locked(oid, f);
   }

@@ -54,6 +54,10 @@ class WriteBehind {
   // `touched` (may be null): the file's attributes when a held write went with its time update, which then
   // needs no other.
   Status settle(const ObjectId& oid, std::optional<posix::Attr>* touched = nullptr);
+  // wait(), for a setattr of `times` alone (atime, mtime) by `cred`: a held write goes with them, as one
+  // operation (Namespace::write_and_touch), and the file's attributes after both are returned; nullopt when
+  // nothing was held, or the times were not set with it (refused, or no target for it): the caller sets them.
+  std::optional<posix::Attr> land_with(const ObjectId& oid, const posix::SetAttr& times, const posix::Cred& cred);
   static constexpr size_t kHoldBytes = 4095;
 
  private:
@@ -70,6 +74,10 @@ class WriteBehind {
   // from now on; the held write sent as any other.
   void landed_locked(File& f, uint64_t offset, uint64_t size, const Status& s);
   std::pair<uint64_t, std::string> take_held_locked(File& f);
+  // The held write of `f`, with nothing else of it in flight, stored from this thread with the file's time update
+  // and `times` (lock let go meanwhile); the file's attributes after it when that went as one operation.
+  std::optional<posix::Attr> store_held(std::unique_lock<std::mutex>& lock, const ObjectId& oid, File& f,
+                                        const posix::SetAttr& times, const posix::Cred& cred);
   void release_locked(const ObjectId& oid, const std::shared_ptr<File>& f);
   std::shared_ptr<File> file_locked(const ObjectId& oid);
 

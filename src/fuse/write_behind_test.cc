@@ -114,5 +114,27 @@ TEST_F(WriteBehindTest, SmallWritesGoWithTheTimeUpdate) {
   EXPECT_EQ(got[100], 'a');
 }
 
+TEST_F(WriteBehindTest, TimesGoWithAHeldWrite) {
+  WriteBehind wb(*ns_, 2, 1u << 20);
+  posix::SetAttr times;
+  times.set_mtime = true;
+  times.mtime_ns = 1'000'000'000'123;
+  posix::Cred owner{0, 0, {}};
+  wb.submit(file_, 0, WriteBytes::copy_of("tar", 3));
+  auto both = wb.land_with(file_, times, owner);
+  ASSERT_TRUE(both.has_value()) << "the held write and the times as one operation";
+  EXPECT_EQ(both->mtime_ns, times.mtime_ns);
+  EXPECT_EQ(both->size, 3u);
+  EXPECT_EQ(read_all(3), "tar");
+  EXPECT_EQ(ns_->getattr(file_)->mtime_ns, times.mtime_ns) << "the times after the write, not the write's";
+  EXPECT_FALSE(wb.land_with(file_, times, owner).has_value()) << "nothing held: the caller sets the times";
+
+  // Refused (not the owner, no write permission): the bytes land all the same, the times are the caller's.
+  wb.submit(file_, 0, WriteBytes::copy_of("TAR", 3));
+  EXPECT_FALSE(wb.land_with(file_, times, posix::Cred{1234, 1234, {}}).has_value());
+  EXPECT_TRUE(wb.settle(file_).is_ok()) << "the write itself did not fail";
+  EXPECT_EQ(read_all(3), "TAR");
+}
+
 }  // namespace
 }  // namespace rfos::fuse

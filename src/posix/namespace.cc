@@ -1121,16 +1121,27 @@ std::vector<Result<std::string>> Namespace::get_files(const ObjectId& dir, std::
 }
 
 Result<std::optional<Attr>> Namespace::write_and_touch(const ObjectId& oid, uint64_t offset,
-                                                       std::span<const uint8_t> data) {
+                                                       std::span<const uint8_t> data, const SetAttr& times,
+                                                       const Cred& cred) {
+  if (times.set_mode || times.set_uid || times.set_gid || times.set_size || times.touch || times.spans)
+    return fail(StatusCode::kInvalidArgument, "a write sets times only");
   if (data.empty() || data.size() > impl_->max_op_data()) return std::optional<Attr>();
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  DirRequest q = request(DirOp::kWrite);
+  DirRequest q = request(DirOp::kWrite, cred);
   q.oid = oid;
   q.offset = offset;
   q.data.assign(reinterpret_cast<const char*>(data.data()), data.size());
+  q.set = times;
   auto r = impl_->inode_op(c, q);
   if (r.status().code() == StatusCode::kInvalidArgument) return std::optional<Attr>();  // not one for here
   RFOS_RETURN_IF_ERROR(r.status());
+  // A target that predates times with a write stored the bytes and moved the mtime to its own clock: the times
+  // are set as setattr sets them.
+  if ((times.set_mtime && r->attr.mtime_ns != times.mtime_ns) ||
+      (times.set_atime && r->attr.atime_ns != times.atime_ns)) {
+    RFOS_ASSIGN_OR_RETURN(Attr a, setattr(oid, times, cred));
+    return std::optional<Attr>(a);
+  }
   return std::optional<Attr>(r->attr);
 }
 

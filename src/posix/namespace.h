@@ -130,8 +130,11 @@ class Namespace {
   Result<Attr> touch_written(const ObjectId& oid);
   // A small write (up to 4095 bytes) inside a file's first chunk and the times it moves, as one operation of the
   // file's home target; returns the file's attributes after it. nullopt (nothing done) where that does not
-  // apply: write() and touch_written() then.
-  Result<std::optional<Attr>> write_and_touch(const ObjectId& oid, uint64_t offset, std::span<const uint8_t> data);
+  // apply: write() and touch_written() then. With `times` (atime and mtime, nothing else), those are set after
+  // the write, as setattr(oid, times, cred) would: a mount's held write and the utimensat after it (tar, cp -p)
+  // in one round trip; a refusal changes nothing.
+  Result<std::optional<Attr>> write_and_touch(const ObjectId& oid, uint64_t offset, std::span<const uint8_t> data,
+                                              const SetAttr& times = {}, const Cred& cred = {});
 
   // A whole regular file from `source` at dir/name, all or nothing (rfos put of a path, rfos fs copy): the bytes
   // go into a new file under a hidden name in the same directory ("." + name + ".rfos-put-" + hex), `depth`

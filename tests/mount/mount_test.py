@@ -427,6 +427,63 @@ class MountTest(unittest.TestCase):
             subprocess.run(["cmp", os.path.join(src, "namespace.h"), os.path.join(dst, "clone", "namespace.h")],
                            check=True)
 
+    def test_times_set_before_close_stay(self):
+        # tar x and cp -p write a file, set its times through the descriptor, then close it: the close must not
+        # move the mtime again (a local file system's writes moved it before the set). Seen through a second
+        # mount that caches no attributes, straight from the targets, not from this mount's kernel cache.
+        fresh_mnt = os.path.join(self.work, "mnt-times")
+        os.makedirs(fresh_mnt, exist_ok=True)
+        fresh = Mount(self.server, fresh_mnt, "--attr-timeout", "0", "--entry-timeout", "0", "--negative-timeout",
+                      "0", "--no-notices")
+        try:
+            src = os.path.join(self.work, "times-src")
+            os.makedirs(os.path.join(src, "d"), exist_ok=True)
+            sizes = {"small": 3000, "large": 200_000, "empty": 0}  # held by write-behind, sent at once, none
+            for i, (name, size) in enumerate(sizes.items()):
+                with open(os.path.join(src, "d", name), "wb") as out:
+                    out.write(os.urandom(size))
+                os.utime(os.path.join(src, "d", name), (1_400_000_000 + i, 1_500_000_000 + i))  # tar keeps seconds
+            subprocess.run(["tar", "cf", os.path.join(self.work, "times.tar"), "-C", src, "d"], check=True)
+            os.mkdir(self.path("t-times"))
+            subprocess.run(["tar", "xf", os.path.join(self.work, "times.tar"), "-C", self.path("t-times")], check=True)
+            subprocess.run(["cp", "-p", os.path.join(src, "d", "small"), self.path("t-times", "cp-p")], check=True)
+            for name, there in [(n, os.path.join("d", n)) for n in sizes] + [("small", "cp-p")]:
+                want = os.stat(os.path.join(src, "d", name)).st_mtime_ns
+                seen = os.stat(os.path.join(fresh_mnt, "t-times", there))
+                self.assertEqual(seen.st_mtime_ns, want, there)
+                with open(os.path.join(fresh_mnt, "t-times", there), "rb") as a, \
+                        open(os.path.join(src, "d", name), "rb") as b:
+                    self.assertEqual(a.read(), b.read(), there)
+            # A write after the set moves the mtime again, at the close.
+            before = time.time_ns()
+            fd = os.open(self.path("t-times", "later"), os.O_CREAT | os.O_WRONLY, 0o644)
+            os.write(fd, b"one")
+            os.utime(fd, ns=(1_000_000_000, 2_000_000_000))
+            os.write(fd, b"two")
+            os.close(fd)
+            seen = os.stat(os.path.join(fresh_mnt, "t-times", "later"))
+            self.assertGreaterEqual(seen.st_mtime_ns, before - 10**9)
+            self.assertEqual(seen.st_size, 6)
+            # A caller who may not set the times is refused, and the bytes held for the file land all the same.
+            f = self.path("t-times", "others")
+            with open(f, "wb") as out:
+                out.write(b"x")
+            os.chmod(f, 0o666)
+
+            def write_then_set():
+                fd = os.open(f, os.O_WRONLY)
+                try:
+                    os.write(fd, b"y")
+                    os.utime(fd, ns=(3_000_000_000, 4_000_000_000))
+                finally:
+                    os.close(fd)
+            self.assertEqual(as_user(4321, 4321, [4321], write_then_set), errno.EPERM)
+            with open(os.path.join(fresh_mnt, "t-times", "others"), "rb") as inp:
+                self.assertEqual(inp.read(), b"y")
+            self.assertNotEqual(os.stat(os.path.join(fresh_mnt, "t-times", "others")).st_mtime_ns, 4_000_000_000)
+        finally:
+            fresh.unmount()
+
     def test_full_pool_reaches_the_writer(self):
         """Writes are stored behind write(): a failure (here a full pool) reaches the writer at fsync at the
         latest, and its space comes back once the file is gone."""
