@@ -1,6 +1,7 @@
 #include "fuse/inodes.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace rfos::fuse {
 
@@ -123,9 +124,16 @@ uint64_t Inodes::written(const ObjectId& oid, uint64_t end) {
   return n->writes;
 }
 
-void Inodes::times_set(const ObjectId& oid) {
+std::optional<uint64_t> Inodes::times_set(const ObjectId& oid) {
   std::lock_guard lock(mu_);
-  if (Node* n = node_of(oid)) n->times_set = n->writes;
+  Node* n = node_of(oid);
+  if (!n) return std::nullopt;
+  return std::exchange(n->times_set, n->writes);
+}
+
+void Inodes::times_restore(const ObjectId& oid, std::optional<uint64_t> before) {
+  std::lock_guard lock(mu_);
+  if (Node* n = node_of(oid)) n->times_set = before;
 }
 
 bool Inodes::times_set_since(const ObjectId& oid, uint64_t write) {

@@ -65,7 +65,10 @@ class Inodes {
   // The times of `oid` were set (utimensat, futimens) after the writes counted so far: a close of a file written
   // through this mount moves its mtime (the writes' update, docs/posix.md) only for a write after them, as a
   // local file system's writes moved it before the times were set (tar and cp -p set them before the close).
-  void times_set(const ObjectId& oid);
+  // Returns what was recorded before, for times_restore when the set fails: it is recorded before the set is
+  // sent, so that a close racing it does not move the mtime after it.
+  std::optional<uint64_t> times_set(const ObjectId& oid);
+  void times_restore(const ObjectId& oid, std::optional<uint64_t> before);
   // Whether the times of `oid` were set after its write number `write`.
   bool times_set_since(const ObjectId& oid, uint64_t write);
   uint64_t writes(Ino ino);

@@ -129,5 +129,22 @@ TEST_F(InodesTest, OpenFilesWritesAndKnownMissingXattrs) {
   EXPECT_FALSE(inodes_.no_xattrs(f, 210, 50));
 }
 
+TEST_F(InodesTest, TimesSetAfterAWriteKeepTheCloseFromMovingThem) {
+  const ObjectId f{5, 5};
+  inodes_.remember(f);
+  uint64_t first = inodes_.written(f, 10);
+  EXPECT_FALSE(inodes_.times_set_since(f, first)) << "no times set yet: the close moves the mtime";
+  auto before = inodes_.times_set(f);
+  EXPECT_FALSE(before.has_value());
+  EXPECT_TRUE(inodes_.times_set_since(f, first)) << "set after the write: the close leaves them";
+  uint64_t second = inodes_.written(f, 20);
+  EXPECT_GT(second, first);
+  EXPECT_FALSE(inodes_.times_set_since(f, second)) << "a write after the set moves the mtime again";
+  auto again = inodes_.times_set(f);
+  inodes_.times_restore(f, again);  // a set that failed
+  EXPECT_FALSE(inodes_.times_set_since(f, second));
+  EXPECT_EQ(inodes_.written({6, 6}, 1), 0u) << "an object the kernel was not handed counts nothing";
+}
+
 }  // namespace
 }  // namespace rfos::fuse

@@ -194,7 +194,8 @@ class Fs {
     reply_status(req, s);
   }
   uint64_t written(const ObjectId& oid, uint64_t end) { return inodes_.written(oid, end); }
-  void times_set(const ObjectId& oid) { inodes_.times_set(oid); }
+  std::optional<uint64_t> times_set(const ObjectId& oid) { return inodes_.times_set(oid); }
+  void times_restore(const ObjectId& oid, std::optional<uint64_t> before) { inodes_.times_restore(oid, before); }
   bool times_set_since(const ObjectId& oid, uint64_t write) { return inodes_.times_set_since(oid, write); }
   bool open_files(size_t max, std::vector<ObjectId>* out) { return inodes_.open_files(max, out); }
   uint64_t writes(fuse_ino_t ino) { return inodes_.writes(ino); }
@@ -378,7 +379,10 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, f
   // Earlier writes land first (a truncate is not overtaken by them); times alone go with a small write held
   // back, in one round trip (tar and cp -p set them on the file they just wrote).
   const bool times_only = (s.set_atime || s.set_mtime) && !s.set_mode && !s.set_uid && !s.set_gid && !s.set_size;
+  // A close racing the set does not move the mtime after it (times_set before the set is sent).
   const bool sets_mtime = s.set_mtime;
+  std::optional<uint64_t> times_before;
+  if (sets_mtime) times_before = fs_of(req)->times_set(oid);
   std::optional<Attr> with_write;
   if (times_only && fs_of(req)->writes())
     with_write = fs_of(req)->writes()->land_with(oid, s, cred);
@@ -405,9 +409,9 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, f
   }
   if (!a.is_ok()) {
     fs_of(req)->stale(oid);  // a part may have been done
+    if (sets_mtime) fs_of(req)->times_restore(oid, times_before);
     return reply_status(req, a.status());
   }
-  if (sets_mtime) fs_of(req)->times_set(oid);
   fs_of(req)->seen(*a, at);
   if (fi && fi->fh && s.set_size) {
     auto* h = reinterpret_cast<FileHandle*>(fi->fh);

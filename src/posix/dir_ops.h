@@ -30,7 +30,8 @@ enum class DirOp : uint8_t {
   kLink = 4,      // dir/name: another name for inode `oid`
   kSetattr = 5,   // inode `oid`, as `set` says
   kPurge = 6,     // inode `oid`, if no name links it any more: its object's keys on this target
-  kWrite = 9,     // `data` into file `oid` at `offset`, inside its first chunk (here), and mtime and ctime moved
+  kWrite = 9,     // `data` into file `oid` at `offset`, inside its first chunk (here), and mtime and ctime moved;
+                  // then the times in `set` (atime, mtime; nothing else), if any, as kSetattr sets them for `cred`
   kReadDir = 10,  // a page of directory `dir` from anchor `data`, up to `offset` entries, each with its inode when
                   // it lives here (readdirplus); the reply's data is an encoded DirPlusPage
   // Reads (wire kNamespaceRead: no batch, a read-only session may ask):

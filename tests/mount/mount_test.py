@@ -464,7 +464,9 @@ class MountTest(unittest.TestCase):
             seen = os.stat(os.path.join(fresh_mnt, "t-times", "later"))
             self.assertGreaterEqual(seen.st_mtime_ns, before - 10**9)
             self.assertEqual(seen.st_size, 6)
-            # A caller who may not set the times is refused, and the bytes held for the file land all the same.
+            # A caller who may not set the times is refused (by the kernel: the mount checks permissions there,
+            # default_permissions), and the bytes held for the file land all the same. (The targets' refusal of
+            # times that come with a held write is write_behind_test's TimesGoWithAHeldWrite.)
             f = self.path("t-times", "others")
             with open(f, "wb") as out:
                 out.write(b"x")
