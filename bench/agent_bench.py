@@ -3,7 +3,8 @@ in one run, the app and the agent pinned to different cores (as on a host and it
 spends per GiB moved and per 1k I/Os.
 
     python3 bench/agent_bench.py [--build build] [--provider ucx+shm] [--runtime 4] [--reps 3]
-        [--app-cpus 0] [--agent-cpus 1] [--seal] [--patterns read:1m:4,write:1m:4,randread:4k:16,randwrite:4k:16]
+        [--app-cpus 0] [--agent-cpus 1] [--server-cpus LIST] [--seal]
+        [--patterns read:1m:4,write:1m:4,randread:4k:16,randwrite:4k:16]
 
 Prints one row per pattern: IOPS and MiB/s in each mode, their ratio (agent / host), and the app's CPU seconds
 per GiB and per 1k I/Os in each mode, with the agent's beside them.
@@ -39,6 +40,9 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--app-cpus", default="0")
     p.add_argument("--agent-cpus", default="1")
+    p.add_argument("--server-cpus", default="",
+                   help="keep the server's threads to these CPUs (default: all); e.g. the app's, so that the agent's "
+                        "core is its own, as a DPU's are")
     p.add_argument("--seal", action="store_true",
                    help="also through a second agent whose tenant seals its data (AES-256-GCM)")
     p.add_argument("--patterns", default="read:1m:4,write:1m:4,randread:4k:16,randwrite:4k:16",
@@ -49,7 +53,8 @@ def main():
     sock = os.path.join(work, "agent", "agent.sock")
     rows = {}
     try:
-        with rfos_setup.Server(args.build, work, args.provider, extra=["--trust-agent", "root=root"]) as server:
+        with rfos_setup.Server(args.build, work, args.provider, extra=["--trust-agent", "root=root"],
+                               cpus=args.server_cpus or None) as server:
             agents = [subprocess.Popen([server.rfos, "agent", "--listen", sock, "--cpus", args.agent_cpus,
                                         "--provider", args.provider], env=server.env,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
@@ -84,8 +89,8 @@ def main():
     def med(rw, bs, depth, mode, f):
         return statistics.median(f(r) for r in rows[(rw, bs, depth, mode)])
 
-    print("\nprovider %s, app on CPUs %s, agent on CPUs %s, %d rep(s) of %.0f s, medians\n"
-          % (args.provider, args.app_cpus, args.agent_cpus, args.reps, args.runtime))
+    print("\nprovider %s, app on CPUs %s, agent on CPUs %s, server on CPUs %s, %d rep(s) of %.0f s, medians\n"
+          % (args.provider, args.app_cpus, args.agent_cpus, args.server_cpus or "all", args.reps, args.runtime))
     print("| pattern | host MiB/s | agent MiB/s | agent / host | app CPU s per GiB, host | app, agent mode | "
           "agent's own | app CPU s per 1k I/Os, host | app, agent mode | agent's own |")
     print("|---|---|---|---|---|---|---|---|---|---|")

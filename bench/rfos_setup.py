@@ -55,7 +55,8 @@ def bindfs_over(work):
 
 
 class Server:
-    def __init__(self, build, work, provider, target_bytes=2 << 30, extra=()):
+    def __init__(self, build, work, provider, target_bytes=2 << 30, extra=(), cpus=None):
+        """`cpus`: a taskset list the server's threads are kept to (all CPUs when None)."""
         self.rfos = os.path.abspath(os.path.join(build, "bin", "rfos"))
         self.work = work
         self.env = dict(os.environ)
@@ -65,6 +66,8 @@ class Server:
         self.env["RFOS_ADDR"] = "unix:" + os.path.join(work, "control.sock")
         self.cmd = [self.rfos, "server", "--data-dir", os.path.join(work, "data"), "--control-socket",
                     self.env["RFOS_ADDR"][5:], "--provider", provider, "--target-bytes", str(target_bytes)] + list(extra)
+        if cpus:
+            self.cmd = ["taskset", "-c", cpus] + self.cmd
         self.proc = None
 
     def __enter__(self):
