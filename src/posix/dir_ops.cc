@@ -449,6 +449,9 @@ class Op {
       a.size = std::max(floor, end);
       *final = !(a.flags & kSpans);
       data_end_ = end;
+    } else if (S_ISLNK(a.mode) && a.size == 0) {  // made before its size was kept (a target is never empty)
+      auto target = store_.get(a.oid, kInodeDkey, kLinkAkey);
+      if (target.is_ok()) a.size = target->size();
     }
     return Status::ok();
   }
@@ -482,7 +485,8 @@ Result<DirReply> create(Op& op) {
       op.put(q.oid, kInodeDkey, kLinkAkey, q.data);
       r.attr.size = q.data.size();
     }
-    op.put(q.oid, kInodeDkey, kInodeAkey, encode_inode(r.attr, 0));
+    // A symlink's size (its target's length) is kept as its floor: it has no data to take a size from.
+    op.put(q.oid, kInodeDkey, kInodeAkey, encode_inode(r.attr, S_ISLNK(type) ? r.attr.size : 0));
     if (S_ISREG(type) && !q.data.empty()) {
       if (q.data.size() > kMaxDirData || !op.store_.owns(q.oid, chunk_key(0)))
         return error(StatusCode::kInvalidArgument, "first bytes go with a create only into a chunk of this target");

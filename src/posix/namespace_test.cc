@@ -78,6 +78,10 @@ TEST_F(Ns, TreesFilesAndLinks) {
   auto s = ns->symlink(dir->oid, "ln", "../elsewhere", root_);
   ASSERT_TRUE(s.is_ok());
   EXPECT_EQ(*ns->readlink(s->oid), "../elsewhere");
+  // A symlink's size is its target's length (lstat, ls -l), asked for again as well as in the create's answer.
+  EXPECT_EQ(s->size, 12u);
+  EXPECT_EQ(ns->getattr(s->oid)->size, 12u);
+  EXPECT_EQ(ns->lookup(dir->oid, "ln", root_)->size, 12u);
   EXPECT_EQ(ns->rmdir(ns->root(), "d", root_).to_errno(), ENOTEMPTY);
 }
 
