@@ -1206,11 +1206,22 @@ Status check_xattr_name(std::string_view name) {
     if (name.substr(0, ns.size()) == ns && name.size() > ns.size()) return Status::ok();
   return fail(StatusCode::kNotSupported, "xattr names start with user., trusted., security. or system.");
 }
+
+// system.* names are a file system's own: POSIX ACLs (system.posix_acl_access, _default), which rfos does not keep
+// (the mode bits are the permissions). They are refused, as a file system mounted without ACLs refuses them;
+// stored as plain xattrs they were a lie: `cp -a` sets a file's mode with an ACL and, told it worked, never
+// calls chmod. Ones stored before may still be removed.
+Status refuse_system_xattr(std::string_view name) {
+  if (name.substr(0, 7) != "system.") return Status::ok();
+  return fail(StatusCode::kNotSupported,
+              "no POSIX ACLs or other system.* xattrs here: the mode bits are the permissions");
+}
 }  // namespace
 
 Status Namespace::setxattr(const ObjectId& oid, std::string_view name, std::string_view value, int flags,
                            const Cred& cred) {
   RFOS_RETURN_IF_ERROR(check_xattr_name(name));
+  RFOS_RETURN_IF_ERROR(refuse_system_xattr(name));
   if (value.size() > kXattrValueMax) return fail(StatusCode::kTooLarge, "xattr values are at most 64 KiB");
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   RFOS_ASSIGN_OR_RETURN(Attr a, impl_->attr(c, oid));
@@ -1251,6 +1262,7 @@ Status Namespace::setxattr(const ObjectId& oid, std::string_view name, std::stri
 
 Result<std::string> Namespace::getxattr(const ObjectId& oid, std::string_view name) {
   RFOS_RETURN_IF_ERROR(check_xattr_name(name));
+  RFOS_RETURN_IF_ERROR(refuse_system_xattr(name));
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   if (name == kChunkXattr) {
     uint64_t floor = 0;
@@ -1269,6 +1281,7 @@ Result<std::vector<std::string>> Namespace::listxattr(const ObjectId& oid) {
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   auto names = c->list_akeys(oid, kXattrDkey);
   if (!names.is_ok() && names.status().code() == StatusCode::kNotFound) return std::vector<std::string>();
+  if (names.is_ok()) std::erase_if(*names, [](const std::string& n) { return !refuse_system_xattr(n).is_ok(); });
   return names;
 }
 

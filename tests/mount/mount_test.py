@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -225,6 +226,22 @@ class MountTest(unittest.TestCase):
         self.assertIn("user.k", os.listxattr(sub))
         os.removexattr(sub, "user.k")
         self.expect_errno(errno.ENODATA, os.getxattr, sub, "user.k")
+        # No POSIX ACLs (the mode bits are the permissions): refused, not kept as plain xattrs, so cp -a, which
+        # sets a copy's mode with one, falls back to chmod (told the ACL was kept, it left copies at 0600).
+        acl = struct.pack("<I" + "HHI" * 3, 2, 1, 6, 0xFFFFFFFF, 4, 4, 0xFFFFFFFF, 0x20, 4, 0xFFFFFFFF)  # u::rw g::r o::r
+        self.expect_errno(errno.EOPNOTSUPP, os.setxattr, sub, "system.posix_acl_access", acl)
+        self.expect_errno(errno.EOPNOTSUPP, os.getxattr, sub, "system.posix_acl_access")
+        src = os.path.join(self.work, "acl-src")
+        os.makedirs(src, exist_ok=True)
+        os.chmod(src, 0o751)
+        for name, mode in (("rw-r--r--", 0o644), ("rwxr-x---", 0o750), ("rw-rw-rw-", 0o666)):
+            with open(os.path.join(src, name), "w") as out:
+                out.write(name)
+            os.chmod(os.path.join(src, name), mode)
+        subprocess.run(["cp", "-a", src, os.path.join(d, "cp-a")], check=True)
+        self.assertEqual(stat.S_IMODE(os.stat(os.path.join(d, "cp-a")).st_mode), 0o751)
+        for name, mode in (("rw-r--r--", 0o644), ("rwxr-x---", 0o750), ("rw-rw-rw-", 0o666)):
+            self.assertEqual(stat.S_IMODE(os.stat(os.path.join(d, "cp-a", name)).st_mode), mode, name)
         shutil.rmtree(d)
 
     def test_rename_flags(self):
