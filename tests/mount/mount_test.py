@@ -9,12 +9,14 @@ writer (every fsync'ed file must read back after a restart).
 Real processes on loopback: an `rfos server` on its control socket with ucx+tcp pinned to lo, `rfos mount -f`.
 """
 import errno
+import mmap
 import os
 import random
 import re
 import shutil
 import signal
 import socket
+import sqlite3
 import stat
 import struct
 import subprocess
@@ -118,6 +120,237 @@ def as_user(uid, gid, groups, fn):
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     return os.WEXITSTATUS(status)
+
+
+T_SET = 1_600_000_000_000_000_000  # a time the battery sets (ns)
+
+
+def local_fs_battery(root):
+    """Runs file-system operations under `root`, each as applications use them (cp -a, tar, sqlite, shared mmap,
+    appends from several processes, set-id directories, ...); returns what each did, to be the same on the mount as
+    on a local file system. Deterministic: times are compared to each other, never recorded."""
+    rng = random.Random(7)
+    res = []
+
+    def rec(name, fn):
+        try:
+            res.append((name, "ok", fn()))
+        except OSError as e:
+            res.append((name, "errno", errno.errorcode.get(e.errno)))
+
+    def p(*parts):
+        return os.path.join(root, *parts)
+
+    os.mkdir(p("a"))
+
+    def create_then_utime():
+        fd = os.open(p("a", "f"), os.O_CREAT | os.O_WRONLY, 0o640)
+        os.write(fd, b"hello")
+        os.close(fd)
+        os.utime(p("a", "f"), ns=(T_SET, T_SET))
+        return os.stat(p("a", "f")).st_mtime_ns == T_SET
+    rec("create, close, utime", create_then_utime)
+
+    def appends_from_two_descriptors():
+        a, b = os.open(p("a", "f"), os.O_WRONLY | os.O_APPEND), os.open(p("a", "f"), os.O_WRONLY | os.O_APPEND)
+        for fd, x in ((a, b"1"), (b, b"2"), (a, b"3")):
+            os.write(fd, x)
+        os.close(a)
+        os.close(b)
+        with open(p("a", "f"), "rb") as inp:
+            return inp.read()
+    rec("O_APPEND from two descriptors", appends_from_two_descriptors)
+
+    def appends_from_processes():
+        open(p("a", "ap"), "w").close()
+        pids = []
+        for k in range(3):
+            pid = os.fork()
+            if pid == 0:
+                fd = os.open(p("a", "ap"), os.O_WRONLY | os.O_APPEND)
+                for _ in range(50):
+                    os.write(fd, (b"%d" % k) * 10)
+                os._exit(0)
+            pids.append(pid)
+        for pid in pids:
+            os.waitpid(pid, 0)
+        with open(p("a", "ap"), "rb") as inp:
+            data = inp.read()
+        return len(data), all(len(set(data[i:i + 10])) == 1 for i in range(0, len(data), 10))
+    rec("O_APPEND from three processes", appends_from_processes)
+
+    def hole_after_grow():
+        fd = os.open(p("a", "g"), os.O_CREAT | os.O_RDWR, 0o600)
+        os.ftruncate(fd, 10000)
+        os.pwrite(fd, b"x", 8000)
+        got = os.pread(fd, 10, 7995), os.fstat(fd).st_size
+        os.close(fd)
+        return got
+    rec("ftruncate up, write into the hole", hole_after_grow)
+
+    def shared_mmap():
+        fd = os.open(p("a", "m"), os.O_CREAT | os.O_RDWR, 0o644)
+        os.ftruncate(fd, 8192)
+        m = mmap.mmap(fd, 8192)
+        pid = os.fork()
+        if pid == 0:
+            fd2 = os.open(p("a", "m"), os.O_RDWR)
+            m2 = mmap.mmap(fd2, 8192)
+            m2[100:105] = b"child"
+            m2.flush()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        got = m[100:105], os.pread(fd, 5, 100)
+        m.close()
+        os.close(fd)
+        return got
+    rec("shared mmap between processes", shared_mmap)
+
+    def rename_over_open():
+        with open(p("a", "o"), "w") as out:
+            out.write("old")
+        fd = os.open(p("a", "o"), os.O_RDONLY)
+        with open(p("a", "n"), "w") as out:
+            out.write("new")
+        os.rename(p("a", "n"), p("a", "o"))
+        got = os.read(fd, 10)
+        os.close(fd)
+        with open(p("a", "o"), "rb") as inp:
+            return got, inp.read()
+    rec("rename over an open file", rename_over_open)
+
+    def unlinked_open():
+        fd = os.open(p("a", "u"), os.O_CREAT | os.O_RDWR, 0o600)
+        os.write(fd, b"abc")
+        os.unlink(p("a", "u"))
+        st = os.fstat(fd)
+        os.write(fd, b"def")
+        got = st.st_nlink, os.pread(fd, 10, 0)
+        os.close(fd)
+        return got
+    rec("an unlinked open file", unlinked_open)
+
+    def links():
+        os.symlink("f", p("a", "l"))
+        os.link(p("a", "f"), p("a", "h"))
+        return os.lstat(p("a", "l")).st_size, os.stat(p("a", "l")).st_size, os.stat(p("a", "f")).st_nlink
+    rec("symlink and hard link", links)
+
+    def setgid_directory():
+        os.mkdir(p("a", "sg"))
+        os.chown(p("a", "sg"), 0, 1000)
+        os.chmod(p("a", "sg"), 0o2775)
+        open(p("a", "sg", "f"), "w").close()
+        os.mkdir(p("a", "sg", "sub"))
+        return (os.stat(p("a", "sg", "f")).st_gid, oct(os.stat(p("a", "sg", "sub")).st_mode),
+                os.stat(p("a", "sg", "sub")).st_gid)
+    rec("a set-group-id directory", setgid_directory)
+
+    def truncate_on_open_moves_times():
+        with open(p("a", "t"), "w") as out:
+            out.write("12345")
+        os.utime(p("a", "t"), ns=(T_SET, T_SET))
+        open(p("a", "t"), "w").close()
+        return os.stat(p("a", "t")).st_mtime_ns != T_SET, os.stat(p("a", "t")).st_size
+    rec("open(O_TRUNC) moves the mtime", truncate_on_open_moves_times)
+
+    def times_set_before_close():
+        fd = os.open(p("a", "w"), os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(fd, rng.randbytes(3000))
+        os.utime(fd, ns=(T_SET, T_SET + 5))
+        os.fchmod(fd, 0o640)
+        os.close(fd)
+        st = os.stat(p("a", "w"))
+        return st.st_mtime_ns == T_SET + 5, oct(st.st_mode), st.st_size
+    rec("times set through the descriptor, then close", times_set_before_close)
+
+    def chown_clears_setuid():
+        with open(p("a", "suid"), "w") as out:
+            out.write("x")
+        os.chmod(p("a", "suid"), 0o4755)
+        os.chown(p("a", "suid"), 1000, 1000)
+        return oct(os.stat(p("a", "suid")).st_mode)
+    rec("chown clears set-user-id", chown_clears_setuid)
+
+    def directory_moves():
+        os.makedirs(p("b", "c", "d"))
+        with open(p("b", "c", "d", "f"), "w") as out:
+            out.write("q")
+        os.rename(p("b", "c"), p("a", "c"))
+        with open(p("a", "c", "d", "f")) as inp:
+            return (inp.read(), os.stat(p("a", "c")).st_nlink, os.stat(p("b")).st_nlink)
+    rec("a directory moved with its tree", directory_moves)
+
+    def many_entries():
+        os.mkdir(p("a", "many"))
+        for i in range(600):
+            open(p("a", "many", "n%04d" % i), "w").close()
+        for i in range(0, 600, 3):
+            os.unlink(p("a", "many", "n%04d" % i))
+        return len(os.listdir(p("a", "many"))), sorted(os.listdir(p("a", "many")))[:3]
+    rec("a directory of hundreds of names", many_entries)
+
+    def sqlite_database():
+        db = sqlite3.connect(p("a", "db.sqlite"))
+        db.execute("create table t(k integer primary key, v text)")
+        db.executemany("insert into t values(?, ?)", [(i, "v%d" % i) for i in range(300)])
+        db.commit()
+        db.execute("pragma journal_mode=wal")
+        db.executemany("insert into t values(?, ?)", [(i, "w%d" % i) for i in range(300, 500)])
+        db.commit()
+        other = sqlite3.connect(p("a", "db.sqlite"))
+        got = other.execute("select count(*), sum(k) from t").fetchone()
+        other.close()
+        db.close()
+        return got
+    rec("sqlite, rollback journal then WAL", sqlite_database)
+
+    def copies_keep_modes_and_times():
+        subprocess.run(["cp", "-a", p("a"), p("cp-a")], check=True)
+        subprocess.run(["tar", "cf", p("a.tar"), "-C", root, "a"], check=True)
+        os.mkdir(p("untar"))
+        subprocess.run(["tar", "xf", p("a.tar"), "-C", p("untar")], check=True)
+        out = []
+        for name in sorted(os.listdir(p("a"))):
+            src = os.lstat(p("a", name))
+            for copy in (p("cp-a", name), p("untar", "a", name)):
+                st = os.lstat(copy)
+                out.append((name, oct(st.st_mode), st.st_uid, st.st_gid,
+                            stat.S_ISDIR(st.st_mode) or st.st_mtime_ns // 10**9 == src.st_mtime_ns // 10**9))
+        return out
+    rec("cp -a and tar keep modes, owners and times", copies_keep_modes_and_times)
+
+    def at_calls():
+        os.mkdir(p("a", "dirfd"))
+        fd = os.open(p("a", "dirfd"), os.O_RDONLY | os.O_DIRECTORY)
+        f = os.open("child", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd)
+        os.write(f, b"hi")
+        os.close(f)
+        os.rename("child", "kid", src_dir_fd=fd, dst_dir_fd=fd)
+        got = os.listdir(fd)
+        os.close(fd)
+        return got
+    rec("calls relative to a directory descriptor", at_calls)
+    return res
+
+
+def tree_state(view):
+    """Every entry under `view`: type and mode, links, owner, size, mtime, the bytes' hash, a symlink's target."""
+    out = []
+    for dp, dns, fns in os.walk(view):
+        dns.sort()
+        for n in sorted(dns + fns):
+            st = os.lstat(os.path.join(dp, n))
+            row = [os.path.relpath(os.path.join(dp, n), view), oct(st.st_mode), st.st_nlink, st.st_uid, st.st_gid]
+            if not stat.S_ISDIR(st.st_mode):
+                row += [st.st_size, st.st_mtime_ns]
+            if stat.S_ISREG(st.st_mode):
+                with open(os.path.join(dp, n), "rb") as inp:
+                    row.append(hash(inp.read()))
+            if stat.S_ISLNK(st.st_mode):
+                row.append(os.readlink(os.path.join(dp, n)))
+            out.append(tuple(row))
+    return out
 
 
 class MountTest(unittest.TestCase):
@@ -500,6 +733,33 @@ class MountTest(unittest.TestCase):
             with open(os.path.join(fresh_mnt, "t-times", "others"), "rb") as inp:
                 self.assertEqual(inp.read(), b"y")
             self.assertNotEqual(os.stat(os.path.join(fresh_mnt, "t-times", "others")).st_mtime_ns, 4_000_000_000)
+        finally:
+            fresh.unmount()
+
+    def test_same_outcomes_as_a_local_file_system(self):
+        # The same operations on a directory of the local file system and on the mount do the same; then what the
+        # mount shows of the tree (its caches included) is what a mount that caches nothing reads from the targets.
+        local = os.path.join(self.work, "battery-local")
+        os.mkdir(local)
+        os.mkdir(self.path("battery"))
+        old_umask = os.umask(0o022)
+        try:
+            want = local_fs_battery(local)
+            got = local_fs_battery(self.path("battery"))
+        finally:
+            os.umask(old_umask)
+        for w, g in zip(want, got):
+            self.assertEqual(g, w, "%s: the local file system did %r, the mount %r" % (w[0], w[1:], g[1:]))
+        self.assertEqual(len(got), len(want))
+        fresh_mnt = os.path.join(self.work, "mnt-battery")
+        os.makedirs(fresh_mnt, exist_ok=True)
+        fresh = Mount(self.server, fresh_mnt, "--attr-timeout", "0", "--entry-timeout", "0", "--negative-timeout", "0",
+                      "--no-notices")
+        try:
+            seen, stored = tree_state(self.path("battery")), tree_state(os.path.join(fresh_mnt, "battery"))
+            for a, b in zip(seen, stored):
+                self.assertEqual(a, b, "the mount shows %r, the targets hold %r" % (a, b))
+            self.assertEqual(len(seen), len(stored))
         finally:
             fresh.unmount()
 
