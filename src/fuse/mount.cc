@@ -485,8 +485,12 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t n
   unsigned f =
       (flags & RENAME_NOREPLACE ? posix::kRenameNoReplace : 0) | (flags & RENAME_EXCHANGE ? posix::kRenameExchange : 0);
   if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) return (void)fuse_reply_err(req, EINVAL);
-  Status s = fs_of(req)->ns().rename(from, name, to, newname, f, cred_of(req));
+  // A file it replaces that loses its last name goes once nobody here holds it open (as after an unlink): a
+  // reader of the old file reads on while a writer renames the new one over it.
+  ObjectId left;
+  Status s = fs_of(req)->ns().rename(from, name, to, newname, f, cred_of(req), &left);
   fs_of(req)->stale_all();  // the directories, the moved inode's ctime, a replaced inode's link count
+  if (s.is_ok() && left != ObjectId{}) fs_of(req)->unlinked(left);
   WholeDirs& whole = fs_of(req)->whole();
   if (!s.is_ok()) {
     whole.forget(from);

@@ -226,7 +226,9 @@ class Namespace::Impl {
 
   // What a rename left of the inode it replaced: a name less. Done there when it lived on the same target (and
   // purged once unlinked, as the legacy path does); else here, after the durable rename.
-  Status replaced(Lease& c, const DirReply& r) {
+  // What a rename replaced: a directory's object goes; a file that lost its last name is purged, or with `keep`
+  // named there for the caller to purge (Namespace::rename).
+  Status replaced(Lease& c, const DirReply& r, ObjectId* keep) {
     if (r.other == ObjectId{}) return Status::ok();
     if (S_ISDIR(r.other_type)) return r.inode_done ? Status::ok() : punch_gone(c, r.other);
     uint32_t nlink = r.attr.nlink;
@@ -235,7 +237,12 @@ class Namespace::Impl {
       if (!left.is_ok()) return left.status().code() == StatusCode::kNotFound ? Status::ok() : left.status();
       nlink = left->nlink;
     }
-    return nlink == 0 ? purge(c, r.other) : Status::ok();
+    if (nlink != 0) return Status::ok();
+    if (keep) {
+      *keep = r.other;
+      return Status::ok();
+    }
+    return purge(c, r.other);
   }
 
   // Sets kSpans on a file before data goes past its first chunk (once per file and client).
@@ -696,7 +703,7 @@ void Namespace::on_directory_changed(std::function<void(const Attr&)> observer) 
 }
 
 Status Namespace::rename(const ObjectId& src_dir, std::string_view src, const ObjectId& dst_dir, std::string_view dst,
-                         unsigned flags, const Cred& cred) {
+                         unsigned flags, const Cred& cred, ObjectId* left) {
   RFOS_RETURN_IF_ERROR(check_name(src));
   RFOS_RETURN_IF_ERROR(check_name(dst));
   if ((flags & kRenameNoReplace) && (flags & kRenameExchange))
@@ -709,7 +716,7 @@ Status Namespace::rename(const ObjectId& src_dir, std::string_view src, const Ob
     q.name2 = dst;
     q.flags = flags;
     auto r = impl_->dir_op(c, q, t, src_dir);
-    if (r.is_ok()) return impl_->replaced(c, *r);
+    if (r.is_ok()) return impl_->replaced(c, *r, left);
     if (r.status().code() != StatusCode::kNotSupported) return r.status();
   }
   // A directory moving between directories, or directories on different targets: step by step from here.
@@ -804,12 +811,17 @@ Status Namespace::rename(const ObjectId& src_dir, std::string_view src, const Ob
     if (replaced_dir) {
       (void)c->punch_object(replaced);
     } else {
-      auto left = impl_->update_inode(c, replaced, [&](Attr& x, uint64_t&) {
+      auto after = impl_->update_inode(c, replaced, [&](Attr& x, uint64_t&) {
         if (x.nlink > 0) --x.nlink;
         x.ctime_ns = t;
         return Status::ok();
       });
-      if (left.is_ok() && left->nlink == 0) (void)c->punch_object(replaced);
+      if (after.is_ok() && after->nlink == 0) {
+        if (left)
+          *left = replaced;
+        else
+          (void)c->punch_object(replaced);
+      }
     }
   }
   return Status::ok();

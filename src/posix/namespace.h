@@ -94,8 +94,11 @@ class Namespace {
   Result<Attr> unlink(const ObjectId& dir, std::string_view name, const Cred& cred, std::span<const ObjectId> open,
                       bool* purged);
   Status rmdir(const ObjectId& dir, std::string_view name, const Cred& cred);
+  // A file the rename replaces that loses its last name is purged; with `left`, it is not but named in *left
+  // (unchanged when there is none), for the caller to forget() once nobody holds it open: a mount's reader of the
+  // file it replaced reads on, as after an unlink (the write-then-rename pattern of editors, rsync and installers).
   Status rename(const ObjectId& src_dir, std::string_view src, const ObjectId& dst_dir, std::string_view dst,
-                unsigned flags, const Cred& cred);
+                unsigned flags, const Cred& cred, ObjectId* left = nullptr);
   Result<Attr> setattr(const ObjectId& oid, const SetAttr& set, const Cred& cred);
   // Deletes the object of an inode whose link count is 0 (after its last user let go).
   Status forget(const ObjectId& oid);

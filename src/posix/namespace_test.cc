@@ -85,6 +85,38 @@ TEST_F(Ns, TreesFilesAndLinks) {
   EXPECT_EQ(ns->rmdir(ns->root(), "d", root_).to_errno(), ENOTEMPTY);
 }
 
+// A rename over a file whose caller keeps it (a mount with it open): the file loses its name but stays readable
+// until forget(); without `left` the rename purges it itself.
+TEST_F(Ns, ARenameKeepsTheFileItReplacesForTheCallerToForget) {
+  auto ns = client();
+  ASSERT_TRUE(ns);
+  for (int round = 0; round < 2; ++round) {
+    std::string name = "over" + std::to_string(round);
+    auto old = ns->mknod(ns->root(), name, S_IFREG | 0644, 0, root_);
+    auto fresh = ns->mknod(ns->root(), name + ".new", S_IFREG | 0644, 0, root_);
+    ASSERT_TRUE(old.is_ok() && fresh.is_ok());
+    std::string bytes(200000, static_cast<char>('a' + round));
+    ASSERT_TRUE(ns->write(old->oid, 0, bytes_of(bytes)).is_ok());
+    ObjectId left;
+    ASSERT_TRUE(
+        ns->rename(ns->root(), name + ".new", ns->root(), name, 0, root_, round == 0 ? &left : nullptr).is_ok());
+    if (round == 0) {
+      EXPECT_EQ(left, old->oid) << "named for the caller, not purged";
+      std::string back(bytes.size(), '\0');
+      auto n = ns->read(old->oid, 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()});
+      ASSERT_TRUE(n.is_ok()) << n.status().to_string();
+      EXPECT_EQ(back, bytes);
+      EXPECT_EQ(ns->getattr(old->oid)->nlink, 0u);
+      ASSERT_TRUE(ns->forget(old->oid).is_ok());
+    }
+    EXPECT_EQ(ns->getattr(old->oid).status().to_errno(), ENOENT) << "purged: by forget, or by the rename itself";
+    EXPECT_EQ(ns->lookup(ns->root(), name, root_)->oid, fresh->oid);
+  }
+  auto report = ns->check();
+  ASSERT_TRUE(report.is_ok());
+  EXPECT_TRUE(report->describe().ends_with("\nconsistent\n")) << report->describe();
+}
+
 // A file's size: its home target knows it while all its data is in the first chunk; a writer going past it marks
 // the inode first (kSpans), and every client then asks every target. Seen from another client each time.
 TEST_F(Ns, SizesSeenFromAnotherClient) {

@@ -207,16 +207,20 @@ def local_fs_battery(root):
     rec("shared mmap between processes", shared_mmap)
 
     def rename_over_open():
-        with open(p("a", "o"), "w") as out:
-            out.write("old")
-        fd = os.open(p("a", "o"), os.O_RDONLY)
-        with open(p("a", "n"), "w") as out:
-            out.write("new")
-        os.rename(p("a", "n"), p("a", "o"))
-        got = os.read(fd, 10)
-        os.close(fd)
-        with open(p("a", "o"), "rb") as inp:
-            return got, inp.read()
+        got = []
+        for size in (3, 5000, 200_000):  # with its open, from its home target, from its chunks
+            old, new = rng.randbytes(size), rng.randbytes(size)
+            with open(p("a", "o"), "wb") as out:
+                out.write(old)
+            fd = os.open(p("a", "o"), os.O_RDONLY)
+            with open(p("a", "n"), "wb") as out:
+                out.write(new)
+            os.rename(p("a", "n"), p("a", "o"))
+            kept = os.pread(fd, size, 0) == old and os.fstat(fd).st_nlink == 0
+            os.close(fd)
+            with open(p("a", "o"), "rb") as inp:
+                got.append((size, kept, inp.read() == new))
+        return got
     rec("rename over an open file", rename_over_open)
 
     def unlinked_open():
@@ -351,6 +355,42 @@ def tree_state(view):
                 row.append(os.readlink(os.path.join(dp, n)))
             out.append(tuple(row))
     return out
+
+
+def check_battery(tc, work, mnt, mount):
+    """The same operations on a directory of the local file system and on the mount at `mnt` do the same; then what
+    the mount shows of the tree (its caches included) is what a mount that caches nothing (`mount(point, *flags)`)
+    reads from the targets."""
+    local = os.path.join(work, "battery-local")
+    os.mkdir(local)
+    os.mkdir(os.path.join(mnt, "battery"))
+    old_umask = os.umask(0o022)
+    try:
+        want = local_fs_battery(local)
+        got = local_fs_battery(os.path.join(mnt, "battery"))
+    finally:
+        os.umask(old_umask)
+    for w, g in zip(want, got):
+        tc.assertEqual(g, w, "%s: the local file system did %r, the mount %r" % (w[0], w[1:], g[1:]))
+    tc.assertEqual(len(got), len(want))
+    fresh_mnt = os.path.join(work, "mnt-battery")
+    os.makedirs(fresh_mnt, exist_ok=True)
+    fresh = mount(fresh_mnt, "--attr-timeout", "0", "--entry-timeout", "0", "--negative-timeout", "0", "--no-notices")
+    try:
+        seen, stored = tree_state(os.path.join(mnt, "battery")), tree_state(os.path.join(fresh_mnt, "battery"))
+        for a, b in zip(seen, stored):
+            tc.assertEqual(a, b, "the mount shows %r, the targets hold %r" % (a, b))
+        tc.assertEqual(len(seen), len(stored))
+    finally:
+        fresh.unmount()
+    # Nothing left behind: the files removed or replaced while open went with their last close.
+    deadline = time.monotonic() + 10
+    while True:
+        out = tc.server.cli("fs", "check", "--pool", "p", "--cont", "c", check=False)
+        if out.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)  # the kernel's forget of a closed, unlinked inode comes on its own
+    tc.assertEqual(out.returncode, 0, out.stdout + out.stderr)
 
 
 class MountTest(unittest.TestCase):
@@ -737,31 +777,7 @@ class MountTest(unittest.TestCase):
             fresh.unmount()
 
     def test_same_outcomes_as_a_local_file_system(self):
-        # The same operations on a directory of the local file system and on the mount do the same; then what the
-        # mount shows of the tree (its caches included) is what a mount that caches nothing reads from the targets.
-        local = os.path.join(self.work, "battery-local")
-        os.mkdir(local)
-        os.mkdir(self.path("battery"))
-        old_umask = os.umask(0o022)
-        try:
-            want = local_fs_battery(local)
-            got = local_fs_battery(self.path("battery"))
-        finally:
-            os.umask(old_umask)
-        for w, g in zip(want, got):
-            self.assertEqual(g, w, "%s: the local file system did %r, the mount %r" % (w[0], w[1:], g[1:]))
-        self.assertEqual(len(got), len(want))
-        fresh_mnt = os.path.join(self.work, "mnt-battery")
-        os.makedirs(fresh_mnt, exist_ok=True)
-        fresh = Mount(self.server, fresh_mnt, "--attr-timeout", "0", "--entry-timeout", "0", "--negative-timeout", "0",
-                      "--no-notices")
-        try:
-            seen, stored = tree_state(self.path("battery")), tree_state(os.path.join(fresh_mnt, "battery"))
-            for a, b in zip(seen, stored):
-                self.assertEqual(a, b, "the mount shows %r, the targets hold %r" % (a, b))
-            self.assertEqual(len(seen), len(stored))
-        finally:
-            fresh.unmount()
+        check_battery(self, self.work, self.mnt, lambda point, *extra: Mount(self.server, point, *extra))
 
     def test_full_pool_reaches_the_writer(self):
         """Writes are stored behind write(): a failure (here a full pool) reaches the writer at fsync at the
@@ -1083,6 +1099,14 @@ class AgentMountTest(AgentServer, unittest.TestCase):
     def mount(self):
         return Mount(self.server, self.mnt, "--agent", self.sock)
 
+    def test_same_outcomes_as_a_local_file_system(self):
+        m = self.mount()
+        try:
+            check_battery(self, self.work, self.mnt,
+                          lambda point, *extra: Mount(self.server, point, "--agent", self.sock, *extra))
+        finally:
+            m.unmount()
+
     def test_files_go_through_the_agent_and_the_shim_holds_no_fabric(self):
         m = self.mount()
         try:
@@ -1192,6 +1216,14 @@ class SealedAgentMountTest(AgentServer, unittest.TestCase):
     @classmethod
     def agent_config(cls, work):
         return rfos_setup.sealing_agent_config(work)
+
+    def test_same_outcomes_as_a_local_file_system(self):
+        m = Mount(self.server, self.mnt, "--agent", self.sock)
+        try:
+            check_battery(self, self.work, self.mnt,
+                          lambda point, *extra: Mount(self.server, point, "--agent", self.sock, *extra))
+        finally:
+            m.unmount()
 
     def test_files_are_whole_through_the_mount_and_never_on_the_media(self):
         m = Mount(self.server, self.mnt, "--agent", self.sock)
