@@ -823,8 +823,9 @@ void op_statfs(fuse_req_t req, fuse_ino_t) {
 
 void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
   RFOS_FUSE_OID(oid, req, ino);
-  fs_of(req)->xattrs_changed(oid);
-  reply_status(req, fs_of(req)->ns().setxattr(oid, name, {value, size}, flags, cred_of(req)));
+  Status s = fs_of(req)->ns().setxattr(oid, name, {value, size}, flags, cred_of(req));
+  if (s.is_ok()) fs_of(req)->xattrs_changed(oid);  // a refused one (an ACL cp -a tries) leaves "none" known
+  reply_status(req, s);
 }
 
 void reply_sized(fuse_req_t req, const std::string& bytes, size_t size) {

@@ -610,6 +610,7 @@ Result<DirReply> rename(Op& op) {
   bool replaced_dir = false;
   Op::Known replaced;
   bool replaced_known = false;
+  bool replaced_lost = false;  // an entry a crash left without its inode: no link to drop anywhere
   if (de.is_ok()) {
     if (q.flags & kRenameNoReplace) return error(StatusCode::kAlreadyExists, "'" + q.name2 + "' exists");
     if (de->oid == se.oid) return r;  // two links of one inode: nothing to do
@@ -618,6 +619,7 @@ Result<DirReply> rename(Op& op) {
     if (!moving_dir && replaced_dir) return error(StatusCode::kIsDirectory, "'" + q.name2 + "' is a directory");
     auto kd = op.know(de->oid, replaced_dir);
     if (!kd.is_ok() && kd.status().code() != StatusCode::kNotFound) return kd.status();
+    replaced_lost = !kd.is_ok();
     if (kd.is_ok() && kd->has_value()) {
       RFOS_RETURN_IF_ERROR(op.sticky(dd, (*kd)->uid));
       if (replaced_dir && !(*kd)->empty) return error(StatusCode::kNotEmpty, "'" + q.name2 + "' is not empty");
@@ -643,9 +645,9 @@ Result<DirReply> rename(Op& op) {
     if (reparent) moved.parent = q.dir2;
     op.put(moved.oid, kInodeDkey, kInodeAkey, encode_inode(moved, ks->floor));
   }
-  r.inode_done = r.other == ObjectId{} || !replaced_known || replaced.local;
+  // As remove's: a replaced inode elsewhere (known from a hint, or not) has its link dropped by the client.
+  r.inode_done = r.other == ObjectId{} || replaced_lost || (replaced_known && replaced.local);
   if (replaced_known && replaced.local) op.drop_link(replaced, replaced_dir, &r.attr);
-  if (replaced_known && !replaced.local) r.inode_done = false;
   RFOS_RETURN_IF_ERROR(op.commit(q.durable || !r.inode_done));
   return r;
 }
