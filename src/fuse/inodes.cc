@@ -5,7 +5,8 @@
 
 namespace rfos::fuse {
 
-Inodes::Inodes(const ObjectId& root, std::function<void(const ObjectId&)> purge) : purge_(std::move(purge)) {
+Inodes::Inodes(const ObjectId& root, std::function<void(const ObjectId&)> purge)
+    : root_(root), purge_(std::move(purge)) {
   nodes_[kRootIno].oid = root;
   nodes_[kRootIno].lookups = 1;
   inos_[root] = kRootIno;
@@ -78,7 +79,10 @@ std::optional<Ino> Inodes::known(const ObjectId& oid) {
   return it->second;
 }
 
-Ino Inodes::hint(const ObjectId& oid) { return known(oid).value_or((oid.lo ^ oid.hi) | (1ull << 63)); }
+uint64_t Inodes::number(const ObjectId& oid) const {
+  if (oid == root_) return kRootIno;
+  return oid.lo > kRootIno ? oid.lo : (oid.lo ^ oid.hi) | 2;  // never the root's (0 and 1: 1 in 2^63)
+}
 
 void Inodes::seen(const ObjectId& oid, const posix::Attr& a, uint64_t at_ns, std::optional<uint64_t> writes_then) {
   std::lock_guard lock(mu_);

@@ -46,8 +46,12 @@ class Inodes {
   bool open_files(size_t max, std::vector<ObjectId>* out);
   // The number the kernel holds `oid` by; none when it holds none.
   std::optional<Ino> known(const ObjectId& oid);
-  // The number `oid` has, or a stable stand-in (high bit set) for one the kernel was not handed (readdir).
-  Ino hint(const ObjectId& oid);
+  // The inode number stat and readdir show for `oid` (st_ino, d_ino), which is not the number the kernel holds it
+  // by (remember): the same for the object's whole life, on every mount and after the kernel forgot it, as
+  // backup tools, find -inum, hard-link detection across runs and NFS re-export expect. Objects are named by
+  // 120 random bits (posix::Namespace), so their low 64 bits serve: two files share a number with odds of about
+  // n^2 / 2^65 for n files (GlusterFS folds its 128-bit ids alike). The root's is 1.
+  uint64_t number(const ObjectId& oid) const;
   size_t size();
 
   // Attributes of `oid` as seen at steady time `at_ns` (steady_now_ns), kept while the kernel holds the inode.
@@ -103,6 +107,7 @@ class Inodes {
   // Drops a node nobody holds; sets *purge when its object must go too.
   bool release_if_unused(std::unordered_map<Ino, Node>::iterator it, ObjectId* purge);
 
+  const ObjectId root_;
   std::function<void(const ObjectId&)> purge_;
   std::mutex mu_;
   std::unordered_map<Ino, Node> nodes_;

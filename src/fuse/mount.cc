@@ -148,11 +148,12 @@ class Fs {
   void forget(fuse_ino_t ino, uint64_t n) { inodes_.forget(ino, n); }
   void opened(fuse_ino_t ino, int delta) { inodes_.opened(ino, delta); }
   void unlinked(const ObjectId& oid) { inodes_.unlinked(oid); }
-  fuse_ino_t ino_hint(const ObjectId& oid) { return inodes_.hint(oid); }
+  // The inode number stat and readdir show (Inodes::number), not the one the kernel names the inode by.
+  uint64_t number(const ObjectId& oid) const { return inodes_.number(oid); }
 
   struct stat to_stat(const Attr& a, fuse_ino_t ino) const {
     struct stat st {};
-    st.st_ino = ino;
+    st.st_ino = a.oid == ObjectId{} ? ino : number(a.oid);
     st.st_mode = a.mode;
     st.st_nlink = a.nlink;
     st.st_uid = a.uid;
@@ -756,8 +757,8 @@ void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse
   // release the directory, and another thread delete the handle.
   auto fill = [&]() -> Status {
     std::lock_guard lock(d->mu);
-    if (off == 0 && !add(".", S_IFDIR, ino, 1, nullptr, 0)) return Status::ok();
-    if (off <= 1 && !add("..", S_IFDIR, ino, 2, nullptr, 0)) return Status::ok();
+    if (off == 0 && !add(".", S_IFDIR, fs->number(d->oid), 1, nullptr, 0)) return Status::ok();
+    if (off <= 1 && !add("..", S_IFDIR, fs->number(d->oid), 2, nullptr, 0)) return Status::ok();
     for (size_t i = off > 2 ? static_cast<size_t>(off - 2) : 0;; ++i) {
       while (i >= d->entries.size() && !d->done) {
         uint64_t at = Fs::now_ns();
@@ -781,7 +782,7 @@ void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse
         e.has_attr = fresh.is_ok();
         if (fresh.is_ok()) e.attr = *fresh;
       }
-      if (!add(e.entry.name.c_str(), e.entry.type, fs->ino_hint(e.entry.oid), static_cast<off_t>(i + 3),
+      if (!add(e.entry.name.c_str(), e.entry.type, fs->number(e.entry.oid), static_cast<off_t>(i + 3),
                plus && e.has_attr ? &e.attr : nullptr, at))
         break;
     }

@@ -347,13 +347,16 @@ def local_fs_battery(root):
 
 
 def tree_state(view):
-    """Every entry under `view`: type and mode, links, owner, size, mtime, the bytes' hash, a symlink's target."""
+    """Every entry under `view`: inode number, type and mode, links, owner, size, mtime, the bytes' hash, a
+    symlink's target. (Inode numbers are the objects' own, the same on every mount and after the kernel forgot
+    an inode.)"""
     out = []
     for dp, dns, fns in os.walk(view):
         dns.sort()
         for n in sorted(dns + fns):
             st = os.lstat(os.path.join(dp, n))
-            row = [os.path.relpath(os.path.join(dp, n), view), oct(st.st_mode), st.st_nlink, st.st_uid, st.st_gid]
+            row = [os.path.relpath(os.path.join(dp, n), view), st.st_ino, oct(st.st_mode), st.st_nlink, st.st_uid,
+                   st.st_gid]
             if not stat.S_ISDIR(st.st_mode):
                 row += [st.st_size, st.st_mtime_ns]
             if stat.S_ISREG(st.st_mode):
