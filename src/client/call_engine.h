@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "client/container.h"
+#include "common/ids.h"
 #include "transport/transport.h"
 #include "wire/data_plane.h"
 
@@ -115,7 +116,7 @@ class CallEngine {
   std::function<void(const Memory&)> on_deadline_;
   std::function<void(std::string_view)> on_notice_;
   void notice(transport::Incoming& in);
-  std::mt19937_64 ids_{std::random_device{}()};
+  std::mt19937_64 ids_ = well_seeded_rng();
   std::map<uint64_t, Call> calls_;
   std::deque<Finished> completed_;  // finished, not yet handed out
   std::vector<uint64_t> touched_;   // calls a reply, a send completion or an error came for since the last reap

@@ -15,6 +15,7 @@
 #include "client/file_layout.h"
 #include "client/file_stream.h"
 #include "common/coding.h"
+#include "common/ids.h"
 #include "placement/placement.h"
 
 namespace rfos::client {
@@ -144,7 +145,7 @@ Status inline_range(const ObjectStat& st, uint64_t offset, uint64_t length) {
 }  // namespace
 
 ObjectId NamedObjects::fresh_data_object() {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static thread_local std::mt19937_64 rng = well_seeded_rng();
   return placement::with_class(ObjectId{rng(), rng()}, placement::ObjectClass::kSX);
 }
 

@@ -5,8 +5,14 @@
 
 namespace rfos {
 
+std::mt19937_64 well_seeded_rng() {
+  std::random_device dev;
+  std::seed_seq seed{dev(), dev(), dev(), dev(), dev(), dev(), dev(), dev()};
+  return std::mt19937_64(seed);
+}
+
 Uuid Uuid::random() {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static thread_local std::mt19937_64 rng = well_seeded_rng();
   Uuid u;
   for (int i = 0; i < 16; i += 8) {
     uint64_t r = rng();

@@ -7,10 +7,16 @@
 #include <compare>
 #include <cstdint>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 
 namespace rfos {
+
+// A generator seeded with 256 bits from the system (eight std::random_device words): what it draws is as random
+// as it is long. `std::mt19937_64 rng{std::random_device{}()}` takes one 32-bit word, so processes draw from one
+// of 2^32 streams, and two of many could make the same object ids (a file's inode written over another's).
+std::mt19937_64 well_seeded_rng();
 
 struct Uuid {
   std::array<uint8_t, 16> bytes{};

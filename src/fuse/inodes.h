@@ -48,9 +48,10 @@ class Inodes {
   std::optional<Ino> known(const ObjectId& oid);
   // The inode number stat and readdir show for `oid` (st_ino, d_ino), which is not the number the kernel holds it
   // by (remember): the same for the object's whole life, on every mount and after the kernel forgot it, as
-  // backup tools, find -inum, hard-link detection across runs and NFS re-export expect. Objects are named by
-  // 120 random bits (posix::Namespace), so their low 64 bits serve: two files share a number with odds of about
-  // n^2 / 2^65 for n files (GlusterFS folds its 128-bit ids alike). The root's is 1.
+  // backup tools, find -inum and hard-link detection across runs expect. Objects are named by 120 random bits
+  // (posix::Namespace), so their low 64 bits serve: two files share a number with odds of about n^2 / 2^65 for
+  // n files (GlusterFS folds its 128-bit ids alike). The root's is 1. (The kernel's handles stay the mount's
+  // own, so the mount is not NFS-exportable.)
   uint64_t number(const ObjectId& oid) const;
   size_t size();
 

@@ -17,6 +17,7 @@
 #include "client/file_layout.h"
 #include "client/named_objects.h"
 #include "common/coding.h"
+#include "common/ids.h"
 #include "placement/placement.h"
 #include "wire/data_plane.h"
 
@@ -73,9 +74,9 @@ class Namespace::Impl {
   // Container sessions are single-threaded: each call borrows one and gives it back.
   std::mutex mu;
   std::vector<std::unique_ptr<Container>> idle;
-  std::mt19937_64 rng{std::random_device{}()};
-  std::map<ObjectId, uint32_t> chunk_of;  // chunk sizes never change: remembered per file
-  std::set<ObjectId> spanning;            // files known to be kSpans (a flag never cleared)
+  std::mt19937_64 rng = well_seeded_rng();  // object ids: 120 random bits each
+  std::map<ObjectId, uint32_t> chunk_of;    // chunk sizes never change: remembered per file
+  std::set<ObjectId> spanning;              // files known to be kSpans (a flag never cleared)
 
   class Lease {
    public:
@@ -1006,7 +1007,7 @@ Result<Attr> Namespace::put_file(const ObjectId& dir, std::string_view name, uin
                                  const client::StreamSource& source, const Cred& cred, uint32_t depth,
                                  const client::StreamProgress& progress) {
   RFOS_RETURN_IF_ERROR(check_name(name));
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static thread_local std::mt19937_64 rng = well_seeded_rng();
   char suffix[32];
   std::snprintf(suffix, sizeof(suffix), ".rfos-put-%016llx", static_cast<unsigned long long>(rng()));
   std::string hidden = "." + std::string(name) + suffix;

@@ -13,6 +13,7 @@
 #include "client/named_objects.h"
 #include "common/coding.h"
 #include "common/crc32c.h"
+#include "common/ids.h"
 #include "s3/crc64.h"
 #include "s3/rdma_token.h"
 #include "s3/xml.h"
@@ -903,7 +904,7 @@ void create_upload(const ServiceConfig& config, const User& user, Handles& handl
     attrs.emplace_back(kAlgAttr, uc.alg);
     attrs.emplace_back(kTypeAttr, uc.type);
   }
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static thread_local std::mt19937_64 rng = well_seeded_rng();  // upload ids: unguessable, unique across gateways
   char id[40];
   std::snprintf(id, sizeof(id), "%016llx%016llx", static_cast<unsigned long long>(rng()),
                 static_cast<unsigned long long>(rng()));
