@@ -825,7 +825,10 @@ void op_statfs(fuse_req_t req, fuse_ino_t) {
 void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
   RFOS_FUSE_OID(oid, req, ino);
   Status s = fs_of(req)->ns().setxattr(oid, name, {value, size}, flags, cred_of(req));
-  if (s.is_ok()) fs_of(req)->xattrs_changed(oid);  // a refused one (an ACL cp -a tries) leaves "none" known
+  if (s.is_ok()) {
+    fs_of(req)->xattrs_changed(oid);  // a refused one (an ACL cp -a tries) leaves "none" known
+    fs_of(req)->stale(oid);           // its ctime moved
+  }
   reply_status(req, s);
 }
 
@@ -856,7 +859,9 @@ void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 
 void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   RFOS_FUSE_OID(oid, req, ino);
-  reply_status(req, fs_of(req)->ns().removexattr(oid, name, cred_of(req)));
+  Status s = fs_of(req)->ns().removexattr(oid, name, cred_of(req));
+  if (s.is_ok()) fs_of(req)->stale(oid);  // its ctime moved
+  reply_status(req, s);
 }
 
 // The kernel caps a FUSE mount's readahead at 128 KiB whatever init asks for; its bdi setting (root may write

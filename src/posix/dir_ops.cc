@@ -712,7 +712,7 @@ Result<DirReply> setattr(Op& op) {
   SetAttr rest = q.set;
   rest.spans = false;
   if (rest.set_mode || rest.set_uid || rest.set_gid || rest.set_size || rest.set_atime || rest.set_mtime ||
-      rest.touch) {
+      rest.touch || (q.flags & kChangeTime)) {
     RFOS_RETURN_IF_ERROR(check_setattr(a, rest, q.cred));
     uint64_t end = to_chunk_end ? chunk : op.data_end_;
     if (cut && rest.size < end)  // all of the file's data is in its first chunk

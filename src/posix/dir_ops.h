@@ -55,6 +55,9 @@ inline constexpr size_t kMaxGroups = 1024;  // supplementary groups a request ca
 // when the whole file lies here (not kSpans, its first chunk here). When it does not, nothing is done and the
 // reply's inode_done is false: the client cuts the other targets' chunks and sends the setattr again without it.
 inline constexpr unsigned kCutHere = 32;
+// kSetattr: the inode changed otherwise (an xattr was set or removed): its ctime moves, nothing else (a target
+// that predates it changes nothing).
+inline constexpr unsigned kChangeTime = 64;
 
 // What the client read of an inode on another target.
 struct Hint {

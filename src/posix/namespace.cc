@@ -246,6 +246,15 @@ class Namespace::Impl {
     return purge(c, r.other);
   }
 
+  // An xattr of `oid` was set or removed: its inode's ctime moves, as a local file system's does (backups and
+  // rsync -X see the change by it). The xattr is stored beside the inode record, not in it.
+  Status changed_time(Lease& c, const ObjectId& oid) {
+    DirRequest q = request(DirOp::kSetattr);
+    q.oid = oid;
+    q.flags = kChangeTime;
+    return inode_op(c, q).status();
+  }
+
   // Sets kSpans on a file before data goes past its first chunk (once per file and client).
   Status mark_spans(Lease& c, const ObjectId& oid) {
     {
@@ -1263,14 +1272,16 @@ Status Namespace::setxattr(const ObjectId& oid, std::string_view name, std::stri
   if (flags & kCreate) {
     Status s = c->insert_value(oid, kXattrDkey, name, stored);
     if (s.code() == StatusCode::kAlreadyExists) return fail(StatusCode::kAlreadyExists, "the xattr exists");
-    return s;
+    RFOS_RETURN_IF_ERROR(s);
+    return impl_->changed_time(c, oid);
   }
   if (flags & kReplace) {
     auto old = c->get_value(oid, kXattrDkey, name);
     if (!old.is_ok())
       return old.status().code() == StatusCode::kNotFound ? fail(StatusCode::kNoData, "no such xattr") : old.status();
   }
-  return c->put_value(oid, kXattrDkey, name, stored);
+  RFOS_RETURN_IF_ERROR(c->put_value(oid, kXattrDkey, name, stored));
+  return impl_->changed_time(c, oid);
 }
 
 Result<std::string> Namespace::getxattr(const ObjectId& oid, std::string_view name) {
@@ -1305,7 +1316,8 @@ Status Namespace::removexattr(const ObjectId& oid, std::string_view name, const 
   if (!permits(a, cred, W_OK) && cred.uid != a.uid) return denied("no write permission");
   Status s = c->punch_akey(oid, kXattrDkey, name);
   if (s.code() == StatusCode::kNotFound) return fail(StatusCode::kNoData, "no such xattr");
-  return s;
+  RFOS_RETURN_IF_ERROR(s);
+  return impl_->changed_time(c, oid);
 }
 
 Result<StatFs> Namespace::statfs() { return impl_->space(); }

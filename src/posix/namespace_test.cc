@@ -85,6 +85,23 @@ TEST_F(Ns, TreesFilesAndLinks) {
   EXPECT_EQ(ns->rmdir(ns->root(), "d", root_).to_errno(), ENOTEMPTY);
 }
 
+// An xattr set or removed moves its inode's ctime, as on a local file system; system.* ones (POSIX ACLs) are
+// refused, not kept as plain xattrs.
+TEST_F(Ns, XattrChangesMoveTheCtime) {
+  auto ns = client();
+  ASSERT_TRUE(ns);
+  auto f = ns->mknod(ns->root(), "x", S_IFREG | 0644, 0, root_);
+  ASSERT_TRUE(f.is_ok());
+  uint64_t before = ns->getattr(f->oid)->ctime_ns;
+  ASSERT_TRUE(ns->setxattr(f->oid, "user.k", "v", 0, root_).is_ok());
+  uint64_t set = ns->getattr(f->oid)->ctime_ns;
+  EXPECT_GT(set, before);
+  ASSERT_TRUE(ns->removexattr(f->oid, "user.k", root_).is_ok());
+  EXPECT_GT(ns->getattr(f->oid)->ctime_ns, set);
+  EXPECT_EQ(ns->setxattr(f->oid, "system.posix_acl_access", "\x02", 0, root_).to_errno(), EOPNOTSUPP);
+  EXPECT_EQ(ns->getxattr(f->oid, "system.posix_acl_access").status().to_errno(), EOPNOTSUPP);
+}
+
 // A rename over a file whose caller keeps it (a mount with it open): the file loses its name but stays readable
 // until forget(); without `left` the rename purges it itself.
 TEST_F(Ns, ARenameKeepsTheFileItReplacesForTheCallerToForget) {

@@ -343,6 +343,15 @@ def local_fs_battery(root):
         os.close(fd)
         return got
     rec("calls relative to a directory descriptor", at_calls)
+
+    def xattr_moves_ctime():
+        with open(p("a", "x"), "w") as out:
+            out.write("x")
+        before = os.stat(p("a", "x")).st_ctime_ns
+        time.sleep(0.01)  # apart by more than the clocks' resolution, not for any ordering
+        os.setxattr(p("a", "x"), "user.k", b"v")
+        return os.stat(p("a", "x")).st_ctime_ns > before
+    rec("an xattr set moves the ctime", xattr_moves_ctime)
     return res
 
 
