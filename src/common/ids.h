@@ -13,9 +13,10 @@
 
 namespace rfos {
 
-// A generator seeded with 256 bits from the system (eight std::random_device words): what it draws is as random
-// as it is long. `std::mt19937_64 rng{std::random_device{}()}` takes one 32-bit word, so processes draw from one
-// of 2^32 streams, and two of many could make the same object ids (a file's inode written over another's).
+// A generator seeded with 256 bits from the system (eight std::random_device words), for ids that must not repeat
+// across processes. `std::mt19937_64 rng{std::random_device{}()}` takes one 32-bit word, so processes draw from
+// one of 2^32 streams, and two of many could make the same object ids (a file's inode written over another's).
+// Not for secrets: its output reveals its state (those take RAND_bytes).
 std::mt19937_64 well_seeded_rng();
 
 struct Uuid {

@@ -6,16 +6,15 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
-#include <random>
 #include <set>
 
 #include "client/file_stream.h"
 #include "client/named_objects.h"
 #include "common/coding.h"
 #include "common/crc32c.h"
-#include "common/ids.h"
 #include "s3/crc64.h"
 #include "s3/rdma_token.h"
+#include "s3/sigv4.h"
 #include "s3/xml.h"
 
 namespace rfos::s3 {
@@ -904,11 +903,7 @@ void create_upload(const ServiceConfig& config, const User& user, Handles& handl
     attrs.emplace_back(kAlgAttr, uc.alg);
     attrs.emplace_back(kTypeAttr, uc.type);
   }
-  static thread_local std::mt19937_64 rng = well_seeded_rng();  // upload ids: unguessable, unique across gateways
-  char id[40];
-  std::snprintf(id, sizeof(id), "%016llx%016llx", static_cast<unsigned long long>(rng()),
-                static_cast<unsigned long long>(rng()));
-  const std::string upload_id = id;
+  const std::string upload_id = hex_of(random_bytes(16));  // unguessable, and unique across gateways
   Status s = with_bucket(config, user, handles, req.bucket, true, [&](client::Container& c) {
     return client::NamedObjects(c).begin_upload({upload_id, req.key, encode_attrs(attrs), now_ms()});
   });
