@@ -721,7 +721,7 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 // offset means the same entry for the life of the handle (seekdir/telldir hold). `plus` (readdirplus): each
 // entry with its attributes, so `ls -l` and scandir+stat cost no lookup per name; the kernel then holds a
 // lookup of each such entry (remembered here), none of "." and "..", nor of an entry without attributes.
-void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
+void read_directory(fuse_req_t req, size_t size, off_t off, fuse_file_info* fi, bool plus) {
   auto* d = reinterpret_cast<DirHandle*>(fi->fh);
   Fs* fs = fs_of(req);
   std::vector<char> buf(size);
@@ -796,12 +796,12 @@ void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse
     for (fuse_ino_t h : handed) fs->forget(h, 1);  // the kernel did not get them
 }
 
-void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
-  read_directory(req, ino, size, off, fi, false);
+void op_readdir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  read_directory(req, size, off, fi, false);
 }
 
-void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
-  read_directory(req, ino, size, off, fi, true);
+void op_readdirplus(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  read_directory(req, size, off, fi, true);
 }
 
 void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
