@@ -379,7 +379,7 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, f
   Result<Attr> a = error(StatusCode::kInternal, "unset");
   // Earlier writes land first (a truncate is not overtaken by them); times alone go with a small write held
   // back, in one round trip (tar and cp -p set them on the file they just wrote).
-  const bool times_only = (s.set_atime || s.set_mtime) && !s.set_mode && !s.set_uid && !s.set_gid && !s.set_size;
+  const bool times_only = (s.set_atime || s.set_mtime) && s.only_times();
   // A close racing the set does not move the mtime after it (times_set before the set is sent).
   const bool sets_mtime = s.set_mtime;
   std::optional<uint64_t> times_before;

@@ -111,19 +111,24 @@ std::optional<posix::Attr> WriteBehind::store_held(std::unique_lock<std::mutex>&
   return attrs;
 }
 
-std::optional<posix::Attr> WriteBehind::land_with(const ObjectId& oid, const posix::SetAttr& times,
-                                                  const posix::Cred& cred) {
-  std::unique_lock lock(mu_);
-  auto it = files_.find(oid);
-  if (it == files_.end()) return std::nullopt;
-  std::shared_ptr<File> f = it->second;
+std::optional<posix::Attr> WriteBehind::land_all(std::unique_lock<std::mutex>& lock, const ObjectId& oid,
+                                                 const std::shared_ptr<File>& f, const posix::SetAttr& times,
+                                                 const posix::Cred& cred) {
   std::optional<posix::Attr> attrs;
-  if (f->holding && f->ranges.empty())
+  if (f->holding && f->ranges.empty())  // the held write and the time update, at once, from this thread
     attrs = store_held(lock, oid, *f, times, cred);
   else
     release_locked(oid, f);
   landed_.wait(lock, [&] { return f->ranges.empty(); });
   return attrs;
+}
+
+std::optional<posix::Attr> WriteBehind::land_with(const ObjectId& oid, const posix::SetAttr& times,
+                                                  const posix::Cred& cred) {
+  std::unique_lock lock(mu_);
+  auto it = files_.find(oid);
+  if (it == files_.end()) return std::nullopt;
+  return land_all(lock, oid, it->second, times, cred);
 }
 
 bool WriteBehind::pending(const ObjectId& oid) {
@@ -137,13 +142,8 @@ Status WriteBehind::settle(const ObjectId& oid, std::optional<posix::Attr>* touc
   auto it = files_.find(oid);
   if (it == files_.end()) return Status::ok();
   std::shared_ptr<File> f = it->second;
-  if (f->holding && f->ranges.empty()) {  // the held write and the time update, at once, from this thread
-    auto attrs = store_held(lock, oid, *f, {}, {});
-    if (attrs && touched) *touched = *attrs;
-  } else {
-    release_locked(oid, f);
-  }
-  landed_.wait(lock, [&] { return f->ranges.empty(); });
+  auto attrs = land_all(lock, oid, f, {}, {});
+  if (attrs && touched) *touched = *attrs;
   Status failed = f->failed;
   f->failed = Status::ok();
   auto again = files_.find(oid);  // idle and reported: forget it (a submit meanwhile would hold ranges)

@@ -78,6 +78,11 @@ class WriteBehind {
   // and `times` (lock let go meanwhile); the file's attributes after it when that went as one operation.
   std::optional<posix::Attr> store_held(std::unique_lock<std::mutex>& lock, const ObjectId& oid, File& f,
                                         const posix::SetAttr& times, const posix::Cred& cred);
+  // Every write of `f` landed: its held write by store_held where nothing else is in flight, else sent as any
+  // other; returns store_held's answer (settle and land_with).
+  std::optional<posix::Attr> land_all(std::unique_lock<std::mutex>& lock, const ObjectId& oid,
+                                      const std::shared_ptr<File>& f, const posix::SetAttr& times,
+                                      const posix::Cred& cred);
   void release_locked(const ObjectId& oid, const std::shared_ptr<File>& f);
   std::shared_ptr<File> file_locked(const ObjectId& oid);
 

@@ -739,8 +739,7 @@ Result<DirReply> write(Op& op) {
     return error(StatusCode::kInvalidArgument, "a namespace write is small and inside a first chunk held here");
   // Times set after the write (Namespace::write_and_touch): checked before anything changes.
   const SetAttr& times = q.set;
-  if (times.set_mode || times.set_uid || times.set_gid || times.set_size || times.touch || times.spans)
-    return error(StatusCode::kInvalidArgument, "a write sets times only");
+  if (!times.only_times()) return error(StatusCode::kInvalidArgument, "a write sets times only");
   if (times.set_atime || times.set_mtime) RFOS_RETURN_IF_ERROR(check_setattr(a, times, q.cred));
   op.changes_.push_back({Change::Kind::kPutData, q.oid, chunk_key(0), std::string(kDataAkey), q.data, q.offset});
   a.mtime_ns = a.ctime_ns = op.now_;

@@ -1148,8 +1148,7 @@ std::vector<Result<std::string>> Namespace::get_files(const ObjectId& dir, std::
 Result<std::optional<Attr>> Namespace::write_and_touch(const ObjectId& oid, uint64_t offset,
                                                        std::span<const uint8_t> data, const SetAttr& times,
                                                        const Cred& cred) {
-  if (times.set_mode || times.set_uid || times.set_gid || times.set_size || times.touch || times.spans)
-    return fail(StatusCode::kInvalidArgument, "a write sets times only");
+  if (!times.only_times()) return fail(StatusCode::kInvalidArgument, "a write sets times only");
   if (data.empty() || data.size() > impl_->max_op_data()) return std::optional<Attr>();
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   DirRequest q = request(DirOp::kWrite, cred);

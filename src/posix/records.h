@@ -89,6 +89,9 @@ struct SetAttr {
   bool touch = false, spans = false;
   uint32_t mode = 0, uid = 0, gid = 0;
   uint64_t size = 0, atime_ns = 0, mtime_ns = 0;
+
+  // Whether it changes nothing but the times, if those (what a write may carry: Namespace::write_and_touch).
+  bool only_times() const { return !(set_mode || set_uid || set_gid || set_size || touch || spans); }
 };
 
 inline constexpr size_t kNameMax = 255;

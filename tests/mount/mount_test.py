@@ -123,6 +123,8 @@ def as_user(uid, gid, groups, fn):
 
 
 T_SET = 1_600_000_000_000_000_000  # a time the battery sets (ns)
+# A mount that caches nothing: what it shows is what the targets hold.
+UNCACHED = ("--attr-timeout", "0", "--entry-timeout", "0", "--negative-timeout", "0", "--no-notices")
 
 
 def local_fs_battery(root):
@@ -395,7 +397,7 @@ def check_battery(tc, work, mnt, mount):
     tc.assertEqual(len(got), len(want))
     fresh_mnt = os.path.join(work, "mnt-battery")
     os.makedirs(fresh_mnt, exist_ok=True)
-    fresh = mount(fresh_mnt, "--attr-timeout", "0", "--entry-timeout", "0", "--negative-timeout", "0", "--no-notices")
+    fresh = mount(fresh_mnt, *UNCACHED)
     try:
         seen, stored = tree_state(os.path.join(mnt, "battery")), tree_state(os.path.join(fresh_mnt, "battery"))
         for a, b in zip(seen, stored):
@@ -746,8 +748,7 @@ class MountTest(unittest.TestCase):
         # mount that caches no attributes, straight from the targets, not from this mount's kernel cache.
         fresh_mnt = os.path.join(self.work, "mnt-times")
         os.makedirs(fresh_mnt, exist_ok=True)
-        fresh = Mount(self.server, fresh_mnt, "--attr-timeout", "0", "--entry-timeout", "0", "--negative-timeout",
-                      "0", "--no-notices")
+        fresh = Mount(self.server, fresh_mnt, *UNCACHED)
         try:
             src = os.path.join(self.work, "times-src")
             os.makedirs(os.path.join(src, "d"), exist_ok=True)
