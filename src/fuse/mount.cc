@@ -624,6 +624,14 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*
 void op_write(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t off, fuse_file_info* fi) {
   auto* h = reinterpret_cast<FileHandle*>(fi->fh);
   Fs* fs = fs_of(req);
+  // The kernel holds a FUSE file to 2^63 - 1 bytes, the store to posix::kMaxFileSize: as a local file system at
+  // its limit, a write that starts there fails and one that crosses it is cut short, here, before write-behind
+  // could acknowledge bytes the targets will refuse.
+  if (static_cast<uint64_t>(off) >= posix::kMaxFileSize) {
+    fuse_reply_err(req, EFBIG);
+    return;
+  }
+  size = static_cast<size_t>(std::min<uint64_t>(size, posix::kMaxFileSize - static_cast<uint64_t>(off)));
   // Open files' copies of the bytes are stale from here.
   const uint64_t number = fs->written(h->oid, static_cast<uint64_t>(off) + size);
   if (fs->writes() && !h->sync) {

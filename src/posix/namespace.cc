@@ -892,7 +892,8 @@ Result<size_t> Namespace::read(const ObjectId& oid, uint64_t offset, std::span<u
 Status Namespace::write(const ObjectId& oid, uint64_t offset, std::span<const uint8_t> data) {
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   RFOS_ASSIGN_OR_RETURN(uint32_t chunk, impl_->chunk_size(c, oid));
-  if (offset + data.size() < offset) return fail(StatusCode::kTooLarge, "offset overflows");
+  if (offset > kMaxFileSize || data.size() > kMaxFileSize - offset)
+    return fail(StatusCode::kTooLarge, "beyond the largest file size (2^62 bytes)");
   if (offset + data.size() > chunk) RFOS_RETURN_IF_ERROR(impl_->mark_spans(c, oid));
   for (size_t pos = 0; pos < data.size();) {
     uint64_t at = offset + pos;

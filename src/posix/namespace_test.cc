@@ -208,6 +208,36 @@ TEST_F(Ns, TruncateMovesTheSizeAndDropsWhatLiesBeyond) {
   EXPECT_EQ(back, std::string(10, 'z') + std::string(10, '\0')) << "bytes cut by the truncate stay cut";
 }
 
+// A file ends at kMaxFileSize (the engine's array offsets): a write or a size beyond is EFBIG and changes
+// nothing, where it was taken (a size no read could reach) or refused by the targets with EINVAL.
+TEST_F(Ns, FilesEndAtTheLargestSize) {
+  auto ns = client();
+  ASSERT_TRUE(ns);
+  auto small = ns->mknod(ns->root(), "small", S_IFREG | 0644, 0, root_);
+  auto big = ns->mknod(ns->root(), "big", S_IFREG | 0644, 0, root_);
+  ASSERT_TRUE(small.is_ok() && big.is_ok());
+  SetAttr beyond;
+  beyond.set_size = true;
+  beyond.size = kMaxFileSize + 1;
+  EXPECT_EQ(ns->setattr(small->oid, beyond, root_).status().code(), StatusCode::kTooLarge)
+      << "the small file's target checks the size";
+  EXPECT_EQ(ns->getattr(small->oid)->size, 0u);
+  EXPECT_EQ(ns->write(big->oid, kMaxFileSize - 1, bytes_of("ab")).code(), StatusCode::kTooLarge);
+  EXPECT_EQ(ns->write(big->oid, ~uint64_t{0} - 1, bytes_of("ab")).code(), StatusCode::kTooLarge);
+  ASSERT_TRUE(ns->write(big->oid, kMaxFileSize - 2, bytes_of("ab")).is_ok());
+  EXPECT_EQ(ns->getattr(big->oid)->size, kMaxFileSize);
+  std::string back(8, 'q');
+  ASSERT_EQ(*ns->read(big->oid, kMaxFileSize - 4, {reinterpret_cast<uint8_t*>(back.data()), back.size()}), 4u);
+  EXPECT_EQ(back.substr(0, 4), std::string("\0\0ab", 4));
+  EXPECT_EQ(ns->setattr(big->oid, beyond, root_).status().code(), StatusCode::kTooLarge)
+      << "a file of many chunks: the client checks before it cuts";
+  EXPECT_EQ(ns->getattr(big->oid)->size, kMaxFileSize);
+  SetAttr at_most = beyond;
+  at_most.size = kMaxFileSize;
+  EXPECT_TRUE(ns->setattr(small->oid, at_most, root_).is_ok());
+  EXPECT_EQ(ns->getattr(small->oid)->size, kMaxFileSize);
+}
+
 TEST_F(Ns, PermissionsAreCheckedLikeLinux) {
   auto ns = client();
   ASSERT_TRUE(ns);

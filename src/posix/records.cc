@@ -193,6 +193,7 @@ Status check_setattr(const Attr& cur, const SetAttr& set, const Cred& cred) {
     if (S_ISDIR(cur.mode)) return error(StatusCode::kIsDirectory, "is a directory");
     if (!S_ISREG(cur.mode)) return error(StatusCode::kInvalidArgument, "not a regular file");
     if (!permits(cur, cred, W_OK)) return error(StatusCode::kPermissionDenied, "no write permission");
+    if (set.size > kMaxFileSize) return error(StatusCode::kTooLarge, "beyond the largest file size (2^62 bytes)");
   }
   if ((set.set_atime || set.set_mtime || set.touch) && !owner && !permits(cur, cred, W_OK))
     return error(StatusCode::kPermissionDenied, "only the owner or a writer sets times");

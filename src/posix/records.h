@@ -96,6 +96,10 @@ struct SetAttr {
 
 inline constexpr size_t kNameMax = 255;
 inline constexpr size_t kSymlinkMax = 4095;
+// The largest file: the engine keeps array offsets below 2^62 (engine::kArrayOffsetMax), so a size or a write
+// beyond is EFBIG here, as on a local file system at its limit, rather than a size set that no read can reach or
+// a write that the mount acknowledged and the targets then refuse.
+inline constexpr uint64_t kMaxFileSize = uint64_t{1} << 62;
 
 // Where the records live: every inode is an object; its record under dkey "/" akey "a", a symlink's target
 // under "/" "l", xattrs under "/x"; a directory's entries are dkeys named after the entry, akey "e".

@@ -25,6 +25,8 @@ namespace rfos::server {
 using transport::Iov;
 using Impl = Target::Impl;
 
+static_assert(posix::kMaxFileSize <= engine::kArrayOffsetMax, "a file's bytes must fit the engine's array offsets");
+
 namespace {
 
 // The engine of one target, as posix::execute sees it. Its commits are lazy: whoever runs the operation syncs

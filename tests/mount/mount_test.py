@@ -418,6 +418,30 @@ def check_battery(tc, work, mnt, mount):
     tc.assertTrue(clean(out), out.stdout + out.stderr)
 
 
+def check_largest_file(tc, f):
+    """A file ends at 2^62 bytes (the store's limit; the kernel's for FUSE is 2^63 - 1): as on a local file system
+    at its limit, a write there is EFBIG and one across it is cut short, and so is a truncate beyond, where
+    write-behind once acknowledged such writes and the close then failed with EINVAL."""
+    limit = 1 << 62
+    fd = os.open(f, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        tc.assertEqual(os.pwrite(fd, b"ab", limit - 2), 2)
+        tc.assertEqual(os.pwrite(fd, b"cd", limit - 1), 1)
+        for at in (limit, limit + 4096, (1 << 63) - 4096):
+            with tc.assertRaises(OSError) as e:
+                os.pwrite(fd, b"x", at)
+            tc.assertEqual(e.exception.errno, errno.EFBIG)
+        with tc.assertRaises(OSError) as e:
+            os.ftruncate(fd, limit + 1)
+        tc.assertEqual(e.exception.errno, errno.EFBIG)
+        tc.assertEqual(os.fstat(fd).st_size, limit)
+        tc.assertEqual(os.pread(fd, 8, limit - 4), b"\0\0ac")
+    finally:
+        os.close(fd)  # raises if a write the mount took failed later
+    tc.assertEqual(os.stat(f).st_size, limit)
+    os.unlink(f)
+
+
 class MountTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -610,6 +634,9 @@ class MountTest(unittest.TestCase):
         os.mkdir(d)
         for seed in range(3):
             random_ops_bench.one_file(d, 1500, seed)
+
+    def test_the_largest_file(self):
+        check_largest_file(self, self.path("t-largest"))
 
     def test_open_trunc_and_writes_to_setid_files(self):
         d = self.path("t4-trunc")
@@ -1123,6 +1150,13 @@ class AgentMountTest(AgentServer, unittest.TestCase):
     def mount(self):
         return Mount(self.server, self.mnt, "--agent", self.sock)
 
+    def test_the_largest_file(self):
+        m = self.mount()
+        try:
+            check_largest_file(self, os.path.join(self.mnt, "largest"))
+        finally:
+            m.unmount()
+
     def test_same_outcomes_as_a_local_file_system(self):
         m = self.mount()
         try:
@@ -1240,6 +1274,13 @@ class SealedAgentMountTest(AgentServer, unittest.TestCase):
     @classmethod
     def agent_config(cls, work):
         return rfos_setup.sealing_agent_config(work)
+
+    def test_the_largest_file(self):
+        m = Mount(self.server, self.mnt, "--agent", self.sock)
+        try:
+            check_largest_file(self, os.path.join(self.mnt, "largest"))
+        finally:
+            m.unmount()
 
     def test_same_outcomes_as_a_local_file_system(self):
         m = Mount(self.server, self.mnt, "--agent", self.sock)
