@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <linux/falloc.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
@@ -654,6 +655,56 @@ void op_write(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t o
   fuse_reply_write(req, size);
 }
 
+// fallocate: a range made to read as zeros (FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE: Namespace::punch) and the
+// size grown to the range's end unless FALLOC_FL_KEEP_SIZE; the kernel checked the descriptor is open for writing,
+// and holds the file's other writers off. No space is set aside: the targets allocate as bytes are written, so a
+// later write may still find a pool full (ENOSPC), as on a thinly provisioned disk. The range's modes of moving
+// bytes (collapse, insert) are EOPNOTSUPP, so callers fall back to writing.
+void op_fallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t length, fuse_file_info* fi) {
+  auto* h = reinterpret_cast<FileHandle*>(fi->fh);
+  Fs* fs = fs_of(req);
+  if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
+    fuse_reply_err(req, EOPNOTSUPP);
+    return;
+  }
+  const auto off = static_cast<uint64_t>(offset), len = static_cast<uint64_t>(length);
+  if (off > posix::kMaxFileSize || len > posix::kMaxFileSize - off) {
+    fuse_reply_err(req, EFBIG);
+    return;
+  }
+  const bool zeros = mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE);
+  const bool grows = !(mode & FALLOC_FL_KEEP_SIZE);
+  const uint64_t number = fs->written(h->oid, off + len);  // open files' copies of the bytes are stale from here
+  fs->wait_writes(h->oid);
+  uint64_t at = Fs::now_ns();
+  Result<Attr> a = fs->ns().getattr(h->oid);  // the size now, whoever grew it
+  Status s = a.status();
+  if (s.is_ok() && zeros) s = fs->ns().punch(h->oid, off, len, a->size);
+  if (s.is_ok() && grows && off + len > a->size) {
+    posix::SetAttr size;
+    size.set_size = true;
+    size.size = off + len;
+    at = Fs::now_ns();
+    a = fs->ns().setattr(h->oid, size, Cred{0, 0, {}});  // as ftruncate through this descriptor
+    s = a.status();
+  } else if (s.is_ok() && zeros) {
+    at = Fs::now_ns();
+    a = fs->ns().touch_written(h->oid);
+    s = a.status();
+  }
+  if (!s.is_ok()) {
+    fs->stale(h->oid);
+    return reply_status(req, s);
+  }
+  fs->seen(*a, at);
+  {
+    std::lock_guard lock(h->mu);
+    h->size = a->size;
+    h->last_write = std::max(h->last_write, number);
+  }
+  fuse_reply_err(req, 0);
+}
+
 // flush (close) and fsync: every write of the file landed (write-behind) and the file's mtime set, so that
 // whoever opens it next, on any client, sees it (close-to-open). fsync then makes it durable.
 Status settle(Fs* fs, FileHandle* h) {
@@ -1145,6 +1196,7 @@ Status run_mount(posix::Namespace& ns, const MountOptions& given) {
   ops.create = op_create;
   ops.read = op_read;
   ops.write = op_write;
+  ops.fallocate = op_fallocate;
   ops.flush = op_flush;
   ops.fsync = op_fsync;
   ops.fsyncdir = op_fsyncdir;

@@ -905,6 +905,41 @@ Status Namespace::write(const ObjectId& oid, uint64_t offset, std::span<const ui
   return Status::ok();
 }
 
+Status Namespace::punch(const ObjectId& oid, uint64_t offset, uint64_t length, uint64_t size) {
+  if (offset > kMaxFileSize || length > kMaxFileSize - offset)
+    return fail(StatusCode::kTooLarge, "beyond the largest file size (2^62 bytes)");
+  uint64_t end = std::min(size, offset + length);
+  if (offset >= end) return Status::ok();
+  if (end == size) {
+    const uint8_t zero = 0;
+    RFOS_RETURN_IF_ERROR(write(oid, size - 1, {&zero, 1}));
+    if (offset >= --end) return Status::ok();
+  }
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  RFOS_ASSIGN_OR_RETURN(uint32_t chunk, impl_->chunk_size(c, oid));
+  auto cut = [&](uint64_t index) -> Status {
+    uint64_t from = index * chunk, to = from + chunk;
+    uint64_t lo = std::max(offset, from), hi = std::min(end, to);
+    Status s = lo == from && hi == to ? c->punch_dkey(oid, chunk_key(index))
+                                      : c->punch_extent(oid, chunk_key(index), kDataAkey, lo, hi - lo);
+    return s.code() == StatusCode::kNotFound ? Status::ok() : s;
+  };
+  // A range of a few chunks is cut chunk by chunk; a larger one (a sparse file's, up to 2^62 bytes) only where
+  // the file has chunks.
+  constexpr uint64_t kByIndex = 64;
+  uint64_t first = offset / chunk, last = (end - 1) / chunk;
+  if (last - first < kByIndex) {
+    for (uint64_t i = first; i <= last; ++i) RFOS_RETURN_IF_ERROR(cut(i));
+    return Status::ok();
+  }
+  RFOS_ASSIGN_OR_RETURN(auto keys, c->list_dkeys(oid));
+  for (const std::string& k : keys) {
+    std::optional<uint64_t> i = layout::chunk_index(k);
+    if (i && *i >= first && *i <= last) RFOS_RETURN_IF_ERROR(cut(*i));
+  }
+  return Status::ok();
+}
+
 std::string Namespace::CheckReport::describe() const {
   std::string out = std::to_string(directories) + " directories, " + std::to_string(files) + " files\n";
   auto line = [&](const char* what, const std::string& x) { out += std::string(what) + ": " + x + "\n"; };

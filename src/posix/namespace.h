@@ -129,6 +129,11 @@ class Namespace {
   // The same with the file's size as the caller knows it (a mount's open file): no size query to the targets.
   Result<size_t> read(const ObjectId& oid, uint64_t offset, std::span<uint8_t> out, uint64_t size);
   Status write(const ObjectId& oid, uint64_t offset, std::span<const uint8_t> data);
+  // Drops the bytes of [offset, offset + length) of a regular file whose size is `size`: they read as zeros, and
+  // the size stays. Nothing beyond `size` is touched. A range that reaches the end leaves a zero in the last
+  // byte, so the end stays where it was (a size is the greater of the data's end and the floor) without a size
+  // set, which could cut an append another client just made. Moves no times (fallocate's caller does).
+  Status punch(const ObjectId& oid, uint64_t offset, uint64_t length, uint64_t size);
   // Updates the times of a file written through this namespace (mtime/ctime = now); returns its attributes.
   Result<Attr> touch_written(const ObjectId& oid);
   // A small write (up to 4095 bytes) inside a file's first chunk and the times it moves, as one operation of the

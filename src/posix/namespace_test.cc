@@ -238,6 +238,47 @@ TEST_F(Ns, FilesEndAtTheLargestSize) {
   EXPECT_EQ(ns->getattr(small->oid)->size, kMaxFileSize);
 }
 
+// fallocate's holes: the bytes of a range read as zeros and the size stays, in one chunk, across chunks, to the end
+// (the last byte left a zero, so the end stays), beyond the end (nothing), and over a sparse file of many chunks.
+TEST_F(Ns, PunchedBytesReadAsZerosAndTheSizeStays) {
+  auto ns = client();
+  ASSERT_TRUE(ns);
+  auto f = ns->mknod(ns->root(), "p", S_IFREG | 0644, 0, root_);
+  ASSERT_TRUE(f.is_ok());
+  std::string model(3u << 20, '\0');
+  for (size_t i = 0; i < model.size(); ++i) model[i] = static_cast<char>('a' + i % 23);
+  ASSERT_TRUE(ns->write(f->oid, 0, bytes_of(model)).is_ok());
+  auto check = [&](const char* what) {
+    std::string back(model.size() + 10, 'q');
+    auto n = ns->read(f->oid, 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()});
+    ASSERT_TRUE(n.is_ok()) << what;
+    back.resize(*n);
+    EXPECT_EQ(back.size(), model.size()) << what;
+    EXPECT_TRUE(back == model) << what;
+    EXPECT_EQ(ns->getattr(f->oid)->size, model.size()) << what;
+  };
+  for (auto [offset, length] :
+       {std::pair<uint64_t, uint64_t>{5000, 10000}, {900000, 2200000}, {(3u << 20) - 7000, 1u << 30}, {1u << 30, 10}}) {
+    ASSERT_TRUE(ns->punch(f->oid, offset, length, model.size()).is_ok());
+    for (uint64_t i = offset; i < std::min<uint64_t>(offset + length, model.size()); ++i) model[i] = '\0';
+    check("a punch");
+  }
+  EXPECT_EQ(ns->punch(f->oid, kMaxFileSize - 1, 2, model.size()).code(), StatusCode::kTooLarge);
+
+  auto sparse = ns->mknod(ns->root(), "sparse", S_IFREG | 0644, 0, root_);
+  ASSERT_TRUE(sparse.is_ok());
+  const uint64_t far = 1ull << 40;
+  ASSERT_TRUE(ns->write(sparse->oid, 10, bytes_of("near")).is_ok());
+  ASSERT_TRUE(ns->write(sparse->oid, far, bytes_of("far")).is_ok());
+  ASSERT_TRUE(ns->punch(sparse->oid, 0, far + 3, far + 3).is_ok());
+  EXPECT_EQ(ns->getattr(sparse->oid)->size, far + 3);
+  std::string back(4, 'q');
+  ASSERT_TRUE(ns->read(sparse->oid, 10, {reinterpret_cast<uint8_t*>(back.data()), 4}).is_ok());
+  EXPECT_EQ(back, std::string(4, '\0'));
+  ASSERT_TRUE(ns->read(sparse->oid, far, {reinterpret_cast<uint8_t*>(back.data()), 3}).is_ok());
+  EXPECT_EQ(back.substr(0, 3), std::string(3, '\0'));
+}
+
 TEST_F(Ns, PermissionsAreCheckedLikeLinux) {
   auto ns = client();
   ASSERT_TRUE(ns);

@@ -8,7 +8,9 @@ writer (every fsync'ed file must read back after a restart).
 
 Real processes on loopback: an `rfos server` on its control socket with ucx+tcp pinned to lo, `rfos mount -f`.
 """
+import ctypes
 import errno
+import hashlib
 import mmap
 import os
 import random
@@ -31,6 +33,8 @@ import random_ops_bench  # noqa: E402  (the fsx-style exerciser, shared with the
 import rfos_setup  # noqa: E402  (a sealing agent's config, shared with the benchmarks)
 
 RFOS = None
+libc = ctypes.CDLL(None, use_errno=True)
+libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
 ENV = dict(os.environ, UCX_NET_DEVICES="lo", FI_TCP_IFACE="lo", FI_NET_IFACE="lo")
 
 
@@ -354,6 +358,29 @@ def local_fs_battery(root):
         os.setxattr(p("a", "x"), "user.k", b"v")
         return os.stat(p("a", "x")).st_ctime_ns > before
     rec("an xattr set moves the ctime", xattr_moves_ctime)
+
+    def fallocate_modes():
+        keep, punch, zero = 0x01, 0x02, 0x10  # FALLOC_FL_KEEP_SIZE, _PUNCH_HOLE, _ZERO_RANGE
+        fd = os.open(p("a", "fa"), os.O_CREAT | os.O_RDWR, 0o644)
+        data = rng.randbytes(3 << 20)
+        os.pwrite(fd, data, 0)
+        out = []
+        # Inside a block, across 1 MiB chunks (some whole), to the end and beyond it, zeros that grow the file,
+        # space asked for and size kept, and a hole past the end.
+        for mode, off, n in ((punch | keep, 5000, 10000), (punch | keep, 900000, 2200000), (zero | keep, 100, 50),
+                             (punch | keep, (3 << 20) - 7000, 1 << 30), (zero, (3 << 20) - 10, 100),
+                             (0, 0, (3 << 20) + 5000), (keep, 0, 1 << 30), (punch | keep, 1 << 30, 10),
+                             (punch, 0, 10)):
+            before = os.fstat(fd).st_mtime_ns
+            if libc.fallocate(fd, mode, off, n) != 0:
+                out.append(errno.errorcode.get(ctypes.get_errno()))
+                continue
+            size = os.fstat(fd).st_size
+            out.append((size, hashlib.sha1(os.pread(fd, size + 1, 0)).hexdigest(),
+                        not mode & (punch | zero) or os.fstat(fd).st_mtime_ns > before))
+        os.close(fd)
+        return out
+    rec("fallocate: holes, zeros, growth", fallocate_modes)
     return res
 
 
@@ -567,8 +594,6 @@ class MountTest(unittest.TestCase):
         shutil.rmtree(d)
 
     def test_rename_flags(self):
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
         d = self.path("t3")
         os.mkdir(d)
         x, y = os.path.join(d, "x"), os.path.join(d, "y")
