@@ -8,11 +8,13 @@
 #include <vector>
 
 #include <map>
+#include <optional>
 
 #include "agent/agent_client.h"
 #include "client/c_api_internal.h"
 #include "client/container.h"
 #include "client/control_client.h"
+#include "client/scatter_gather.h"
 
 using rfos::ObjectId;
 using rfos::Status;
@@ -135,12 +137,9 @@ int agent_rw(rfos_cont* c, bool write, const ObjectId& oid, const char* dkey, co
 // the iovecs (a write) or scattered from there into them (a read).
 int agent_rwv(rfos_cont* c, bool write, const ObjectId& oid, const char* dkey, const char* akey,
               const rfos_extent_t* extents, size_t nextents, const struct iovec* iov, size_t niov) {
-  uint64_t want = 0, have = 0;
-  for (size_t i = 0; i < nextents; ++i) want += extents[i].length;
+  uint64_t have = 0;
   for (size_t i = 0; i < niov; ++i) have += iov[i].iov_len;
-  if (want != have)
-    return fail(rfos::error(rfos::StatusCode::kInvalidArgument,
-                            "the extents hold " + std::to_string(want) + " bytes, the iovecs " + std::to_string(have)));
+  if (Status s = rfos::client::check_extents(extents_of(extents, nextents), have); !s.is_ok()) return fail(s);
   uint8_t* staging = c->agent->buffer().data();
   size_t v = 0, at = 0;  // the iovec and the offset in it where the next byte is
   for (size_t i = 0; i < nextents; ++i) {
@@ -172,17 +171,42 @@ int agent_rwv(rfos_cont* c, bool write, const ObjectId& oid, const char* dkey, c
   return 0;
 }
 
+// The rfos_alloc allocation that holds [p, p + len), if one does.
+std::optional<size_t> allocation_of(const rfos_cont* c, const void* p, size_t len) {
+  if (!in_shared(c, p, len)) return std::nullopt;
+  size_t at = static_cast<size_t>(static_cast<const uint8_t*>(p) - c->agent->buffer().data());
+  auto it = c->allocated.upper_bound(at);
+  if (it == c->allocated.begin()) return std::nullopt;
+  --it;
+  if (at + len > it->first + it->second) return std::nullopt;
+  return it->first;
+}
+
 int agent_submit(rfos_cont* c, bool write, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t offset,
                  void* buf, size_t len, uint64_t* ticket) {
-  if (!in_shared(c, buf, len))
+  if (!rfos::client::within_one_piece(offset, len))
+    return fail(
+        rfos::error(rfos::StatusCode::kInvalidArgument, "an async I/O is 1 B .. 1 MiB within one 1 MiB-aligned range"));
+  auto holder = allocation_of(c, buf, len);
+  if (!holder)
     return fail(rfos::error(rfos::StatusCode::kInvalidArgument,
                             "through the agent, submitted I/O uses buffers from rfos_alloc (its shared memory)"));
   uint64_t t = c->next_ticket++;
   Status s = c->agent->submit(write ? rfos::agent::RingOp::kWrite : rfos::agent::RingOp::kRead, c->handle, oid_of(oid),
                               dkey, akey, offset, {static_cast<uint8_t*>(buf), len}, t);
   if (!s.is_ok()) return fail(s);
+  c->submitted[t] = *holder;
+  ++c->in_flight[*holder];
   *ticket = t;
   return 0;
+}
+
+// A submission's completion: its buffer's allocation may be freed once none of its own is left in flight.
+void agent_completed(rfos_cont* c, uint64_t ticket) {
+  auto it = c->submitted.find(ticket);
+  if (it == c->submitted.end()) return;
+  if (auto f = c->in_flight.find(it->second); f != c->in_flight.end() && --f->second == 0) c->in_flight.erase(f);
+  c->submitted.erase(it);
 }
 
 }  // namespace
@@ -355,6 +379,7 @@ int rfos_poll(rfos_cont_t* c, rfos_completion_t* out, int max, int timeout_ms) {
     auto got = c->agent->poll(static_cast<size_t>(max), timeout_ms);
     if (!got.is_ok()) return fail(got.status());
     for (size_t i = 0; i < got->size(); ++i) {
+      agent_completed(c, (*got)[i].user_data);
       out[i].ticket = (*got)[i].user_data;
       out[i].status = (*got)[i].status.is_ok() ? 0 : -(*got)[i].status.to_errno();
       if (!(*got)[i].status.is_ok()) last_error = (*got)[i].status.to_string();
@@ -383,20 +408,30 @@ int rfos_set_data_path(rfos_cont_t* c, rfos_data_path_t path) {
 
 int rfos_register(rfos_cont_t* c, const void* buf, size_t len) {
   if (bad(c, "cont") || bad(buf, "buf")) return -EINVAL;
-  if (c->agent) return 0;  // a hint: the agent registers its shared buffer; other memory is copied through it
+  if (c->agent) {  // a hint: the agent registers its shared buffer; other memory is copied through it
+    if (len == 0) return fail(rfos::error(rfos::StatusCode::kInvalidArgument, "cannot register an empty buffer"));
+    if (!c->registered.emplace(buf, len).second)
+      return fail(rfos::error(rfos::StatusCode::kBusy, "a registered buffer starts here"));
+    return 0;
+  }
   return result(c->cont->register_memory({static_cast<const uint8_t*>(buf), len}));
 }
 
 int rfos_unregister(rfos_cont_t* c, const void* buf) {
   if (bad(c, "cont") || bad(buf, "buf")) return -EINVAL;
-  if (c->agent) return 0;
+  if (c->agent) {
+    if (c->registered.erase(buf) == 0)
+      return fail(rfos::error(rfos::StatusCode::kNotFound, "no buffer registered at that address"));
+    return 0;
+  }
   return result(c->cont->unregister_memory(buf));
 }
 
 int rfos_alloc(rfos_cont_t* c, size_t len, void** buf) {
   if (bad(c, "cont") || bad(buf, "buf")) return -EINVAL;
   if (c->agent) {  // first fit in the shared buffer, 4 KiB granules
-    size_t want = (std::max<size_t>(len, 1) + 4095) & ~size_t{4095};
+    if (len == 0) return fail(rfos::error(rfos::StatusCode::kInvalidArgument, "cannot allocate an empty buffer"));
+    size_t want = (len + 4095) & ~size_t{4095};
     for (auto it = c->free_ranges.begin(); it != c->free_ranges.end(); ++it) {
       if (it->second < want) continue;
       auto [at, n] = *it;
@@ -421,8 +456,9 @@ int rfos_free(rfos_cont_t* c, void* buf) {
     size_t at = static_cast<size_t>(static_cast<uint8_t*>(buf) - c->agent->buffer().data());
     auto it = c->allocated.find(at);
     if (!in_shared(c, buf, 1) || it == c->allocated.end())
-      return fail(rfos::error(rfos::StatusCode::kInvalidArgument, "not a buffer rfos_alloc gave"));
-    if (c->agent->in_flight() > 0) return fail(rfos::error(rfos::StatusCode::kBusy, "I/O is in flight"));
+      return fail(rfos::error(rfos::StatusCode::kNotFound, "no buffer allocated at that address"));
+    if (c->in_flight.count(at))
+      return fail(rfos::error(rfos::StatusCode::kBusy, "I/O using the buffer is still in flight"));
     size_t n = it->second;
     c->allocated.erase(it);
     auto next = c->free_ranges.lower_bound(at);  // merged with the free neighbours

@@ -26,6 +26,11 @@ struct rfos_cont {
   uint64_t next_ticket = 1;
   std::map<size_t, size_t> free_ranges;  // of the shared buffer past the staging slots: offset -> length
   std::map<size_t, size_t> allocated;    // offset -> length
+  // Agent mode, as in-process: submitted I/O in flight per allocation (rfos_free waits for its own only), and
+  // the buffers rfos_register named (a hint there: other memory is copied through the shared buffer).
+  std::map<uint64_t, size_t> submitted;      // ticket -> the allocation holding its buffer
+  std::map<size_t, size_t> in_flight;        // allocation -> submissions not polled yet
+  std::map<const void*, size_t> registered;  // start -> length
 };
 
 namespace rfos::client::c_api {

@@ -117,6 +117,7 @@ void CallEngine::wait(int timeout_ms) {
 Result<uint64_t> CallEngine::submit(uint32_t t, wire::Request& q, std::span<const Iov> payload, std::span<uint8_t> into,
                                     std::string* sized, Memory memory) {
   if (t >= eps_.size()) return error(StatusCode::kInvalidArgument, "no target " + std::to_string(t));
+  RFOS_RETURN_IF_ERROR(wire::check_lengths(q));
   uint64_t id = new_id();
   q.request_id = id;
   Call& call = calls_[id];

@@ -43,9 +43,6 @@ wire::Request revoke_request(std::string_view id) {
   return q;
 }
 
-bool within_one_piece(uint64_t offset, size_t len) {
-  return len > 0 && len <= kMaxIoBytes && offset / kMaxIoBytes == (offset + len - 1) / kMaxIoBytes;
-}
 }  // namespace
 
 class Container::Impl : public RawArrays {

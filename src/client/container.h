@@ -32,6 +32,10 @@ class BlockSealer;  // client/sealing.h
 
 // The most one submitted I/O moves: one engine piece. It stays inside one kMaxIoBytes-aligned range.
 inline constexpr size_t kMaxIoBytes = 1u << 20;
+// Whether [offset, offset + len) is one piece: 1 B .. kMaxIoBytes inside one kMaxIoBytes-aligned range.
+inline bool within_one_piece(uint64_t offset, size_t len) {
+  return len > 0 && len <= kMaxIoBytes && offset / kMaxIoBytes == (offset + len - 1) / kMaxIoBytes;
+}
 
 struct Completion {
   Ticket ticket = 0;

@@ -9,18 +9,24 @@
 
 namespace rfos::client {
 
-Status scatter_gather(bool write, std::span<const Extent> extents, std::span<const std::span<uint8_t>> sgl,
-                      size_t window, const PieceIo& io) {
-  uint64_t want = 0, have = 0;
+Status check_extents(std::span<const Extent> extents, uint64_t have) {
+  uint64_t want = 0;
   for (const Extent& e : extents) {
     if (e.length == 0 || e.offset >= (1ull << 62) || e.length > (1ull << 62) - e.offset)
       return error(StatusCode::kInvalidArgument, "an extent is empty or reaches past 2^62");
     want += e.length;
   }
-  for (const auto& b : sgl) have += b.size();
   if (want != have)
     return error(StatusCode::kInvalidArgument,
                  "the extents hold " + std::to_string(want) + " bytes, the buffers " + std::to_string(have));
+  return Status::ok();
+}
+
+Status scatter_gather(bool write, std::span<const Extent> extents, std::span<const std::span<uint8_t>> sgl,
+                      size_t window, const PieceIo& io) {
+  uint64_t have = 0;
+  for (const auto& b : sgl) have += b.size();
+  RFOS_RETURN_IF_ERROR(check_extents(extents, have));
   struct InFlight {
     uint64_t ticket = 0;
     std::vector<uint8_t> bounce;

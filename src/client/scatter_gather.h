@@ -19,6 +19,11 @@ struct PieceIo {
   std::function<Status(uint64_t ticket)> finish;
 };
 
+// kInvalidArgument when an extent is empty or reaches past 2^62, or the extents' total is not `have` bytes (the
+// buffers'): what scatter_gather checks first, for a caller that moves the pieces another way (the C API
+// through the agent).
+Status check_extents(std::span<const Extent> extents, uint64_t have);
+
 // kInvalidArgument when an extent is empty or reaches past 2^62, or the totals differ. Otherwise the first
 // piece's failure, returned once nothing is in flight; pieces after it are not started.
 Status scatter_gather(bool write, std::span<const Extent> extents, std::span<const std::span<uint8_t>> sgl,

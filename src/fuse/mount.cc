@@ -655,11 +655,13 @@ void op_write(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t o
   fuse_reply_write(req, size);
 }
 
-// fallocate: a range made to read as zeros (FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE: Namespace::punch) and the
-// size grown to the range's end unless FALLOC_FL_KEEP_SIZE; the kernel checked the descriptor is open for writing,
-// and holds the file's other writers off. No space is set aside: the targets allocate as bytes are written, so a
-// later write may still find a pool full (ENOSPC), as on a thinly provisioned disk. The range's modes of moving
-// bytes (collapse, insert) are EOPNOTSUPP, so callers fall back to writing.
+// fallocate: a range made to read as zeros (FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE: Namespace::punch, after
+// the floor rose to the size so that it stays) and the file grown to the range's end unless FALLOC_FL_KEEP_SIZE
+// (Namespace::grow_to, which cuts nothing another client appended meanwhile); mtime and ctime move, as ext4's.
+// The kernel checked the descriptor is open for writing and holds this mount's other writers of the file off. No
+// space is set aside: the targets allocate as bytes are written, so a later write may still find the pool full
+// (ENOSPC), as on a thinly provisioned disk. Modes that move bytes (collapse, insert) are EOPNOTSUPP, and callers
+// fall back to writing.
 void op_fallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t length, fuse_file_info* fi) {
   auto* h = reinterpret_cast<FileHandle*>(fi->fh);
   Fs* fs = fs_of(req);
@@ -674,32 +676,37 @@ void op_fallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t leng
   }
   const bool zeros = mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE);
   const bool grows = !(mode & FALLOC_FL_KEEP_SIZE);
-  const uint64_t number = fs->written(h->oid, off + len);  // open files' copies of the bytes are stale from here
+  const Cred writer{0, 0, {}};  // as ftruncate through this descriptor
+  // Open files' copies of the bytes are stale from here (and the size the file may grow to is known).
+  const uint64_t number = fs->written(h->oid, grows ? off + len : 0);
   fs->wait_writes(h->oid);
   uint64_t at = Fs::now_ns();
-  Result<Attr> a = fs->ns().getattr(h->oid);  // the size now, whoever grew it
-  Status s = a.status();
-  if (s.is_ok() && zeros) s = fs->ns().punch(h->oid, off, len, a->size);
-  if (s.is_ok() && grows && off + len > a->size) {
-    posix::SetAttr size;
-    size.set_size = true;
-    size.size = off + len;
-    at = Fs::now_ns();
-    a = fs->ns().setattr(h->oid, size, Cred{0, 0, {}});  // as ftruncate through this descriptor
-    s = a.status();
-  } else if (s.is_ok() && zeros) {
-    at = Fs::now_ns();
+  Result<Attr> a = error(StatusCode::kInternal, "unset");
+  if (zeros) {
+    Result<Attr> before = fs->ns().getattr(h->oid);  // the size and layout now, whoever changed them
+    a = before;
+    if (a.is_ok()) a = fs->ns().grow_to(h->oid, grows ? std::max(before->size, off + len) : before->size, writer);
+    if (a.is_ok()) {
+      Status s = fs->ns().punch(*before, off, len);
+      if (!s.is_ok()) a = s;
+    }
+  } else if (grows) {
+    a = fs->ns().grow_to(h->oid, off + len, writer);
+  } else {
     a = fs->ns().touch_written(h->oid);
-    s = a.status();
   }
-  if (!s.is_ok()) {
+  if (a.is_ok() && h->sync && !fs->options().durable) {
+    Status s = fs->ns().sync();
+    if (!s.is_ok()) a = s;
+  }
+  if (!a.is_ok()) {
     fs->stale(h->oid);
-    return reply_status(req, s);
+    return reply_status(req, a.status());
   }
   fs->seen(*a, at);
   {
     std::lock_guard lock(h->mu);
-    h->size = a->size;
+    h->size = std::max(h->size, a->size);
     h->last_write = std::max(h->last_write, number);
   }
   fuse_reply_err(req, 0);

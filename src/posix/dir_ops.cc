@@ -689,6 +689,8 @@ Result<DirReply> setattr(Op& op) {
   RFOS_ASSIGN_OR_RETURN(Attr a, op.inode(q.oid, &r.floor));
   bool cut = q.set.set_size && (q.flags & kCutHere);
   if (cut && q.set.spans) return error(StatusCode::kInvalidArgument, "a cut comes without a layout change");
+  const bool grow = q.set.set_size && (q.flags & kGrowOnly);
+  if (grow && (cut || q.set.spans)) return error(StatusCode::kInvalidArgument, "a growth cuts nothing");
   if (cut && (!S_ISREG(a.mode) || (a.flags & kSpans) || !op.store_.owns(q.oid, chunk_key(0)))) {
     r.inode_done = false;  // the client cuts the other targets' chunks first
     r.size_final = true;
@@ -718,8 +720,17 @@ Result<DirReply> setattr(Op& op) {
     if (cut && rest.size < end)  // all of the file's data is in its first chunk
       op.changes_.push_back(
           {Change::Kind::kPunchData, q.oid, chunk_key(0), std::string(kDataAkey), {}, rest.size, end - rest.size});
-    apply_setattr(a, r.floor, rest, q.cred, op.now_);
-    if (rest.set_size) r.size_final = true;  // the size is what was set (what lay beyond is cut)
+    if (grow) {
+      SetAttr times = rest;
+      times.set_size = false;
+      times.touch = true;
+      apply_setattr(a, r.floor, times, q.cred, op.now_);
+      r.floor = std::max(r.floor, rest.size);
+      a.size = std::max(a.size, rest.size);  // the size found here (all of it, unless kSpans), or the new floor
+    } else {
+      apply_setattr(a, r.floor, rest, q.cred, op.now_);
+      if (rest.set_size) r.size_final = true;  // the size is what was set (what lay beyond is cut)
+    }
   }
   op.put(q.oid, kInodeDkey, kInodeAkey, encode_inode(a, r.floor));
   RFOS_RETURN_IF_ERROR(op.commit(q.durable));

@@ -58,6 +58,9 @@ inline constexpr unsigned kCutHere = 32;
 // kSetattr: the inode changed otherwise (an xattr was set or removed): its ctime moves, nothing else (a target
 // that predates it changes nothing).
 inline constexpr unsigned kChangeTime = 64;
+// kSetattr of the size: a growth. The size becomes at least set.size (the floor rises to it) and nothing is cut,
+// so what another client appended meanwhile stays (fallocate; a size set would cut it). mtime and ctime move.
+inline constexpr unsigned kGrowOnly = 128;
 
 // What the client read of an inode on another target.
 struct Hint {

@@ -191,10 +191,10 @@ class Namespace::Impl {
   }
 
   // A purged file's chunks on the targets other than its home, once the purge there is durable.
+  // Whatever records they hold: a chunk a truncate or a punch left holding only holes has no data end, and would
+  // stay if its end decided.
   Status drop_elsewhere(Lease& c, const ObjectId& oid) {
     if (targets == 1) return Status::ok();
-    RFOS_ASSIGN_OR_RETURN(uint64_t end, c->object_end(oid, kDataAkey, home(oid)));
-    if (end == 0) return Status::ok();
     if (!durable) RFOS_RETURN_IF_ERROR(c->sync());
     return punch_gone(c, oid);
   }
@@ -905,34 +905,44 @@ Status Namespace::write(const ObjectId& oid, uint64_t offset, std::span<const ui
   return Status::ok();
 }
 
-Status Namespace::punch(const ObjectId& oid, uint64_t offset, uint64_t length, uint64_t size) {
+Result<Attr> Namespace::grow_to(const ObjectId& oid, uint64_t size, const Cred& cred) {
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  DirRequest q = request(DirOp::kSetattr, cred);
+  q.oid = oid;
+  q.set.set_size = true;
+  q.set.size = size;
+  q.flags = kGrowOnly;
+  RFOS_ASSIGN_OR_RETURN(DirReply r, impl_->inode_op(c, q));
+  return r.attr;
+}
+
+Status Namespace::punch(const Attr& f, uint64_t offset, uint64_t length) {
   if (offset > kMaxFileSize || length > kMaxFileSize - offset)
     return fail(StatusCode::kTooLarge, "beyond the largest file size (2^62 bytes)");
-  uint64_t end = std::min(size, offset + length);
-  if (offset >= end) return Status::ok();
-  if (end == size) {
-    const uint8_t zero = 0;
-    RFOS_RETURN_IF_ERROR(write(oid, size - 1, {&zero, 1}));
-    if (offset >= --end) return Status::ok();
-  }
+  if (!S_ISREG(f.mode)) return fail(StatusCode::kInvalidArgument, "not a regular file");
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
-  RFOS_ASSIGN_OR_RETURN(uint32_t chunk, impl_->chunk_size(c, oid));
+  RFOS_ASSIGN_OR_RETURN(uint32_t chunk, impl_->chunk_size(c, f.oid));
+  uint64_t end = std::min(f.size, offset + length);
+  // A file wholly in its first chunk has nothing beyond it: a punch there would leave records on other targets
+  // that its purge, which looks only at home for such a file, never drops.
+  if (!(f.flags & kSpans)) end = std::min<uint64_t>(end, chunk);
+  if (offset >= end) return Status::ok();
   auto cut = [&](uint64_t index) -> Status {
     uint64_t from = index * chunk, to = from + chunk;
     uint64_t lo = std::max(offset, from), hi = std::min(end, to);
-    Status s = lo == from && hi == to ? c->punch_dkey(oid, chunk_key(index))
-                                      : c->punch_extent(oid, chunk_key(index), kDataAkey, lo, hi - lo);
+    Status s = lo == from && hi == to ? c->punch_dkey(f.oid, chunk_key(index))
+                                      : c->punch_extent(f.oid, chunk_key(index), kDataAkey, lo, hi - lo);
     return s.code() == StatusCode::kNotFound ? Status::ok() : s;
   };
   // A range of a few chunks is cut chunk by chunk; a larger one (a sparse file's, up to 2^62 bytes) only where
-  // the file has chunks.
+  // the file has chunks, which costs a listing of all of them.
   constexpr uint64_t kByIndex = 64;
   uint64_t first = offset / chunk, last = (end - 1) / chunk;
   if (last - first < kByIndex) {
     for (uint64_t i = first; i <= last; ++i) RFOS_RETURN_IF_ERROR(cut(i));
     return Status::ok();
   }
-  RFOS_ASSIGN_OR_RETURN(auto keys, c->list_dkeys(oid));
+  RFOS_ASSIGN_OR_RETURN(auto keys, c->list_dkeys(f.oid));
   for (const std::string& k : keys) {
     std::optional<uint64_t> i = layout::chunk_index(k);
     if (i && *i >= first && *i <= last) RFOS_RETURN_IF_ERROR(cut(*i));

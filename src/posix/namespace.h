@@ -129,11 +129,15 @@ class Namespace {
   // The same with the file's size as the caller knows it (a mount's open file): no size query to the targets.
   Result<size_t> read(const ObjectId& oid, uint64_t offset, std::span<uint8_t> out, uint64_t size);
   Status write(const ObjectId& oid, uint64_t offset, std::span<const uint8_t> data);
-  // Drops the bytes of [offset, offset + length) of a regular file whose size is `size`: they read as zeros, and
-  // the size stays. Nothing beyond `size` is touched. A range that reaches the end leaves a zero in the last
-  // byte, so the end stays where it was (a size is the greater of the data's end and the floor) without a size
-  // set, which could cut an append another client just made. Moves no times (fallocate's caller does).
-  Status punch(const ObjectId& oid, uint64_t offset, uint64_t length, uint64_t size);
+  // Grows regular file `oid` to at least `size` bytes (its floor rises; nothing is cut, so what another client
+  // appended meanwhile stays) and moves its mtime and ctime; returns its attributes. fallocate without
+  // FALLOC_FL_KEEP_SIZE, and before a punch that keeps the size.
+  Result<Attr> grow_to(const ObjectId& oid, uint64_t size, const Cred& cred);
+  // Drops the bytes of [offset, offset + length) of regular file `f` (as getattr gave it: its size and layout):
+  // they read as zeros. Nothing past f.size is touched, and only the first chunk of a file that lies wholly in
+  // it (kSpans clear). A size is the greater of the floor and the data's end, so a caller that keeps the size
+  // raises the floor to it first (grow_to(f.oid, f.size)). Moves no times.
+  Status punch(const Attr& f, uint64_t offset, uint64_t length);
   // Updates the times of a file written through this namespace (mtime/ctime = now); returns its attributes.
   Result<Attr> touch_written(const ObjectId& oid);
   // A small write (up to 4095 bytes) inside a file's first chunk and the times it moves, as one operation of the

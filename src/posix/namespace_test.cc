@@ -238,45 +238,72 @@ TEST_F(Ns, FilesEndAtTheLargestSize) {
   EXPECT_EQ(ns->getattr(small->oid)->size, kMaxFileSize);
 }
 
-// fallocate's holes: the bytes of a range read as zeros and the size stays, in one chunk, across chunks, to the end
-// (the last byte left a zero, so the end stays), beyond the end (nothing), and over a sparse file of many chunks.
+// fallocate's holes: the floor raised to the size (grow_to), then the bytes of a range read as zeros and the size
+// stays, in one chunk, across chunks, to the end, beyond the end (nothing), over a sparse file of many chunks, and
+// in a file grown by a truncate whose data is all in its first chunk; removed, none leaves records behind.
 TEST_F(Ns, PunchedBytesReadAsZerosAndTheSizeStays) {
   auto ns = client();
   ASSERT_TRUE(ns);
+  auto punch = [&](const ObjectId& oid, uint64_t offset, uint64_t length) {
+    auto a = ns->getattr(oid);
+    ASSERT_TRUE(a.is_ok());
+    ASSERT_TRUE(ns->grow_to(oid, a->size, root_).is_ok());
+    ASSERT_TRUE(ns->punch(*a, offset, length).is_ok());
+  };
   auto f = ns->mknod(ns->root(), "p", S_IFREG | 0644, 0, root_);
   ASSERT_TRUE(f.is_ok());
   std::string model(3u << 20, '\0');
   for (size_t i = 0; i < model.size(); ++i) model[i] = static_cast<char>('a' + i % 23);
   ASSERT_TRUE(ns->write(f->oid, 0, bytes_of(model)).is_ok());
-  auto check = [&](const char* what) {
+  auto check = [&](const ObjectId& oid, const char* what) {
     std::string back(model.size() + 10, 'q');
-    auto n = ns->read(f->oid, 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()});
+    auto n = ns->read(oid, 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()});
     ASSERT_TRUE(n.is_ok()) << what;
     back.resize(*n);
     EXPECT_EQ(back.size(), model.size()) << what;
     EXPECT_TRUE(back == model) << what;
-    EXPECT_EQ(ns->getattr(f->oid)->size, model.size()) << what;
+    EXPECT_EQ(ns->getattr(oid)->size, model.size()) << what;
   };
   for (auto [offset, length] :
        {std::pair<uint64_t, uint64_t>{5000, 10000}, {900000, 2200000}, {(3u << 20) - 7000, 1u << 30}, {1u << 30, 10}}) {
-    ASSERT_TRUE(ns->punch(f->oid, offset, length, model.size()).is_ok());
+    punch(f->oid, offset, length);
     for (uint64_t i = offset; i < std::min<uint64_t>(offset + length, model.size()); ++i) model[i] = '\0';
-    check("a punch");
+    check(f->oid, "a punch");
   }
-  EXPECT_EQ(ns->punch(f->oid, kMaxFileSize - 1, 2, model.size()).code(), StatusCode::kTooLarge);
+  EXPECT_EQ(ns->punch(*ns->getattr(f->oid), kMaxFileSize - 1, 2).code(), StatusCode::kTooLarge);
+  // A growth never cuts: asked for less than the size, it keeps the size.
+  ASSERT_TRUE(ns->grow_to(f->oid, 10, root_).is_ok());
+  check(f->oid, "a growth to less");
 
   auto sparse = ns->mknod(ns->root(), "sparse", S_IFREG | 0644, 0, root_);
   ASSERT_TRUE(sparse.is_ok());
   const uint64_t far = 1ull << 40;
   ASSERT_TRUE(ns->write(sparse->oid, 10, bytes_of("near")).is_ok());
   ASSERT_TRUE(ns->write(sparse->oid, far, bytes_of("far")).is_ok());
-  ASSERT_TRUE(ns->punch(sparse->oid, 0, far + 3, far + 3).is_ok());
+  punch(sparse->oid, 0, far + 3);
   EXPECT_EQ(ns->getattr(sparse->oid)->size, far + 3);
   std::string back(4, 'q');
   ASSERT_TRUE(ns->read(sparse->oid, 10, {reinterpret_cast<uint8_t*>(back.data()), 4}).is_ok());
   EXPECT_EQ(back, std::string(4, '\0'));
   ASSERT_TRUE(ns->read(sparse->oid, far, {reinterpret_cast<uint8_t*>(back.data()), 3}).is_ok());
   EXPECT_EQ(back.substr(0, 3), std::string(3, '\0'));
+
+  // Grown by a truncate, its data in the first chunk: a punch past that chunk leaves nothing on other targets.
+  auto grown = ns->mknod(ns->root(), "grown", S_IFREG | 0644, 0, root_);
+  ASSERT_TRUE(grown.is_ok());
+  ASSERT_TRUE(ns->write(grown->oid, 0, bytes_of("head")).is_ok());
+  SetAttr up;
+  up.set_size = true;
+  up.size = 8u << 20;
+  ASSERT_TRUE(ns->setattr(grown->oid, up, root_).is_ok());
+  punch(grown->oid, 2, (5u << 20) + 123);
+  EXPECT_EQ(ns->getattr(grown->oid)->size, 8u << 20);
+  ASSERT_TRUE(ns->read(grown->oid, 0, {reinterpret_cast<uint8_t*>(back.data()), 4}).is_ok());
+  EXPECT_EQ(back, std::string("he\0\0", 4));
+  for (const char* name : {"p", "sparse", "grown"}) ASSERT_TRUE(ns->unlink(ns->root(), name, root_).is_ok());
+  auto report = ns->check();
+  ASSERT_TRUE(report.is_ok());
+  EXPECT_TRUE(report->consistent() && report->leaked.empty()) << report->describe();
 }
 
 TEST_F(Ns, PermissionsAreCheckedLikeLinux) {

@@ -218,7 +218,7 @@ void Target::Impl::handle(Incoming& in) {
     if (!peer.is_ok()) return;
     in.reply_to = *peer;
   }
-  if (!req.is_ok()) return reply_error(in.reply_to, 0, req.status());
+  if (!req.is_ok()) return reply_error(in.reply_to, wire::request_id_of(in.header), req.status());
   wire::Request& q = *req;
   auto cap = verified(q.capability, now);
   if (!cap.is_ok()) return reply_error(in.reply_to, q.request_id, cap.status());

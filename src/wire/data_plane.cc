@@ -48,6 +48,25 @@ std::string encode_request(const Request& r) {
   return s;
 }
 
+Status check_lengths(const Request& r) {
+  if (r.dkey.size() > kMaxKeyBytes || r.akey.size() > kMaxKeyBytes)
+    return error(StatusCode::kInvalidArgument, "a key is at most " + std::to_string(kMaxKeyBytes) + " bytes");
+  if (r.anchor.size() > kMaxAnchorBytes || r.rkey.size() > kMaxRkeyBytes)
+    return error(StatusCode::kInvalidArgument, "an anchor or remote key is too long");
+  return Status::ok();
+}
+
+uint64_t request_id_of(std::string_view in) {
+  ByteReader r(in);
+  uint32_t magic = 0;
+  uint8_t version = 0, op = 0, kind = 0, caplen = 0;
+  uint64_t id = 0;
+  if (!r.get_le(&magic) || magic != kRequestMagic || !r.get_le(&version) || !r.get_le(&op) || !r.get_le(&kind) ||
+      !r.get_le(&caplen) || !r.get_le(&id))
+    return 0;
+  return id;
+}
+
 Result<Request> decode_request(std::string_view in) {
   if (in.size() > kMaxHeaderBytes) return malformed("header too large");
   ByteReader r(in);

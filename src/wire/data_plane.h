@@ -116,8 +116,14 @@ struct Reply {
 };
 
 std::string encode_request(const Request& r);
+// kInvalidArgument for what decode_request would refuse as too long (keys, anchor, remote key): a caller learns
+// it before sending, since the answer to a request that does not decode cannot always name it.
+Status check_lengths(const Request& r);
 // kInvalidArgument for anything malformed: wrong magic or version, truncated, lengths out of range.
 Result<Request> decode_request(std::string_view in);
+// The request id of a header decode_request refused, where the fixed part that holds it is whole (0 if not), so
+// that the refusal reaches the call that made it rather than leave it to time out.
+uint64_t request_id_of(std::string_view in);
 std::string encode_reply(const Reply& r);
 
 // A page of keys (list dkeys / akeys reply payload): the next anchor, whether the enumeration is done, the keys.

@@ -17,6 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   bool any = false;
   auto q = rfos::wire::decode_request(in);
   if (q.is_ok() && rfos::wire::encode_request(*q) != in) std::abort();  // accepted means canonical
+  // The id a refusal goes back under is the one the request carried.
+  if (q.is_ok() && rfos::wire::request_id_of(in) != q->request_id) std::abort();
   any |= q.is_ok();
   auto p = rfos::wire::decode_reply(in);
   if (p.is_ok() && rfos::wire::encode_reply(*p) != in) std::abort();

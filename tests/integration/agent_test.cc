@@ -991,7 +991,7 @@ TEST_F(AgentTest, TheCApiWorksThroughTheAgent) {
   // Values, keys, scatter-gather, extents and snapshots as in-process (c_api_test runs the same checks).
   testing::check_keys_and_snapshots(client, cont, "p", "c");
   EXPECT_EQ(rfos_free(cont, buf), 0);
-  EXPECT_EQ(rfos_free(cont, buf), -EINVAL);
+  EXPECT_EQ(rfos_free(cont, buf), -ENOENT);  // as in-process
   rfos_cont_close(cont);
   rfos_disconnect(client);
   // What went through the agent is what the native client reads.
@@ -1002,6 +1002,26 @@ TEST_F(AgentTest, TheCApiWorksThroughTheAgent) {
   // No agent at the address: a clear error at connect.
   std::string none = "agent://" + dir_.path() + "/nowhere.sock";
   EXPECT_EQ(rfos_connect(none.c_str(), 1000, &client), -ENOENT);
+}
+
+// The same calls at the edges answer the same in-process and through the agent: empty, missing, too large, out
+// of range, the wrong kind of value.
+TEST_F(AgentTest, TheCApiAnswersTheSameThroughTheAgent) {
+  start_server("root");
+  start_agent();
+  std::string direct = server_->address(), agent = "agent://" + dir_.path() + "/agent/agent.sock";
+  std::vector<std::vector<std::string>> outcomes;
+  for (const std::string& addr : {direct, agent}) {
+    rfos_client_t* client = nullptr;
+    ASSERT_EQ(rfos_connect(addr.c_str(), 5000, &client), 0) << rfos_last_error();
+    rfos_cont_t* cont = nullptr;
+    ASSERT_EQ(rfos_cont_open(client, "p", "c", 1, nullptr, &cont), 0) << rfos_last_error();
+    outcomes.push_back(testing::c_api_edge_outcomes(cont, 1000 * outcomes.size()));
+    rfos_cont_close(cont);
+    rfos_disconnect(client);
+  }
+  ASSERT_EQ(outcomes[0].size(), outcomes[1].size());
+  for (size_t i = 0; i < outcomes[0].size(); ++i) EXPECT_EQ(outcomes[1][i], outcomes[0][i]) << "in-process first";
 }
 
 // The C API's namespace (rfos_fs_*) in agent mode: the namespace runs in the agent for this user, batches of

@@ -777,6 +777,17 @@ TEST_P(DataPlane, BadTokensAndGarbageChangeNothing) {
   r = ask("garbage that is no request", "");
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r->status, StatusCode::kInvalidArgument);
+  // A request that does not decode (here a key longer than 4096 bytes) is refused under its own id, where it
+  // could name it, so its caller hears of it at once rather than time out.
+  wire::Request long_key = q;
+  long_key.capability = s.capability;
+  long_key.dkey.assign(5000, 'k');
+  long_key.request_id = 4242;
+  r = ask(wire::encode_request(long_key), "hello");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->status, StatusCode::kInvalidArgument);
+  EXPECT_EQ(r->request_id, 4242u);
+  EXPECT_EQ(wire::check_lengths(long_key).code(), StatusCode::kInvalidArgument) << "a client does not send it";
   // Payload length disagreeing with the header: refused.
   q.capability = s.capability;
   r = ask(wire::encode_request(q), "hello, world");
