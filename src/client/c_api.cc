@@ -377,14 +377,22 @@ int rfos_poll(rfos_cont_t* c, rfos_completion_t* out, int max, int timeout_ms) {
   if (bad(c, "cont") || bad(out, "out") || max <= 0) return -EINVAL;
   if (c->agent) {
     auto got = c->agent->poll(static_cast<size_t>(max), timeout_ms);
-    if (!got.is_ok()) return fail(got.status());
-    for (size_t i = 0; i < got->size(); ++i) {
-      agent_completed(c, (*got)[i].user_data);
-      out[i].ticket = (*got)[i].user_data;
-      out[i].status = (*got)[i].status.is_ok() ? 0 : -(*got)[i].status.to_errno();
-      if (!(*got)[i].status.is_ok()) last_error = (*got)[i].status.to_string();
+    if (!got.is_ok()) {
+      // The agent is gone or broke the ring: nothing it held is in flight any more, so every buffer may go.
+      c->submitted.clear();
+      c->in_flight.clear();
+      return fail(got.status());
     }
-    return static_cast<int>(got->size());
+    int n = 0;
+    for (const auto& done : *got) {
+      if (done.user_data >> 63) continue;  // a piece of a synchronous call that failed part-way: not the app's
+      agent_completed(c, done.user_data);
+      out[n].ticket = done.user_data;
+      out[n].status = done.status.is_ok() ? 0 : -done.status.to_errno();
+      if (!done.status.is_ok()) last_error = done.status.to_string();
+      ++n;
+    }
+    return n;
   }
   auto done = c->cont->poll(static_cast<size_t>(max), timeout_ms);
   for (size_t i = 0; i < done.size(); ++i) {
@@ -410,7 +418,10 @@ int rfos_register(rfos_cont_t* c, const void* buf, size_t len) {
   if (bad(c, "cont") || bad(buf, "buf")) return -EINVAL;
   if (c->agent) {  // a hint: the agent registers its shared buffer; other memory is copied through it
     if (len == 0) return fail(rfos::error(rfos::StatusCode::kInvalidArgument, "cannot register an empty buffer"));
-    if (!c->registered.emplace(buf, len).second)
+    bool allocated =
+        in_shared(c, buf, 1) &&
+        c->allocated.count(static_cast<size_t>(static_cast<const uint8_t*>(buf) - c->agent->buffer().data()));
+    if (allocated || !c->registered.emplace(buf, len).second)
       return fail(rfos::error(rfos::StatusCode::kBusy, "a registered buffer starts here"));
     return 0;
   }

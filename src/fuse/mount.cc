@@ -681,19 +681,18 @@ void op_fallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t leng
   const uint64_t number = fs->written(h->oid, grows ? off + len : 0);
   fs->wait_writes(h->oid);
   uint64_t at = Fs::now_ns();
-  Result<Attr> a = error(StatusCode::kInternal, "unset");
-  if (zeros) {
-    Result<Attr> before = fs->ns().getattr(h->oid);  // the size and layout now, whoever changed them
-    a = before;
-    if (a.is_ok()) a = fs->ns().grow_to(h->oid, grows ? std::max(before->size, off + len) : before->size, writer);
-    if (a.is_ok()) {
-      Status s = fs->ns().punch(*before, off, len);
-      if (!s.is_ok()) a = s;
-    }
-  } else if (grows) {
-    a = fs->ns().grow_to(h->oid, off + len, writer);
-  } else {
+  // The size and layout now, whoever changed them. A growth is asked for only past the size: a target that
+  // predates kGrowOnly takes it for a size set (which cuts nothing, but would lower the floor).
+  Result<Attr> before = fs->ns().getattr(h->oid);
+  Result<Attr> a = before;
+  const uint64_t size = before.is_ok() ? std::max(before->size, grows ? off + len : 0) : 0;
+  if (a.is_ok() && (zeros || size > before->size))
+    a = fs->ns().grow_to(h->oid, size, writer);
+  else if (a.is_ok())
     a = fs->ns().touch_written(h->oid);
+  if (a.is_ok() && zeros) {
+    Status s = fs->ns().punch(*before, off, len);
+    if (!s.is_ok()) a = s;
   }
   if (a.is_ok() && h->sync && !fs->options().durable) {
     Status s = fs->ns().sync();

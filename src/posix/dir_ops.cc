@@ -689,8 +689,10 @@ Result<DirReply> setattr(Op& op) {
   RFOS_ASSIGN_OR_RETURN(Attr a, op.inode(q.oid, &r.floor));
   bool cut = q.set.set_size && (q.flags & kCutHere);
   if (cut && q.set.spans) return error(StatusCode::kInvalidArgument, "a cut comes without a layout change");
-  const bool grow = q.set.set_size && (q.flags & kGrowOnly);
-  if (grow && (cut || q.set.spans)) return error(StatusCode::kInvalidArgument, "a growth cuts nothing");
+  if (q.flags & ~(kCutHere | kChangeTime | kGrowOnly)) return error(StatusCode::kInvalidArgument, "unknown flags");
+  const bool grow = q.flags & kGrowOnly;
+  if (grow && (!q.set.set_size || cut || q.set.spans))
+    return error(StatusCode::kInvalidArgument, "a growth sets a size and cuts nothing");
   if (cut && (!S_ISREG(a.mode) || (a.flags & kSpans) || !op.store_.owns(q.oid, chunk_key(0)))) {
     r.inode_done = false;  // the client cuts the other targets' chunks first
     r.size_final = true;

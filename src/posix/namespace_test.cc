@@ -240,7 +240,7 @@ TEST_F(Ns, FilesEndAtTheLargestSize) {
 
 // fallocate's holes: the floor raised to the size (grow_to), then the bytes of a range read as zeros and the size
 // stays, in one chunk, across chunks, to the end, beyond the end (nothing), over a sparse file of many chunks, and
-// in a file grown by a truncate whose data is all in its first chunk; removed, none leaves records behind.
+// in a file grown by a truncate whose data is all in its first chunk; removed, the namespace is consistent.
 TEST_F(Ns, PunchedBytesReadAsZerosAndTheSizeStays) {
   auto ns = client();
   ASSERT_TRUE(ns);

@@ -199,6 +199,7 @@ std::vector<std::string> c_api_edge_outcomes(rfos_cont_t* cont, uint64_t lo) {
     // Two buffers: one may go while the other's I/O is in flight, not the busy one.
     void* other = nullptr;
     rec("alloc another", rfos_alloc(cont, 4096, &other));
+    rec("register an allocated buffer", rfos_register(cont, other, 4096));
     rec("submit into the first", rfos_submit_write(cont, oid(7), "d", "a", 0, mem, 4096, &ticket));
     rec("free the other while the first is busy", rfos_free(cont, other));
     rec("free the busy one", rfos_free(cont, mem));
