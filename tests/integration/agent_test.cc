@@ -1024,6 +1024,25 @@ TEST_F(AgentTest, TheCApiAnswersTheSameThroughTheAgent) {
   for (size_t i = 0; i < outcomes[0].size(); ++i) EXPECT_EQ(outcomes[1][i], outcomes[0][i]) << "in-process first";
 }
 
+// The namespace calls at the edges answer the same in-process and through the agent (whose namespace runs there).
+TEST_F(AgentTest, TheCApisNamespaceAnswersTheSameThroughTheAgent) {
+  start_server("root");
+  start_agent();
+  std::string direct = server_->address(), agent = "agent://" + dir_.path() + "/agent/agent.sock";
+  std::vector<std::vector<std::string>> outcomes;
+  for (const std::string& addr : {direct, agent}) {
+    rfos_client_t* client = nullptr;
+    ASSERT_EQ(rfos_connect(addr.c_str(), 5000, &client), 0) << rfos_last_error();
+    rfos_fs_t* fs = nullptr;
+    ASSERT_EQ(rfos_fs_open(client, "p", "c", nullptr, &fs), 0) << rfos_last_error();
+    outcomes.push_back(testing::c_api_fs_edge_outcomes(fs, "/edges-" + std::to_string(outcomes.size())));
+    rfos_fs_close(fs);
+    rfos_disconnect(client);
+  }
+  ASSERT_EQ(outcomes[0].size(), outcomes[1].size());
+  for (size_t i = 0; i < outcomes[0].size(); ++i) EXPECT_EQ(outcomes[1][i], outcomes[0][i]) << "in-process first";
+}
+
 // The C API's namespace (rfos_fs_*) in agent mode: the namespace runs in the agent for this user, batches of
 // files go through the shared buffer (split when they do not fit it), and the native namespace reads the same.
 TEST_F(AgentTest, TheCApisNamespaceWorksThroughTheAgent) {

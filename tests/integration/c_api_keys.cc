@@ -228,3 +228,73 @@ std::vector<std::string> c_api_edge_outcomes(rfos_cont_t* cont, uint64_t lo) {
 }
 
 }  // namespace rfos::testing
+
+namespace rfos::testing {
+
+std::vector<std::string> c_api_fs_edge_outcomes(rfos_fs_t* fs, const std::string& top) {
+  std::vector<std::string> out;
+  auto rec = [&](const std::string& what, int rc, const std::string& more = "") {
+    out.push_back(what + ": " + std::to_string(rc) + (more.empty() ? "" : " " + more));
+  };
+  auto put_one = [&](const std::string& dir, const std::string& name, const std::string& bytes, uint32_t mode) {
+    rfos_fs_put_t p = {name.c_str(), mode, bytes.data(), bytes.size(), 1};
+    int rc = rfos_fs_put_files(fs, dir.c_str(), &p, 1, 0);
+    return std::to_string(rc) + "/" + std::to_string(p.status);
+  };
+  auto get_one = [&](const std::string& dir, const std::string& name, size_t cap) {
+    std::string buf(cap, '\0');
+    rfos_fs_get_t g = {name.c_str(), buf.data(), cap, 0, 1};
+    int rc = rfos_fs_get_files(fs, dir.c_str(), &g, 1, 0);
+    size_t n = std::min(g.len, cap);
+    return std::to_string(rc) + "/" + std::to_string(g.status) + " len " + std::to_string(g.len) + " " +
+           std::to_string(std::hash<std::string>{}(g.status == 0 ? buf.substr(0, n) : std::string()));
+  };
+  rec("mkdir", rfos_fs_mkdir(fs, top.c_str(), 0755));
+  rec("mkdir again", rfos_fs_mkdir(fs, top.c_str(), 0755));
+  rec("mkdir relative", rfos_fs_mkdir(fs, "relative", 0755));
+  rec("mkdir under a missing one", rfos_fs_mkdir(fs, (top + "/none/sub").c_str(), 0755));
+  rec("mkdir a 256-byte name", rfos_fs_mkdir(fs, (top + "/" + std::string(256, 'n')).c_str(), 0755));
+  rec("mkdir a 255-byte name", rfos_fs_mkdir(fs, (top + "/" + std::string(255, 'n')).c_str(), 0755));
+  rec("mkdir with a trailing slash", rfos_fs_mkdir(fs, (top + "/trail/").c_str(), 0755));
+  rec("mkdir dot-dot", rfos_fs_mkdir(fs, (top + "/..").c_str(), 0755));
+  rec("mkdir the root", rfos_fs_mkdir(fs, "/", 0755));
+  std::string small(3000, 's'), edge(4095, 'e'), over(4096, 'o'), big(3u << 20, 'b');
+  for (size_t i = 0; i < big.size(); i += 4093) big[i] = static_cast<char>(i);
+  out.push_back("put small: " + put_one(top, "small", small, 0644));
+  out.push_back("put 4095: " + put_one(top, "edge", edge, 0600));
+  out.push_back("put 4096: " + put_one(top, "over", over, 0644));
+  out.push_back("put 3 MiB: " + put_one(top, "big", big, 0644));
+  out.push_back("put empty: " + put_one(top, "empty", "", 0644));
+  out.push_back("put again: " + put_one(top, "small", small, 0644));
+  out.push_back("put a name with a slash: " + put_one(top, "a/b", small, 0644));
+  out.push_back("put an empty name: " + put_one(top, "", small, 0644));
+  out.push_back("put dot: " + put_one(top, ".", small, 0644));
+  out.push_back("put a 256-byte name: " + put_one(top, std::string(256, 'x'), small, 0644));
+  out.push_back("put mode 07777: " + put_one(top, "modes", small, 07777));
+  out.push_back("put into a file: " + put_one(top + "/small", "x", small, 0644));
+  out.push_back("put into a missing directory: " + put_one(top + "/none", "x", small, 0644));
+  out.push_back("put into a relative path: " + put_one("relative", "x", small, 0644));
+  {
+    rfos_fs_put_t none = {nullptr, 0644, small.data(), small.size(), 1};
+    int rc = rfos_fs_put_files(fs, top.c_str(), &none, 1, 0);
+    rec("put a NULL name", rc, std::to_string(none.status));
+    rc = rfos_fs_put_files(fs, top.c_str(), nullptr, 0, 0);
+    rec("put nothing", rc);
+  }
+  out.push_back("get small: " + get_one(top, "small", 4096));
+  out.push_back("get 4095: " + get_one(top, "edge", 4095));
+  out.push_back("get 4096: " + get_one(top, "over", 4096));
+  out.push_back("get 3 MiB: " + get_one(top, "big", 4u << 20));
+  out.push_back("get 3 MiB, too little room: " + get_one(top, "big", 1 << 20));
+  out.push_back("get empty: " + get_one(top, "empty", 10));
+  out.push_back("get empty, no room: " + get_one(top, "empty", 0));
+  out.push_back("get a directory: " + get_one("/", top.substr(1), 100));
+  out.push_back("get a missing one: " + get_one(top, "none", 100));
+  out.push_back("get from a missing directory: " + get_one(top + "/none", "x", 100));
+  out.push_back("get from a file: " + get_one(top + "/small", "x", 100));
+  out.push_back("get dot-dot: " + get_one(top, "..", 100));
+  rec("sync", rfos_fs_sync(fs));
+  return out;
+}
+
+}  // namespace rfos::testing

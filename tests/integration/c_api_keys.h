@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "rfos/rfos.h"
+#include "rfos/rfos_fs.h"
 
 namespace rfos::testing {
 
@@ -16,5 +17,7 @@ void check_keys_and_snapshots(rfos_client_t* client, rfos_cont_t* cont, const ch
 // `cont`, open for writing, with objects of ids lo + 1.. of its own: one line per call, to be the same in every
 // mode (agent_test compares in-process and through the agent).
 std::vector<std::string> c_api_edge_outcomes(rfos_cont_t* cont, uint64_t lo);
+// The same for the namespace calls (rfos_fs_*) under directory `top` (absolute, not there yet).
+std::vector<std::string> c_api_fs_edge_outcomes(rfos_fs_t* fs, const std::string& top);
 
 }  // namespace rfos::testing
