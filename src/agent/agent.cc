@@ -205,9 +205,15 @@ class AppConn {
         // Spin over the ring and the containers for 100 us after the last thing that happened (a wait inside a
         // container would leave new submissions unseen until its next completion); then the first container
         // with I/O in flight waits up to 1 ms (not while a wake-up is due). The clock is read every 16th turn.
+        // Each empty turn yields the core, as the transport's own spins do: where the agent shares its cores
+        // (with the targets, on a small host), the thread that will answer is often waiting for this one's
+        // core, and a spin that kept it would hold back the very completion it waits for
+        // (docs/BENCHMARKS.md, "Host mode against agent mode").
         if (turn % 16 == 0 && unrung_ == 0 &&
             busy_at_ + std::chrono::microseconds(100) < std::chrono::steady_clock::now())
           reap(1, &busy);
+        else
+          sched_yield();
         continue;
       }
       // Before the thread sleeps (or waits for the app to take its completions): the socket. Whatever the app
