@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include "agent/agent.h"
@@ -1004,43 +1005,49 @@ TEST_F(AgentTest, TheCApiWorksThroughTheAgent) {
   EXPECT_EQ(rfos_connect(none.c_str(), 1000, &client), -ENOENT);
 }
 
-// The same calls at the edges answer the same in-process and through the agent: empty, missing, too large, out
-// of range, the wrong kind of value.
-TEST_F(AgentTest, TheCApiAnswersTheSameThroughTheAgent) {
-  start_server("root");
-  start_agent();
-  std::string direct = server_->address(), agent = "agent://" + dir_.path() + "/agent/agent.sock";
+// What `run` answers through a client in-process (mode 0) and through the agent (mode 1), line by line the same.
+void expect_the_same_in_both_modes(const std::string& direct, const std::string& agent,
+                                   const std::function<std::vector<std::string>(rfos_client_t*, size_t)>& run) {
   std::vector<std::vector<std::string>> outcomes;
   for (const std::string& addr : {direct, agent}) {
     rfos_client_t* client = nullptr;
     ASSERT_EQ(rfos_connect(addr.c_str(), 5000, &client), 0) << rfos_last_error();
-    rfos_cont_t* cont = nullptr;
-    ASSERT_EQ(rfos_cont_open(client, "p", "c", 1, nullptr, &cont), 0) << rfos_last_error();
-    outcomes.push_back(testing::c_api_edge_outcomes(cont, 1000 * outcomes.size()));
-    rfos_cont_close(cont);
+    outcomes.push_back(run(client, outcomes.size()));
     rfos_disconnect(client);
   }
   ASSERT_EQ(outcomes[0].size(), outcomes[1].size());
   for (size_t i = 0; i < outcomes[0].size(); ++i) EXPECT_EQ(outcomes[1][i], outcomes[0][i]) << "in-process first";
 }
 
+// The same calls at the edges answer the same in-process and through the agent: empty, missing, too large, out
+// of range, the wrong kind of value.
+TEST_F(AgentTest, TheCApiAnswersTheSameThroughTheAgent) {
+  start_server("root");
+  start_agent();
+  expect_the_same_in_both_modes(
+      server_->address(), "agent://" + dir_.path() + "/agent/agent.sock", [](rfos_client_t* client, size_t mode) {
+        rfos_cont_t* cont = nullptr;
+        EXPECT_EQ(rfos_cont_open(client, "p", "c", 1, nullptr, &cont), 0) << rfos_last_error();
+        if (!cont) return std::vector<std::string>{"no container"};
+        auto out = testing::c_api_edge_outcomes(cont, 1000 * mode);
+        rfos_cont_close(cont);
+        return out;
+      });
+}
+
 // The namespace calls at the edges answer the same in-process and through the agent (whose namespace runs there).
 TEST_F(AgentTest, TheCApisNamespaceAnswersTheSameThroughTheAgent) {
   start_server("root");
   start_agent();
-  std::string direct = server_->address(), agent = "agent://" + dir_.path() + "/agent/agent.sock";
-  std::vector<std::vector<std::string>> outcomes;
-  for (const std::string& addr : {direct, agent}) {
-    rfos_client_t* client = nullptr;
-    ASSERT_EQ(rfos_connect(addr.c_str(), 5000, &client), 0) << rfos_last_error();
-    rfos_fs_t* fs = nullptr;
-    ASSERT_EQ(rfos_fs_open(client, "p", "c", nullptr, &fs), 0) << rfos_last_error();
-    outcomes.push_back(testing::c_api_fs_edge_outcomes(fs, "/edges-" + std::to_string(outcomes.size())));
-    rfos_fs_close(fs);
-    rfos_disconnect(client);
-  }
-  ASSERT_EQ(outcomes[0].size(), outcomes[1].size());
-  for (size_t i = 0; i < outcomes[0].size(); ++i) EXPECT_EQ(outcomes[1][i], outcomes[0][i]) << "in-process first";
+  expect_the_same_in_both_modes(server_->address(), "agent://" + dir_.path() + "/agent/agent.sock",
+                                [](rfos_client_t* client, size_t mode) {
+                                  rfos_fs_t* fs = nullptr;
+                                  EXPECT_EQ(rfos_fs_open(client, "p", "c", nullptr, &fs), 0) << rfos_last_error();
+                                  if (!fs) return std::vector<std::string>{"no namespace"};
+                                  auto out = testing::c_api_fs_edge_outcomes(fs, "/edges-" + std::to_string(mode));
+                                  rfos_fs_close(fs);
+                                  return out;
+                                });
 }
 
 // The C API's namespace (rfos_fs_*) in agent mode: the namespace runs in the agent for this user, batches of
