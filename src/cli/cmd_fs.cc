@@ -4,7 +4,8 @@
 //   rfos mount [--pool P] [--cont C] [--foreground] [--direct-io] [--attr-timeout S] [-o OPTS] MOUNTPOINT
 //   rfos fs copy SRC DST       paths in the container are written rfos:/path; directories are copied whole
 //   rfos fs ls [rfos:/PATH]
-//   rfos fs check              the namespace's consistency, read-only
+//   rfos fs check [--repair]   the namespace's consistency, read-only (--repair: then gives back what nothing
+//                              reaches, while no client has the container open)
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -618,8 +619,15 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
   auto* check = fs->add_subcommand(
       "check", "check the namespace: entries without inodes, inodes without entries, link counts (read-only)");
   common(check);
-  check->callback([&ctx, a] {
+  auto repair = std::make_shared<bool>(false);
+  check->add_flag("--repair", *repair,
+                  "then give back what nothing reaches (dangling entries, unfinished puts, unlinked inodes, leaked "
+                  "data) and check again; only while no client has the container open");
+  check->callback([&ctx, a, repair] {
     std::string report;
+    if (*repair && !ctx.agent.empty())
+      return (void)ctx.check(error(StatusCode::kNotSupported, "--repair does not run through the agent yet"),
+                             "fs check");
     if (!ctx.agent.empty()) {  // run in the agent, on the namespace it opens for this user
       agent::AgentClientOptions o;
       o.ring = false;
@@ -635,6 +643,13 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
       auto r = opened->ns->check();
       if (!ctx.check(r.status(), "fs check")) return;
       report = r->describe();
+      if (*repair) {
+        auto fixed = opened->ns->repair(*r);
+        if (!ctx.check(fixed.status(), "fs check --repair")) return;
+        r = opened->ns->check();
+        if (!ctx.check(r.status(), "fs check")) return;
+        report += "repaired " + std::to_string(*fixed) + "; checked again:\n" + r->describe();
+      }
     }
     std::fputs(report.c_str(), stdout);
     if (!report.ends_with("\nconsistent\n")) ctx.exit_code = 1;

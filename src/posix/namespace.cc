@@ -950,6 +950,41 @@ Status Namespace::punch(const Attr& f, uint64_t offset, uint64_t length) {
   return Status::ok();
 }
 
+Result<size_t> Namespace::repair(const CheckReport& found) {
+  const Cred root{0, 0, {}};
+  size_t done = 0;
+  auto drop_name = [&](const std::string& path) -> Status {
+    size_t slash = path.rfind('/');
+    if (slash == std::string::npos) return fail(StatusCode::kInvalidArgument, "not a path: " + path);
+    RFOS_ASSIGN_OR_RETURN(Attr dir, resolve(slash == 0 ? "/" : path.substr(0, slash), root));
+    std::string name = path.substr(slash + 1);
+    bool purged = false;  // a file that loses its last name goes in the same operation: nobody holds it open
+    Status s = unlink(dir.oid, name, root, {}, &purged).status();
+    if (s.code() == StatusCode::kIsDirectory) s = rmdir(dir.oid, name, root);
+    return s.code() == StatusCode::kNotFound ? Status::ok() : s;  // gone meanwhile is as good
+  };
+  for (const std::string& p : found.dangling) {
+    RFOS_RETURN_IF_ERROR(drop_name(p));
+    ++done;
+  }
+  for (const std::string& p : found.unfinished_puts) {
+    RFOS_RETURN_IF_ERROR(drop_name(p));
+    ++done;
+  }
+  for (const ObjectId& o : found.unlinked) {
+    Status s = forget(o);
+    if (!s.is_ok() && s.code() != StatusCode::kNotFound) return s;
+    ++done;
+  }
+  RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  for (const ObjectId& o : found.leaked) {
+    Status s = c->punch_object(o);
+    if (!s.is_ok() && s.code() != StatusCode::kNotFound) return s;
+    ++done;
+  }
+  return done;
+}
+
 std::string Namespace::CheckReport::describe() const {
   std::string out = std::to_string(directories) + " directories, " + std::to_string(files) + " files\n";
   auto line = [&](const char* what, const std::string& x) { out += std::string(what) + ": " + x + "\n"; };

@@ -221,6 +221,12 @@ class Namespace {
   // Walks the whole namespace from the root and every object of the container, read-only (rfos fs check). Run it
   // while nothing writes the namespace: an operation in flight shows as an inconsistency.
   Result<CheckReport> check();
+  // Gives back what `found` (a check's report) says is held and reachable from nowhere: dangling entries and
+  // unfinished puts lose their names, unlinked inodes are purged, leaked file data is punched; orphans (inodes
+  // with links left and no name) stay, for someone to look at. Returns how many were repaired. Only while no
+  // client has the container open, as a file system is repaired unmounted: an unlinked file is one a live mount
+  // may still read, and an unfinished put one a live put is still writing.
+  Result<size_t> repair(const CheckReport& found);
 
   // Whether `oid` is an inode of a namespace (it holds an inode record): how `rfos ls` tells the namespace's
   // objects from others.

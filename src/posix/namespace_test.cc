@@ -539,6 +539,23 @@ TEST_F(Ns, CheckFindsWhatIsInconsistent) {
   EXPECT_EQ(r->wrong_links, std::vector<std::string>{"/d/a 2/1"});
   EXPECT_EQ(r->unlinked, std::vector<ObjectId>{u->oid});
   EXPECT_EQ(r->leaked, std::vector<ObjectId>{big->oid});
+
+  // Repaired: the dangling name, the unfinished put, the unlinked inode and the leaked chunks go; the orphan and
+  // the link count stay for someone to look at; the named object is untouched.
+  auto fixed = ns->repair(*r);
+  ASSERT_TRUE(fixed.is_ok()) << fixed.status().to_string();
+  EXPECT_EQ(*fixed, 4u);
+  auto after = ns->check();
+  ASSERT_TRUE(after.is_ok()) << after.status().to_string();
+  EXPECT_TRUE(after->dangling.empty() && after->unfinished_puts.empty() && after->unlinked.empty() &&
+              after->leaked.empty())
+      << after->describe();
+  EXPECT_EQ(after->orphans, std::vector<ObjectId>{lost});
+  EXPECT_EQ(after->wrong_links, std::vector<std::string>{"/d/a 2/1"});
+  EXPECT_EQ(ns->getattr(u->oid).status().code(), StatusCode::kNotFound);
+  auto obj = named.stat("obj");
+  ASSERT_TRUE(obj.is_ok()) << obj.status().to_string();
+  EXPECT_EQ(obj->size, 5000u);
 }
 
 // Two clients create the same names at once: each name is created exactly once, and the loser gets EEXIST.

@@ -665,6 +665,41 @@ class MountTest(unittest.TestCase):
     def test_the_largest_file(self):
         check_largest_file(self, self.path("t-largest"))
 
+    def test_check_repairs_what_a_dead_mount_left(self):
+        """A mount killed while it held an unlinked file open leaves the file's inode and bytes (nobody purges them),
+        and a put that died leaves its hidden file: `fs check` names them, `fs check --repair` gives them back."""
+        point = os.path.join(self.work, "mnt-doomed")
+        os.makedirs(point, exist_ok=True)
+        doomed = Mount(self.server, point)
+        d = os.path.join(point, "t-repair")
+        os.mkdir(d)
+        with open(os.path.join(d, "held"), "wb") as out:
+            out.write(os.urandom(300 << 10))
+        with open(os.path.join(d, ".model.rfos-put-0123456789abcdef"), "wb") as out:
+            out.write(b"half a put")
+        fd = os.open(os.path.join(d, "held"), os.O_RDONLY)
+        os.unlink(os.path.join(d, "held"))
+        self.assertEqual(len(os.pread(fd, 10, 0)), 10)  # still readable: its purge waits for the close
+        doomed.proc.kill()
+        doomed.proc.wait()
+        try:
+            os.close(fd)  # the daemon is gone: no release reaches anyone
+        except OSError:
+            pass
+        doomed.unmount()
+        found = self.server.cli("fs", "check", "--pool", "p", "--cont", "c", check=False).stdout
+        self.assertIn("unlinked inode not purged", found)
+        self.assertIn("unfinished put", found)
+        fixed = self.server.cli("fs", "check", "--pool", "p", "--cont", "c", "--repair", check=False)
+        self.assertEqual(fixed.returncode, 0, fixed.stdout + fixed.stderr)
+        self.assertIn("repaired 2", fixed.stdout)
+        again = self.server.cli("fs", "check", "--pool", "p", "--cont", "c", check=False).stdout
+        self.assertNotIn("not purged", again, found + fixed.stdout)
+        self.assertNotIn("unfinished put", again)
+        self.assertTrue(again.endswith("consistent\n"), again)
+        self.assertEqual(os.listdir(self.path("t-repair")), [])
+        os.rmdir(self.path("t-repair"))
+
     def test_open_trunc_and_writes_to_setid_files(self):
         d = self.path("t4-trunc")
         os.mkdir(d)
