@@ -617,7 +617,9 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
   });
 
   auto* check = fs->add_subcommand(
-      "check", "check the namespace: entries without inodes, inodes without entries, link counts (read-only)");
+      "check",
+      "check the namespace: entries without inodes, inodes without entries, link counts (read-only unless "
+      "--repair)");
   common(check);
   auto repair = std::make_shared<bool>(false);
   check->add_flag("--repair", *repair,
@@ -644,11 +646,18 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
       if (!ctx.check(r.status(), "fs check")) return;
       report = r->describe();
       if (*repair) {
+        std::fputs(report.c_str(), stdout);  // what was found, before anything changes
+        std::fflush(stdout);
         auto fixed = opened->ns->repair(*r);
-        if (!ctx.check(fixed.status(), "fs check --repair")) return;
+        Status synced = fixed.is_ok() ? opened->ns->sync() : fixed.status();  // durable when it says so
+        if (!ctx.check(synced, "fs check --repair")) return;
+        report = "repaired " + std::to_string(fixed->repaired) + "\n";
+        for (const auto& l : fixed->left) report += "left: " + l + "\n";
+        for (const auto& f : fixed->failed) report += "failed: " + f + "\n";
+        if (!fixed->failed.empty()) ctx.exit_code = 1;
         r = opened->ns->check();
         if (!ctx.check(r.status(), "fs check")) return;
-        report += "repaired " + std::to_string(*fixed) + "; checked again:\n" + r->describe();
+        report += "checked again:\n" + r->describe();
       }
     }
     std::fputs(report.c_str(), stdout);

@@ -615,20 +615,30 @@ Result<NamedObjects::Listing> NamedObjects::list() {
       continue;
     }
     referenced.insert(oid);
-    if (auto akeys = c_.list_akeys(oid, kMeta); akeys.is_ok())
+    // What a name references is what `owned` protects (fs check --repair punches unowned file data), so a
+    // listing that could not read a reference fails rather than leave it out.
+    auto akeys = c_.list_akeys(oid, kMeta);
+    if (!akeys.is_ok() && akeys.status().code() != StatusCode::kNotFound) return akeys.status();
+    if (akeys.is_ok())
       for (const std::string& a : *akeys) {
         std::string id = a.starts_with(kPendingPrefix) ? a.substr(kPendingPrefix.size()) : std::string();
-        if (a == kPending)
-          if (auto v = c_.get_value(oid, kMeta, a); v.is_ok()) id = *v;
+        if (a == kPending) {
+          auto v = c_.get_value(oid, kMeta, a);
+          if (!v.is_ok() && v.status().code() != StatusCode::kNotFound) return v.status();
+          if (v.is_ok()) id = *v;
+        }
         if (auto p = decode_id(id); p.is_ok()) referenced.insert(*p);
       }
     auto st = stat_of(oid, *name);
     if (st.status().code() == StatusCode::kNotFound) continue;  // a name whose first put is still under way
     RFOS_RETURN_IF_ERROR(st.status());
     referenced.insert(st->data);
-    if (st->composite)
-      if (auto parts = parts_of(st->data); parts.is_ok())
+    if (st->composite) {
+      auto parts = parts_of(st->data);
+      if (!parts.is_ok() && parts.status().code() != StatusCode::kNotFound) return parts.status();
+      if (parts.is_ok())
         for (const Part& p : *parts) referenced.insert(p.data);
+    }
     out.named.push_back(std::move(st).value());
   }
   for (const ObjectId& oid : unnamed)

@@ -950,39 +950,79 @@ Status Namespace::punch(const Attr& f, uint64_t offset, uint64_t length) {
   return Status::ok();
 }
 
-Result<size_t> Namespace::repair(const CheckReport& found) {
+namespace {
+// The hidden name put_file writes a file under: "." NAME ".rfos-put-" and 16 lowercase hex digits.
+bool is_hidden_put(std::string_view name) {
+  constexpr std::string_view kTag = ".rfos-put-";
+  constexpr size_t kHex = 16;
+  if (name.size() < 1 + 1 + kTag.size() + kHex || name[0] != '.') return false;
+  std::string_view tail = name.substr(name.size() - kHex);
+  return name.substr(name.size() - kHex - kTag.size(), kTag.size()) == kTag &&
+         std::all_of(tail.begin(), tail.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+}  // namespace
+
+Result<Namespace::RepairReport> Namespace::repair(const CheckReport& found) {
   const Cred root{0, 0, {}};
-  size_t done = 0;
-  auto drop_name = [&](const std::string& path) -> Status {
+  RepairReport out;
+  auto note = [&](const std::string& what, const Status& s) {
+    if (s.is_ok())
+      ++out.repaired;
+    else if (s.code() == StatusCode::kAlreadyExists)  // not what the check saw any more
+      out.left.push_back(what + ": " + s.message());
+    else
+      out.failed.push_back(what + ": " + s.to_string());
+  };
+  // A name, as the check found it, dropped only if it still is what the check saw: a dangling entry still without
+  // its inode, a hidden put still the same regular file. An inode that loses its last link goes too.
+  auto drop_name = [&](const std::string& path, std::optional<ObjectId> put) -> Status {
     size_t slash = path.rfind('/');
-    if (slash == std::string::npos) return fail(StatusCode::kInvalidArgument, "not a path: " + path);
+    if (slash == std::string::npos) return fail(StatusCode::kInvalidArgument, "not a path");
     RFOS_ASSIGN_OR_RETURN(Attr dir, resolve(slash == 0 ? "/" : path.substr(0, slash), root));
     std::string name = path.substr(slash + 1);
-    bool purged = false;  // a file that loses its last name goes in the same operation: nobody holds it open
-    Status s = unlink(dir.oid, name, root, {}, &purged).status();
-    if (s.code() == StatusCode::kIsDirectory) s = rmdir(dir.oid, name, root);
-    return s.code() == StatusCode::kNotFound ? Status::ok() : s;  // gone meanwhile is as good
+    auto now = lookup(dir.oid, name, root);
+    if (put ? !now.is_ok() || now->oid != *put || !S_ISREG(now->mode) : now.is_ok())
+      return fail(StatusCode::kAlreadyExists, "changed since the check");
+    if (!put && now.status().code() != StatusCode::kNotFound) return now.status();
+    bool purged = false;
+    auto gone = unlink(dir.oid, name, root, {}, &purged);
+    if (gone.status().code() == StatusCode::kNotFound) return Status::ok();  // gone meanwhile
+    if (gone.status().code() == StatusCode::kIsDirectory && !put) return rmdir(dir.oid, name, root);
+    RFOS_RETURN_IF_ERROR(gone.status());
+    if (!purged && gone->nlink == 0) RFOS_RETURN_IF_ERROR(forget(gone->oid));  // its inode lives elsewhere
+    return Status::ok();
   };
-  for (const std::string& p : found.dangling) {
-    RFOS_RETURN_IF_ERROR(drop_name(p));
-    ++done;
-  }
-  for (const std::string& p : found.unfinished_puts) {
-    RFOS_RETURN_IF_ERROR(drop_name(p));
-    ++done;
-  }
+  for (const std::string& p : found.dangling) note(p, drop_name(p, std::nullopt));
+  for (size_t i = 0; i < found.unfinished_puts.size() && i < found.unfinished_put_inodes.size(); ++i)
+    note(found.unfinished_puts[i], drop_name(found.unfinished_puts[i], found.unfinished_put_inodes[i]));
   for (const ObjectId& o : found.unlinked) {
-    Status s = forget(o);
-    if (!s.is_ok() && s.code() != StatusCode::kNotFound) return s;
-    ++done;
+    Status s = forget(o);  // kPurge: left alone if it was linked again meanwhile
+    note(o.to_string(), s.code() == StatusCode::kNotFound ? Status::ok() : s);
   }
+  // Leaked data is punched only where it looks like what a purge that reached the home target alone leaves: a
+  // striped object of nothing but chunk keys, without its first chunk (which lives on the home target, purged
+  // first). Anything else the raw API may have written in a file's layout (rfos bench's objects) is reported,
+  // never destroyed.
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
   for (const ObjectId& o : found.leaked) {
+    auto keys = c->list_dkeys(o);
+    if (!keys.is_ok()) {
+      note(o.to_string(), keys.status());
+      continue;
+    }
+    bool remains = placement::object_class(o) == ObjectClass::kSX && !keys->empty() &&
+                   std::all_of(keys->begin(), keys->end(), [](const std::string& k) {
+                     auto i = layout::chunk_index(k);
+                     return i && *i != 0;
+                   });
+    if (!remains) {
+      out.left.push_back(o.to_string() + ": not what a purge leaves (it has a first chunk or other keys); left");
+      continue;
+    }
     Status s = c->punch_object(o);
-    if (!s.is_ok() && s.code() != StatusCode::kNotFound) return s;
-    ++done;
+    note(o.to_string(), s.code() == StatusCode::kNotFound ? Status::ok() : s);
   }
-  return done;
+  return out;
 }
 
 std::string Namespace::CheckReport::describe() const {
@@ -1023,7 +1063,10 @@ Result<Namespace::CheckReport> Namespace::check() {
           continue;
         }
         RFOS_RETURN_IF_ERROR(a.status());
-        if (e.name.rfind('.', 0) == 0 && e.name.find(".rfos-put-") != std::string::npos) r.unfinished_puts.push_back(p);
+        if (S_ISREG(a->mode) && is_hidden_put(e.name)) {
+          r.unfinished_puts.push_back(p);
+          r.unfinished_put_inodes.push_back(e.oid);
+        }
         reached.insert(e.oid);
         if (S_ISDIR(a->mode)) {
           ++r.directories;

@@ -203,13 +203,14 @@ class Namespace {
 
   // What check() found: a consistent namespace has every list empty.
   struct CheckReport {
-    uint64_t directories = 0, files = 0;       // reachable from the root
-    std::vector<std::string> dangling;         // entries whose inode is gone (their paths)
-    std::vector<ObjectId> orphans;             // inodes no entry reaches, with links left
-    std::vector<ObjectId> unlinked;            // inodes of no name and no links: an open file's, or a purge
-                                               // that did not happen (a client died holding it)
-    std::vector<std::string> wrong_links;      // files whose link count differs from their names ("path n/m")
-    std::vector<std::string> unfinished_puts;  // hidden files of put_file that never got their name
+    uint64_t directories = 0, files = 0;          // reachable from the root
+    std::vector<std::string> dangling;            // entries whose inode is gone (their paths)
+    std::vector<ObjectId> orphans;                // inodes no entry reaches, with links left
+    std::vector<ObjectId> unlinked;               // inodes of no name and no links: an open file's, or a purge
+                                                  // that did not happen (a client died holding it)
+    std::vector<std::string> wrong_links;         // files whose link count differs from their names ("path n/m")
+    std::vector<std::string> unfinished_puts;     // hidden files of put_file that never got their name
+    std::vector<ObjectId> unfinished_put_inodes;  // theirs, in the same order
     // Objects holding file data that no inode and no named object claims: chunks of a removed file whose purge
     // did not reach every target (its client died between the steps), or objects the raw API wrote in a file's
     // layout. Their space is held until they are punched.
@@ -222,11 +223,17 @@ class Namespace {
   // while nothing writes the namespace: an operation in flight shows as an inconsistency.
   Result<CheckReport> check();
   // Gives back what `found` (a check's report) says is held and reachable from nowhere: dangling entries and
-  // unfinished puts lose their names, unlinked inodes are purged, leaked file data is punched; orphans (inodes
-  // with links left and no name) stay, for someone to look at. Returns how many were repaired. Only while no
-  // client has the container open, as a file system is repaired unmounted: an unlinked file is one a live mount
-  // may still read, and an unfinished put one a live put is still writing.
-  Result<size_t> repair(const CheckReport& found);
+  // unfinished puts lose their names (each only if it is still what the check saw), unlinked inodes are purged,
+  // and leaked file data that looks like what an unfinished purge leaves is punched; orphans (inodes with links
+  // left and no name) and wrong link counts stay, for someone to look at. One item's failure stops none of the
+  // others. Only while no client has the container open, as a file system is repaired unmounted: an unlinked
+  // file is one a live mount may still read, and an unfinished put one a live put is still writing.
+  struct RepairReport {
+    size_t repaired = 0;
+    std::vector<std::string> left;    // found, and left alone on purpose
+    std::vector<std::string> failed;  // found, and the repair failed
+  };
+  Result<RepairReport> repair(const CheckReport& found);
 
   // Whether `oid` is an inode of a namespace (it holds an inode record): how `rfos ls` tells the namespace's
   // objects from others.

@@ -20,7 +20,9 @@
 #include <set>
 #include <thread>
 
+#include "client/file_layout.h"
 #include "client/named_objects.h"
+#include "placement/placement.h"
 #include "server/sim_cluster_testing.h"
 
 namespace rfos::posix {
@@ -511,13 +513,18 @@ TEST_F(Ns, CheckFindsWhatIsInconsistent) {
                          return size_t{5000};
                        })
                   .is_ok());
+  // Not the namespace's: an object the raw API wrote in a file's layout (rfos bench's), and a user's file whose
+  // name only resembles a hidden put.
+  const ObjectId bench = placement::with_class({77, 78}, placement::ObjectClass::kSX);
+  ASSERT_TRUE(raw->write(bench, client::layout::chunk_key(0), "d", 0, bytes_of("bench")).is_ok());
+  ASSERT_TRUE(ns->mknod(d->oid, ".cfg.rfos-put-old", S_IFREG | 0644, 0, root_).is_ok());
   auto clean = ns->check();
   ASSERT_TRUE(clean.is_ok()) << clean.status().to_string();
   EXPECT_TRUE(clean->consistent());
   EXPECT_EQ(clean->directories, 2u);
   EXPECT_EQ(clean->unfinished_puts, std::vector<std::string>{"/d/.x.rfos-put-0123456789abcdef"});
-  EXPECT_TRUE(clean->leaked.empty());
-  EXPECT_EQ(clean->files, 6u);
+  EXPECT_EQ(clean->leaked, std::vector<ObjectId>{bench});
+  EXPECT_EQ(clean->files, 7u);
 
   ObjectId gone = ns->lookup(d->oid, "gone", root_)->oid, lost = ns->lookup(d->oid, "lost", root_)->oid;
   ASSERT_TRUE(raw->punch_object(gone).is_ok());
@@ -531,6 +538,7 @@ TEST_F(Ns, CheckFindsWhatIsInconsistent) {
   // inode are gone, chunks elsewhere stay.
   ASSERT_TRUE(raw->punch_dkey(d->oid, "big").is_ok());
   ASSERT_TRUE(raw->punch_dkey(big->oid, kInodeDkey).is_ok());
+  ASSERT_TRUE(raw->punch_dkey(big->oid, client::layout::chunk_key(0)).is_ok());  // on the home target too
   auto r = ns->check();
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_FALSE(r->consistent());
@@ -538,18 +546,22 @@ TEST_F(Ns, CheckFindsWhatIsInconsistent) {
   EXPECT_EQ(r->orphans, std::vector<ObjectId>{lost});
   EXPECT_EQ(r->wrong_links, std::vector<std::string>{"/d/a 2/1"});
   EXPECT_EQ(r->unlinked, std::vector<ObjectId>{u->oid});
-  EXPECT_EQ(r->leaked, std::vector<ObjectId>{big->oid});
+  EXPECT_EQ(std::set<ObjectId>(r->leaked.begin(), r->leaked.end()), std::set<ObjectId>({big->oid, bench}));
 
   // Repaired: the dangling name, the unfinished put, the unlinked inode and the leaked chunks go; the orphan and
-  // the link count stay for someone to look at; the named object is untouched.
+  // the link count stay for someone to look at; the named object, a raw object in a file's layout and a file that
+  // only looks like a hidden put are untouched.
   auto fixed = ns->repair(*r);
   ASSERT_TRUE(fixed.is_ok()) << fixed.status().to_string();
-  EXPECT_EQ(*fixed, 4u);
+  EXPECT_EQ(fixed->repaired, 4u);
+  EXPECT_TRUE(fixed->failed.empty()) << fixed->failed.front();
+  EXPECT_EQ(fixed->left.size(), 1u) << "the raw object";
   auto after = ns->check();
   ASSERT_TRUE(after.is_ok()) << after.status().to_string();
-  EXPECT_TRUE(after->dangling.empty() && after->unfinished_puts.empty() && after->unlinked.empty() &&
-              after->leaked.empty())
+  EXPECT_TRUE(after->dangling.empty() && after->unfinished_puts.empty() && after->unlinked.empty())
       << after->describe();
+  EXPECT_EQ(after->leaked, std::vector<ObjectId>{bench});
+  EXPECT_TRUE(ns->lookup(d->oid, ".cfg.rfos-put-old", root_).is_ok());
   EXPECT_EQ(after->orphans, std::vector<ObjectId>{lost});
   EXPECT_EQ(after->wrong_links, std::vector<std::string>{"/d/a 2/1"});
   EXPECT_EQ(ns->getattr(u->oid).status().code(), StatusCode::kNotFound);
