@@ -442,6 +442,9 @@ int rfos_alloc(rfos_cont_t* c, size_t len, void** buf) {
   if (bad(c, "cont") || bad(buf, "buf")) return -EINVAL;
   if (c->agent) {  // first fit in the shared buffer, 4 KiB granules
     if (len == 0) return fail(rfos::error(rfos::StatusCode::kInvalidArgument, "cannot allocate an empty buffer"));
+    if (len > c->agent->buffer().size())  // (and no rounding up below wraps around)
+      return fail(
+          rfos::error(rfos::StatusCode::kNoSpace, "larger than the agent's shared buffer (RFOS_AGENT_BUFFER_MIB)"));
     size_t want = (len + 4095) & ~size_t{4095};
     for (auto it = c->free_ranges.begin(); it != c->free_ranges.end(); ++it) {
       if (it->second < want) continue;

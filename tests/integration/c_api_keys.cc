@@ -178,6 +178,7 @@ std::vector<std::string> c_api_edge_outcomes(rfos_cont_t* cont, uint64_t lo) {
   // The event queue over allocated memory: sizes and ranges it refuses, a poll for nothing.
   void* mem = nullptr;
   rec("alloc 0 bytes", rfos_alloc(cont, 0, &mem));
+  rec("alloc 2^64 - 1 bytes", rfos_alloc(cont, ~size_t{0}, &mem));
   int alloc = rfos_alloc(cont, 2 << 20, &mem);
   rec("alloc 2 MiB", alloc);
   if (alloc == 0) {
