@@ -8,7 +8,6 @@
 #include <vector>
 
 #include <map>
-#include <optional>
 
 #include "agent/agent_client.h"
 #include "client/c_api_internal.h"
@@ -171,15 +170,21 @@ int agent_rwv(rfos_cont* c, bool write, const ObjectId& oid, const char* dkey, c
   return 0;
 }
 
-// The rfos_alloc allocation that holds [p, p + len), if one does.
-std::optional<size_t> allocation_of(const rfos_cont* c, const void* p, size_t len) {
-  if (!in_shared(c, p, len)) return std::nullopt;
-  size_t at = static_cast<size_t>(static_cast<const uint8_t*>(p) - c->agent->buffer().data());
+// The rfos_alloc allocations that hold [p, p + len) between them (one, unless the range runs on into the next),
+// or none when a byte of it lies in none.
+std::vector<size_t> allocations_of(const rfos_cont* c, const void* p, size_t len) {
+  if (!in_shared(c, p, len)) return {};
+  size_t at = static_cast<size_t>(static_cast<const uint8_t*>(p) - c->agent->buffer().data()), end = at + len;
   auto it = c->allocated.upper_bound(at);
-  if (it == c->allocated.begin()) return std::nullopt;
-  --it;
-  if (at + len > it->first + it->second) return std::nullopt;
-  return it->first;
+  if (it == c->allocated.begin()) return {};
+  std::vector<size_t> out;
+  for (--it; it != c->allocated.end() && it->first < end; ++it) {
+    if (it->first > at) return {};  // a gap
+    out.push_back(it->first);
+    at = it->first + it->second;
+    if (at >= end) return out;
+  }
+  return {};
 }
 
 int agent_submit(rfos_cont* c, bool write, rfos_oid_t oid, const char* dkey, const char* akey, uint64_t offset,
@@ -187,16 +192,16 @@ int agent_submit(rfos_cont* c, bool write, rfos_oid_t oid, const char* dkey, con
   if (!rfos::client::within_one_piece(offset, len))
     return fail(
         rfos::error(rfos::StatusCode::kInvalidArgument, "an async I/O is 1 B .. 1 MiB within one 1 MiB-aligned range"));
-  auto holder = allocation_of(c, buf, len);
-  if (!holder)
+  std::vector<size_t> holders = allocations_of(c, buf, len);
+  if (holders.empty())
     return fail(rfos::error(rfos::StatusCode::kInvalidArgument,
                             "through the agent, submitted I/O uses buffers from rfos_alloc (its shared memory)"));
   uint64_t t = c->next_ticket++;
   Status s = c->agent->submit(write ? rfos::agent::RingOp::kWrite : rfos::agent::RingOp::kRead, c->handle, oid_of(oid),
                               dkey, akey, offset, {static_cast<uint8_t*>(buf), len}, t);
   if (!s.is_ok()) return fail(s);
-  c->submitted[t] = *holder;
-  ++c->in_flight[*holder];
+  for (size_t h : holders) ++c->in_flight[h];
+  c->submitted[t] = std::move(holders);
   *ticket = t;
   return 0;
 }
@@ -205,7 +210,8 @@ int agent_submit(rfos_cont* c, bool write, rfos_oid_t oid, const char* dkey, con
 void agent_completed(rfos_cont* c, uint64_t ticket) {
   auto it = c->submitted.find(ticket);
   if (it == c->submitted.end()) return;
-  if (auto f = c->in_flight.find(it->second); f != c->in_flight.end() && --f->second == 0) c->in_flight.erase(f);
+  for (size_t h : it->second)
+    if (auto f = c->in_flight.find(h); f != c->in_flight.end() && --f->second == 0) c->in_flight.erase(f);
   c->submitted.erase(it);
 }
 

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "agent/agent_client.h"
 #include "client/container.h"
@@ -28,9 +29,9 @@ struct rfos_cont {
   std::map<size_t, size_t> allocated;    // offset -> length
   // Agent mode, as in-process: submitted I/O in flight per allocation (rfos_free waits for its own only), and
   // the buffers rfos_register named (a hint there: other memory is copied through the shared buffer).
-  std::map<uint64_t, size_t> submitted;      // ticket -> the allocation holding its buffer
-  std::map<size_t, size_t> in_flight;        // allocation -> submissions not polled yet
-  std::map<const void*, size_t> registered;  // start -> length
+  std::map<uint64_t, std::vector<size_t>> submitted;  // ticket -> the allocations holding its buffer
+  std::map<size_t, size_t> in_flight;                 // allocation -> submissions not polled yet
+  std::map<const void*, size_t> registered;           // start -> length
 };
 
 namespace rfos::client::c_api {

@@ -991,6 +991,20 @@ TEST_F(AgentTest, TheCApiWorksThroughTheAgent) {
   }
   // Values, keys, scatter-gather, extents and snapshots as in-process (c_api_test runs the same checks).
   testing::check_keys_and_snapshots(client, cont, "p", "c");
+  // One submission may run from one allocation into the next (the agent's first fit places them side by side);
+  // neither goes while it is in flight.
+  void* next = nullptr;
+  ASSERT_EQ(rfos_alloc(cont, 4096, &next), 0) << rfos_last_error();
+  ASSERT_EQ(static_cast<uint8_t*>(next), static_cast<uint8_t*>(buf) + (1 << 20));
+  ASSERT_EQ(rfos_submit_write(cont, oid, "d3", "a", 0, static_cast<uint8_t*>(next) - 4096, 8192, &ticket), 0)
+      << rfos_last_error();
+  EXPECT_EQ(rfos_free(cont, next), -EAGAIN);
+  EXPECT_EQ(rfos_free(cont, buf), -EAGAIN);
+  n = 0;
+  while (n == 0) n = rfos_poll(cont, done, 4, 10000);
+  ASSERT_EQ(n, 1);
+  EXPECT_EQ(done[0].status, 0);
+  EXPECT_EQ(rfos_free(cont, next), 0);
   EXPECT_EQ(rfos_free(cont, buf), 0);
   EXPECT_EQ(rfos_free(cont, buf), -ENOENT);  // as in-process
   rfos_cont_close(cont);
