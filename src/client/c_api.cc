@@ -80,6 +80,11 @@ bool in_shared(const rfos_cont* c, const void* p, size_t len) {
   return q >= b.data() && len <= b.size() && q - b.data() <= static_cast<ptrdiff_t>(b.size() - len);
 }
 
+// Where `p` lies in the shared buffer (it does: in_shared).
+size_t shared_offset(const rfos_cont* c, const void* p) {
+  return static_cast<size_t>(static_cast<const uint8_t*>(p) - c->agent->buffer().data());
+}
+
 // Synchronous array I/O through the agent: pieces inside 1 MiB-aligned ranges, up to kStagingSlots at once;
 // bytes outside the shared buffer go through a staging slot.
 int agent_rw(rfos_cont* c, bool write, const ObjectId& oid, const char* dkey, const char* akey, uint64_t offset,
@@ -174,7 +179,7 @@ int agent_rwv(rfos_cont* c, bool write, const ObjectId& oid, const char* dkey, c
 // or none when a byte of it lies in none.
 std::vector<size_t> allocations_of(const rfos_cont* c, const void* p, size_t len) {
   if (!in_shared(c, p, len)) return {};
-  size_t at = static_cast<size_t>(static_cast<const uint8_t*>(p) - c->agent->buffer().data()), end = at + len;
+  size_t at = shared_offset(c, p), end = at + len;
   auto it = c->allocated.upper_bound(at);
   if (it == c->allocated.begin()) return {};
   std::vector<size_t> out;
@@ -424,9 +429,7 @@ int rfos_register(rfos_cont_t* c, const void* buf, size_t len) {
   if (bad(c, "cont") || bad(buf, "buf")) return -EINVAL;
   if (c->agent) {  // a hint: the agent registers its shared buffer; other memory is copied through it
     if (len == 0) return fail(rfos::error(rfos::StatusCode::kInvalidArgument, "cannot register an empty buffer"));
-    bool allocated =
-        in_shared(c, buf, 1) &&
-        c->allocated.count(static_cast<size_t>(static_cast<const uint8_t*>(buf) - c->agent->buffer().data()));
+    bool allocated = in_shared(c, buf, 1) && c->allocated.count(shared_offset(c, buf));
     if (allocated || !c->registered.emplace(buf, len).second)
       return fail(rfos::error(rfos::StatusCode::kBusy, "a registered buffer starts here"));
     return 0;
@@ -473,10 +476,10 @@ int rfos_alloc(rfos_cont_t* c, size_t len, void** buf) {
 int rfos_free(rfos_cont_t* c, void* buf) {
   if (bad(c, "cont") || bad(buf, "buf")) return -EINVAL;
   if (c->agent) {
-    size_t at = static_cast<size_t>(static_cast<uint8_t*>(buf) - c->agent->buffer().data());
-    auto it = c->allocated.find(at);
-    if (!in_shared(c, buf, 1) || it == c->allocated.end())
+    auto it = in_shared(c, buf, 1) ? c->allocated.find(shared_offset(c, buf)) : c->allocated.end();
+    if (it == c->allocated.end())
       return fail(rfos::error(rfos::StatusCode::kNotFound, "no buffer allocated at that address"));
+    size_t at = it->first;
     if (c->in_flight.count(at))
       return fail(rfos::error(rfos::StatusCode::kBusy, "I/O using the buffer is still in flight"));
     size_t n = it->second;

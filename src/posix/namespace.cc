@@ -397,21 +397,30 @@ class Namespace::Impl {
     return r.attr;
   }
 
+  // Cuts [from, to) out of file `oid`'s data, in chunks of `chunk` bytes: a chunk wholly inside by its dkey, the
+  // part of one the range starts or ends in by an extent punch. `listed`: only the chunks the file has (a listing
+  // of all of them, for a range of many chunks or one without end); else each chunk the range touches, by index.
+  static Status cut(Lease& c, const ObjectId& oid, uint64_t chunk, uint64_t from, uint64_t to, bool listed) {
+    auto cut_one = [&](uint64_t index) -> Status {
+      uint64_t start = index * chunk, lo = std::max(from, start), hi = std::min(to, start + chunk);
+      if (lo >= hi) return Status::ok();
+      Status s = lo == start && hi == start + chunk ? c->punch_dkey(oid, chunk_key(index))
+                                                    : c->punch_extent(oid, chunk_key(index), kDataAkey, lo, hi - lo);
+      return s.code() == StatusCode::kNotFound ? Status::ok() : s;
+    };
+    if (!listed) {
+      for (uint64_t i = from / chunk; i <= (to - 1) / chunk; ++i) RFOS_RETURN_IF_ERROR(cut_one(i));
+      return Status::ok();
+    }
+    RFOS_ASSIGN_OR_RETURN(auto keys, c->list_dkeys(oid));
+    for (const std::string& k : keys)
+      if (std::optional<uint64_t> i = layout::chunk_index(k)) RFOS_RETURN_IF_ERROR(cut_one(*i));
+    return Status::ok();
+  }
+
   // Drops what lies beyond `size` of file `a` (a truncate): whole chunks punched, a partial one's tail.
   Status punch_beyond(Lease& c, const Attr& a, uint64_t size) {
-    uint64_t chunk = a.chunk ? a.chunk : layout::kDefaultChunkBytes;
-    RFOS_ASSIGN_OR_RETURN(auto keys, c->list_dkeys(a.oid));
-    for (const std::string& k : keys) {
-      if (k.size() != 8) continue;
-      uint64_t start = get_be64(k.data()) * chunk;
-      if (start >= size)
-        RFOS_RETURN_IF_ERROR(c->punch_dkey(a.oid, k));
-      else if (start + chunk > size) {
-        Status s = c->punch_extent(a.oid, k, kDataAkey, size, start + chunk - size);
-        if (!s.is_ok() && s.code() != StatusCode::kNotFound) return s;
-      }
-    }
-    return Status::ok();
+    return cut(c, a.oid, a.chunk ? a.chunk : layout::kDefaultChunkBytes, size, UINT64_MAX, true);
   }
 
   Result<uint32_t> chunk_size(Lease& c, const ObjectId& oid) {
@@ -927,27 +936,10 @@ Status Namespace::punch(const Attr& f, uint64_t offset, uint64_t length) {
   // that its purge, which looks only at home for such a file, never drops.
   if (!(f.flags & kSpans)) end = std::min<uint64_t>(end, chunk);
   if (offset >= end) return Status::ok();
-  auto cut = [&](uint64_t index) -> Status {
-    uint64_t from = index * chunk, to = from + chunk;
-    uint64_t lo = std::max(offset, from), hi = std::min(end, to);
-    Status s = lo == from && hi == to ? c->punch_dkey(f.oid, chunk_key(index))
-                                      : c->punch_extent(f.oid, chunk_key(index), kDataAkey, lo, hi - lo);
-    return s.code() == StatusCode::kNotFound ? Status::ok() : s;
-  };
   // A range of a few chunks is cut chunk by chunk; a larger one (a sparse file's, up to 2^62 bytes) only where
   // the file has chunks, which costs a listing of all of them.
   constexpr uint64_t kByIndex = 64;
-  uint64_t first = offset / chunk, last = (end - 1) / chunk;
-  if (last - first < kByIndex) {
-    for (uint64_t i = first; i <= last; ++i) RFOS_RETURN_IF_ERROR(cut(i));
-    return Status::ok();
-  }
-  RFOS_ASSIGN_OR_RETURN(auto keys, c->list_dkeys(f.oid));
-  for (const std::string& k : keys) {
-    std::optional<uint64_t> i = layout::chunk_index(k);
-    if (i && *i >= first && *i <= last) RFOS_RETURN_IF_ERROR(cut(*i));
-  }
-  return Status::ok();
+  return Impl::cut(c, f.oid, chunk, offset, end, (end - 1) / chunk - offset / chunk >= kByIndex);
 }
 
 namespace {
