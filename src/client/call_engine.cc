@@ -39,6 +39,7 @@ void CallEngine::on_message(transport::Incoming& in) {
   Call& call = it->second;
   uint64_t id = it->first;
   touched_.push_back(id);
+  call.heard = true;
   call.reply = std::move(r).value();
   if (call.reply.status == StatusCode::kBusy && call.reply.length > 0) {
     // Held to its tenant's limits: the target said when to ask again; the call's deadline bounds the waits.
@@ -148,18 +149,29 @@ Status CallEngine::send(uint64_t id, Call& call) {
     return Status::ok();
   }
   if (large) ++large_sending_;
-  Status s = worker_->send(eps_[call.target], call.header, call.payload, [this, id, large](Status st) {
+  // Silence counts from the hand-over to the fabric, not from a wait in the send window.
+  if (on_silence_ && !call.heard && silence_ < std::chrono::milliseconds(options_.timeout_ms)) {
+    call.quiet_at = steady_now() + silence_;
+    next_timer_ = std::min(next_timer_, *call.quiet_at);
+  }
+  Status s = worker_->send(eps_[call.target], call.header, call.payload,
+                           [this, id, large, generation = generation_](Status st) {
+                             if (generation != generation_) return;  // the call ended at the retarget
+                             if (large) send_done();
+                             auto c = calls_.find(id);
+                             if (c == calls_.end()) return;
+                             touched_.push_back(id);
+                             c->second.sent = true;
+                             if (!st.is_ok() && !c->second.replied) {
+                               c->second.status = st;
+                               c->second.replied = true;
+                               ++unanswered_;
+                             }
+                           });
+  if (!s.is_ok()) {
     if (large) send_done();
-    auto c = calls_.find(id);
-    if (c == calls_.end()) return;
-    touched_.push_back(id);
-    c->second.sent = true;
-    if (!st.is_ok() && !c->second.replied) {
-      c->second.status = st;
-      c->second.replied = true;
-    }
-  });
-  if (!s.is_ok() && large) send_done();
+    ++unanswered_;
+  }
   return s;
 }
 
@@ -202,8 +214,14 @@ void CallEngine::reap() {
   }
   touched_.clear();
   next_timer_ = Clock::time_point::max();
+  bool silent = false;
   for (auto it = calls_.begin(); it != calls_.end();) {
     Call& c = it->second;
+    if (c.quiet_at && (c.heard || c.replied)) c.quiet_at.reset();
+    if (c.quiet_at && now >= *c.quiet_at) {
+      c.quiet_at = now + silence_;  // and again while it stays silent: a look may find no server yet
+      silent = true;
+    }
     if (c.retry_at && c.sent && now >= *c.retry_at && now <= c.deadline) {
       c.retry_at.reset();
       Status s = send(it->first, c);
@@ -218,6 +236,7 @@ void CallEngine::reap() {
                                                            " ms: " + c.reply.message)
                             : error(StatusCode::kTimeout,
                                     "target " + std::to_string(c.target) + " did not answer within " + ms + " ms");
+      if (!c.retry_at) ++unanswered_;
       c.replied = c.sent = true;  // a late reply or send completion finds nothing and is dropped
       if (on_deadline_) on_deadline_(c.memory);
     }
@@ -226,9 +245,12 @@ void CallEngine::reap() {
       it = calls_.erase(it);
     } else {
       next_timer_ = std::min(next_timer_, c.retry_at && c.sent ? std::min(*c.retry_at, c.deadline) : c.deadline);
+      if (c.quiet_at) next_timer_ = std::min(next_timer_, *c.quiet_at);
       ++it;
     }
   }
+  // Last: the callback may retarget, which ends every call in flight.
+  if (silent && on_silence_) on_silence_();
 }
 
 CallEngine::Finished CallEngine::wait_for(uint64_t id) {
@@ -261,6 +283,23 @@ std::vector<CallEngine::Finished> CallEngine::take(size_t max, int timeout_ms) {
     completed_.pop_front();
   }
   return out;
+}
+
+void CallEngine::retarget(std::vector<transport::EpHandle> eps) {
+  ++generation_;
+  for (auto& [id, c] : calls_) {
+    c.status = error(StatusCode::kShutdown,
+                     "target " + std::to_string(c.target) + " went away (the server restarted) before it answered");
+    if (on_deadline_) on_deadline_(c.memory);  // as for a call that timed out
+    completed_.push_back({{id, c.status, 0}, {}});
+  }
+  calls_.clear();
+  touched_.clear();
+  send_queue_.clear();
+  large_sending_ = 0;
+  next_timer_ = Clock::time_point::max();
+  for (transport::EpHandle ep : eps_) worker_->abandon(ep);
+  eps_ = std::move(eps);
 }
 
 bool CallEngine::in_use(uintptr_t region) const {

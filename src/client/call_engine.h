@@ -73,6 +73,21 @@ class CallEngine {
   // `max` finished calls, oldest first.
   std::vector<Finished> take(size_t max, int timeout_ms);
 
+  // Points the engine at `eps`, one per target, where the server's targets listen now (a server that restarted):
+  // every call in flight ends with kShutdown, since the old targets will not answer it, and the old endpoints
+  // are abandoned (transport::Worker::abandon).
+  void retarget(std::vector<transport::EpHandle> eps);
+  // Called (inside wait_for, take and wait) when a call's target has not answered it at all for `after`, and
+  // again each `after` while it stays silent: long before the call's deadline, the container can look whether the
+  // server restarted, its targets elsewhere.
+  void on_silence(std::chrono::milliseconds after, std::function<void()> f) {
+    silence_ = after;
+    on_silence_ = std::move(f);
+  }
+  // How many calls so far ended with no answer from their target: the deadline passed in silence, or the fabric
+  // failed their send. The container looks for a restarted server when it grows.
+  uint64_t unanswered() const { return unanswered_; }
+
   // Whether a call in flight uses memory starting at `region` (as its region or its fabric memory).
   bool in_use(uintptr_t region) const;
   size_t in_flight() const { return calls_.size(); }
@@ -97,7 +112,9 @@ class CallEngine {
     std::vector<transport::Iov> payload;
     int attempts = 0;
     std::optional<Clock::time_point> retry_at;
-    bool restamp = false;  // an update or punch the target stamps
+    bool restamp = false;                       // an update or punch the target stamps
+    bool heard = false;                         // its target answered it (a Busy too)
+    std::optional<Clock::time_point> quiet_at;  // on_silence is called for it then, unless heard before
     bool done() const { return replied && sent; }
   };
   static constexpr int kMaxBusyRetries = 200;
@@ -115,6 +132,8 @@ class CallEngine {
   std::vector<transport::EpHandle> eps_;
   std::function<void(const Memory&)> on_deadline_;
   std::function<void(std::string_view)> on_notice_;
+  std::function<void()> on_silence_;
+  std::chrono::milliseconds silence_{0};
   void notice(transport::Incoming& in);
   std::mt19937_64 ids_ = well_seeded_rng();
   std::map<uint64_t, Call> calls_;
@@ -123,6 +142,8 @@ class CallEngine {
   Clock::time_point next_timer_ = Clock::time_point::max();  // no backoff ends and no deadline passes before
   uint32_t large_sending_ = 0;
   std::deque<uint64_t> send_queue_;
+  uint64_t unanswered_ = 0;
+  uint64_t generation_ = 0;  // retargets so far: a send completion of an older one leaves the send window alone
 };
 
 }  // namespace rfos::client

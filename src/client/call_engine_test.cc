@@ -141,6 +141,103 @@ TEST_F(CallEngineTest, SilenceEndsAtTheDeadlineAndHandsTheMemoryBack) {
   EXPECT_FALSE(e->in_use(0x1000));
 }
 
+// A server that restarted: calls to its old targets end at once with kShutdown (their memory handed back), a
+// late reply from an old target finds nothing, and the next calls go to the new targets. Only calls that went
+// unanswered count towards a look for a restart.
+TEST_F(CallEngineTest, RetargetEndsCallsInFlightAndSendsToTheNewTargets) {
+  std::vector<wire::Request> unanswered;
+  target_->answer = [&](const wire::Request& q) {
+    unanswered.push_back(q);
+    return std::vector<wire::Reply>{};
+  };
+  auto e = engine();
+  std::vector<uintptr_t> revoked;
+  e->on_deadline([&](const CallEngine::Memory& m) { revoked.push_back(m.region); });
+  wire::Request q = request();
+  auto first = e->submit(0, q, {}, {}, nullptr, {0x2000, 0});
+  ASSERT_TRUE(first.is_ok());
+  clock::advance(std::chrono::seconds(31));
+  auto done = finish(*e, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].done.status.code(), StatusCode::kTimeout);
+  EXPECT_EQ(e->unanswered(), 1u) << "a call its target never answered";
+  clock::reset();
+
+  wire::Request q2 = request();
+  auto second = e->submit(0, q2, {}, {}, nullptr, {0x3000, 0});
+  ASSERT_TRUE(second.is_ok());
+  for (int i = 0; i < 100 && unanswered.size() < 2; ++i) target_->w->progress(), e->take(1, 0);
+  ASSERT_EQ(unanswered.size(), 2u);
+
+  ScriptedTarget restarted(fabric_);
+  restarted.answer = [](const wire::Request& r) { return std::vector{reply(r)}; };
+  auto ep = e->worker().connect(restarted.w->address());
+  ASSERT_TRUE(ep.is_ok());
+  e->retarget({*ep});
+  done = e->take(1, 0);
+  ASSERT_EQ(done.size(), 1u) << "the call in flight ends at the retarget, not at its deadline";
+  EXPECT_EQ(done[0].done.ticket, *second);
+  EXPECT_EQ(done[0].done.status.code(), StatusCode::kShutdown) << done[0].done.status.to_string();
+  EXPECT_FALSE(e->in_use(0x3000));
+  EXPECT_EQ(revoked, (std::vector<uintptr_t>{0x2000, 0x3000}));
+  EXPECT_EQ(e->unanswered(), 1u) << "the calls the retarget ended do not ask for another look";
+
+  // The old target answers late: nothing takes it.
+  ASSERT_TRUE(target_->w
+                  ->send(target_->w->connect(e->worker().address()).value(), wire::encode_reply(reply(unanswered[1])),
+                         {}, [](Status) {})
+                  .is_ok());
+  wire::Request q3 = request();
+  auto third = e->submit(0, q3, {}, {});
+  ASSERT_TRUE(third.is_ok());
+  done.clear();
+  for (int i = 0; i < 1000 && done.empty(); ++i) {
+    restarted.w->progress();
+    target_->w->progress();
+    for (auto& f : e->take(1, 0)) done.push_back(std::move(f));
+  }
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].done.ticket, *third);
+  EXPECT_TRUE(done[0].done.status.is_ok()) << done[0].done.status.to_string();
+  EXPECT_EQ(restarted.heard.size(), 1u);
+  EXPECT_EQ(unanswered.size(), 2u) << "nothing more went to the old target";
+}
+
+// A call whose target says nothing calls out after the silence and again each silence after (the container's cue
+// to look for a restarted server), long before its deadline; once the target answered, never again.
+TEST_F(CallEngineTest, SilenceCallsOutBeforeTheDeadlineWhileItLasts) {
+  std::vector<wire::Request> heard;
+  target_->answer = [&](const wire::Request& q) {
+    heard.push_back(q);
+    return std::vector<wire::Reply>{};
+  };
+  auto e = engine();  // 30 s deadlines
+  int silences = 0;
+  e->on_silence(std::chrono::seconds(2), [&] { ++silences; });
+  wire::Request q = request();
+  ASSERT_TRUE(e->submit(0, q, {}, {}).is_ok());
+  for (int i = 0; i < 100 && heard.empty(); ++i) target_->w->progress(), e->take(1, 0);
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_EQ(silences, 0);
+  clock::advance(std::chrono::milliseconds(2100));
+  EXPECT_TRUE(e->take(1, 0).empty());
+  EXPECT_EQ(silences, 1);
+  EXPECT_TRUE(e->take(1, 0).empty());
+  EXPECT_EQ(silences, 1) << "once per silence, not per poll";
+  clock::advance(std::chrono::milliseconds(2100));
+  EXPECT_TRUE(e->take(1, 0).empty());
+  EXPECT_EQ(silences, 2);
+  ASSERT_TRUE(target_->w
+                  ->send(target_->w->connect(e->worker().address()).value(),
+                         wire::encode_reply(reply(heard[0], StatusCode::kBusy)), {}, [](Status) {})
+                  .is_ok());
+  for (int i = 0; i < 100 && silences == 2; ++i) {
+    e->take(1, 0);
+    clock::advance(std::chrono::milliseconds(2100));
+  }
+  EXPECT_EQ(silences, 2) << "a target that answered Busy is not silent";
+}
+
 TEST_F(CallEngineTest, BusyPastTheDeadlineSaysBusy) {
   target_->answer = [](const wire::Request& q) { return std::vector{reply(q, StatusCode::kBusy)}; };
   auto e = engine();

@@ -1,5 +1,6 @@
 #include "client/container.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -66,12 +67,81 @@ class Container::Impl : public RawArrays {
   Status reconnect() {
     RFOS_ASSIGN_OR_RETURN(Session fresh,
                           control->connect(session.pool.uuid, session.cont.uuid, options.write, options.ttl_s));
-    if (fresh.target_addresses != session.target_addresses)
-      return error(StatusCode::kShutdown, "the server's targets changed; open the container again");
-    session.session_id = fresh.session_id;
-    session.capability = fresh.capability;
-    session.expires_unix_ms = fresh.expires_unix_ms;
+    return adopt(std::move(fresh));
+  }
+  // Takes `fresh` (a new session of the same container) for the handle's own. Where it comes from another server
+  // process (the server restarted: a crash and recovery, an upgrade), the handle connects to that one's targets
+  // and goes on there; the calls still in flight to the old ones end with kShutdown. A server whose number of
+  // targets changed places objects elsewhere: the handle cannot go on.
+  Status adopt(Session fresh) {
+    if (another_server(fresh)) {
+      if (fresh.target_addresses.size() != session.target_addresses.size())
+        return error(StatusCode::kShutdown, "the server's targets changed in number; open the container again");
+      transport::Worker& w = calls->worker();
+      w.set_introduction(fresh.capability);  // the new targets admit our hellos by it
+      std::vector<transport::EpHandle> eps;
+      for (const std::string& addr : fresh.target_addresses) {
+        auto ep = w.connect(addr);
+        if (!ep.is_ok()) {
+          for (transport::EpHandle e : eps) w.abandon(e);
+          w.set_introduction(session.capability);
+          return ep.status();
+        }
+        eps.push_back(*ep);
+      }
+      calls->retarget(std::move(eps));
+      grants.clear();  // the restarted targets hold none
+      server_restarts().fetch_add(1);
+    }
+    session = std::move(fresh);
+    schedule_renewal();
     return Status::ok();
+  }
+  // Whether `fresh` comes from another server process than the handle's session: its instance differs (its
+  // targets may listen at the old addresses, as libfabric's tcp ones do), or, from a server that names none, its
+  // targets' addresses do.
+  bool another_server(const Session& fresh) const {
+    return fresh.server_instance != session.server_instance || fresh.target_addresses != session.target_addresses;
+  }
+  // Every handle of the process: one that found its server restarted tells the others to look, before their
+  // next request goes to targets that are gone (over shared memory it would wait out its deadline).
+  static std::atomic<uint64_t>& server_restarts() {
+    static std::atomic<uint64_t> n{0};
+    return n;
+  }
+  // How long a call may go without a word from its target before the handle looks whether the server restarted
+  // (CallEngine::on_silence): a restarted server's old targets never answer, and over shared memory or a tcp
+  // connection UCX has not seen close, nothing else says so before the call's deadline.
+  static constexpr std::chrono::milliseconds kSilenceBeforeLook{2000};
+  uint64_t unanswered_seen = 0;  // calls->unanswered() as of the last look for a restart
+  uint64_t restarts_seen = 0;    // server_restarts() as of the last look
+  bool silent = false;           // a call went unanswered for kSilenceBeforeLook since the last look
+  uint64_t next_look_ms = 0;     // no look before; a look that found no server waits a second
+  uint64_t look_gap_ms = 1000;   // doubled (to 32 s) by each look that finds the same server: slow, not restarted
+  // Called before each request and when a call went silent. After calls went unanswered, went silent, or another
+  // handle found its server restarted: whether another server process answers now, from a new session the
+  // control plane grants; if so, the handle goes on with its targets (adopt). The same process was slow, not
+  // restarted: the new session is ended and the handle keeps its own.
+  void look_for_restart() {
+    uint64_t unanswered = calls->unanswered(), restarts = server_restarts().load(std::memory_order_relaxed);
+    if (unanswered == unanswered_seen && restarts == restarts_seen && !silent) return;
+    uint64_t now = wall_ms();
+    if (!control || now < next_look_ms) return;
+    next_look_ms = now + 1000;
+    auto fresh = control->connect(session.pool.uuid, session.cont.uuid, options.write, options.ttl_s);
+    if (!fresh.is_ok()) return;  // not back yet (or no longer ours to open): requests fail as they would
+    if (!another_server(*fresh)) {
+      (void)control->disconnect(fresh->session_id);
+      next_look_ms = now + look_gap_ms;
+      look_gap_ms = std::min<uint64_t>(look_gap_ms * 2, 32000);
+    } else if (adopt(std::move(*fresh)).is_ok()) {
+      look_gap_ms = 1000;
+    } else {
+      return;
+    }
+    unanswered_seen = unanswered;
+    restarts_seen = server_restarts().load(std::memory_order_relaxed);
+    silent = false;
   }
   void maybe_renew() {
     uint64_t now = wall_ms();
@@ -105,6 +175,7 @@ class Container::Impl : public RawArrays {
   // Every request goes out with the session's current capability.
   Result<uint64_t> submit(uint32_t t, wire::Request& q, std::span<const Iov> payload, std::span<uint8_t> into,
                           std::string* sized = nullptr, CallEngine::Memory memory = {}) {
+    look_for_restart();
     maybe_renew();
     q.capability = session.capability;
     return calls->submit(t, q, payload, into, sized, memory);
@@ -292,6 +363,7 @@ Result<std::unique_ptr<Container>> Container::open(std::unique_ptr<Impl> impl, S
   impl->options = options;
   impl->session = std::move(session);
   impl->schedule_renewal();
+  impl->restarts_seen = Impl::server_restarts().load(std::memory_order_relaxed);
   impl->csum_chunk = impl->session.cont.props.csum_chunk_bytes ? impl->session.cont.props.csum_chunk_bytes : 4096;
   std::string provider = options.provider.empty() ? impl->session.provider : options.provider;
   RFOS_ASSIGN_OR_RETURN(std::unique_ptr<transport::Worker> worker, transport::Worker::create(provider));
@@ -320,6 +392,11 @@ Result<std::unique_ptr<Container>> Container::open(std::unique_ptr<Impl> impl, S
   // back: the registration goes.
   RegistrationCache* regions = impl->regions.get();
   calls->on_deadline([regions](const CallEngine::Memory& m) { regions->revoke(m.region); });
+  Impl* raw = impl.get();
+  calls->on_silence(Impl::kSilenceBeforeLook, [raw] {
+    raw->silent = true;
+    raw->look_for_restart();
+  });
   if (options.sealer)
     impl->sealed = std::make_unique<SealedIo>(options.sealer, impl->session.cont.uuid, *impl, options.timeout_ms);
   return std::unique_ptr<Container>(new Container(std::move(impl)));

@@ -318,6 +318,7 @@ Result<Session> ControlClient::connect(const std::string& pool, const std::strin
   s.expires_unix_ms = resp.expires_unix_ms();
   s.provider = resp.map().provider();
   for (const auto& t : resp.map().targets()) s.target_addresses.push_back(t.address());
+  s.server_instance = resp.map().instance();
   s.pool = from_wire(resp.pool());
   s.cont = from_wire(resp.cont());
   return s;

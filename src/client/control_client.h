@@ -86,6 +86,7 @@ struct Session {
   uint64_t expires_unix_ms = 0;
   std::string provider;
   std::vector<std::string> target_addresses;  // index = target
+  std::string server_instance;                // the server process's (wire PoolMap.instance); empty from old ones
   PoolInfo pool;
   ContInfo cont;
 };

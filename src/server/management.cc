@@ -137,7 +137,10 @@ Result<std::unique_ptr<Management>> Management::open(const ServerConfig& config)
   return m;
 }
 
-Management::Management(const ServerConfig& config) : config_(config), mgmt_(std::make_unique<MgmtStore>()) {}
+Management::Management(const ServerConfig& config) : config_(config), mgmt_(std::make_unique<MgmtStore>()) {
+  Uuid id = Uuid::random();
+  instance_.assign(reinterpret_cast<const char*>(id.bytes.data()), id.bytes.size());
+}
 Management::~Management() { data_.clear(); }  // data-plane threads stop before the engines close
 
 Status Management::open_store() {
@@ -631,6 +634,7 @@ Status Management::connect(const Principal& who, const wire::ConnectRequest& req
   wire::PoolMap* map = resp->mutable_map();
   map->set_version(1);
   map->set_provider(config_.provider);
+  map->set_instance(instance_);
   for (uint32_t i = 0; i < targets_.size(); ++i) {
     wire::TargetInfo* t = map->add_targets();
     t->set_index(i);

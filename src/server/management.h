@@ -61,6 +61,8 @@ class Management {
   uint32_t targets() const;
   // The targets' durability mode in words (Engine::durability).
   std::string durability() const;
+  // This server process's instance (wire PoolMap.instance): 16 random bytes drawn at start.
+  const std::string& instance() const { return instance_; }
 
  private:
   explicit Management(const ServerConfig& config);
@@ -93,6 +95,7 @@ class Management {
   std::shared_ptr<QosLedger> qos_ = std::make_shared<QosLedger>();              // shared with the targets
   std::shared_ptr<GrantClaims> claims_ = std::make_shared<GrantClaims>();       // shared with the targets
   static constexpr size_t kMaxSessionsPerPrincipal = 1024;
+  std::string instance_;
 };
 
 }  // namespace rfos::server

@@ -249,6 +249,7 @@ grpc::Status Server::Impl::ServerInfo(ServerContext* ctx, const wire::ServerInfo
   resp->set_provider(config_.provider);
   resp->set_targets(management_->targets());
   resp->set_uptime_s((wall_ms() - started_ms_) / 1000);
+  resp->set_instance(management_->instance());
   if (who.admin) resp->set_data_dir(config_.data_dir);
   resp->set_caller(who.describe());
   resp->set_caller_rights(who.admin ? acl::kAll : 0);

@@ -113,6 +113,9 @@ class Worker {
   virtual void set_introduction(std::string token) { (void)token; }
   virtual Result<EpHandle> connect(std::string_view peer_address) = 0;
   virtual void disconnect(EpHandle ep) = 0;
+  // Drops an endpoint whose peer is gone (a server that restarted), without the flush a disconnect waits for:
+  // over shared memory nothing tells a dead peer apart from a slow one, and the flush would never end.
+  virtual void abandon(EpHandle ep) { disconnect(ep); }
 
   virtual void on_message(std::function<void(Incoming&)> handler) = 0;
   // Inside the message handler: makes the sender of `in` (reply_to 0, see WorkerOptions::introduced_peers_only)

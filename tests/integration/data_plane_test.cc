@@ -1317,6 +1317,52 @@ TEST_P(DataPlane, RestartKeepsAcknowledgedData) {
   }
 }
 
+// A server that restarts (killed, then started again on its data directory and control socket) has its targets at
+// new addresses; a handle open across the restart goes on there. The call that finds the old targets gone fails,
+// with kShutdown, well before its deadline (the fabric's error, or the handle's look at the control plane after
+// two silent seconds: over shared memory nothing tells a dead peer from a slow one); the next ones work, and
+// what was acknowledged before reads back.
+TEST_P(DataPlane, AHandleGoesOnWhenTheServerRestarts) {
+  client::ContainerOptions o;
+  o.timeout_ms = 120000;  // a call that waited for its deadline would take the test past its own
+  auto opened = Container::open(*control_, "p", "c", o);
+  ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
+  std::unique_ptr<Container> c = std::move(opened).value();
+  std::string data = bytes_of(70000, 77), back(data.size(), '\0');
+  ASSERT_TRUE(c->write({21, 21}, "d", "a", 0, as_span(data)).is_ok());
+
+  // The killed server's object keeps its control socket's directory until the end of the test.
+  std::unique_ptr<testing::ServerProcess> killed = std::move(server_);
+  killed->kill();
+  server_ = std::make_unique<testing::ServerProcess>(
+      dir_.path(), std::vector<std::string>{"--provider", GetParam(), "--control-socket", killed->socket_path()});
+  ASSERT_TRUE(server_->start());
+
+  int failures = 0;
+  Status r;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!(r = c->read({21, 21}, "d", "a", 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()})).is_ok() &&
+         std::chrono::steady_clock::now() < until) {
+    ++failures;
+    EXPECT_EQ(r.code(), StatusCode::kShutdown) << r.to_string();
+  }
+  ASSERT_TRUE(r.is_ok()) << "the handle never reached the restarted server: " << r.to_string();
+  EXPECT_TRUE(back == data);
+  EXPECT_LE(failures, 2) << "calls after the first failed too";
+
+  std::string more = bytes_of(5000, 78), more_back(more.size(), '\0');
+  Status w = c->write({21, 21}, "e", "a", 0, as_span(more));
+  ASSERT_TRUE(w.is_ok()) << w.to_string();
+  ASSERT_TRUE(c->read({21, 21}, "e", "a", 0, {reinterpret_cast<uint8_t*>(more_back.data()), more.size()}).is_ok());
+  EXPECT_TRUE(more_back == more);
+  // A handle opened afresh sees what the surviving one wrote.
+  auto fresh = open();
+  ASSERT_TRUE(fresh);
+  std::fill(more_back.begin(), more_back.end(), '\0');
+  ASSERT_TRUE(fresh->read({21, 21}, "e", "a", 0, {reinterpret_cast<uint8_t*>(more_back.data()), more.size()}).is_ok());
+  EXPECT_TRUE(more_back == more);
+}
+
 // Damage at rest is a checksum error at the client, never wrong bytes: whole chunks go out with their stored
 // checksums and the client checks them (the target does not read them twice); a partial chunk the target
 // verifies before it checksums it anew.

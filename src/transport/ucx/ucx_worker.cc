@@ -207,6 +207,7 @@ class UcxWorker final : public Worker {
   }
 
   void disconnect(EpHandle h) override { close_handle(h, false); }
+  void abandon(EpHandle h) override { close_handle(h, true); }
 
   // Closes an endpoint this worker created, unless its failure closed it already. By force where connect()
   // gives up on it: a peer that does not answer would never let a graceful close finish.
