@@ -152,8 +152,11 @@ class AppConn {
     takes_.store(false, std::memory_order_relaxed);  // what is left in its ring waits for no turn
     if (!end.is_ok() && end.code() != StatusCode::kShutdown)
       spdlog::info("agent: app {} of tenant {}: {}", peer_.describe(), tenant_, end.to_string());
-    shutdown(fd_, SHUT_RDWR);  // the app hears of it now (a broken ring, a bad message), not when this thread is joined
+    // What it started ends first: the app may reuse its buffers once it hears the agent is gone, and a target
+    // must not write into or read from them after that. Then the app hears of it (a broken ring, a bad message,
+    // the agent stopping), before this thread is joined.
     drain(std::chrono::milliseconds(config_.timeout_ms));
+    shutdown(fd_, SHUT_RDWR);
   }
 
  private:
@@ -1249,7 +1252,8 @@ class Agent::Impl {
     (void)!write(stop_fd, &one, sizeof(one));
     if (acceptor.joinable()) acceptor.join();
     std::lock_guard lock(mu);
-    for (App& a : apps) shutdown(a.fd, SHUT_RDWR);  // each app's thread sees its socket end
+    // Each app's thread sees its socket end; the app itself hears once that thread drained what it started.
+    for (App& a : apps) shutdown(a.fd, SHUT_RD);
     for (App& a : apps) {
       a.thread.join();
       close(a.fd);

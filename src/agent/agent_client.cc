@@ -124,11 +124,23 @@ Status AgentClient::send_request(const Message& m, int send_fd) {
 }
 
 Result<Message> AgentClient::receive_answer(uint32_t id, std::vector<int>* fds) {
-  pollfd pf{fd_, POLLIN, 0};
-  int got = ::poll(&pf, 1, static_cast<int>(timeout_ms_));
-  if (got == 0)
-    return error(StatusCode::kTimeout, "no answer from the agent within " + std::to_string(timeout_ms_) + " ms");
-  if (got < 0) return sys_error("poll");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms_);
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd pf{fd_, POLLIN, 0};
+    int got = ::poll(&pf, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
+    if (got == 0)
+      return error(StatusCode::kTimeout, "no answer from the agent within " + std::to_string(timeout_ms_) + " ms");
+    if (got < 0) return sys_error("poll");
+    RFOS_ASSIGN_OR_RETURN(std::optional<Message> r, receive_one(id, fds));
+    // nullopt: the late answer to a call that timed out before, dropped (else each later call would read the
+    // answer to the one before it).
+    if (r) return std::move(*r);
+  }
+}
+
+// Reads one message of the socket: the answer to call `id`, or nullopt for an answer to an earlier call.
+Result<std::optional<Message>> AgentClient::receive_one(uint32_t id, std::vector<int>* fds) {
   std::vector<char> buf(kMaxMessageBytes + 1);
   iovec iov{buf.data(), buf.size()};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
@@ -162,9 +174,10 @@ Result<Message> AgentClient::receive_answer(uint32_t id, std::vector<int>* fds) 
   if (!r.is_ok()) return r.status();
   // An error with id 0 is the agent refusing the connection before it read a request.
   if (Status s = status_of(*r); !s.is_ok() && (r->id == id || r->id == 0)) return s;
+  if (r->id != 0 && r->id < id) return std::optional<Message>();
   if (r->id != id) return error(StatusCode::kInvalidArgument, "the agent answered another request");
   if (fds) *fds = std::move(got_fds);
-  return r;
+  return std::optional<Message>(std::move(*r));
 }
 
 Result<Message> AgentClient::call(const Message& m, std::vector<int>* fds, int send_fd) {
@@ -239,8 +252,15 @@ Result<uint64_t> AgentClient::keys(KeyOp op, uint32_t handle, const ObjectId& oi
   return r.value;
 }
 
+Status AgentClient::went() {
+  gone_ = true;
+  in_flight_ = 0;
+  return gone();
+}
+
 Status AgentClient::submit(RingOp op, uint32_t handle, const ObjectId& oid, std::string_view dkey,
                            std::string_view akey, uint64_t offset, std::span<uint8_t> bytes, uint64_t user_data) {
+  if (gone_) return gone();
   if (!bytes.empty() && (bytes.data() < buffer_ || bytes.data() + bytes.size() > buffer_ + buffer_bytes_))
     return error(StatusCode::kInvalidArgument, "the bytes must lie in the agent's shared buffer");
   if (dkey.size() + akey.size() > kSqeKeyBytes)
@@ -269,6 +289,7 @@ Status AgentClient::submit(RingOp op, uint32_t handle, const ObjectId& oid, std:
 
 Result<std::vector<AgentCompletion>> AgentClient::poll(size_t max, int timeout_ms) {
   std::vector<AgentCompletion> out;
+  if (gone_) return gone();
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
     RFOS_ASSIGN_OR_RETURN(uint32_t n, ends_->cq.ready());
@@ -283,17 +304,26 @@ Result<std::vector<AgentCompletion>> AgentClient::poll(size_t max, int timeout_m
     }
     if (!out.empty()) {
       ends_->cq.release();
+      empty_polls_ = 0;
       return out;
     }
     int left = timeout_ms;
     if (timeout_ms >= 0) {
       auto now = std::chrono::steady_clock::now();
-      if (now >= deadline) return out;
+      // A caller that spins with no wait must hear of an agent that died too: every 64th empty poll looks at
+      // the socket (a system call, which a spinning app should not pay on every turn).
+      if (now >= deadline) {
+        if ((++empty_polls_ & 63) == 0 || timeout_ms > 0) {
+          pollfd p{fd_, POLLIN, 0};
+          if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR))) return went();
+        }
+        return out;
+      }
       left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) + 1;
     }
     // The socket beside the eventfd: an agent that dies ends the wait at once.
     Status w = ends_->cq.wait(left, fd_);
-    if (w.code() == StatusCode::kShutdown) return gone();
+    if (w.code() == StatusCode::kShutdown) return went();
     RFOS_RETURN_IF_ERROR(w);
   }
 }

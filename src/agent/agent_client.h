@@ -69,7 +69,8 @@ class AgentClient {
   Status submit(RingOp op, uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey,
                 uint64_t offset, std::span<uint8_t> bytes, uint64_t user_data);
   // Up to `max` completions, waiting up to timeout_ms (-1: no limit) for the first. kShutdown when the agent is
-  // gone, kCorruption when it broke the ring.
+  // gone (a poll with timeout 0 looks every 64th time it finds nothing), and to every submit and poll after;
+  // kCorruption when it broke the ring.
   Result<std::vector<AgentCompletion>> poll(size_t max, int timeout_ms);
   // Submits and waits for one I/O.
   Status write(uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
@@ -117,7 +118,9 @@ class AgentClient {
   Message object_request(ObjectOp op, const std::string& pool, const std::string& cont, const std::string& key,
                          uint32_t mode, uint64_t batch = 0, const std::string& anchor = "");
   Result<Message> receive_answer(uint32_t id, std::vector<int>* fds = nullptr);
+  Result<std::optional<Message>> receive_one(uint32_t id, std::vector<int>* fds);
   Status refusal_or_gone();
+  Status went();  // the agent is gone (found by poll): says so, and from now on to every submit and poll
   Status io(RingOp op, uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey,
             uint64_t offset, std::span<uint8_t> bytes);
 
@@ -131,6 +134,8 @@ class AgentClient {
   uint8_t* buffer_ = nullptr;
   size_t buffer_bytes_ = 0;
   size_t in_flight_ = 0;
+  bool gone_ = false;         // poll found the agent gone: nothing is in flight, and nothing more goes
+  uint32_t empty_polls_ = 0;  // polls in a row that waited for nothing and found nothing
   uint32_t agent_pid_ = 0;
   uint64_t next_sync_ = 0;  // user_data of synchronous I/O: the top bit set
 };

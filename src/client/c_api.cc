@@ -2,6 +2,7 @@
 #include "rfos/rfos.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -142,7 +143,10 @@ int agent_rw(rfos_cont* c, bool write, const ObjectId& oid, const char* dkey, co
 int agent_rwv(rfos_cont* c, bool write, const ObjectId& oid, const char* dkey, const char* akey,
               const rfos_extent_t* extents, size_t nextents, const struct iovec* iov, size_t niov) {
   uint64_t have = 0;
-  for (size_t i = 0; i < niov; ++i) have += iov[i].iov_len;
+  for (size_t i = 0; i < niov; ++i) {
+    if (iov[i].iov_len > (1ull << 62) - have) return -EINVAL;  // as in-process: more than 2^62 bytes together
+    have += iov[i].iov_len;
+  }
   if (Status s = rfos::client::check_extents(extents_of(extents, nextents), have); !s.is_ok()) return fail(s);
   uint8_t* staging = c->agent->buffer().data();
   size_t v = 0, at = 0;  // the iovec and the offset in it where the next byte is
@@ -266,13 +270,18 @@ int rfos_cont_open(rfos_client_t* client, const char* pool, const char* cont, in
   if (!client->agent_socket.empty()) {
     rfos::agent::AgentClientOptions ao;
     const char* mib = std::getenv("RFOS_AGENT_BUFFER_MIB");
-    ao.buffer_bytes = (mib ? std::max<uint64_t>(std::strtoull(mib, nullptr, 10), kStagingSlots + 1) : 64) << 20;
+    uint64_t mibs = mib ? std::max<uint64_t>(std::strtoull(mib, nullptr, 10), kStagingSlots + 1) : 64;
+    if (mibs > (uint64_t{1} << 30))  // 1 PiB: far past any memory, and well short of wrapping around in bytes
+      return fail(rfos::error(rfos::StatusCode::kInvalidArgument, "RFOS_AGENT_BUFFER_MIB is too large"));
+    ao.buffer_bytes = mibs << 20;
     ao.entries = 256;
     ao.timeout_ms = client->timeout_ms;
     auto a = rfos::agent::AgentClient::connect(client->agent_socket, ao);
     if (!a.is_ok()) return fail(a.status());
     auto h = (*a)->open(pool, cont, write != 0);
     if (!h.is_ok()) return fail(h.status());
+    if ((*a)->buffer().size() <= kStagingSlots * kSlot)  // the staging slots come first, allocations after them
+      return fail(rfos::error(rfos::StatusCode::kInternal, "the agent's shared buffer is smaller than asked"));
     auto* c = new rfos_cont;
     c->agent = std::move(a).value();
     c->handle = *h;
@@ -387,23 +396,35 @@ int rfos_submit_read(rfos_cont_t* c, rfos_oid_t oid, const char* dkey, const cha
 int rfos_poll(rfos_cont_t* c, rfos_completion_t* out, int max, int timeout_ms) {
   if (bad(c, "cont") || bad(out, "out") || max <= 0) return -EINVAL;
   if (c->agent) {
-    auto got = c->agent->poll(static_cast<size_t>(max), timeout_ms);
-    if (!got.is_ok()) {
-      // The agent is gone or broke the ring: nothing it held is in flight any more, so every buffer may go.
-      c->submitted.clear();
-      c->in_flight.clear();
-      return fail(got.status());
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+    for (;;) {
+      auto got = c->agent->poll(static_cast<size_t>(max), timeout_ms);
+      if (!got.is_ok()) {
+        // The agent is gone: nothing it held is in flight any more (it drains what it started before it hangs
+        // up), so every buffer may go. A broken ring leaves them held: the agent may still be moving bytes.
+        if (got.status().code() == rfos::StatusCode::kShutdown) {
+          c->submitted.clear();
+          c->in_flight.clear();
+        }
+        return fail(got.status());
+      }
+      int n = 0;
+      for (const auto& done : *got) {
+        if (done.user_data >> 63) continue;  // a piece of a synchronous call that failed part-way: not the app's
+        agent_completed(c, done.user_data);
+        out[n].ticket = done.user_data;
+        out[n].status = done.status.is_ok() ? 0 : -done.status.to_errno();
+        if (!done.status.is_ok()) last_error = done.status.to_string();
+        ++n;
+      }
+      // Only pieces not the app's: it asked to wait for its own, so the wait goes on (what is left of it).
+      if (n > 0 || got->empty() || timeout_ms == 0) return n;
+      if (timeout_ms > 0) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) return 0;
+        timeout_ms = static_cast<int>(left.count());
+      }
     }
-    int n = 0;
-    for (const auto& done : *got) {
-      if (done.user_data >> 63) continue;  // a piece of a synchronous call that failed part-way: not the app's
-      agent_completed(c, done.user_data);
-      out[n].ticket = done.user_data;
-      out[n].status = done.status.is_ok() ? 0 : -done.status.to_errno();
-      if (!done.status.is_ok()) last_error = done.status.to_string();
-      ++n;
-    }
-    return n;
   }
   auto done = c->cont->poll(static_cast<size_t>(max), timeout_ms);
   for (size_t i = 0; i < done.size(); ++i) {

@@ -89,6 +89,17 @@ TEST(ScatterGather, BadExtentsMoveNothing) {
   for (const Extent& e : {empty, too_far, short_one})
     EXPECT_EQ(scatter_gather(true, {&e, 1}, sgl, 4, arr.io(true)).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(arr.pieces.empty());
+  // Lengths that wrap around 2^64 together: they must not pass for the 10 bytes they would add up to.
+  std::vector<Extent> wrapping(4, Extent{0, 1ull << 62});
+  wrapping.push_back({0, 10});
+  EXPECT_EQ(check_extents(wrapping, 10).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(scatter_gather(false, wrapping, sgl, 4, arr.io(false)).code(), StatusCode::kInvalidArgument);
+  // Buffers that wrap around together: the same.
+  std::vector<std::span<uint8_t>> huge(4, std::span<uint8_t>(reinterpret_cast<uint8_t*>(data.data()), 1ull << 62));
+  huge.push_back(span(data));
+  Extent ten{0, 10};
+  EXPECT_EQ(scatter_gather(true, {&ten, 1}, huge, 4, arr.io(true)).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(arr.pieces.empty());
 }
 
 }  // namespace

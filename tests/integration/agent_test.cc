@@ -1154,6 +1154,10 @@ TEST_F(AgentTest, AnAgentThatDiesFailsItsAppsAtOnceAndANewOneServesThem) {
   auto buf = app->buffer();
   fill(buf.subspan(0, 65536), 3);
   ASSERT_TRUE(app->write(*h, {3, 3}, "d", "a", 0, buf.subspan(0, 65536)).is_ok());
+  auto spinner = connect();  // an app that polls without waiting, as one that spins over its completions does
+  ASSERT_TRUE(spinner);
+  auto sh = spinner->open("p", "c", true);
+  ASSERT_TRUE(sh.is_ok()) << sh.status().to_string();
   kill(agent, SIGKILL);
   int status;
   waitpid(agent, &status, 0);
@@ -1161,6 +1165,16 @@ TEST_F(AgentTest, AnAgentThatDiesFailsItsAppsAtOnceAndANewOneServesThem) {
   auto got = app->poll(1, -1);
   EXPECT_EQ(got.status().code(), StatusCode::kShutdown);
   EXPECT_EQ(app->open("p", "c", true).status().code(), StatusCode::kShutdown);
+  // The spinning app within 64 polls, and its submissions from then on.
+  int polls = 0;
+  Status spun;
+  while (polls < 1000 && (spun = spinner->poll(1, 0).status()).is_ok()) ++polls;
+  EXPECT_EQ(spun.code(), StatusCode::kShutdown) << spun.to_string();
+  EXPECT_LT(polls, 64);
+  EXPECT_EQ(spinner->submit(RingOp::kWrite, *sh, {3, 3}, "d", "a", 0, spinner->buffer().subspan(0, 4096), 7).code(),
+            StatusCode::kShutdown);
+  EXPECT_EQ(spinner->in_flight(), 0u);
+  spinner.reset();
   // A new agent on the same socket; the app reconnects and finds what was acknowledged.
   agent = spawn();
   ASSERT_TRUE(testing::poll_until(connectable, 30s, 20ms));
