@@ -54,7 +54,8 @@ std::string human_bytes(uint64_t bytes);
 struct Mounted {
   std::unique_ptr<client::ControlClient> control;
   std::unique_ptr<posix::Namespace> ns;
-  std::string owner;  // the container's
+  std::string owner;           // the container's
+  uint32_t open_sessions = 0;  // on the container, before this one opened its own
 };
 Result<Mounted> open_namespace(const Context& ctx, const std::string& pool, const std::string& cont,
                                const std::string& provider);

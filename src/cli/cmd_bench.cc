@@ -439,6 +439,8 @@ void add_bench_command(CLI::App& app, Context& ctx) {
                                                 {"bw_bytes", ceiling->unhandled_bw_bytes},
                                                 {"ratio_iops", iops / ceiling->unhandled_msg_rate}};
         out["ceiling"] = std::move(c);
+      } else if (a->ceiling) {  // asked for and not had: said, not left out
+        out["ceiling"] = {{"error", ceiling.status().to_string()}};
       }
       out["rfos_cpu"] = {{"app_s", app_cpu},
                          {"agent_s", agent_cpu},

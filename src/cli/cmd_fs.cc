@@ -622,10 +622,18 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
       "--repair)");
   common(check);
   auto repair = std::make_shared<bool>(false);
+  auto punch_leaked = std::make_shared<bool>(false);
+  auto force = std::make_shared<bool>(false);
   check->add_flag("--repair", *repair,
-                  "then give back what nothing reaches (dangling entries, unfinished puts, unlinked inodes, leaked "
-                  "data) and check again; only while no client has the container open");
-  check->callback([&ctx, a, repair] {
+                  "then give back what nothing reaches (dangling entries, unfinished puts, unlinked inodes) and "
+                  "check again; refused while a session is open on the container");
+  check->add_flag("--punch-leaked", *punch_leaked,
+                  "with --repair: also punch leaked file data that looks like an unfinished purge's remains (only "
+                  "for a container that holds nothing but the namespace: rfos bench's objects look the same)");
+  check->add_flag("--force", *force,
+                  "with --repair: even while sessions are open (those of clients that died stay open until their "
+                  "capability expires, an hour by default)");
+  check->callback([&ctx, a, repair, punch_leaked, force] {
     std::string report;
     if (*repair && !ctx.agent.empty())
       return (void)ctx.check(error(StatusCode::kNotSupported, "--repair does not run through the agent yet"),
@@ -640,21 +648,37 @@ void add_fs_commands(CLI::App& app, Context& ctx) {
       if (!ctx.check(r.status(), "fs check")) return;
       report = r->blob;
     } else {
+      if ((*punch_leaked || *force) && !*repair)
+        return (void)ctx.check(error(StatusCode::kInvalidArgument, "--punch-leaked and --force go with --repair"),
+                               "fs check");
       auto opened = open_namespace(ctx, a->pool, a->cont, a->provider);
       if (!ctx.check(opened.status(), "fs check")) return;
+      // As a file system is repaired unmounted: an unlinked file is one a live mount may still read, an unfinished
+      // put one a live put is still writing.
+      if (*repair && !*force && opened->open_sessions > 0)
+        return (void)ctx.check(
+            error(StatusCode::kBusy, std::to_string(opened->open_sessions) +
+                                         " session(s) open on the container (a mount, a copy, an agent's app, or a "
+                                         "client that died, until its capability expires): repair once none is, "
+                                         "or pass --force"),
+            "fs check --repair");
       auto r = opened->ns->check();
       if (!ctx.check(r.status(), "fs check")) return;
       report = r->describe();
       if (*repair) {
         std::fputs(report.c_str(), stdout);  // what was found, before anything changes
         std::fflush(stdout);
-        auto fixed = opened->ns->repair(*r);
-        Status synced = fixed.is_ok() ? opened->ns->sync() : fixed.status();  // durable when it says so
-        if (!ctx.check(synced, "fs check --repair")) return;
-        report = "repaired " + std::to_string(fixed->repaired) + "\n";
-        for (const auto& l : fixed->left) report += "left: " + l + "\n";
-        for (const auto& f : fixed->failed) report += "failed: " + f + "\n";
-        if (!fixed->failed.empty()) ctx.exit_code = 1;
+        posix::Namespace::RepairReport fixed;
+        Status done = opened->ns->repair(*r, *punch_leaked, &fixed);
+        if (done.is_ok()) done = opened->ns->sync();  // durable when it says so
+        report = "repaired " + std::to_string(fixed.repaired) + "\n";
+        for (const auto& l : fixed.left) report += "left: " + l + "\n";
+        for (const auto& f : fixed.failed) report += "failed: " + f + "\n";
+        if (!done.is_ok()) {  // what it changed before it stopped, then why it stopped
+          std::fputs(report.c_str(), stdout);
+          return (void)ctx.check(done, "fs check --repair");
+        }
+        if (!fixed.failed.empty()) ctx.exit_code = 1;
         r = opened->ns->check();
         if (!ctx.check(r.status(), "fs check")) return;
         report += "checked again:\n" + r->describe();

@@ -13,6 +13,7 @@ Result<Mounted> open_namespace(const Context& ctx, const std::string& pool_id, c
   auto info = m.control->cont_query(pool_id, cont_id);  // a clear error before anything else
   RFOS_RETURN_IF_ERROR(info.status());
   m.owner = info->owner;
+  m.open_sessions = info->open_sessions;
   client::ContainerOptions o;
   o.provider = provider.empty() && std::getenv("RFOS_PROVIDER") ? std::getenv("RFOS_PROVIDER") : provider;
   RFOS_ASSIGN_OR_RETURN(m.ns, posix::Namespace::open(*m.control, pool_id, cont_id, o));

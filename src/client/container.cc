@@ -419,6 +419,9 @@ Container::~Container() {
     for (uint64_t id : ids) (void)impl_->calls->wait_for(id);
   }
   impl_->regions->clear();  // before the call engine's worker goes
+  // The session ends with the handle, not an hour later at its capability's expiry: the server holds each
+  // principal to 1024 open sessions, and `rfos fs check --repair` asks that none be open on the container.
+  if (impl_->control) (void)impl_->control->disconnect(impl_->session.session_id);
 }
 const Session& Container::session() const { return impl_->session; }
 bool Container::sealed() const { return impl_->sealed != nullptr; }

@@ -80,6 +80,7 @@ ContInfo from_wire(const wire::ContInfo& c) {
   ContInfo out{c.uuid(), c.label(), c.pool_uuid(), {}, {}, c.owner(), c.owner_group(), c.created_unix_ms()};
   out.props = {c.props().csum_chunk_bytes(), c.props().csum_off(), c.props().oclass(), c.props().chunk_bytes()};
   out.snapshots.assign(c.snapshots().begin(), c.snapshots().end());
+  out.open_sessions = c.open_sessions();
   return out;
 }
 }  // namespace

@@ -48,6 +48,7 @@ struct ContInfo {
   std::string owner;
   std::string owner_group;
   uint64_t created_unix_ms = 0;
+  uint32_t open_sessions = 0;  // cont_query only: sessions open on it now (wire ContInfo.open_sessions)
 };
 
 // An ACL as the server keeps it (entries in the form "A::alice@:rw"; see docs/control-plane.md).

@@ -686,14 +686,19 @@ void op_fallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t leng
   Result<Attr> before = fs->ns().getattr(h->oid);
   Result<Attr> a = before;
   const uint64_t size = before.is_ok() ? std::max(before->size, grows ? off + len : 0) : 0;
-  if (a.is_ok() && (zeros || size > before->size))
-    a = fs->ns().grow_to(h->oid, size, writer);
-  else if (a.is_ok())
-    a = fs->ns().touch_written(h->oid);
+  // Zeros: the floor rises to the size first (the punched bytes count still), the range is cut, and only then
+  // does the file grow, so a cut that fails part-way leaves the size as it was, as ext4's does.
   if (a.is_ok() && zeros) {
-    Status s = fs->ns().punch(*before, off, len);
-    if (!s.is_ok()) a = s;
+    a = fs->ns().grow_to(h->oid, before->size, writer);
+    if (a.is_ok()) {
+      Status s = fs->ns().punch(*before, off, len);
+      if (!s.is_ok()) a = s;
+    }
   }
+  if (a.is_ok() && size > before->size)
+    a = fs->ns().grow_to(h->oid, size, writer);
+  else if (a.is_ok() && !zeros)
+    a = fs->ns().touch_written(h->oid);
   if (a.is_ok() && h->sync && !fs->options().durable) {
     Status s = fs->ns().sync();
     if (!s.is_ok()) a = s;

@@ -181,11 +181,12 @@ class Namespace::Impl {
   // Deletes an inode no name links any more, everywhere it has keys. Its home target first, in the order of
   // that target's log (after the removal that unlinked it); chunks on other targets only once that is durable,
   // so a crash never keeps the purge of the data and loses the removal.
-  Status purge(Lease& c, const ObjectId& oid) {
+  Status purge(Lease& c, const ObjectId& oid, bool* purged = nullptr) {
     DirRequest q = request(DirOp::kPurge);
     q.oid = oid;
     RFOS_ASSIGN_OR_RETURN(DirReply r, dir_op(c, q, home(oid), oid));
-    if (!r.inode_done) return Status::ok();                                  // linked again
+    if (!r.inode_done) return Status::ok();  // linked again
+    if (purged) *purged = true;
     if (r.attr.oid == oid && !(r.attr.flags & kSpans)) return Status::ok();  // all its data was at home
     return drop_elsewhere(c, oid);
   }
@@ -402,7 +403,9 @@ class Namespace::Impl {
   // of all of them, for a range of many chunks or one without end); else each chunk the range touches, by index.
   static Status cut(Lease& c, const ObjectId& oid, uint64_t chunk, uint64_t from, uint64_t to, bool listed) {
     auto cut_one = [&](uint64_t index) -> Status {
-      uint64_t start = index * chunk, lo = std::max(from, start), hi = std::min(to, start + chunk);
+      if (index >= kMaxFileSize / chunk + 1) return Status::ok();  // no file reaches it (nor overflows)
+      // A chunk size that does not divide 2^62 has a last chunk across it, which the engine holds no bytes past.
+      uint64_t start = index * chunk, lo = std::max(from, start), hi = std::min({to, start + chunk, kMaxFileSize});
       if (lo >= hi) return Status::ok();
       Status s = lo == start && hi == start + chunk ? c->punch_dkey(oid, chunk_key(index))
                                                     : c->punch_extent(oid, chunk_key(index), kDataAkey, lo, hi - lo);
@@ -420,7 +423,7 @@ class Namespace::Impl {
 
   // Drops what lies beyond `size` of file `a` (a truncate): whole chunks punched, a partial one's tail.
   Status punch_beyond(Lease& c, const Attr& a, uint64_t size) {
-    return cut(c, a.oid, a.chunk ? a.chunk : layout::kDefaultChunkBytes, size, UINT64_MAX, true);
+    return cut(c, a.oid, a.chunk ? a.chunk : layout::kDefaultChunkBytes, size, kMaxFileSize, true);
   }
 
   Result<uint32_t> chunk_size(Lease& c, const ObjectId& oid) {
@@ -936,6 +939,10 @@ Status Namespace::punch(const Attr& f, uint64_t offset, uint64_t length) {
   // that its purge, which looks only at home for such a file, never drops.
   if (!(f.flags & kSpans)) end = std::min<uint64_t>(end, chunk);
   if (offset >= end) return Status::ok();
+  // The caller raised the size floor on the home target (so the punched bytes past the data's end still count);
+  // the cut goes to other targets too, whose logs are not the home target's: the floor is made durable first,
+  // or a crash could keep a punched tail and lose the floor, and the file would come back shorter.
+  if ((f.flags & kSpans) && !impl_->durable) RFOS_RETURN_IF_ERROR(c->sync());
   // A range of a few chunks is cut chunk by chunk; a larger one (a sparse file's, up to 2^62 bytes) only where
   // the file has chunks, which costs a listing of all of them.
   constexpr uint64_t kByIndex = 64;
@@ -943,78 +950,102 @@ Status Namespace::punch(const Attr& f, uint64_t offset, uint64_t length) {
 }
 
 namespace {
-// The hidden name put_file writes a file under: "." NAME ".rfos-put-" and 16 lowercase hex digits.
+// The hidden name put_file writes a file under: "." NAME ".rfos-put-" and 16 lowercase hex digits, or, where that
+// would be longer than a name may be, ".rfos-put-" and the digits alone.
 bool is_hidden_put(std::string_view name) {
   constexpr std::string_view kTag = ".rfos-put-";
   constexpr size_t kHex = 16;
-  if (name.size() < 1 + 1 + kTag.size() + kHex || name[0] != '.') return false;
+  if (name.size() < kTag.size() + kHex) return false;
   std::string_view tail = name.substr(name.size() - kHex);
-  return name.substr(name.size() - kHex - kTag.size(), kTag.size()) == kTag &&
-         std::all_of(tail.begin(), tail.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  bool hex =
+      std::all_of(tail.begin(), tail.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  bool tagged = name.substr(name.size() - kHex - kTag.size(), kTag.size()) == kTag;
+  return hex && tagged &&
+         (name.size() == kTag.size() + kHex || (name.size() >= 2 + kTag.size() + kHex && name[0] == '.'));
 }
 }  // namespace
 
-Result<Namespace::RepairReport> Namespace::repair(const CheckReport& found) {
+Status Namespace::repair(const CheckReport& found, bool punch_leaked, RepairReport* out) {
   const Cred root{0, 0, {}};
-  RepairReport out;
   auto note = [&](const std::string& what, const Status& s) {
     if (s.is_ok())
-      ++out.repaired;
-    else if (s.code() == StatusCode::kAlreadyExists)  // not what the check saw any more
-      out.left.push_back(what + ": " + s.message());
+      ++out->repaired;
+    else if (s.code() == StatusCode::kAlreadyExists)  // not what the check saw any more, or left on purpose
+      out->left.push_back(what + ": " + s.message());
     else
-      out.failed.push_back(what + ": " + s.to_string());
+      out->failed.push_back(what + ": " + s.to_string());
   };
-  // A name, as the check found it, dropped only if it still is what the check saw: a dangling entry still without
-  // its inode, a hidden put still the same regular file. An inode that loses its last link goes too.
-  auto drop_name = [&](const std::string& path, std::optional<ObjectId> put) -> Status {
+  auto leave = [](const std::string& why) { return fail(StatusCode::kAlreadyExists, why); };
+  // The directory and the last name of a path the check reported.
+  auto place_of = [&](const std::string& path) -> Result<std::pair<Attr, std::string>> {
     size_t slash = path.rfind('/');
     if (slash == std::string::npos) return fail(StatusCode::kInvalidArgument, "not a path");
     RFOS_ASSIGN_OR_RETURN(Attr dir, resolve(slash == 0 ? "/" : path.substr(0, slash), root));
-    std::string name = path.substr(slash + 1);
-    auto now = lookup(dir.oid, name, root);
-    if (put ? !now.is_ok() || now->oid != *put || !S_ISREG(now->mode) : now.is_ok())
-      return fail(StatusCode::kAlreadyExists, "changed since the check");
-    if (!put && now.status().code() != StatusCode::kNotFound) return now.status();
+    return std::make_pair(dir, path.substr(slash + 1));
+  };
+  // A dangling entry, dropped if it still names no inode. Only the name goes (no purge): should a file have
+  // taken the name meanwhile, it loses a link and stays. An entry of a directory is left: the directory's object
+  // may still hold entries, the only names its children have.
+  auto drop_dangling = [&](const std::string& path) -> Status {
+    RFOS_ASSIGN_OR_RETURN(auto place, place_of(path));
+    auto now = lookup(place.first.oid, place.second, root);
+    if (now.is_ok()) return leave("changed since the check");
+    if (now.status().code() != StatusCode::kNotFound) return now.status();
+    auto gone = unlink(place.first.oid, place.second, root);
+    if (gone.status().code() == StatusCode::kNotFound) return leave("gone since the check");
+    if (gone.status().code() == StatusCode::kIsDirectory)
+      return leave("a directory's entry: left, as its object may still name entries (rfos fs ls it)");
+    return gone.status();
+  };
+  // An unfinished put, dropped if it is still the same regular file; its inode goes with its last link.
+  auto drop_put = [&](const std::string& path, const ObjectId& put) -> Status {
+    RFOS_ASSIGN_OR_RETURN(auto place, place_of(path));
+    auto now = lookup(place.first.oid, place.second, root);
+    if (!now.is_ok() || now->oid != put || !S_ISREG(now->mode)) return leave("changed since the check");
     bool purged = false;
-    auto gone = unlink(dir.oid, name, root, {}, &purged);
-    if (gone.status().code() == StatusCode::kNotFound) return Status::ok();  // gone meanwhile
-    if (gone.status().code() == StatusCode::kIsDirectory && !put) return rmdir(dir.oid, name, root);
+    auto gone = unlink(place.first.oid, place.second, root, {}, &purged);
+    if (gone.status().code() == StatusCode::kNotFound) return leave("gone since the check");
     RFOS_RETURN_IF_ERROR(gone.status());
     if (!purged && gone->nlink == 0) RFOS_RETURN_IF_ERROR(forget(gone->oid));  // its inode lives elsewhere
     return Status::ok();
   };
-  for (const std::string& p : found.dangling) note(p, drop_name(p, std::nullopt));
+  for (const std::string& p : found.dangling) note(p, drop_dangling(p));
   for (size_t i = 0; i < found.unfinished_puts.size() && i < found.unfinished_put_inodes.size(); ++i)
-    note(found.unfinished_puts[i], drop_name(found.unfinished_puts[i], found.unfinished_put_inodes[i]));
-  for (const ObjectId& o : found.unlinked) {
-    Status s = forget(o);  // kPurge: left alone if it was linked again meanwhile
-    note(o.to_string(), s.code() == StatusCode::kNotFound ? Status::ok() : s);
-  }
-  // Leaked data is punched only where it looks like what a purge that reached the home target alone leaves: a
-  // striped object of nothing but chunk keys, without its first chunk (which lives on the home target, purged
-  // first). Anything else the raw API may have written in a file's layout (rfos bench's objects) is reported,
-  // never destroyed.
+    note(found.unfinished_puts[i], drop_put(found.unfinished_puts[i], found.unfinished_put_inodes[i]));
   RFOS_ASSIGN_OR_RETURN(Impl::Lease c, impl_->session());
+  for (const ObjectId& o : found.unlinked) {
+    bool purged = false;
+    Status s = impl_->purge(c, o, &purged);  // kPurge: left alone if it was linked again meanwhile
+    if (s.is_ok() && !purged) s = leave("linked again since the check");
+    note(o.to_string(), s.code() == StatusCode::kNotFound ? leave("gone since the check") : s);
+  }
+  // Leaked data is punched only when asked (rfos bench's objects and the raw API's may look the same), and then
+  // only where it looks like what a purge that reached the home target alone leaves: a striped object of nothing
+  // but chunk keys, none of them placed on its home target (the purge there took them all) and so not its first.
   for (const ObjectId& o : found.leaked) {
+    if (!punch_leaked) {
+      note(o.to_string(), leave("leaked data: punched only with --punch-leaked"));
+      continue;
+    }
     auto keys = c->list_dkeys(o);
     if (!keys.is_ok()) {
       note(o.to_string(), keys.status());
       continue;
     }
+    const uint32_t home = impl_->home(o);
     bool remains = placement::object_class(o) == ObjectClass::kSX && !keys->empty() &&
-                   std::all_of(keys->begin(), keys->end(), [](const std::string& k) {
+                   std::all_of(keys->begin(), keys->end(), [&](const std::string& k) {
                      auto i = layout::chunk_index(k);
-                     return i && *i != 0;
+                     return i && *i != 0 && placement::target_of(o, k, impl_->targets) != home;
                    });
     if (!remains) {
-      out.left.push_back(o.to_string() + ": not what a purge leaves (it has a first chunk or other keys); left");
+      note(o.to_string(), leave("not what a purge leaves (keys on its home target, or not chunks); left"));
       continue;
     }
     Status s = c->punch_object(o);
-    note(o.to_string(), s.code() == StatusCode::kNotFound ? Status::ok() : s);
+    note(o.to_string(), s.code() == StatusCode::kNotFound ? leave("gone since the check") : s);
   }
-  return out;
+  return Status::ok();
 }
 
 std::string Namespace::CheckReport::describe() const {

@@ -222,18 +222,20 @@ class Namespace {
   // Walks the whole namespace from the root and every object of the container, read-only (rfos fs check). Run it
   // while nothing writes the namespace: an operation in flight shows as an inconsistency.
   Result<CheckReport> check();
-  // Gives back what `found` (a check's report) says is held and reachable from nowhere: dangling entries and
-  // unfinished puts lose their names (each only if it is still what the check saw), unlinked inodes are purged,
-  // and leaked file data that looks like what an unfinished purge leaves is punched; orphans (inodes with links
-  // left and no name) and wrong link counts stay, for someone to look at. One item's failure stops none of the
-  // others. Only while no client has the container open, as a file system is repaired unmounted: an unlinked
-  // file is one a live mount may still read, and an unfinished put one a live put is still writing.
+  // Gives back what `found` (a check's report) says is held and reachable from nowhere: dangling entries of
+  // files and unfinished puts lose their names (each only if it is still what the check saw), unlinked inodes
+  // are purged, and, with `punch_leaked`, leaked file data that looks like what an unfinished purge leaves is
+  // punched; a dangling entry of a directory, orphans (inodes with links left and no name) and wrong link counts
+  // stay, for someone to look at. One item's failure stops none of the others. Only while no client has the
+  // container open (`rfos fs check --repair` asks the server), as a file system is repaired unmounted: an
+  // unlinked file is one a live mount may still read, and an unfinished put one a live put is still writing.
   struct RepairReport {
     size_t repaired = 0;
     std::vector<std::string> left;    // found, and left alone on purpose
     std::vector<std::string> failed;  // found, and the repair failed
   };
-  Result<RepairReport> repair(const CheckReport& found);
+  // What it changed is in *out even where it stops part-way (the error says why it stopped).
+  Status repair(const CheckReport& found, bool punch_leaked, RepairReport* out);
 
   // Whether `oid` is an inode of a namespace (it holds an inode record): how `rfos ls` tells the namespace's
   // objects from others.

@@ -497,8 +497,10 @@ TEST_F(Ns, CheckFindsWhatIsInconsistent) {
   ASSERT_TRUE(ns);
   auto d = ns->mkdir(ns->root(), "d", 0755, root_);
   ASSERT_TRUE(d.is_ok());
-  for (const char* n : {"gone", "lost", "a", "u", ".x.rfos-put-0123456789abcdef"})
+  for (const char* n : {"gone", "lost", "a", "u", ".x.rfos-put-0123456789abcdef", ".rfos-put-00000000000000ff"})
     ASSERT_TRUE(ns->mknod(d->oid, n, S_IFREG | 0644, 0, root_).is_ok()) << n;
+  auto gonedir = ns->mkdir(d->oid, "gonedir", 0755, root_);
+  ASSERT_TRUE(gonedir.is_ok());
   auto big = ns->mknod(d->oid, "big", S_IFREG | 0644, 0, root_, 4096);  // chunks on every target
   ASSERT_TRUE(big.is_ok());
   ASSERT_TRUE(ns->write(big->oid, 0, bytes_of(std::string(64 * 1024, 'b'))).is_ok());
@@ -521,45 +523,69 @@ TEST_F(Ns, CheckFindsWhatIsInconsistent) {
   auto clean = ns->check();
   ASSERT_TRUE(clean.is_ok()) << clean.status().to_string();
   EXPECT_TRUE(clean->consistent());
-  EXPECT_EQ(clean->directories, 2u);
-  EXPECT_EQ(clean->unfinished_puts, std::vector<std::string>{"/d/.x.rfos-put-0123456789abcdef"});
+  EXPECT_EQ(clean->directories, 3u);
+  // A put of a name too long for the hidden name's prefix writes under the tag and digits alone.
+  EXPECT_EQ(clean->unfinished_puts,
+            (std::vector<std::string>{"/d/.rfos-put-00000000000000ff", "/d/.x.rfos-put-0123456789abcdef"}));
   EXPECT_EQ(clean->leaked, std::vector<ObjectId>{bench});
-  EXPECT_EQ(clean->files, 7u);
+  EXPECT_EQ(clean->files, 8u);
 
   ObjectId gone = ns->lookup(d->oid, "gone", root_)->oid, lost = ns->lookup(d->oid, "lost", root_)->oid;
   ASSERT_TRUE(raw->punch_object(gone).is_ok());
+  ASSERT_TRUE(raw->punch_object(gonedir->oid).is_ok());
   ASSERT_TRUE(raw->punch_dkey(d->oid, "lost").is_ok());
   auto a = ns->lookup(d->oid, "a", root_);
   ASSERT_TRUE(ns->link(a->oid, d->oid, "b", root_).is_ok());
   ASSERT_TRUE(raw->punch_dkey(d->oid, "b").is_ok());
   auto u = ns->unlink(d->oid, "u", root_);  // and never forgotten
   ASSERT_TRUE(u.is_ok());
-  // A removal whose purge reached the home target only (its client died between the steps): the name and the
-  // inode are gone, chunks elsewhere stay.
+  // A removal whose purge reached the home target only (its client died between the steps): the name and all
+  // the object holds on its home target are gone, chunks elsewhere stay.
   ASSERT_TRUE(raw->punch_dkey(d->oid, "big").is_ok());
+  const uint32_t targets = static_cast<uint32_t>(session().target_addresses.size());
+  const uint32_t home = placement::target_of(big->oid, kInodeDkey, targets);
   ASSERT_TRUE(raw->punch_dkey(big->oid, kInodeDkey).is_ok());
-  ASSERT_TRUE(raw->punch_dkey(big->oid, client::layout::chunk_key(0)).is_ok());  // on the home target too
+  size_t elsewhere = 0;
+  for (uint64_t i = 0; i < 16; ++i) {
+    std::string key = client::layout::chunk_key(i);
+    if (placement::target_of(big->oid, key, targets) == home)
+      ASSERT_TRUE(raw->punch_dkey(big->oid, key).is_ok());
+    else
+      ++elsewhere;
+  }
+  ASSERT_GT(elsewhere, 0u);
   auto r = ns->check();
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_FALSE(r->consistent());
-  EXPECT_EQ(r->dangling, std::vector<std::string>{"/d/gone"});
+  EXPECT_EQ(r->dangling, (std::vector<std::string>{"/d/gone", "/d/gonedir"}));
   EXPECT_EQ(r->orphans, std::vector<ObjectId>{lost});
   EXPECT_EQ(r->wrong_links, std::vector<std::string>{"/d/a 2/1"});
   EXPECT_EQ(r->unlinked, std::vector<ObjectId>{u->oid});
   EXPECT_EQ(std::set<ObjectId>(r->leaked.begin(), r->leaked.end()), std::set<ObjectId>({big->oid, bench}));
 
-  // Repaired: the dangling name, the unfinished put, the unlinked inode and the leaked chunks go; the orphan and
-  // the link count stay for someone to look at; the named object, a raw object in a file's layout and a file that
-  // only looks like a hidden put are untouched.
-  auto fixed = ns->repair(*r);
-  ASSERT_TRUE(fixed.is_ok()) << fixed.status().to_string();
-  EXPECT_EQ(fixed->repaired, 4u);
-  EXPECT_TRUE(fixed->failed.empty()) << fixed->failed.front();
-  EXPECT_EQ(fixed->left.size(), 1u) << "the raw object";
+  // Repaired: the dangling name of a file, the unfinished puts and the unlinked inode go; the directory's dangling
+  // entry, the orphan and the link count stay for someone to look at; leaked data only when asked.
+  Namespace::RepairReport fixed;
+  Status done = ns->repair(*r, false, &fixed);
+  ASSERT_TRUE(done.is_ok()) << done.to_string();
+  EXPECT_EQ(fixed.repaired, 4u);
+  EXPECT_TRUE(fixed.failed.empty()) << fixed.failed.front();
+  EXPECT_EQ(fixed.left.size(), 3u) << "the directory's entry and the two leaked objects";
+  auto again = ns->check();
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  EXPECT_EQ(again->dangling, std::vector<std::string>{"/d/gonedir"});
+  EXPECT_EQ(std::set<ObjectId>(again->leaked.begin(), again->leaked.end()), std::set<ObjectId>({big->oid, bench}));
+  // Asked to punch leaked data: what a purge left goes; the named object, a raw object in a file's layout and a
+  // file that only looks like a hidden put are untouched.
+  Namespace::RepairReport punched;
+  done = ns->repair(*again, true, &punched);
+  ASSERT_TRUE(done.is_ok()) << done.to_string();
+  EXPECT_EQ(punched.repaired, 1u);
+  EXPECT_EQ(punched.left.size(), 2u) << "the directory's entry and the raw object";
   auto after = ns->check();
   ASSERT_TRUE(after.is_ok()) << after.status().to_string();
-  EXPECT_TRUE(after->dangling.empty() && after->unfinished_puts.empty() && after->unlinked.empty())
-      << after->describe();
+  EXPECT_TRUE(after->unfinished_puts.empty() && after->unlinked.empty()) << after->describe();
+  EXPECT_EQ(after->dangling, std::vector<std::string>{"/d/gonedir"});
   EXPECT_EQ(after->leaked, std::vector<ObjectId>{bench});
   EXPECT_TRUE(ns->lookup(d->oid, ".cfg.rfos-put-old", root_).is_ok());
   EXPECT_EQ(after->orphans, std::vector<ObjectId>{lost});

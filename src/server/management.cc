@@ -502,6 +502,10 @@ Status Management::cont_query(const Principal& who, const wire::ContQueryRequest
   auto info = targets_[0]->cont_open(*Uuid::parse(p->uuid()), *Uuid::parse(c->uuid()));
   if (info.is_ok())
     for (uint64_t e : info->snapshots) c->add_snapshots(e);
+  uint32_t open = 0;
+  uint64_t now = wall_ms();
+  for (const auto& [id, r] : sessions_) open += !r.ended() && r.expires_unix_ms() > now && r.cont_uuid() == c->uuid();
+  c->set_open_sessions(open);
   *resp->mutable_cont() = *c;
   return Status::ok();
 }

@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "client/container.h"
 #include "client/control_client.h"
 #include "common/ids.h"
 #include "engine/engine_testing.h"
@@ -69,8 +70,18 @@ TEST(ControlPlane, PoolsContainersSessions) {
   ASSERT_TRUE(ro.is_ok());
   EXPECT_EQ(wire::decode_capability(ro->capability)->rights, wire::Capability::kRead);
   EXPECT_EQ(cc->connect("tank", "nope", false).status().code(), StatusCode::kUnknownContainer);
+  EXPECT_EQ(cc->cont_query("tank", "data")->open_sessions, 2u);
   EXPECT_TRUE(cc->disconnect(s->session_id).is_ok());
   EXPECT_EQ(cc->disconnect(s->session_id).code(), StatusCode::kNotFound);
+  EXPECT_EQ(cc->cont_query("tank", "data")->open_sessions, 1u) << "an ended session is not open";
+  EXPECT_TRUE(cc->disconnect(ro->session_id).is_ok());
+  // A handle's session ends when the handle is closed, not at its capability's expiry.
+  {
+    auto handle = client::Container::open(*cc, "tank", "data", {});
+    ASSERT_TRUE(handle.is_ok()) << handle.status().to_string();
+    EXPECT_EQ(cc->cont_query("tank", "data")->open_sessions, 1u);
+  }
+  EXPECT_EQ(cc->cont_query("tank", "data")->open_sessions, 0u);
 
   // Destroy refuses a pool with containers unless forced.
   EXPECT_EQ(cc->pool_destroy("tank", false).code(), StatusCode::kBusy);

@@ -692,7 +692,13 @@ class MountTest(unittest.TestCase):
         found = self.server.cli("fs", "check", "--pool", "p", "--cont", "c", check=False).stdout
         self.assertIn("unlinked inode not purged", found)
         self.assertIn("unfinished put", found)
-        fixed = self.server.cli("fs", "check", "--pool", "p", "--cont", "c", "--repair", check=False)
+        # Refused while sessions are open: this class's mount's, and the killed one's until they expire.
+        refused = self.server.cli("fs", "check", "--pool", "p", "--cont", "c", "--repair", check=False)
+        self.assertNotEqual(refused.returncode, 0, refused.stdout)
+        self.assertIn("session(s) open on the container", refused.stderr)
+        again = self.server.cli("fs", "check", "--pool", "p", "--cont", "c", check=False).stdout
+        self.assertIn("unfinished put", again, "a refused repair changed something")
+        fixed = self.server.cli("fs", "check", "--pool", "p", "--cont", "c", "--repair", "--force", check=False)
         self.assertEqual(fixed.returncode, 0, fixed.stdout + fixed.stderr)
         # (Every client stopped but this class's mount, which holds no removed file open between tests.)
         self.assertIn("repaired 2\n", fixed.stdout)
