@@ -127,11 +127,12 @@ Result<uint64_t> CallEngine::submit(uint32_t t, wire::Request& q, std::span<cons
   call.into = into;
   call.sized_by_reply = sized;
   call.restamp = wire::is_write(q.op) && q.epoch == 0;
-  call.deadline = steady_now() + std::chrono::milliseconds(options_.timeout_ms);
+  const Clock::time_point now = steady_now();
+  call.deadline = now + std::chrono::milliseconds(options_.timeout_ms);
   next_timer_ = std::min(next_timer_, call.deadline);
   call.header = wire::encode_request(q);
   call.payload.assign(payload.begin(), payload.end());
-  Status s = send(id, call);
+  Status s = send(id, call, now);
   if (!s.is_ok()) {
     calls_.erase(id);
     return s;
@@ -139,7 +140,7 @@ Result<uint64_t> CallEngine::submit(uint32_t t, wire::Request& q, std::span<cons
   return id;
 }
 
-Status CallEngine::send(uint64_t id, Call& call) {
+Status CallEngine::send(uint64_t id, Call& call, Clock::time_point now) {
   call.sent = false;
   size_t bytes = 0;
   for (const Iov& v : call.payload) bytes += v.len;
@@ -151,7 +152,7 @@ Status CallEngine::send(uint64_t id, Call& call) {
   if (large) ++large_sending_;
   // Silence counts from the hand-over to the fabric, not from a wait in the send window.
   if (on_silence_ && !call.heard && silence_ < std::chrono::milliseconds(options_.timeout_ms)) {
-    call.quiet_at = steady_now() + silence_;
+    call.quiet_at = now + silence_;
     next_timer_ = std::min(next_timer_, *call.quiet_at);
   }
   Status s = worker_->send(eps_[call.target], call.header, call.payload,
@@ -183,7 +184,7 @@ void CallEngine::send_done() {
     auto c = calls_.find(send_queue_.front());
     send_queue_.pop_front();
     if (c == calls_.end() || c->second.sent) continue;
-    Status s = send(c->first, c->second);
+    Status s = send(c->first, c->second, steady_now());
     if (!s.is_ok()) {
       c->second.status = s;
       c->second.replied = c->second.sent = true;
@@ -224,7 +225,7 @@ void CallEngine::reap() {
     }
     if (c.retry_at && c.sent && now >= *c.retry_at && now <= c.deadline) {
       c.retry_at.reset();
-      Status s = send(it->first, c);
+      Status s = send(it->first, c, now);
       if (!s.is_ok()) {
         c.status = s;
         c.replied = c.sent = true;
@@ -287,11 +288,14 @@ std::vector<CallEngine::Finished> CallEngine::take(size_t max, int timeout_ms) {
 
 void CallEngine::retarget(std::vector<transport::EpHandle> eps) {
   ++generation_;
+  // A call its target answered keeps the answer (its reply came before the restart was found). The others
+  // end; their memory is no one's to touch (the old targets are gone with their process), so it stays
+  // registered.
   for (auto& [id, c] : calls_) {
-    c.status = error(StatusCode::kShutdown,
-                     "target " + std::to_string(c.target) + " went away (the server restarted) before it answered");
-    if (on_deadline_) on_deadline_(c.memory);  // as for a call that timed out
-    completed_.push_back({{id, c.status, 0}, {}});
+    if (!c.replied)
+      c.status = error(StatusCode::kShutdown,
+                       "target " + std::to_string(c.target) + " went away (the server restarted) before it answered");
+    completed_.push_back({{id, c.status, c.reply.length}, std::move(c.reply)});
   }
   calls_.clear();
   touched_.clear();

@@ -122,7 +122,7 @@ class CallEngine {
 
   uint64_t new_id();
   void on_message(transport::Incoming& in);
-  Status send(uint64_t id, Call& call);
+  Status send(uint64_t id, Call& call, Clock::time_point now);  // `now`: the caller's clock read
   void send_done();
   void reap();
   void retry_at(Call& call, Clock::time_point when);

@@ -179,7 +179,8 @@ TEST_F(CallEngineTest, RetargetEndsCallsInFlightAndSendsToTheNewTargets) {
   EXPECT_EQ(done[0].done.ticket, *second);
   EXPECT_EQ(done[0].done.status.code(), StatusCode::kShutdown) << done[0].done.status.to_string();
   EXPECT_FALSE(e->in_use(0x3000));
-  EXPECT_EQ(revoked, (std::vector<uintptr_t>{0x2000, 0x3000}));
+  EXPECT_EQ(revoked, std::vector<uintptr_t>{0x2000})
+      << "the old targets are gone: nothing to take the memory back from";
   EXPECT_EQ(e->unanswered(), 1u) << "the calls the retarget ended do not ask for another look";
 
   // The old target answers late: nothing takes it.

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -67,16 +68,22 @@ class Container::Impl : public RawArrays {
   Status reconnect() {
     RFOS_ASSIGN_OR_RETURN(Session fresh,
                           control->connect(session.pool.uuid, session.cont.uuid, options.write, options.ttl_s));
-    return adopt(std::move(fresh));
+    std::string id = fresh.session_id;
+    Status s = adopt(std::move(fresh));
+    if (!s.is_ok()) (void)control->disconnect(id);
+    return s;
   }
   // Takes `fresh` (a new session of the same container) for the handle's own. Where it comes from another server
   // process (the server restarted: a crash and recovery, an upgrade), the handle connects to that one's targets
-  // and goes on there; the calls still in flight to the old ones end with kShutdown. A server whose number of
-  // targets changed places objects elsewhere: the handle cannot go on.
+  // and goes on there; the calls still in flight to the old ones end with kShutdown. The old session is ended:
+  // sessions are recorded, so the new process has it open. A server whose number of targets changed places
+  // objects elsewhere: the handle cannot go on (`gone`).
   Status adopt(Session fresh) {
     if (another_server(fresh)) {
-      if (fresh.target_addresses.size() != session.target_addresses.size())
-        return error(StatusCode::kShutdown, "the server's targets changed in number; open the container again");
+      if (fresh.target_addresses.size() != session.target_addresses.size()) {
+        gone = error(StatusCode::kShutdown, "the server's targets changed in number; open the container again");
+        return gone;
+      }
       transport::Worker& w = calls->worker();
       w.set_introduction(fresh.capability);  // the new targets admit our hellos by it
       std::vector<transport::EpHandle> eps;
@@ -91,7 +98,9 @@ class Container::Impl : public RawArrays {
       }
       calls->retarget(std::move(eps));
       grants.clear();  // the restarted targets hold none
-      server_restarts().fetch_add(1);
+      rewatch = watch_tag != 0;
+      if (control) (void)control->disconnect(session.session_id);
+      newest_instances().saw(session.pool.uuid, fresh.server_instance);
     }
     session = std::move(fresh);
     schedule_renewal();
@@ -103,10 +112,34 @@ class Container::Impl : public RawArrays {
   bool another_server(const Session& fresh) const {
     return fresh.server_instance != session.server_instance || fresh.target_addresses != session.target_addresses;
   }
-  // Every handle of the process: one that found its server restarted tells the others to look, before their
-  // next request goes to targets that are gone (over shared memory it would wait out its deadline).
-  static std::atomic<uint64_t>& server_restarts() {
-    static std::atomic<uint64_t> n{0};
+  // The newest server instance each pool's handles in this process have found, so that one handle's finding
+  // sends the others to look before their next request goes to targets that are gone (over shared memory it
+  // would wait out its silence), and handles already there do not look again.
+  class NewestInstances {
+   public:
+    void saw(const std::string& pool, const std::string& instance) {
+      if (instance.empty()) return;
+      std::lock_guard lock(mu_);
+      std::string& newest = by_pool_[pool];
+      if (newest == instance) return;
+      newest = instance;
+      changes_.fetch_add(1, std::memory_order_relaxed);
+    }
+    // Changes so far: a handle compares its pool's entry only when this moved since it last did.
+    uint64_t changes() const { return changes_.load(std::memory_order_relaxed); }
+    std::string of(const std::string& pool) {
+      std::lock_guard lock(mu_);
+      auto it = by_pool_.find(pool);
+      return it == by_pool_.end() ? std::string() : it->second;
+    }
+
+   private:
+    std::mutex mu_;
+    std::map<std::string, std::string> by_pool_;
+    std::atomic<uint64_t> changes_{0};
+  };
+  static NewestInstances& newest_instances() {
+    static NewestInstances n;
     return n;
   }
   // How long a call may go without a word from its target before the handle looks whether the server restarted
@@ -114,34 +147,60 @@ class Container::Impl : public RawArrays {
   // connection UCX has not seen close, nothing else says so before the call's deadline.
   static constexpr std::chrono::milliseconds kSilenceBeforeLook{2000};
   uint64_t unanswered_seen = 0;  // calls->unanswered() as of the last look for a restart
-  uint64_t restarts_seen = 0;    // server_restarts() as of the last look
+  uint64_t changes_seen = 0;     // newest_instances().changes() as of the last comparison
   bool silent = false;           // a call went unanswered for kSilenceBeforeLook since the last look
-  uint64_t next_look_ms = 0;     // no look before; a look that found no server waits a second
+  bool closing = false;          // in the destructor: no more looks
+  uint64_t next_look_ms = 0;     // no look before
   uint64_t look_gap_ms = 1000;   // doubled (to 32 s) by each look that finds the same server: slow, not restarted
-  // Called before each request and when a call went silent. After calls went unanswered, went silent, or another
-  // handle found its server restarted: whether another server process answers now, from a new session the
-  // control plane grants; if so, the handle goes on with its targets (adopt). The same process was slow, not
-  // restarted: the new session is ended and the handle keeps its own.
+  Status gone;                   // the handle cannot go on (adopt): every request fails with it
+  uint64_t watch_tag = 0;        // Container::watch's, sent again to a restarted server's targets (rewatch)
+  bool rewatch = false;
+  // Whether this handle should look now: calls went unanswered or silent, or another handle of the process found
+  // the pool's server at an instance this one is not at.
+  bool suspects() {
+    if (calls->unanswered() != unanswered_seen || silent) return true;
+    uint64_t changes = newest_instances().changes();
+    if (changes == changes_seen) return false;
+    changes_seen = changes;
+    std::string newest = newest_instances().of(session.pool.uuid);
+    return !newest.empty() && newest != session.server_instance;
+  }
+  // Called before each request and when a call went silent. When the handle suspects a restart, it asks the
+  // server who it is (ServerInfo: its instance, no session made); another instance than the session's means
+  // another process, and the handle takes a new session there and goes on with its targets (adopt). A server
+  // that names no instance (one before it) is asked for a session, whose target addresses say. The same process
+  // was slow, not restarted. Looks back off: one a second while no server answers, doubling to one per 32 s
+  // while the same one does.
   void look_for_restart() {
-    uint64_t unanswered = calls->unanswered(), restarts = server_restarts().load(std::memory_order_relaxed);
-    if (unanswered == unanswered_seen && restarts == restarts_seen && !silent) return;
-    uint64_t now = wall_ms();
-    if (!control || now < next_look_ms) return;
-    next_look_ms = now + 1000;
+    if (closing || !control || !suspects()) return;
+    if (wall_ms() < next_look_ms) return;
+    const uint64_t unanswered = calls->unanswered();
+    auto done = [&](uint64_t gap_ms) {
+      next_look_ms = wall_ms() + gap_ms;
+      unanswered_seen = unanswered;
+      silent = false;  // a call still silent says so again after kSilenceBeforeLook
+    };
+    auto info = control->server_info();
+    if (!info.is_ok()) return done(1000);  // not back yet
+    if (!info->instance.empty() && info->instance == session.server_instance) {
+      done(look_gap_ms);
+      look_gap_ms = std::min<uint64_t>(look_gap_ms * 2, 32000);
+      return;
+    }
     auto fresh = control->connect(session.pool.uuid, session.cont.uuid, options.write, options.ttl_s);
-    if (!fresh.is_ok()) return;  // not back yet (or no longer ours to open): requests fail as they would
+    if (!fresh.is_ok()) return done(1000);  // not back yet (or no longer ours to open): requests fail as they would
+    std::string id = fresh->session_id;
     if (!another_server(*fresh)) {
-      (void)control->disconnect(fresh->session_id);
-      next_look_ms = now + look_gap_ms;
+      (void)control->disconnect(id);
+      done(look_gap_ms);
       look_gap_ms = std::min<uint64_t>(look_gap_ms * 2, 32000);
     } else if (adopt(std::move(*fresh)).is_ok()) {
       look_gap_ms = 1000;
+      done(0);
     } else {
-      return;
+      (void)control->disconnect(id);
+      done(1000);
     }
-    unanswered_seen = unanswered;
-    restarts_seen = server_restarts().load(std::memory_order_relaxed);
-    silent = false;
   }
   void maybe_renew() {
     uint64_t now = wall_ms();
@@ -174,8 +233,9 @@ class Container::Impl : public RawArrays {
 
   // Every request goes out with the session's current capability.
   Result<uint64_t> submit(uint32_t t, wire::Request& q, std::span<const Iov> payload, std::span<uint8_t> into,
-                          std::string* sized = nullptr, CallEngine::Memory memory = {}) {
-    look_for_restart();
+                          std::string* sized = nullptr, CallEngine::Memory memory = {}, bool look = true) {
+    if (look) look_for_restart();
+    RFOS_RETURN_IF_ERROR(gone);
     maybe_renew();
     q.capability = session.capability;
     return calls->submit(t, q, payload, into, sized, memory);
@@ -221,10 +281,11 @@ class Container::Impl : public RawArrays {
   Status to_every_target(Make make, Take take, uint32_t skip) {
     std::vector<std::pair<uint32_t, uint64_t>> ids;
     Status first = Status::ok();
+    look_for_restart();  // once, before any goes: a restart found between two would end the first
     for (uint32_t t = 0; t < calls->targets(); ++t) {
       if (t == skip) continue;
       wire::Request q = make(t);
-      auto id = submit(t, q, {}, {});
+      auto id = submit(t, q, {}, {}, nullptr, {}, false);
       if (!id.is_ok()) {
         first = id.status();
         break;
@@ -360,10 +421,19 @@ Result<std::unique_ptr<Container>> Container::open(Session session, const Contai
 
 Result<std::unique_ptr<Container>> Container::open(std::unique_ptr<Impl> impl, Session session,
                                                    const ContainerOptions& options) {
+  // A session granted for a handle that could not be made is ended, not left open for its capability's life.
+  struct EndOnFailure {
+    Impl* impl;
+    bool armed = true;
+    ~EndOnFailure() {
+      if (armed && impl->control) (void)impl->control->clone(1000)->disconnect(impl->session.session_id);
+    }
+  } end_on_failure{impl.get()};
   impl->options = options;
   impl->session = std::move(session);
   impl->schedule_renewal();
-  impl->restarts_seen = Impl::server_restarts().load(std::memory_order_relaxed);
+  impl->changes_seen = Impl::newest_instances().changes();
+  Impl::newest_instances().saw(impl->session.pool.uuid, impl->session.server_instance);
   impl->csum_chunk = impl->session.cont.props.csum_chunk_bytes ? impl->session.cont.props.csum_chunk_bytes : 4096;
   std::string provider = options.provider.empty() ? impl->session.provider : options.provider;
   RFOS_ASSIGN_OR_RETURN(std::unique_ptr<transport::Worker> worker, transport::Worker::create(provider));
@@ -399,6 +469,7 @@ Result<std::unique_ptr<Container>> Container::open(std::unique_ptr<Impl> impl, S
   });
   if (options.sealer)
     impl->sealed = std::make_unique<SealedIo>(options.sealer, impl->session.cont.uuid, *impl, options.timeout_ms);
+  end_on_failure.armed = false;
   return std::unique_ptr<Container>(new Container(std::move(impl)));
 }
 
@@ -406,11 +477,14 @@ Container::Container(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Container::~Container() {
   // A sealed handle's writes land before their blocks are let go (within the request timeout).
   if (impl_->sealed) impl_->sealed->drain(static_cast<int>(impl_->options.timeout_ms));
+  const bool suspects = impl_->calls->unanswered() != impl_->unanswered_seen || impl_->silent;
+  impl_->closing = true;  // no look for a restart now: it would change the grants and the session under us
   // Grants still out go first: a target must not write into or read from memory whose handle is gone (over
   // shm, where UCX 1.13 reports no closed peer, such a transfer would never end).
   if (!impl_->grants.empty()) {
     std::vector<uint64_t> ids;
-    for (const std::string& g : impl_->grants) {
+    const std::vector<std::string> grants(impl_->grants.begin(), impl_->grants.end());
+    for (const std::string& g : grants) {
       for (uint32_t t = 0; t < impl_->calls->targets(); ++t) {
         wire::Request q = revoke_request(g);
         if (auto id = impl_->submit(t, q, {}, {}); id.is_ok()) ids.push_back(*id);
@@ -420,8 +494,10 @@ Container::~Container() {
   }
   impl_->regions->clear();  // before the call engine's worker goes
   // The session ends with the handle, not an hour later at its capability's expiry: the server holds each
-  // principal to 1024 open sessions, and `rfos fs check --repair` asks that none be open on the container.
-  if (impl_->control) (void)impl_->control->disconnect(impl_->session.session_id);
+  // principal to 1024 open sessions, and `rfos fs check --repair` asks that none be open on the container. Not
+  // where calls went unanswered (the server is likely gone: the goodbye would wait out its deadline), and a
+  // second at most.
+  if (impl_->control && !suspects) (void)impl_->control->clone(1000)->disconnect(impl_->session.session_id);
 }
 const Session& Container::session() const { return impl_->session; }
 bool Container::sealed() const { return impl_->sealed != nullptr; }
@@ -780,12 +856,24 @@ void Container::set_client_tag(uint64_t tag) { impl_->client_tag = tag; }
 
 Status Container::watch(uint64_t tag, std::function<void(std::string_view)> on_notice) {
   impl_->calls->on_notice(std::move(on_notice));
+  impl_->watch_tag = tag;
   return impl_->to_every_target(
       [tag](uint32_t) { return make_request(wire::Op::kWatch, wire::Kind::kSingle, {}, {}, {}, tag); },
       [](uint32_t, const wire::Reply&) { return Status::ok(); }, ~0u);
 }
 
-void Container::wait(int timeout_ms) { impl_->calls->wait(timeout_ms); }
+void Container::wait(int timeout_ms) {
+  // A handle that only watches sends little: it looks for a restart here too, and watches the new targets.
+  impl_->look_for_restart();
+  if (impl_->rewatch) {
+    impl_->rewatch = false;
+    const uint64_t tag = impl_->watch_tag;
+    (void)impl_->to_every_target(
+        [tag](uint32_t) { return make_request(wire::Op::kWatch, wire::Kind::kSingle, {}, {}, {}, tag); },
+        [](uint32_t, const wire::Reply&) { return Status::ok(); }, ~0u);
+  }
+  impl_->calls->wait(timeout_ms);
+}
 
 Status Container::sync() {
   return impl_->to_every_target([](uint32_t) { return make_request(wire::Op::kSync, wire::Kind::kArray, {}, {}, {}); },

@@ -123,12 +123,12 @@ std::unique_ptr<ControlClient> ControlClient::create(const std::string& address,
 ControlClient::ControlClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ControlClient::~ControlClient() = default;
 
-std::unique_ptr<ControlClient> ControlClient::clone() const {
+std::unique_ptr<ControlClient> ControlClient::clone(uint32_t timeout_ms) const {
   auto impl = std::make_unique<Impl>();
   impl->channel = impl_->channel;
   impl->stub = wire::Control::NewStub(impl->channel);
   impl->address = impl_->address;
-  impl->timeout_ms = impl_->timeout_ms;
+  impl->timeout_ms = timeout_ms ? timeout_ms : impl_->timeout_ms;
   impl->setup = impl_->setup;
   impl->act_for = impl_->act_for;
   impl->qos = impl_->qos;
@@ -336,7 +336,7 @@ Result<ServerInfo> ControlClient::server_info() {
   wire::ServerInfoResponse resp;
   RFOS_RETURN_IF_ERROR(impl_->call(&Stub::ServerInfo, wire::ServerInfoRequest(), &resp));
   return ServerInfo{resp.version(),  resp.control_address(), resp.provider(), resp.targets(),
-                    resp.uptime_s(), resp.data_dir(),        resp.caller()};
+                    resp.uptime_s(), resp.data_dir(),        resp.caller(),   resp.instance()};
 }
 
 Status ControlClient::renew(Session* session, uint32_t ttl_s) {

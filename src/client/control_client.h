@@ -100,6 +100,7 @@ struct ServerInfo {
   uint64_t uptime_s = 0;
   std::string data_dir;  // administrators only
   std::string caller;    // who the server takes this client for
+  std::string instance;  // the server process's (wire PoolMap.instance); empty from servers before it
 };
 
 class ControlClient {
@@ -110,7 +111,8 @@ class ControlClient {
                                                const TlsFiles& tls = {});
   ~ControlClient();
   // Another client over the same channel (for a Container to renew its capability on its own).
-  std::unique_ptr<ControlClient> clone() const;
+  // The same client (channel, credentials, who it acts for); `timeout_ms` its calls' deadline (0: the same).
+  std::unique_ptr<ControlClient> clone(uint32_t timeout_ms = 0) const;
   // Another client over the same channel whose calls are made for the local user uid/gid/groups: what an agent
   // (`rfos agent`) uses for its apps. The server honours it only from an agent its config trusts for that user
   // (docs/control-plane.md, "Agents"); its clones act for the same user.

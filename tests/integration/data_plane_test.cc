@@ -1330,6 +1330,8 @@ TEST_P(DataPlane, AHandleGoesOnWhenTheServerRestarts) {
   std::unique_ptr<Container> c = std::move(opened).value();
   std::string data = bytes_of(70000, 77), back(data.size(), '\0');
   ASSERT_TRUE(c->write({21, 21}, "d", "a", 0, as_span(data)).is_ok());
+  auto idle = Container::open(*control_, "p", "c", o);  // a second handle of the process, idle across the restart
+  ASSERT_TRUE(idle.is_ok());
 
   // The killed server's object keeps its control socket's directory until the end of the test.
   std::unique_ptr<testing::ServerProcess> killed = std::move(server_);
@@ -1350,6 +1352,13 @@ TEST_P(DataPlane, AHandleGoesOnWhenTheServerRestarts) {
   EXPECT_TRUE(back == data);
   EXPECT_LE(failures, 2) << "calls after the first failed too";
 
+  // The other handle heard of the new server process from this one: its first call goes there.
+  Status idle_read = (*idle)->read({21, 21}, "d", "a", 0, {reinterpret_cast<uint8_t*>(back.data()), back.size()});
+  EXPECT_TRUE(idle_read.is_ok()) << idle_read.to_string();
+  // Each handle ended its session with the old process (which the new one took over) and holds one new one.
+  EXPECT_EQ(control_->cont_query("p", "c")->open_sessions, 2u);
+  idle->reset();
+
   std::string more = bytes_of(5000, 78), more_back(more.size(), '\0');
   Status w = c->write({21, 21}, "e", "a", 0, as_span(more));
   ASSERT_TRUE(w.is_ok()) << w.to_string();
@@ -1361,6 +1370,9 @@ TEST_P(DataPlane, AHandleGoesOnWhenTheServerRestarts) {
   std::fill(more_back.begin(), more_back.end(), '\0');
   ASSERT_TRUE(fresh->read({21, 21}, "e", "a", 0, {reinterpret_cast<uint8_t*>(more_back.data()), more.size()}).is_ok());
   EXPECT_TRUE(more_back == more);
+  fresh.reset();
+  c.reset();
+  EXPECT_EQ(control_->cont_query("p", "c")->open_sessions, 0u) << "every handle's session ended at its close";
 }
 
 // Damage at rest is a checksum error at the client, never wrong bytes: whole chunks go out with their stored

@@ -207,7 +207,14 @@ class UcxWorker final : public Worker {
   }
 
   void disconnect(EpHandle h) override { close_handle(h, false); }
-  void abandon(EpHandle h) override { close_handle(h, true); }
+  // What UCX still holds toward the peer is given up first: over shm it need not complete even once the endpoint
+  // is closed by force (give_up).
+  void abandon(EpHandle h) override {
+    std::vector<EpHandle> eps = {h};
+    if (auto it = rma_eps_.find(h); it != rma_eps_.end()) eps.push_back(it->second);
+    give_up(eps, error(StatusCode::kShutdown, "the peer was abandoned (its server restarted)"));
+    close_handle(h, true);
+  }
 
   // Closes an endpoint this worker created, unless its failure closed it already. By force where connect()
   // gives up on it: a peer that does not answer would never let a graceful close finish.
