@@ -1132,36 +1132,43 @@ class MountTest(unittest.TestCase):
             synced["f%d" % i] = data
         self.server.kill()
         type(self).server = Server(self.server.data_dir, self.server.socket_path)
-
-        def read(name):
-            with open(os.path.join(d, name), "rb") as inp:
-                return inp.read()
-
-        # The first calls find the old targets gone (an error, not a hang: ucx+tcp tells a dead peer at once).
-        failures = 0
-        deadline = time.time() + 60
-        while True:
-            try:
-                first = read("f0")
-                break
-            except OSError as e:
-                failures += 1
-                if time.time() > deadline:
-                    raise
-                # Ended by the mount's look at the control plane, not by the 30 s deadline of its call.
-                self.assertEqual(e.errno, errno.ESHUTDOWN, e)
-        self.assertLessEqual(failures, 3, "the mount kept failing after the server was back")
-        self.assertEqual(first, synced["f0"])
-        for name, data in synced.items():
-            self.assertEqual(read(name), data, name)
-        with open(os.path.join(d, "after"), "wb") as out:
-            out.write(b"written after the restart")
-        self.assertEqual(read("after"), b"written after the restart")
+        read_across_a_restart(self, d, synced)
         self.mount.unmount()
         type(self).mount = Mount(self.server, self.mnt)
         for name, data in synced.items():
-            self.assertEqual(read(name), data, name)
-        self.assertEqual(read("after"), b"written after the restart")
+            with open(os.path.join(d, name), "rb") as inp:
+                self.assertEqual(inp.read(), data, name)
+        with open(os.path.join(d, "after"), "rb") as inp:
+            self.assertEqual(inp.read(), b"written after the restart")
+
+
+def read_across_a_restart(test, d, synced):
+    """Right after the server under a mount restarted: the mount's first calls find the old targets gone (an
+    error within seconds, not a hang: ESHUTDOWN, from the look at the control plane that found the new server
+    process, not the 30 s deadline of a call), then every file of `synced` (name: bytes) in directory d reads back
+    and a new one is written there ("after")."""
+    def read(name):
+        with open(os.path.join(d, name), "rb") as inp:
+            return inp.read()
+
+    failures = 0
+    deadline = time.time() + 60
+    while True:
+        try:
+            first = read("f0")
+            break
+        except OSError as e:
+            failures += 1
+            if time.time() > deadline:
+                raise
+            test.assertEqual(e.errno, errno.ESHUTDOWN, e)
+    test.assertLessEqual(failures, 3, "the mount kept failing after the server was back")
+    test.assertEqual(first, synced["f0"])
+    for name, data in synced.items():
+        test.assertEqual(read(name), data, name)
+    with open(os.path.join(d, "after"), "wb") as out:
+        out.write(b"written after the restart")
+    test.assertEqual(read("after"), b"written after the restart")
 
 
 class Agent:
@@ -1246,6 +1253,26 @@ class AgentMountTest(AgentServer, unittest.TestCase):
 
     def mount(self):
         return Mount(self.server, self.mnt, "--agent", self.sock)
+
+    def test_zz_the_agent_goes_on_when_the_server_restarts(self):
+        """Runs last: the server under the agent killed and started again; the agent's sessions go on with the new
+        server process, and the mount through it with them."""
+        m = self.mount()
+        try:
+            d = os.path.join(self.mnt, "restart")
+            os.mkdir(d)
+            synced = {}
+            for i in range(5):
+                synced["f%d" % i] = os.urandom(50_000 + i)
+                with open(os.path.join(d, "f%d" % i), "wb") as out:
+                    out.write(synced["f%d" % i])
+                    out.flush()
+                    os.fsync(out.fileno())
+            self.server.kill()
+            type(self).server = Server(self.server.data_dir, self.server.socket_path, ["--trust-agent", "root=root"])
+            read_across_a_restart(self, d, synced)
+        finally:
+            m.unmount()
 
     def test_the_largest_file(self):
         m = self.mount()
