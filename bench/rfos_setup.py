@@ -87,6 +87,22 @@ class Server:
         self.proc.terminate()
         self.proc.wait()
 
+    def kill(self):
+        """SIGKILL, as a crash: its data stays for the next start (start_again)."""
+        self.proc.kill()
+        self.proc.wait()
+
+    def start_again(self):
+        """The server on the same data and control socket after kill(); returns once its control plane answers."""
+        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(2000):
+            if self.cli("pool", "list").returncode == 0:
+                return
+            if self.proc.poll() is not None:
+                sys.exit("rfos server exited with %d" % self.proc.returncode)
+            time.sleep(0.01)
+        sys.exit("rfos server did not come up again")
+
     def cli(self, *argv, check=False):
         return subprocess.run([self.rfos] + list(argv), env=self.env, capture_output=True, text=True, check=check)
 

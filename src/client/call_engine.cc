@@ -295,7 +295,7 @@ void CallEngine::retarget(std::vector<transport::EpHandle> eps) {
     if (!c.replied)
       c.status = error(StatusCode::kShutdown,
                        "target " + std::to_string(c.target) + " went away (the server restarted) before it answered");
-    completed_.push_back({{id, c.status, c.reply.length}, std::move(c.reply)});
+    completed_.push_back({{id, c.status, c.replied ? c.reply.length : 0}, std::move(c.reply)});
   }
   calls_.clear();
   touched_.clear();

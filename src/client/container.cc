@@ -84,6 +84,11 @@ class Container::Impl : public RawArrays {
         gone = error(StatusCode::kShutdown, "the server's targets changed in number; open the container again");
         return gone;
       }
+      if (options.provider.empty() && fresh.provider != session.provider) {
+        gone = error(StatusCode::kShutdown, "the server speaks " + fresh.provider + " now, not " + session.provider +
+                                                "; open the container again");
+        return gone;
+      }
       transport::Worker& w = calls->worker();
       w.set_introduction(fresh.capability);  // the new targets admit our hellos by it
       std::vector<transport::EpHandle> eps;
@@ -99,8 +104,9 @@ class Container::Impl : public RawArrays {
       calls->retarget(std::move(eps));
       grants.clear();  // the restarted targets hold none
       rewatch = watch_tag != 0;
-      if (control) (void)control->disconnect(session.session_id);
+      if (control) (void)control->clone(1000)->disconnect(session.session_id);
       newest_instances().saw(session.pool.uuid, fresh.server_instance);
+      if (fresh.cont.props.csum_chunk_bytes) csum_chunk = fresh.cont.props.csum_chunk_bytes;
     }
     session = std::move(fresh);
     schedule_renewal();
@@ -150,8 +156,10 @@ class Container::Impl : public RawArrays {
   uint64_t changes_seen = 0;     // newest_instances().changes() as of the last comparison
   bool silent = false;           // a call went unanswered for kSilenceBeforeLook since the last look
   bool closing = false;          // in the destructor: no more looks
-  uint64_t next_look_ms = 0;     // no look before
+  uint64_t next_look_ms = 0;     // no look before (a second after the last)
+  uint64_t next_quiet_ms = 0;    // no look for a silent call before: the backoff while the same server is slow
   uint64_t look_gap_ms = 1000;   // doubled (to 32 s) by each look that finds the same server: slow, not restarted
+  uint64_t last_same_ms = 0;     // when a look last found the same server
   Status gone;                   // the handle cannot go on (adopt): every request fails with it
   uint64_t watch_tag = 0;        // Container::watch's, sent again to a restarted server's targets (rewatch)
   bool rewatch = false;
@@ -161,9 +169,10 @@ class Container::Impl : public RawArrays {
     if (calls->unanswered() != unanswered_seen || silent) return true;
     uint64_t changes = newest_instances().changes();
     if (changes == changes_seen) return false;
-    changes_seen = changes;
     std::string newest = newest_instances().of(session.pool.uuid);
-    return !newest.empty() && newest != session.server_instance;
+    if (!newest.empty() && newest != session.server_instance) return true;  // taken as seen once looked
+    changes_seen = changes;  // another pool's, or where this handle is already
+    return false;
   }
   // Called before each request and when a call went silent. When the handle suspects a restart, it asks the
   // server who it is (ServerInfo: its instance, no session made); another instance than the session's means
@@ -172,39 +181,50 @@ class Container::Impl : public RawArrays {
   // was slow, not restarted. Looks back off: one a second while no server answers, doubling to one per 32 s
   // while the same one does.
   void look_for_restart() {
-    if (closing || !control || !suspects()) return;
-    if (wall_ms() < next_look_ms) return;
-    const uint64_t unanswered = calls->unanswered();
-    auto done = [&](uint64_t gap_ms) {
-      next_look_ms = wall_ms() + gap_ms;
+    if (closing || !control || !gone.is_ok() || !suspects()) return;
+    const uint64_t now = wall_ms();
+    // News (a call unanswered, another handle's finding) is looked at a second after the last look; a silent
+    // call only as the backoff allows, which a slow server's silences grow.
+    const uint64_t unanswered = calls->unanswered(), changes = newest_instances().changes();
+    const bool news = unanswered != unanswered_seen || changes != changes_seen;
+    if (now < next_look_ms || (!news && now < next_quiet_ms)) return;
+    // `answered`: a server answered who it is (the registry's news is then taken in); else the next request
+    // looks again, a second on.
+    auto done = [&](bool answered) {
+      next_look_ms = wall_ms() + 1000;
       unanswered_seen = unanswered;
+      if (answered) changes_seen = changes;
       silent = false;  // a call still silent says so again after kSilenceBeforeLook
     };
-    auto info = control->server_info();
-    if (!info.is_ok()) return done(1000);  // not back yet
-    if (!info->instance.empty() && info->instance == session.server_instance) {
-      done(look_gap_ms);
+    auto same_server = [&] {
+      // The backoff decays once the server has been quick for a while.
+      if (now - last_same_ms > 2 * look_gap_ms) look_gap_ms = 1000;
+      last_same_ms = now;
+      next_quiet_ms = now + look_gap_ms;
       look_gap_ms = std::min<uint64_t>(look_gap_ms * 2, 32000);
-      return;
-    }
+      done(true);
+    };
+    auto info = control->probe(500)->server_info();
+    if (!info.is_ok()) return done(false);  // not back yet
+    if (!info->instance.empty() && info->instance == session.server_instance) return same_server();
     auto fresh = control->connect(session.pool.uuid, session.cont.uuid, options.write, options.ttl_s);
-    if (!fresh.is_ok()) return done(1000);  // not back yet (or no longer ours to open): requests fail as they would
+    if (!fresh.is_ok()) return done(false);  // not back yet (or no longer ours to open): requests fail as they would
     std::string id = fresh->session_id;
     if (!another_server(*fresh)) {
-      (void)control->disconnect(id);
-      done(look_gap_ms);
-      look_gap_ms = std::min<uint64_t>(look_gap_ms * 2, 32000);
+      (void)control->clone(1000)->disconnect(id);
+      same_server();
     } else if (adopt(std::move(*fresh)).is_ok()) {
       look_gap_ms = 1000;
-      done(0);
+      next_quiet_ms = 0;
+      done(true);
     } else {
-      (void)control->disconnect(id);
-      done(1000);
+      (void)control->clone(1000)->disconnect(id);
+      done(false);
     }
   }
   void maybe_renew() {
     uint64_t now = wall_ms();
-    if (now < renew_at_ms || now < next_try_ms || !control) return;
+    if (now < renew_at_ms || now < next_try_ms || !control || closing) return;
     Status s = now + 500 < session.expires_unix_ms ? control->renew(&session, options.ttl_s)
                                                    : error(StatusCode::kPermissionDenied, "expired");
     if (s.code() == StatusCode::kPermissionDenied) s = reconnect();
@@ -433,7 +453,6 @@ Result<std::unique_ptr<Container>> Container::open(std::unique_ptr<Impl> impl, S
   impl->session = std::move(session);
   impl->schedule_renewal();
   impl->changes_seen = Impl::newest_instances().changes();
-  Impl::newest_instances().saw(impl->session.pool.uuid, impl->session.server_instance);
   impl->csum_chunk = impl->session.cont.props.csum_chunk_bytes ? impl->session.cont.props.csum_chunk_bytes : 4096;
   std::string provider = options.provider.empty() ? impl->session.provider : options.provider;
   RFOS_ASSIGN_OR_RETURN(std::unique_ptr<transport::Worker> worker, transport::Worker::create(provider));
@@ -477,8 +496,10 @@ Container::Container(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Container::~Container() {
   // A sealed handle's writes land before their blocks are let go (within the request timeout).
   if (impl_->sealed) impl_->sealed->drain(static_cast<int>(impl_->options.timeout_ms));
-  const bool suspects = impl_->calls->unanswered() != impl_->unanswered_seen || impl_->silent;
-  impl_->closing = true;  // no look for a restart now: it would change the grants and the session under us
+  // A restart this handle has reason to suspect is looked for once more (the new targets hold none of its
+  // grants); then no more, as a look would change the grants and the session under the steps below.
+  impl_->look_for_restart();
+  impl_->closing = true;
   // Grants still out go first: a target must not write into or read from memory whose handle is gone (over
   // shm, where UCX 1.13 reports no closed peer, such a transfer would never end).
   if (!impl_->grants.empty()) {
@@ -494,10 +515,9 @@ Container::~Container() {
   }
   impl_->regions->clear();  // before the call engine's worker goes
   // The session ends with the handle, not an hour later at its capability's expiry: the server holds each
-  // principal to 1024 open sessions, and `rfos fs check --repair` asks that none be open on the container. Not
-  // where calls went unanswered (the server is likely gone: the goodbye would wait out its deadline), and a
-  // second at most.
-  if (impl_->control && !suspects) (void)impl_->control->clone(1000)->disconnect(impl_->session.session_id);
+  // principal to 1024 open sessions, and `rfos fs check --repair` asks that none be open on the container. A
+  // second at most, for a server that is gone.
+  if (impl_->control) (void)impl_->control->clone(1000)->disconnect(impl_->session.session_id);
 }
 const Session& Container::session() const { return impl_->session; }
 bool Container::sealed() const { return impl_->sealed != nullptr; }

@@ -18,10 +18,11 @@ class ControlClient::Impl {
   std::unique_ptr<wire::Control::Stub> stub;
   std::string address;
   uint32_t timeout_ms;
-  Status setup;                // a TLS file that could not be read: every call fails with it
-  std::string act_for;         // "uid:gid[:groups]" when acting for a user (server/principal.h, act_for)
-  std::string qos;             // the user's tenant and its limits (server/principal.h, tenant_limits)
-  ControlClient::Relay relay;  // set: every call goes through it (an agent) instead of the channel
+  Status setup;                 // a TLS file that could not be read: every call fails with it
+  std::string act_for;          // "uid:gid[:groups]" when acting for a user (server/principal.h, act_for)
+  std::string qos;              // the user's tenant and its limits (server/principal.h, tenant_limits)
+  ControlClient::Relay relay;   // set: every call goes through it (an agent) instead of the channel
+  bool wait_for_ready = false;  // a probe's: calls wait for the channel to connect, within their deadline
 
   // Runs one RPC with a deadline and maps its failure to an rfos Status.
   template <typename Req, typename Resp, typename Fn>
@@ -37,6 +38,7 @@ class ControlClient::Impl {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
     if (!act_for.empty()) ctx.AddMetadata("rfos-act-for", act_for);
     if (!qos.empty()) ctx.AddMetadata("rfos-qos", qos);
+    if (wait_for_ready) ctx.set_wait_for_ready(true);
     grpc::Status s = (stub.get()->*fn)(&ctx, req, resp);
     if (s.ok()) return Status::ok();
     auto md = ctx.GetServerTrailingMetadata();
@@ -330,6 +332,13 @@ Status ControlClient::disconnect(const std::string& session_id) {
   wire::DisconnectResponse resp;
   req.set_session_id(session_id);
   return impl_->call(&Stub::Disconnect, req, &resp);
+}
+
+std::unique_ptr<ControlClient> ControlClient::probe(uint32_t timeout_ms) const {
+  if (impl_->channel) grpc::experimental::ChannelResetConnectionBackoff(impl_->channel.get());
+  auto p = clone(timeout_ms);
+  p->impl_->wait_for_ready = true;
+  return p;
 }
 
 Result<ServerInfo> ControlClient::server_info() {

@@ -162,6 +162,10 @@ class ControlClient {
   Result<Acl> set_owner(const std::string& pool, const std::string& cont, const std::string& owner,
                         const std::string& owner_group);
   Result<ServerInfo> server_info();
+  // A clone for looking whether a server that went away is back: its calls connect at once (not when gRPC's
+  // reconnect backoff after the failures ends) and wait for the connection within `timeout_ms`, rather than
+  // fail at once while the channel reconnects.
+  std::unique_ptr<ControlClient> probe(uint32_t timeout_ms) const;
   Status health();
 
   class Impl;

@@ -211,8 +211,12 @@ class UcxWorker final : public Worker {
   // is closed by force (give_up).
   void abandon(EpHandle h) override {
     std::vector<EpHandle> eps = {h};
-    if (auto it = rma_eps_.find(h); it != rma_eps_.end()) eps.push_back(it->second);
+    for (const auto& [reply, own] : rma_eps_)  // an endpoint a hello made beside it, either way round
+      if (reply == h || own == h) eps.push_back(reply == h ? own : reply);
     give_up(eps, error(StatusCode::kShutdown, "the peer was abandoned (its server restarted)"));
+    for (EpHandle e : eps)
+      if (e != h) close_handle(e, true);
+    std::erase_if(rma_eps_, [h](const auto& e) { return e.first == h || e.second == h; });
     close_handle(h, true);
   }
 
