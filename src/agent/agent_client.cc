@@ -174,7 +174,10 @@ Result<std::optional<Message>> AgentClient::receive_one(uint32_t id, std::vector
   if (!r.is_ok()) return r.status();
   // An error with id 0 is the agent refusing the connection before it read a request.
   if (Status s = status_of(*r); !s.is_ok() && (r->id == id || r->id == 0)) return s;
-  if (r->id != 0 && r->id < id) return std::optional<Message>();
+  if (r->id != 0 && r->id < id) {
+    drop_late(*r);
+    return std::optional<Message>();
+  }
   if (r->id != id) return error(StatusCode::kInvalidArgument, "the agent answered another request");
   if (fds) *fds = std::move(got_fds);
   return std::optional<Message>(std::move(*r));
@@ -184,7 +187,37 @@ Result<Message> AgentClient::call(const Message& m, std::vector<int>* fds, int s
   Message q = m;
   q.id = next_id_++;
   RFOS_RETURN_IF_ERROR(send_request(q, send_fd));
-  return receive_answer(q.id, fds);
+  auto r = receive_answer(q.id, fds);
+  if (r.status().code() == StatusCode::kTimeout) timed_out_[q.id] = q.type;  // its answer may still come
+  return r;
+}
+
+// The late answer to a call that timed out: what it made in the agent, which the app can no longer name, goes
+// (an opened handle is closed; the close's own answer is dropped the same way).
+void AgentClient::drop_late(const Message& r) {
+  auto it = timed_out_.find(r.id);
+  if (it == timed_out_.end()) return;
+  const MsgType asked = it->second;
+  timed_out_.erase(it);
+  if (asked != MsgType::kOpen || r.type != MsgType::kOpened || !status_of(r).is_ok()) return;
+  Message close;
+  close.type = MsgType::kClose;
+  close.handle = r.handle;
+  close.id = next_id_++;
+  if (send_request(close).is_ok()) timed_out_[close.id] = MsgType::kClose;
+}
+
+// Late answers queued on the socket while no call waits: taken off it, or every wait on the ring would find the
+// socket readable and wake at once. kShutdown when the agent hung up.
+Status AgentClient::drain_late() {
+  for (;;) {
+    pollfd pf{fd_, POLLIN, 0};
+    if (::poll(&pf, 1, 0) <= 0 || !(pf.revents & POLLIN)) return Status::ok();
+    // Any answer now is late: no call is in flight while the ring is polled. Taken and dropped; only a
+    // hang-up (or the agent's last word before one) ends the wait.
+    auto r = receive_one(next_id_, nullptr);
+    if (!r.is_ok() && r.status().code() == StatusCode::kShutdown) return r.status();
+  }
 }
 
 Result<uint32_t> AgentClient::open(const std::string& pool, const std::string& cont, bool write) {
@@ -325,6 +358,9 @@ Result<std::vector<AgentCompletion>> AgentClient::poll(size_t max, int timeout_m
     Status w = ends_->cq.wait(left, fd_);
     if (w.code() == StatusCode::kShutdown) return went();
     RFOS_RETURN_IF_ERROR(w);
+    Status late = drain_late();
+    if (late.code() == StatusCode::kShutdown) return went();
+    RFOS_RETURN_IF_ERROR(late);
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -78,6 +79,8 @@ class AgentClient {
   Status read(uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey, uint64_t offset,
               std::span<uint8_t> bytes);
   size_t in_flight() const { return in_flight_; }
+  // The control calls' timeout from now on.
+  void set_timeout_ms(uint32_t ms) { timeout_ms_ = ms; }
 
   // A relay for client::ControlClient::relayed over a connection of its own to the agent at `socket` (control
   // calls only, one at a time); when the agent cannot be reached, every call fails with why.
@@ -119,6 +122,8 @@ class AgentClient {
                          uint32_t mode, uint64_t batch = 0, const std::string& anchor = "");
   Result<Message> receive_answer(uint32_t id, std::vector<int>* fds = nullptr);
   Result<std::optional<Message>> receive_one(uint32_t id, std::vector<int>* fds);
+  void drop_late(const Message& r);
+  Status drain_late();
   Status refusal_or_gone();
   Status went();  // the agent is gone (found by poll): says so, and from now on to every submit and poll
   Status io(RingOp op, uint32_t handle, const ObjectId& oid, std::string_view dkey, std::string_view akey,
@@ -127,7 +132,8 @@ class AgentClient {
   int fd_ = -1;
   uint32_t timeout_ms_ = 30000;
   uint32_t next_id_ = 1;
-  uint64_t snapshot_ = 0;  // read_snapshot's
+  std::map<uint32_t, MsgType> timed_out_;  // calls that timed out (by id): what they asked, for their late answer
+  uint64_t snapshot_ = 0;                  // read_snapshot's
   std::string tenant_;
   std::unique_ptr<RingRegion> ring_;
   std::unique_ptr<AppEnds> ends_;

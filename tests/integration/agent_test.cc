@@ -1124,6 +1124,34 @@ TEST_F(AgentTest, TheCApisNamespaceWorksThroughTheAgent) {
   EXPECT_EQ(f->size, 3072u);
 }
 
+// An open whose answer came after the app gave up waiting leaves no handle behind in the agent (it holds 64 per
+// app at most): the late answer is dropped and the handle it names closed; and the wait on the ring does not
+// spin over late answers queued on the socket.
+TEST_F(AgentTest, ALateAnswerToAnOpenLeavesNoHandleBehind) {
+  start_server("root");
+  start_agent();
+  auto app = connect();
+  ASSERT_TRUE(app);
+  int timed_out = 0;
+  for (int i = 0; i < 70; ++i) {
+    app->set_timeout_ms(0);  // gives up at once: the answer comes late
+    auto h = app->open("p", "c", false);
+    if (h.is_ok())
+      ASSERT_TRUE(app->close(*h).is_ok());
+    else
+      ++timed_out;
+    app->set_timeout_ms(30000);
+    auto next = app->open("p", "c", false);
+    ASSERT_TRUE(next.is_ok()) << i << ": " << next.status().to_string();
+    ASSERT_TRUE(app->close(*next).is_ok());
+  }
+  EXPECT_GT(timed_out, 64) << "the opens were meant to time out";
+  // Late answers still queued (the last closes') are taken off the socket by a wait on the ring.
+  auto none = app->poll(1, 50);
+  ASSERT_TRUE(none.is_ok()) << none.status().to_string();
+  EXPECT_TRUE(none->empty());
+}
+
 TEST_F(AgentTest, AnAgentThatDiesFailsItsAppsAtOnceAndANewOneServesThem) {
   start_server("root");
   std::string sock = dir_.path() + "/agent/agent.sock";
