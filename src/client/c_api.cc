@@ -143,10 +143,8 @@ int agent_rw(rfos_cont* c, bool write, const ObjectId& oid, const char* dkey, co
 int agent_rwv(rfos_cont* c, bool write, const ObjectId& oid, const char* dkey, const char* akey,
               const rfos_extent_t* extents, size_t nextents, const struct iovec* iov, size_t niov) {
   uint64_t have = 0;
-  for (size_t i = 0; i < niov; ++i) {
-    if (iov[i].iov_len > (1ull << 62) - have) return -EINVAL;  // as in-process: more than 2^62 bytes together
-    have += iov[i].iov_len;
-  }
+  for (size_t i = 0; i < niov; ++i)
+    if (Status s = rfos::client::add_buffer_bytes(&have, iov[i].iov_len); !s.is_ok()) return fail(s);
   if (Status s = rfos::client::check_extents(extents_of(extents, nextents), have); !s.is_ok()) return fail(s);
   uint8_t* staging = c->agent->buffer().data();
   size_t v = 0, at = 0;  // the iovec and the offset in it where the next byte is

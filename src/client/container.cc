@@ -73,6 +73,11 @@ class Container::Impl : public RawArrays {
     if (!s.is_ok()) (void)control->disconnect(id);
     return s;
   }
+  // Ends session `id` with the server, best effort and a second at most (a server that is gone): at a handle's
+  // close, at a handle that could not be made, and for the sessions a look or an adopt leaves behind.
+  void end_session(const std::string& id) const {
+    if (control) (void)control->clone(1000)->disconnect(id);
+  }
   // Takes `fresh` (a new session of the same container) for the handle's own. Where it comes from another server
   // process (the server restarted: a crash and recovery, an upgrade), the handle connects to that one's targets
   // and goes on there; the calls still in flight to the old ones end with kShutdown. The old session is ended:
@@ -104,7 +109,7 @@ class Container::Impl : public RawArrays {
       calls->retarget(std::move(eps));
       grants.clear();  // the restarted targets hold none
       rewatch = watch_tag != 0;
-      if (control) (void)control->clone(1000)->disconnect(session.session_id);
+      end_session(session.session_id);
       newest_instances().saw(session.pool.uuid, fresh.server_instance);
       if (fresh.cont.props.csum_chunk_bytes) csum_chunk = fresh.cont.props.csum_chunk_bytes;
     }
@@ -211,14 +216,14 @@ class Container::Impl : public RawArrays {
     if (!fresh.is_ok()) return done(false);  // not back yet (or no longer ours to open): requests fail as they would
     std::string id = fresh->session_id;
     if (!another_server(*fresh)) {
-      (void)control->clone(1000)->disconnect(id);
+      end_session(id);
       same_server();
     } else if (adopt(std::move(*fresh)).is_ok()) {
       look_gap_ms = 1000;
       next_quiet_ms = 0;
       done(true);
     } else {
-      (void)control->clone(1000)->disconnect(id);
+      end_session(id);
       done(false);
     }
   }
@@ -318,6 +323,14 @@ class Container::Impl : public RawArrays {
       if (first.is_ok() && !s.is_ok()) first = s;
     }
     return first;
+  }
+
+  // Every target tells this handle of its changes under watch_tag (wire kWatch; the lease a renewal extends).
+  Status watch_targets() {
+    const uint64_t tag = watch_tag;
+    return to_every_target(
+        [tag](uint32_t) { return make_request(wire::Op::kWatch, wire::Kind::kSingle, {}, {}, {}, tag); },
+        [](uint32_t, const wire::Reply&) { return Status::ok(); }, ~0u);
   }
 
   // A finished async read counts only once the checksums that came with it match its bytes.
@@ -446,7 +459,7 @@ Result<std::unique_ptr<Container>> Container::open(std::unique_ptr<Impl> impl, S
     Impl* impl;
     bool armed = true;
     ~EndOnFailure() {
-      if (armed && impl->control) (void)impl->control->clone(1000)->disconnect(impl->session.session_id);
+      if (armed) impl->end_session(impl->session.session_id);
     }
   } end_on_failure{impl.get()};
   impl->options = options;
@@ -517,7 +530,7 @@ Container::~Container() {
   // The session ends with the handle, not an hour later at its capability's expiry: the server holds each
   // principal to 1024 open sessions, and `rfos fs check --repair` asks that none be open on the container. A
   // second at most, for a server that is gone.
-  if (impl_->control) (void)impl_->control->clone(1000)->disconnect(impl_->session.session_id);
+  impl_->end_session(impl_->session.session_id);
 }
 const Session& Container::session() const { return impl_->session; }
 bool Container::sealed() const { return impl_->sealed != nullptr; }
@@ -877,9 +890,7 @@ void Container::set_client_tag(uint64_t tag) { impl_->client_tag = tag; }
 Status Container::watch(uint64_t tag, std::function<void(std::string_view)> on_notice) {
   impl_->calls->on_notice(std::move(on_notice));
   impl_->watch_tag = tag;
-  return impl_->to_every_target(
-      [tag](uint32_t) { return make_request(wire::Op::kWatch, wire::Kind::kSingle, {}, {}, {}, tag); },
-      [](uint32_t, const wire::Reply&) { return Status::ok(); }, ~0u);
+  return impl_->watch_targets();
 }
 
 void Container::wait(int timeout_ms) {
@@ -887,10 +898,7 @@ void Container::wait(int timeout_ms) {
   impl_->look_for_restart();
   if (impl_->rewatch) {
     impl_->rewatch = false;
-    const uint64_t tag = impl_->watch_tag;
-    (void)impl_->to_every_target(
-        [tag](uint32_t) { return make_request(wire::Op::kWatch, wire::Kind::kSingle, {}, {}, {}, tag); },
-        [](uint32_t, const wire::Reply&) { return Status::ok(); }, ~0u);
+    (void)impl_->watch_targets();
   }
   impl_->calls->wait(timeout_ms);
 }

@@ -9,13 +9,20 @@
 
 namespace rfos::client {
 
+Status add_buffer_bytes(uint64_t* total, uint64_t len) {
+  if (len > kArrayEnd - *total)
+    return error(StatusCode::kInvalidArgument, "the buffers hold more than 2^62 bytes together");
+  *total += len;
+  return Status::ok();
+}
+
 Status check_extents(std::span<const Extent> extents, uint64_t have) {
   uint64_t want = 0;
   for (const Extent& e : extents) {
-    if (e.length == 0 || e.offset >= (1ull << 62) || e.length > (1ull << 62) - e.offset)
+    if (e.length == 0 || e.offset >= kArrayEnd || e.length > kArrayEnd - e.offset)
       return error(StatusCode::kInvalidArgument, "an extent is empty or reaches past 2^62");
     // Bounded, so that extents whose lengths wrap around cannot match a small buffer.
-    if (e.length > (1ull << 62) - want)
+    if (e.length > kArrayEnd - want)
       return error(StatusCode::kInvalidArgument, "the extents hold more than 2^62 bytes together");
     want += e.length;
   }
@@ -28,11 +35,7 @@ Status check_extents(std::span<const Extent> extents, uint64_t have) {
 Status scatter_gather(bool write, std::span<const Extent> extents, std::span<const std::span<uint8_t>> sgl,
                       size_t window, const PieceIo& io) {
   uint64_t have = 0;
-  for (const auto& b : sgl) {
-    if (b.size() > (1ull << 62) - have)
-      return error(StatusCode::kInvalidArgument, "the buffers hold more than 2^62 bytes together");
-    have += b.size();
-  }
+  for (const auto& b : sgl) RFOS_RETURN_IF_ERROR(add_buffer_bytes(&have, b.size()));
   RFOS_RETURN_IF_ERROR(check_extents(extents, have));
   struct InFlight {
     uint64_t ticket = 0;

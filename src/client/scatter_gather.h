@@ -19,6 +19,14 @@ struct PieceIo {
   std::function<Status(uint64_t ticket)> finish;
 };
 
+// Where array offsets end (the engine's kArrayOffsetMax), and the most bytes one call's extents or buffers hold
+// together: sums of values below it never wrap around.
+inline constexpr uint64_t kArrayEnd = uint64_t{1} << 62;
+
+// Adds one buffer's `len` to `*total`, the bytes of a call's buffers so far: kInvalidArgument once they hold more
+// than kArrayEnd together (lengths that wrap around 2^64 together must not pass for a small total).
+Status add_buffer_bytes(uint64_t* total, uint64_t len);
+
 // kInvalidArgument when an extent is empty or reaches past 2^62, or the extents' total is not `have` bytes (the
 // buffers'): what scatter_gather checks first, for a caller that moves the pieces another way (the C API
 // through the agent).

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "client/scatter_gather.h"
 #include "common/clock.h"
 
 namespace rfos::client {
@@ -12,8 +13,8 @@ namespace {
 
 constexpr uint64_t kB = kSealBlock;
 constexpr uint64_t kR = kSealRecord;
-constexpr uint64_t kMaxOffset = 1ull << 62;  // as scatter_gather's bound: no sum below wraps
-constexpr size_t kSmallBlocks = 16;          // bounces of up to 64 KiB are kept apart from whole pieces'
+constexpr uint64_t kMaxOffset = kArrayEnd;  // scatter_gather's bound: no sum below wraps
+constexpr size_t kSmallBlocks = 16;         // bounces of up to 64 KiB are kept apart from whole pieces'
 
 std::string records_akey(std::string_view akey) { return std::string(akey) + std::string(kRecordsSuffix); }
 

@@ -950,10 +950,11 @@ Status Namespace::punch(const Attr& f, uint64_t offset, uint64_t length) {
 }
 
 namespace {
-// The hidden name put_file writes a file under: "." NAME ".rfos-put-" and 16 lowercase hex digits, or, where that
-// would be longer than a name may be, ".rfos-put-" and the digits alone.
+// The hidden name put_file writes a file under: "." NAME kHiddenPutTag and 16 lowercase hex digits, or, where
+// that would be longer than a name may be, kHiddenPutTag and the digits alone.
+constexpr std::string_view kHiddenPutTag = ".rfos-put-";
 bool is_hidden_put(std::string_view name) {
-  constexpr std::string_view kTag = ".rfos-put-";
+  constexpr std::string_view kTag = kHiddenPutTag;
   constexpr size_t kHex = 16;
   if (name.size() < kTag.size() + kHex) return false;
   std::string_view tail = name.substr(name.size() - kHex);
@@ -1168,7 +1169,8 @@ Result<Attr> Namespace::put_file(const ObjectId& dir, std::string_view name, uin
   RFOS_RETURN_IF_ERROR(check_name(name));
   static thread_local std::mt19937_64 rng = well_seeded_rng();
   char suffix[32];
-  std::snprintf(suffix, sizeof(suffix), ".rfos-put-%016llx", static_cast<unsigned long long>(rng()));
+  std::snprintf(suffix, sizeof(suffix), "%.*s%016llx", static_cast<int>(kHiddenPutTag.size()), kHiddenPutTag.data(),
+                static_cast<unsigned long long>(rng()));
   std::string hidden = "." + std::string(name) + suffix;
   if (hidden.size() > kNameMax) hidden = suffix;
   RFOS_ASSIGN_OR_RETURN(Attr f, mknod(dir, hidden, S_IFREG | (mode & 07777), 0, cred));
