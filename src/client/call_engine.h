@@ -90,7 +90,9 @@ class CallEngine {
 
   // Whether a call in flight uses memory starting at `region` (as its region or its fabric memory).
   bool in_use(uintptr_t region) const;
-  size_t in_flight() const { return calls_.size(); }
+  // Calls submitted and not yet handed out by take(): finished ones that a take with a small `max` left count
+  // too, or a caller that polls only while this is not zero would leave them (and their callers) waiting forever.
+  size_t in_flight() const { return calls_.size() + completed_.size(); }
   uint32_t targets() const { return static_cast<uint32_t>(eps_.size()); }
   transport::Worker& worker() { return *worker_; }
 

@@ -369,6 +369,28 @@ TEST_F(CallEngineTest, LargePayloadsWaitForTheSendWindow) {
   for (size_t n : target_->payloads) EXPECT_EQ(n, big.size());
 }
 
+TEST_F(CallEngineTest, FinishedCallsNotYetTakenStayInFlight) {
+  target_->answer = [&](const wire::Request& q) { return std::vector{reply(q)}; };
+  auto e = engine();
+  constexpr size_t kCalls = 5;
+  for (size_t i = 0; i < kCalls; ++i) {
+    wire::Request q = request();
+    ASSERT_TRUE(e->submit(0, q, {}, {}).is_ok());
+  }
+  for (int i = 0; i < 100; ++i) target_->w->progress(), e->worker().progress();
+  // All five are answered; a caller taking one at a time (the agent polls each container only while it has
+  // I/O in flight) must still see the rest.
+  size_t taken = 0;
+  for (int i = 0; i < 1000 && taken < kCalls; ++i) {
+    target_->w->progress();
+    auto got = e->take(1, 0);
+    taken += got.size();
+    if (!got.empty()) EXPECT_EQ(e->in_flight(), kCalls - taken);
+  }
+  EXPECT_EQ(taken, kCalls);
+  EXPECT_EQ(e->in_flight(), 0u);
+}
+
 TEST_F(CallEngineTest, NoSuchTargetIsRefused) {
   auto e = engine();
   wire::Request q = request();

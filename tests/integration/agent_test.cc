@@ -156,6 +156,38 @@ TEST_F(AgentTest, AnAppDoesItsIoThroughTheAgentAndHoldsNoKey) {
   EXPECT_EQ(app->close(*h).code(), StatusCode::kInvalidArgument);
 }
 
+// Deeper than a container hands out in one poll (64): when every call of a container has finished, those not
+// yet taken must still be (the agent polls a container only while it has I/O in flight; it used to take 64 and
+// spin forever over the rest, with the app waiting for them).
+TEST_F(AgentTest, AllOfADeepQueuesCompletionsArrive) {
+  start_server("root");
+  start_agent();
+  AgentClientOptions o;
+  o.buffer_bytes = 8 << 20;
+  o.entries = 256;
+  auto app = AgentClient::connect(dir_.path() + "/agent/agent.sock", o);
+  ASSERT_TRUE(app.is_ok()) << app.status().to_string();
+  auto h = (*app)->open("p", "c", true);
+  ASSERT_TRUE(h.is_ok()) << h.status().to_string();
+  const ObjectId oid{7, 10};
+  auto buf = (*app)->buffer();
+  ASSERT_TRUE((*app)->write(*h, oid, "d", "a", 0, buf.subspan(0, 1 << 20)).is_ok());
+  for (int round = 0; round < 8; ++round) {
+    for (uint64_t i = 0; i < 256; ++i)
+      ASSERT_TRUE(
+          (*app)->submit(RingOp::kRead, *h, oid, "d", "a", 4096 * (i % 256), buf.subspan(4096 * i, 4096), i).is_ok());
+    size_t done = 0;
+    while (done < 256) {
+      auto got = (*app)->poll(256, 10000);
+      ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+      ASSERT_FALSE(got->empty()) << "round " << round << ": " << 256 - done << " reads never completed";
+      for (auto& c : *got) EXPECT_TRUE(c.status.is_ok()) << c.status.to_string();
+      done += got->size();
+    }
+  }
+  EXPECT_TRUE((*app)->close(*h).is_ok());
+}
+
 TEST_F(AgentTest, AnUntrustedAgentMayActOnlyForItself) {
   start_server("");
   start_agent();
