@@ -219,6 +219,13 @@ class AppConn {
           sched_yield();
         continue;
       }
+      if (ends_ && pending_.empty() && std::chrono::steady_clock::now() < busy_at_ + kIdleSpin) {
+        // Nothing in flight, but the app was just answered and is likely to submit again soon: a little longer
+        // on the ring (yielding, as above) spares the app the system call that would wake this thread, which
+        // on a host is the app's CPU the agent is there to save (io_uring's SQPOLL idles the same way).
+        sched_yield();
+        continue;
+      }
       // Before the thread sleeps (or waits for the app to take its completions): the socket. Whatever the app
       // leaves in the ring while it sleeps waits for no turn (it takes nothing until the app rings it).
       takes_.store(false, std::memory_order_relaxed);
@@ -1205,6 +1212,7 @@ class AppConn {
   std::deque<std::shared_ptr<Op>> ready_;                     // ops whose requests have all completed, not yet answered
   std::deque<Cqe> pending_;                                   // completions not yet in the ring
   static constexpr std::chrono::microseconds kRingAfter{50};  // the longest a completion waits for its wake-up
+  static constexpr std::chrono::microseconds kIdleSpin{200};  // on the ring after the last event, before sleeping
   uint32_t unrung_ = 0;                                       // completions in the ring the app was not woken for
   std::chrono::steady_clock::time_point busy_at_;             // when the loop last found something to do
   std::chrono::steady_clock::time_point unrung_since_;

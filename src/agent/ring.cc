@@ -114,6 +114,9 @@ bool Producer<T>::ring() {
   // Pairs with the consumer's fence between saying it sleeps and looking once more: one of the two sees the other.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (q_.idle->load(std::memory_order_relaxed) == 0) return false;
+  // One ring per sleep: the producer that clears the flag rings, and a batch pushed one entry at a time before
+  // the woken consumer runs again costs one system call, not one each.
+  if (q_.idle->exchange(0, std::memory_order_relaxed) == 0) return false;
   uint64_t one = 1;
   return write(q_.event, &one, sizeof(one)) == sizeof(one);
 }

@@ -107,6 +107,27 @@ TEST(Ring, ASleepingConsumerIsWokenAndABusyOneIsNot) {
   p.app->sq.push(sqe(kCount + 1));
   EXPECT_TRUE(p.app->sq.publish());
   EXPECT_EQ(read(p.agent_region->sq_event(), &count, sizeof(count)), 8);
+  EXPECT_EQ(count, 1u);
+}
+
+TEST(Ring, OneRingPerSleepWhateverThePublishesBeforeTheConsumerRuns) {
+  Pair p(8);
+  p.agent_region->header()->agent_idle.store(1);  // asleep, as wait() says it
+  int rang = 0;
+  for (uint64_t i = 0; i < 5; ++i) {
+    p.app->sq.push(sqe(i));
+    rang += p.app->sq.publish() ? 1 : 0;
+  }
+  EXPECT_EQ(rang, 1);
+  uint64_t count = 0;
+  ASSERT_EQ(read(p.agent_region->sq_event(), &count, sizeof(count)), 8);
+  EXPECT_EQ(count, 1u);
+  // The next sleep is rung for again, and the consumer finds all five (the wait returns at once: they are there).
+  ASSERT_TRUE(p.agent->sq.wait(-1).is_ok());
+  EXPECT_EQ(p.agent->sq.ready().value(), 5u);
+  p.agent_region->header()->agent_idle.store(1);
+  p.app->sq.push(sqe(5));
+  EXPECT_TRUE(p.app->sq.publish());
 }
 
 TEST(Ring, AWaitEndsWhenTheOtherSideHangsUp) {
