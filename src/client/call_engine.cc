@@ -11,12 +11,15 @@ using transport::Iov;
 CallEngine::CallEngine(std::unique_ptr<transport::Worker> worker, std::vector<transport::EpHandle> eps, Options options)
     : options_(options), worker_(std::move(worker)), eps_(std::move(eps)) {
   worker_->on_message([this](transport::Incoming& in) { on_message(in); });
+  window_used_.assign(eps_.size(), 0);
+  window_queue_.assign(eps_.size(), {});
 }
 
 CallEngine::~CallEngine() {
   // The worker goes first: sends still in flight complete (cancelled) as it closes the endpoints, and their
   // callbacks look up calls, which must still exist then; nothing queued may be sent by them.
   send_queue_.clear();
+  for (auto& q : window_queue_) q.clear();
   worker_.reset();
 }
 
@@ -41,17 +44,20 @@ void CallEngine::on_message(transport::Incoming& in) {
   touched_.push_back(id);
   call.heard = true;
   call.reply = std::move(r).value();
+  uncharge(call);  // the target is done with it (a Busy too: sent again, it is admitted again)
   if (call.reply.status == StatusCode::kBusy && call.reply.length > 0) {
     // Held to its tenant's limits: the target said when to ask again; the call's deadline bounds the waits.
     return retry_at(call, steady_now() + std::chrono::microseconds(std::min<uint64_t>(call.reply.length, 1000000)));
   }
-  if (call.reply.status == StatusCode::kBusy && call.attempts < kMaxBusyRetries) {
-    auto backoff = std::chrono::microseconds(200 * std::min(++call.attempts, 25));
-    return retry_at(call, steady_now() + backoff);
+  if (call.reply.status == StatusCode::kBusy) {
+    // Until the deadline, as the wire format promises: a session past its share of a target's buffers, say,
+    // keeps more in flight than the target holds at once, and waits its turn rather than fail its I/O.
+    call.busy_replies = std::min(call.busy_replies + 1, 25);
+    return retry_at(call, steady_now() + std::chrono::microseconds(200 * call.busy_replies));
   }
   // Refused as too old: a snapshot overtook the write in flight; sent again, it gets a newer epoch.
-  if (call.reply.status == StatusCode::kEpochTooOld && call.restamp && call.attempts < kMaxRestamps) {
-    ++call.attempts;
+  if (call.reply.status == StatusCode::kEpochTooOld && call.restamp && call.restamps < kMaxRestamps) {
+    ++call.restamps;
     return retry_at(call, steady_now());
   }
   if (call.reply.status != StatusCode::kOk) {
@@ -127,6 +133,7 @@ Result<uint64_t> CallEngine::submit(uint32_t t, wire::Request& q, std::span<cons
   call.into = into;
   call.sized_by_reply = sized;
   call.restamp = wire::is_write(q.op) && q.epoch == 0;
+  call.charge = q.op == wire::Op::kUpdate || q.op == wire::Op::kFetch ? q.length : 0;
   const Clock::time_point now = steady_now();
   call.deadline = now + std::chrono::milliseconds(options_.timeout_ms);
   next_timer_ = std::min(next_timer_, call.deadline);
@@ -142,6 +149,7 @@ Result<uint64_t> CallEngine::submit(uint32_t t, wire::Request& q, std::span<cons
 
 Status CallEngine::send(uint64_t id, Call& call, Clock::time_point now) {
   call.sent = false;
+  if (!admit(id, call)) return Status::ok();
   size_t bytes = 0;
   for (const Iov& v : call.payload) bytes += v.len;
   bool large = options_.send_limit > 0 && bytes > transport::kLargePayloadBytes;
@@ -167,13 +175,53 @@ Status CallEngine::send(uint64_t id, Call& call, Clock::time_point now) {
                                c->second.status = st;
                                c->second.replied = true;
                                ++unanswered_;
+                               uncharge(c->second);
                              }
                            });
   if (!s.is_ok()) {
     if (large) send_done();
     ++unanswered_;
+    uncharge(call);
   }
   return s;
+}
+
+bool CallEngine::admit(uint64_t id, Call& call) {
+  if (options_.target_window_bytes == 0 || call.charge == 0 || call.charged) return true;
+  uint64_t& used = window_used_[call.target];
+  if (used > 0 && (used > options_.target_window_bytes || call.charge > options_.target_window_bytes - used)) {
+    window_queue_[call.target].push_back(id);
+    return false;
+  }
+  used += call.charge;
+  call.charged = true;
+  return true;
+}
+
+void CallEngine::uncharge(Call& call) {
+  if (!call.charged) return;
+  call.charged = false;
+  window_used_[call.target] -= call.charge;
+  // The next waiting calls to that target, in order, while they fit (send admits them).
+  const uint64_t window = options_.target_window_bytes;
+  auto& queue = window_queue_[call.target];
+  while (!queue.empty()) {
+    uint64_t next = queue.front();
+    auto c = calls_.find(next);
+    if (c == calls_.end() || c->second.done() || c->second.charged) {  // ended while it waited
+      queue.pop_front();
+      continue;
+    }
+    uint64_t used = window_used_[call.target];
+    if (window > 0 && used > 0 && (used > window || c->second.charge > window - used)) break;
+    queue.pop_front();
+    Status s = send(next, c->second, steady_now());
+    if (!s.is_ok()) {
+      c->second.status = s;
+      c->second.replied = c->second.sent = true;
+      touched_.push_back(next);
+    }
+  }
 }
 
 // A large payload finished sending (or failed): the next queued one goes, skipping calls that ended while they
@@ -239,6 +287,7 @@ void CallEngine::reap() {
                                     "target " + std::to_string(c.target) + " did not answer within " + ms + " ms");
       if (!c.retry_at) ++unanswered_;
       c.replied = c.sent = true;  // a late reply or send completion finds nothing and is dropped
+      uncharge(c);
       if (on_deadline_) on_deadline_(c.memory);
     }
     if (c.done()) {
@@ -301,6 +350,8 @@ void CallEngine::retarget(std::vector<transport::EpHandle> eps) {
   touched_.clear();
   send_queue_.clear();
   large_sending_ = 0;
+  window_used_.assign(eps.size(), 0);
+  window_queue_.assign(eps.size(), {});
   next_timer_ = Clock::time_point::max();
   for (transport::EpHandle ep : eps_) worker_->abandon(ep);
   eps_ = std::move(eps);

@@ -2,7 +2,8 @@
 // transport worker and one endpoint per target, gives every request a random id and a deadline, matches replies
 // (only from the endpoint the request went to), sends a request again when its target answers Busy (growing
 // backoff) or EpochTooOld on a write it stamps (restamp), keeps at most `send_limit` large payloads moving at a
-// time (the rest wait in order), and hands out finished calls.
+// time (the rest wait in order), keeps the bytes its requests ask of each target within the session's share of
+// that target's buffers (`target_window_bytes`; the rest wait in order), and hands out finished calls.
 //
 // It knows nothing of objects, checksums or registrations: the container builds each request; the engine
 // carries it.
@@ -40,6 +41,10 @@ class CallEngine {
   struct Options {
     uint32_t timeout_ms = 30000;  // per request, retries included
     uint32_t send_limit = 0;      // large payloads (> transport::kLargePayloadBytes) moving at once; 0: no limit
+    // The lengths of updates and fetches in flight to one target, at most: the session's share of the target's
+    // buffers (wire PoolMap.session_buffer_bytes), past which the target answers Busy. One request goes
+    // whatever its length when nothing else is in flight there, as the target lets it. 0: no limit.
+    uint64_t target_window_bytes = 0;
   };
   // A finished call, with the reply it got.
   struct Finished {
@@ -77,6 +82,7 @@ class CallEngine {
   // every call in flight ends with kShutdown, since the old targets will not answer it, and the old endpoints
   // are abandoned (transport::Worker::abandon).
   void retarget(std::vector<transport::EpHandle> eps);
+  void set_target_window(uint64_t bytes) { options_.target_window_bytes = bytes; }  // for requests sent from now
   // Called (inside wait_for, take and wait) when a call's target has not answered it at all for `after`, and
   // again each `after` while it stays silent: long before the call's deadline, the container can look whether the
   // server restarted, its targets elsewhere.
@@ -112,20 +118,24 @@ class CallEngine {
     Memory memory;
     std::string header;
     std::vector<transport::Iov> payload;
-    int attempts = 0;
+    int busy_replies = 0;  // in a row, up to the longest backoff's step
+    int restamps = 0;
     std::optional<Clock::time_point> retry_at;
     bool restamp = false;                       // an update or punch the target stamps
     bool heard = false;                         // its target answered it (a Busy too)
     std::optional<Clock::time_point> quiet_at;  // on_silence is called for it then, unless heard before
+    uint64_t charge = 0;                        // what the target charges it to the session (the request's length)
+    bool charged = false;                       // counted in its target's window now
     bool done() const { return replied && sent; }
   };
-  static constexpr int kMaxBusyRetries = 200;
   static constexpr int kMaxRestamps = 16;
 
   uint64_t new_id();
   void on_message(transport::Incoming& in);
   Status send(uint64_t id, Call& call, Clock::time_point now);  // `now`: the caller's clock read
   void send_done();
+  bool admit(uint64_t id, Call& call);  // into its target's window, or queued (false)
+  void uncharge(Call& call);            // out of it (its target answered, or it ended): the next queued go
   void reap();
   void retry_at(Call& call, Clock::time_point when);
 
@@ -144,6 +154,8 @@ class CallEngine {
   Clock::time_point next_timer_ = Clock::time_point::max();  // no backoff ends and no deadline passes before
   uint32_t large_sending_ = 0;
   std::deque<uint64_t> send_queue_;
+  std::vector<uint64_t> window_used_;               // per target: charges of the calls admitted and not answered
+  std::vector<std::deque<uint64_t>> window_queue_;  // per target: calls waiting for room, in order
   uint64_t unanswered_ = 0;
   uint64_t generation_ = 0;  // retargets so far: a send completion of an older one leaves the send window alone
 };

@@ -22,6 +22,7 @@ struct ScriptedTarget {
   std::unique_ptr<transport::Worker> w;
   std::vector<wire::Request> heard;
   std::vector<size_t> payloads;  // payload bytes of each request heard
+  transport::EpHandle from{};    // where the last request came from
   std::function<std::vector<wire::Reply>(const wire::Request&)> answer;
 
   explicit ScriptedTarget(transport::sim::Fabric& f) {
@@ -31,6 +32,7 @@ struct ScriptedTarget {
       ASSERT_TRUE(q.is_ok());
       heard.push_back(*q);
       payloads.push_back(in.payload_bytes);
+      from = in.reply_to;
       for (const wire::Reply& r : answer(*q))
         ASSERT_TRUE(w->send(in.reply_to, wire::encode_reply(r), {}, [](Status) {}).is_ok());
     });
@@ -252,6 +254,27 @@ TEST_F(CallEngineTest, BusyPastTheDeadlineSaysBusy) {
   EXPECT_EQ(done[0].done.status.code(), StatusCode::kBusy) << done[0].done.status.to_string();
 }
 
+// A target that stays busy a long while (a session past its share of its buffers, with many requests queued
+// behind it) is asked again until the call's deadline, however many times that takes.
+TEST_F(CallEngineTest, BusyIsSentAgainUntilTheDeadlineHoweverOften) {
+  int busy = 400;
+  target_->answer = [&](const wire::Request& q) {
+    return std::vector{reply(q, busy-- > 0 ? StatusCode::kBusy : StatusCode::kOk)};
+  };
+  auto e = engine();  // 30 s deadlines: 400 backoffs of at most 5 ms fit
+  wire::Request q = request();
+  ASSERT_TRUE(e->submit(0, q, {}, {}).is_ok());
+  std::vector<CallEngine::Finished> done;
+  for (int i = 0; i < 100000 && done.empty(); ++i) {
+    target_->w->progress();
+    done = e->take(1, 0);
+    clock::advance(std::chrono::microseconds(500));  // the backoffs pass on the engine's clock
+  }
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(done[0].done.status.is_ok()) << done[0].done.status.to_string();
+  EXPECT_EQ(target_->heard.size(), 401u);
+}
+
 TEST_F(CallEngineTest, RepliesFromAnotherPeerAndDuplicatesAreDropped) {
   std::vector<wire::Request> pending;
   target_->answer = [&](const wire::Request& q) {
@@ -389,6 +412,54 @@ TEST_F(CallEngineTest, FinishedCallsNotYetTakenStayInFlight) {
   }
   EXPECT_EQ(taken, kCalls);
   EXPECT_EQ(e->in_flight(), 0u);
+}
+
+// The lengths in flight to a target stay within the window (the session's share of its buffers), so that a
+// deep queue waits in the client rather than draw Busy answers (each of which moves the whole payload again on
+// libfabric); one request goes whatever its length when nothing else is in flight there.
+TEST_F(CallEngineTest, RequestsWaitForRoomInTheirTargetsWindow) {
+  target_->answer = [](const wire::Request&) { return std::vector<wire::Reply>{}; };  // answered by hand below
+  CallEngine::Options o;
+  o.target_window_bytes = 3000;
+  auto e = engine(o);
+  auto drive = [&] {
+    for (int i = 0; i < 200; ++i) target_->w->progress(), e->take(0, 0);
+  };
+  auto fetch = [&](uint64_t length) {
+    wire::Request q = request(wire::Op::kFetch);
+    q.length = length;
+    auto id = e->submit(0, q, {}, {});
+    EXPECT_TRUE(id.is_ok()) << id.status().to_string();
+  };
+  for (int i = 0; i < 5; ++i) fetch(1000);
+  drive();
+  ASSERT_EQ(target_->heard.size(), 3u) << "three of 1000 bytes fill a window of 3000";
+  auto answer = [&](size_t i, StatusCode code = StatusCode::kOk) {
+    ASSERT_TRUE(
+        target_->w->send(target_->from, wire::encode_reply(reply(target_->heard[i], code)), {}, [](Status) {}).is_ok());
+    drive();
+  };
+  answer(0);
+  EXPECT_EQ(target_->heard.size(), 4u) << "one answer makes room for one";
+  answer(1, StatusCode::kBusy);  // a Busy frees its room too; it waits its backoff, then for room again
+  EXPECT_EQ(target_->heard.size(), 5u);
+  for (size_t i = 2; i < 5; ++i) answer(i);
+  clock::advance(std::chrono::milliseconds(10));  // the Busy one's backoff passes
+  drive();
+  ASSERT_EQ(target_->heard.size(), 6u);
+  EXPECT_EQ(target_->heard[5].request_id, target_->heard[1].request_id) << "the Busy one, sent again";
+  answer(5);
+  auto done = e->take(10, 0);
+  ASSERT_EQ(done.size(), 5u);
+  for (const auto& f : done) EXPECT_TRUE(f.done.status.is_ok()) << f.done.status.to_string();
+  EXPECT_EQ(e->in_flight(), 0u);
+  // A request larger than the window goes alone.
+  fetch(5000);
+  fetch(1);
+  drive();
+  ASSERT_EQ(target_->heard.size(), 7u);
+  answer(6);
+  EXPECT_EQ(target_->heard.size(), 8u);
 }
 
 TEST_F(CallEngineTest, NoSuchTargetIsRefused) {

@@ -107,6 +107,7 @@ class Container::Impl : public RawArrays {
         eps.push_back(*ep);
       }
       calls->retarget(std::move(eps));
+      calls->set_target_window(fresh.target_share_bytes);
       grants.clear();  // the restarted targets hold none
       rewatch = watch_tag != 0;
       end_session(session.session_id);
@@ -486,6 +487,7 @@ Result<std::unique_ptr<Container>> Container::open(std::unique_ptr<Impl> impl, S
   co.timeout_ms = options.timeout_ms;
   co.send_limit = options.payload_sends_at_once >= 0 ? static_cast<uint32_t>(options.payload_sends_at_once)
                                                      : transport::payload_sends_at_once(provider);
+  co.target_window_bytes = impl->session.target_share_bytes;
   impl->calls = std::make_unique<CallEngine>(std::move(worker), std::move(eps), co);
   CallEngine* calls = impl->calls.get();
   impl->regions =

@@ -322,6 +322,7 @@ Result<Session> ControlClient::connect(const std::string& pool, const std::strin
   s.provider = resp.map().provider();
   for (const auto& t : resp.map().targets()) s.target_addresses.push_back(t.address());
   s.server_instance = resp.map().instance();
+  s.target_share_bytes = resp.map().session_buffer_bytes();
   s.pool = from_wire(resp.pool());
   s.cont = from_wire(resp.cont());
   return s;

@@ -88,6 +88,7 @@ struct Session {
   std::string provider;
   std::vector<std::string> target_addresses;  // index = target
   std::string server_instance;                // the server process's (wire PoolMap.instance); empty from old ones
+  uint64_t target_share_bytes = 0;            // the session's share of each target's buffers (0: no limit)
   PoolInfo pool;
   ContInfo cont;
 };

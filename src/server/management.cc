@@ -639,6 +639,7 @@ Status Management::connect(const Principal& who, const wire::ConnectRequest& req
   map->set_version(1);
   map->set_provider(config_.provider);
   map->set_instance(instance_);
+  map->set_session_buffer_bytes(config_.session_buffer_bytes);
   for (uint32_t i = 0; i < targets_.size(); ++i) {
     wire::TargetInfo* t = map->add_targets();
     t->set_index(i);
