@@ -49,11 +49,12 @@ void CallEngine::on_message(transport::Incoming& in) {
     // Held to its tenant's limits: the target said when to ask again; the call's deadline bounds the waits.
     return retry_at(call, steady_now() + std::chrono::microseconds(std::min<uint64_t>(call.reply.length, 1000000)));
   }
-  if (call.reply.status == StatusCode::kBusy) {
-    // Until the deadline, as the wire format promises: a session past its share of a target's buffers, say,
-    // keeps more in flight than the target holds at once, and waits its turn rather than fail its I/O.
-    call.busy_replies = std::min(call.busy_replies + 1, 25);
-    return retry_at(call, steady_now() + std::chrono::microseconds(200 * call.busy_replies));
+  if (call.reply.status == StatusCode::kBusy && call.busy_replies < kMaxBusyRetries) {
+    // About a second of growing backoff, then the Busy is the caller's: a target whose buffers others hold, a
+    // full watcher table or a key held by a conditional insert is not waited out for the whole deadline (a
+    // session's own share of the buffers is kept to by the window, which draws no Busy).
+    ++call.busy_replies;
+    return retry_at(call, steady_now() + std::chrono::microseconds(200 * std::min(call.busy_replies, 25)));
   }
   // Refused as too old: a snapshot overtook the write in flight; sent again, it gets a newer epoch.
   if (call.reply.status == StatusCode::kEpochTooOld && call.restamp && call.restamps < kMaxRestamps) {
@@ -147,9 +148,9 @@ Result<uint64_t> CallEngine::submit(uint32_t t, wire::Request& q, std::span<cons
   return id;
 }
 
-Status CallEngine::send(uint64_t id, Call& call, Clock::time_point now) {
+Status CallEngine::send(uint64_t id, Call& call, Clock::time_point now, bool from_window) {
   call.sent = false;
-  if (!admit(id, call)) return Status::ok();
+  if (!admit(id, call, from_window)) return Status::ok();
   size_t bytes = 0;
   for (const Iov& v : call.payload) bytes += v.len;
   bool large = options_.send_limit > 0 && bytes > transport::kLargePayloadBytes;
@@ -186,10 +187,19 @@ Status CallEngine::send(uint64_t id, Call& call, Clock::time_point now) {
   return s;
 }
 
-bool CallEngine::admit(uint64_t id, Call& call) {
+bool CallEngine::admit(uint64_t id, Call& call, bool from_window) {
   if (options_.target_window_bytes == 0 || call.charge == 0 || call.charged) return true;
   uint64_t& used = window_used_[call.target];
-  if (used > 0 && (used > options_.target_window_bytes || call.charge > options_.target_window_bytes - used)) {
+  auto& queue = window_queue_[call.target];
+  while (!queue.empty()) {  // calls that ended while they waited leave
+    auto c = calls_.find(queue.front());
+    if (c != calls_.end() && !c->second.done() && !c->second.charged) break;
+    queue.pop_front();
+  }
+  // In order: nothing overtakes a call that waits (a stream of small requests would keep a large one out),
+  // but the one uncharge() takes from the queue.
+  if ((!from_window && !queue.empty()) ||
+      (used > 0 && (used > options_.target_window_bytes || call.charge > options_.target_window_bytes - used))) {
     window_queue_[call.target].push_back(id);
     return false;
   }
@@ -215,7 +225,7 @@ void CallEngine::uncharge(Call& call) {
     uint64_t used = window_used_[call.target];
     if (window > 0 && used > 0 && (used > window || c->second.charge > window - used)) break;
     queue.pop_front();
-    Status s = send(next, c->second, steady_now());
+    Status s = send(next, c->second, steady_now(), true);
     if (!s.is_ok()) {
       c->second.status = s;
       c->second.replied = c->second.sent = true;

@@ -118,7 +118,7 @@ class CallEngine {
     Memory memory;
     std::string header;
     std::vector<transport::Iov> payload;
-    int busy_replies = 0;  // in a row, up to the longest backoff's step
+    int busy_replies = 0;
     int restamps = 0;
     std::optional<Clock::time_point> retry_at;
     bool restamp = false;                       // an update or punch the target stamps
@@ -128,14 +128,16 @@ class CallEngine {
     bool charged = false;                       // counted in its target's window now
     bool done() const { return replied && sent; }
   };
+  static constexpr int kMaxBusyRetries = 200;
   static constexpr int kMaxRestamps = 16;
 
   uint64_t new_id();
   void on_message(transport::Incoming& in);
-  Status send(uint64_t id, Call& call, Clock::time_point now);  // `now`: the caller's clock read
+  // `now`: the caller's clock read; `from_window`: taken from its target's window queue by uncharge().
+  Status send(uint64_t id, Call& call, Clock::time_point now, bool from_window = false);
   void send_done();
-  bool admit(uint64_t id, Call& call);  // into its target's window, or queued (false)
-  void uncharge(Call& call);            // out of it (its target answered, or it ended): the next queued go
+  bool admit(uint64_t id, Call& call, bool from_window);  // into its target's window, or queued (false)
+  void uncharge(Call& call);  // out of it (its target answered, or it ended): the next queued go
   void reap();
   void retry_at(Call& call, Clock::time_point when);
 
