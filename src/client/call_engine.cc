@@ -189,23 +189,36 @@ Status CallEngine::send(uint64_t id, Call& call, Clock::time_point now, bool fro
 
 bool CallEngine::admit(uint64_t id, Call& call, bool from_window) {
   if (options_.target_window_bytes == 0 || call.charge == 0 || call.charged) return true;
-  uint64_t& used = window_used_[call.target];
-  auto& queue = window_queue_[call.target];
-  while (!queue.empty()) {  // calls that ended while they waited leave
-    auto c = calls_.find(queue.front());
-    if (c != calls_.end() && !c->second.done() && !c->second.charged) break;
-    queue.pop_front();
-  }
   // In order: nothing overtakes a call that waits (a stream of small requests would keep a large one out),
   // but the one uncharge() takes from the queue.
-  if ((!from_window && !queue.empty()) ||
-      (used > 0 && (used > options_.target_window_bytes || call.charge > options_.target_window_bytes - used))) {
+  if ((!from_window && first_waiting(call.target) != calls_.end()) || !fits(call.target, call.charge)) {
     window_queue_[call.target].push_back(id);
     return false;
   }
-  used += call.charge;
+  window_used_[call.target] += call.charge;
   call.charged = true;
   return true;
+}
+
+std::map<uint64_t, CallEngine::Call>::iterator CallEngine::first_waiting(uint32_t t) {
+  auto& queue = window_queue_[t];
+  while (!queue.empty()) {
+    auto c = calls_.find(queue.front());
+    if (c != calls_.end() && !c->second.done() && !c->second.charged) return c;
+    queue.pop_front();  // it ended while it waited
+  }
+  return calls_.end();
+}
+
+bool CallEngine::fits(uint32_t t, uint64_t charge) const {
+  uint64_t window = options_.target_window_bytes, used = window_used_[t];
+  return window == 0 || used == 0 || (used <= window && charge <= window - used);
+}
+
+void CallEngine::fail_unsent(uint64_t id, Call& call, Status s) {
+  call.status = std::move(s);
+  call.replied = call.sent = true;
+  touched_.push_back(id);
 }
 
 void CallEngine::uncharge(Call& call) {
@@ -213,24 +226,11 @@ void CallEngine::uncharge(Call& call) {
   call.charged = false;
   window_used_[call.target] -= call.charge;
   // The next waiting calls to that target, in order, while they fit (send admits them).
-  const uint64_t window = options_.target_window_bytes;
-  auto& queue = window_queue_[call.target];
-  while (!queue.empty()) {
-    uint64_t next = queue.front();
-    auto c = calls_.find(next);
-    if (c == calls_.end() || c->second.done() || c->second.charged) {  // ended while it waited
-      queue.pop_front();
-      continue;
-    }
-    uint64_t used = window_used_[call.target];
-    if (window > 0 && used > 0 && (used > window || c->second.charge > window - used)) break;
-    queue.pop_front();
-    Status s = send(next, c->second, steady_now(), true);
-    if (!s.is_ok()) {
-      c->second.status = s;
-      c->second.replied = c->second.sent = true;
-      touched_.push_back(next);
-    }
+  for (auto c = first_waiting(call.target); c != calls_.end() && fits(call.target, c->second.charge);
+       c = first_waiting(call.target)) {
+    window_queue_[call.target].pop_front();
+    Status s = send(c->first, c->second, steady_now(), true);
+    if (!s.is_ok()) fail_unsent(c->first, c->second, std::move(s));
   }
 }
 
@@ -243,11 +243,7 @@ void CallEngine::send_done() {
     send_queue_.pop_front();
     if (c == calls_.end() || c->second.sent) continue;
     Status s = send(c->first, c->second, steady_now());
-    if (!s.is_ok()) {
-      c->second.status = s;
-      c->second.replied = c->second.sent = true;
-      touched_.push_back(c->first);
-    }
+    if (!s.is_ok()) fail_unsent(c->first, c->second, std::move(s));
   }
 }
 

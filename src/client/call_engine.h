@@ -138,6 +138,9 @@ class CallEngine {
   void send_done();
   bool admit(uint64_t id, Call& call, bool from_window);  // into its target's window, or queued (false)
   void uncharge(Call& call);  // out of it (its target answered, or it ended): the next queued go
+  std::map<uint64_t, Call>::iterator first_waiting(uint32_t t);  // in t's window queue, dropping ended ones
+  bool fits(uint32_t t, uint64_t charge) const;                  // in t's window beside what is in it
+  void fail_unsent(uint64_t id, Call& call, Status s);           // a queued call whose send failed ends
   void reap();
   void retry_at(Call& call, Clock::time_point when);
 
